@@ -1,0 +1,277 @@
+"""Recipes: YAML files into typed dataclasses, ``--set key=value`` overrides, ``--dry-run``.
+
+Every config section is a dataclass. Loading is strict: an unknown key is an error that
+names the file, the line and the section and lists the valid keys; a value of the wrong type
+is an error that names the field and the expected type. ``--set a.b=value`` parses ``value``
+as YAML (so ``--set train.lr=3e-4`` is a float and ``--set eval.suites=[ood]`` a list).
+
+Typical CLI use::
+
+    parser = argparse.ArgumentParser()
+    add_recipe_arguments(parser)
+    args = parser.parse_args()
+    cfg = load_config(WarmupConfig, args.recipe, args.set)
+    if args.dry_run:
+        print(dump_yaml(cfg))
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import enum
+import os
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from unified.registry import UnknownNameError
+
+C = TypeVar("C")
+
+
+class ConfigError(ValueError):
+    """A recipe or override that cannot be turned into the typed config."""
+
+
+# --------------------------------------------------------------------------------------
+# YAML with line numbers
+
+
+def _line_index(text: str, source: str) -> dict[tuple[str, ...], int]:
+    """Map each key path of a YAML mapping document to its 1-based line."""
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError as exc:  # the parser's message already carries line/column
+        raise ConfigError(f"{source}: invalid YAML: {exc}") from None
+    index: dict[tuple[str, ...], int] = {}
+
+    def walk(node: yaml.Node, path: tuple[str, ...]) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                key_path = path + (str(key_node.value),)
+                index[key_path] = key_node.start_mark.line + 1
+                walk(value_node, key_path)
+
+    if root is not None:
+        walk(root, ())
+    return index
+
+
+def read_yaml(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:
+    """Read a YAML mapping and the line of every key (for error messages)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: recipe file not found")
+    text = path.read_text(encoding="utf-8")
+    lines = _line_index(text, str(path))
+    data = yaml.safe_load(text)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level of a recipe must be a mapping, got {type(data).__name__}")
+    return data, lines
+
+
+# --------------------------------------------------------------------------------------
+# overrides
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str] | None) -> dict[str, Any]:
+    """Apply ``key.sub=value`` overrides to a (nested) dict in place; values parse as YAML."""
+    for item in overrides or []:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set train.lr=3e-4")
+        key, raw = item.split("=", 1)
+        parts = [p for p in key.strip().split(".") if p]
+        if not parts:
+            raise ConfigError(f"--set {item!r}: empty key")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--set {item!r}: value is not valid YAML: {exc}") from None
+        node = data
+        for i, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise ConfigError(f"--set {item!r}: {'.'.join(parts[: i + 1])} is a value, not a section")
+            node = child
+        node[parts[-1]] = value
+    return data
+
+
+# --------------------------------------------------------------------------------------
+# dict -> dataclass
+
+
+def _describe(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    """Check/convert ``value`` to the annotated type ``tp``; raise ConfigError naming ``where``."""
+    if tp is Any:
+        return value
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for option in (a for a in args if a is not type(None)):
+            try:
+                return _coerce(value, option, where)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(f"{where}: expected {_describe(tp)}, got {value!r}")
+    if origin is typing.Literal:
+        if value not in args:
+            raise UnknownNameError("value", str(value), [str(a) for a in args], where=where)
+        return value
+    if origin in (list, tuple, set, frozenset) or tp in (list, tuple):
+        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        item_tp = args[0] if args else Any
+        items = [_coerce(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin is dict or tp is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        val_tp = args[1] if len(args) == 2 else Any
+        return {str(k): _coerce(v, val_tp, f"{where}.{k}") for k, v in value.items()}
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a section (mapping) for {tp.__name__}, got {value!r}")
+        return from_dict(tp, value, where=where)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        try:
+            return tp(value)
+        except ValueError:
+            raise UnknownNameError("value", str(value), [str(m.value) for m in tp], where=where) from None
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in {"true", "false", "yes", "no", "1", "0"}:
+            return value.lower() in {"true", "yes", "1"}
+        raise ConfigError(f"{where}: expected true/false, got {value!r}")
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        try:
+            return int(value)
+        except ValueError:
+            raise ConfigError(f"{where}: expected an integer, got {value!r}") from None
+    if tp is float:
+        if isinstance(value, bool):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        try:  # YAML 1.1 reads "3e-4" as a string; accept it as the number it means
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: expected a number, got {value!r}") from None
+    if tp is str:
+        if isinstance(value, (dict, list)):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return str(value)
+    if tp is Path:
+        if not isinstance(value, (str, os.PathLike)):
+            raise ConfigError(f"{where}: expected a path, got {value!r}")
+        return Path(value)
+    return value
+
+
+def from_dict(cls: type[C], data: dict[str, Any], *, where: str = "", lines: dict[tuple[str, ...], int] | None = None,
+              source: str = "") -> C:
+    """Build dataclass ``cls`` from ``data``, strictly: unknown keys and bad types are errors.
+
+    ``where`` is the dotted section path used in messages; ``lines``/``source`` add the file
+    and line of an offending key when the data came from a YAML file.
+    """
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"{cls!r} is not a dataclass")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    kwargs: dict[str, Any] = {}
+    section = tuple(p for p in where.split(".") if p and not p.startswith("["))
+    for key, value in data.items():
+        key_where = f"{where}.{key}" if where else str(key)
+        loc = _location(source, lines, section + (str(key),))
+        if key not in fields:
+            raise UnknownNameError("key", str(key), list(fields), where=f"{loc}{where or cls.__name__}") from None
+        tp = hints[key]
+        try:
+            if dataclasses.is_dataclass(tp) and isinstance(value, dict):
+                kwargs[key] = from_dict(tp, value, where=key_where, lines=lines, source=source)
+            else:
+                kwargs[key] = _coerce(value, tp, key_where)
+        except UnknownNameError as exc:
+            raise UnknownNameError(exc.kind, exc.name, exc.valid, where=f"{loc}{key_where}") from None
+        except ConfigError as exc:
+            if loc and not str(exc).startswith(loc):
+                raise ConfigError(f"{loc}{exc}") from None
+            raise
+    missing = [name for name, f in fields.items() if name not in kwargs
+               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise ConfigError(f"{_location(source, lines, section)}{where or cls.__name__}: missing required key(s): "
+                          f"{', '.join(missing)}")
+    return cls(**kwargs)
+
+
+def _location(source: str, lines: dict[tuple[str, ...], int] | None, path: tuple[str, ...]) -> str:
+    if not source:
+        return ""
+    line = (lines or {}).get(path)
+    return f"{source}:{line}: " if line else f"{source}: "
+
+
+def load_config(cls: type[C], path: str | os.PathLike[str] | None = None, overrides: list[str] | None = None) -> C:
+    """Load a recipe file (optional) into ``cls``, then apply ``--set`` overrides."""
+    data: dict[str, Any] = {}
+    lines: dict[tuple[str, ...], int] = {}
+    source = ""
+    if path is not None:
+        data, lines = read_yaml(path)
+        source = str(path)
+    if overrides:
+        apply_overrides(data, overrides)
+    return from_dict(cls, data, lines=lines, source=source)
+
+
+# --------------------------------------------------------------------------------------
+# dataclass -> dict / YAML, CLI helpers
+
+
+def to_dict(cfg: Any) -> Any:
+    """A plain (YAML/JSON-safe) structure from a config dataclass."""
+    if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
+        return {f.name: to_dict(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}
+    if isinstance(cfg, (list, tuple)):
+        return [to_dict(v) for v in cfg]
+    if isinstance(cfg, dict):
+        return {str(k): to_dict(v) for k, v in cfg.items()}
+    if isinstance(cfg, Path):
+        return str(cfg)
+    if isinstance(cfg, enum.Enum):
+        return cfg.value
+    return cfg
+
+
+def dump_yaml(cfg: Any) -> str:
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False, allow_unicode=True)
+
+
+def add_recipe_arguments(parser: argparse.ArgumentParser, *, recipe_required: bool = False) -> None:
+    """The common ``--recipe``, ``--set`` and ``--dry-run`` flags."""
+    parser.add_argument("--recipe", "--config", dest="recipe", required=recipe_required,
+                        help="YAML recipe file (see recipes/)")
+    parser.add_argument("--set", dest="set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a recipe key, e.g. --set train.learning_rate=1e-6 (repeatable)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the resolved config and what would run, then exit")

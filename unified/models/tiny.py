@@ -1,0 +1,116 @@
+"""Tiny random mixture-of-experts models and a locally trained tokenizer, for fast unit tests.
+
+Two architectures, the two MoE families the library targets:
+
+- ``qwen3_moe``: ``Qwen3MoeForCausalLM`` (full attention, top-k routed experts);
+- ``qwen3_5_moe``: ``Qwen3_5MoeForCausalLM`` (the Qwen3.5-35B-A3B text stack: gated-DeltaNet
+  linear attention interleaved with full attention, routed experts plus a shared expert).
+
+The tokenizer is a byte-level BPE trained in well under a second on a small built-in corpus,
+with the chat special tokens (``<|im_start|>``, ``<|im_end|>``, ``<think>``, ``<tool_call>`` ...)
+and the library's Qwen3.5-style chat template, so tests exercise the same prompt code as a
+real checkpoint.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import torch
+
+from unified.models.chat_template import CHAT_SPECIAL_TOKENS, qwen35_chat_template
+
+TinyArch = Literal["qwen3_moe", "qwen3_5_moe"]
+
+_CORPUS = [
+    "The agent calls a tool and the environment answers with an observation.",
+    "ls -la /workspace\ntotal 8\ndrwxr-xr-x 2 root root 4096 Jan  1 00:00 .",
+    '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}',
+    "<tool_call>\n<function=search>\n<parameter=query>\nworld models\n</parameter>\n</function>\n</tool_call>",
+    "def add(a, b):\n    return a + b\n\nprint(add(2, 3))  # 5",
+    "Error: file not found. Traceback (most recent call last): ValueError 0123456789",
+    "Predict the next observation of the environment given the history and the action.",
+    "user assistant system tool think reasoning answer observation prediction reward",
+]
+
+
+def train_tiny_tokenizer(vocab_size: int = 512):
+    """A byte-level BPE ``PreTrainedTokenizerFast`` trained locally (no download)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<|endoftext|>", *CHAT_SPECIAL_TOKENS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_CORPUS * 4, trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=None,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token=None,
+        additional_special_tokens=[t for t in CHAT_SPECIAL_TOKENS if t != "<|im_end|>"],
+    )
+    fast.chat_template = qwen35_chat_template()
+    return fast
+
+
+def tiny_moe_config(arch: TinyArch = "qwen3_moe", vocab_size: int = 512, *, num_experts: int = 4,
+                    top_k: int = 2, hidden_size: int = 64, num_layers: int = 2):
+    """A config small enough for a forward+backward in milliseconds on CPU."""
+    if arch == "qwen3_moe":
+        from transformers import Qwen3MoeConfig
+
+        return Qwen3MoeConfig(
+            vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+            moe_intermediate_size=hidden_size, num_hidden_layers=num_layers, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, num_experts=num_experts, num_experts_per_tok=top_k,
+            decoder_sparse_step=1, norm_topk_prob=True, max_position_embeddings=1024,
+            output_router_logits=False, router_aux_loss_coef=0.01, tie_word_embeddings=False,
+            eos_token_id=2, pad_token_id=0,
+        )
+    if arch == "qwen3_5_moe":
+        from transformers import Qwen3_5MoeTextConfig
+
+        return Qwen3_5MoeTextConfig(
+            vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=max(num_layers, 2),
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16, linear_conv_kernel_dim=4,
+            linear_key_head_dim=16, linear_value_head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4,
+            moe_intermediate_size=hidden_size, shared_expert_intermediate_size=hidden_size,
+            num_experts=num_experts, num_experts_per_tok=top_k, max_position_embeddings=1024,
+            layer_types=["linear_attention", "full_attention"] * (max(num_layers, 2) // 2),
+            router_aux_loss_coef=0.01, eos_token_id=2, pad_token_id=0,
+        )
+    raise ValueError(f"unknown tiny architecture {arch!r}; valid: qwen3_moe, qwen3_5_moe")
+
+
+def tiny_moe_model(arch: TinyArch = "qwen3_moe", *, seed: int = 0, vocab_size: int = 512,
+                   experts_implementation: str = "eager", attn_implementation: str = "sdpa", **kwargs):
+    """A randomly initialised tiny MoE causal LM (fp32, CPU)."""
+    from transformers import AutoModelForCausalLM
+
+    config = tiny_moe_config(arch, vocab_size, **kwargs)
+    torch.manual_seed(seed)
+    return AutoModelForCausalLM.from_config(
+        config, attn_implementation=attn_implementation, experts_implementation=experts_implementation,
+        dtype=torch.float32,
+    )
+
+
+def save_tiny_checkpoint(directory: str | Path, arch: TinyArch = "qwen3_moe", *, seed: int = 0) -> Path:
+    """Write a tiny MoE model + tokenizer as a HF directory (what ``load_checkpoint`` reads)."""
+    directory = Path(directory)
+    tokenizer = train_tiny_tokenizer()
+    model = tiny_moe_model(arch, seed=seed, vocab_size=len(tokenizer))
+    model.config.eos_token_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    model.config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory

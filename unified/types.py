@@ -1,0 +1,274 @@
+"""The shared records of the library.
+
+Everything that crosses a module boundary is one of these dataclasses: the agent loop
+writes Episodes, the eval stores EpisodeResults, the world-model data is LWMSamples, the
+rewards return RewardBreakdowns. Each has ``to_dict``/``from_dict`` for JSONL storage;
+``from_dict`` rejects unknown fields (naming them) so that a corrupted file is noticed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+R = TypeVar("R", bound="Record")
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+class Record:
+    """Mixin: plain-dict round trip for nested dataclass records."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls: type[R], data: dict[str, Any], where: str = "") -> R:
+        where = where or cls.__name__
+        if not isinstance(data, dict):
+            raise ValueError(f"{where}: expected an object, got {type(data).__name__}")
+        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ValueError(f"{where}: unknown field(s) {unknown}; valid fields: {sorted(names)}")
+        hints = typing.get_type_hints(cls)
+        kwargs = {}
+        for key, value in data.items():
+            kwargs[key] = _revive(value, hints[key], f"{where}.{key}")
+        try:
+            return cls(**kwargs)
+        except TypeError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+
+
+def _revive(value: Any, tp: Any, where: str) -> Any:
+    """Turn nested dicts back into Record dataclasses according to the annotation."""
+    if value is None:
+        return None
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if isinstance(tp, type) and issubclass(tp, Record):
+        return tp.from_dict(value, where)
+    if origin is list and args:
+        return [_revive(v, args[0], f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict and len(args) == 2:
+        return {k: _revive(v, args[1], f"{where}.{k}") for k, v in value.items()}
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType")):
+        for option in args:
+            if option is type(None):
+                continue
+            if isinstance(option, type) and issubclass(option, Record) and isinstance(value, dict):
+                return option.from_dict(value, where)
+        return value
+    return value
+
+
+@dataclass
+class ToolSpec(Record):
+    """A tool the agent may call, in the OpenAI function-calling shape."""
+
+    name: str
+    """Function name, unique within an environment."""
+    description: str = ""
+    """What the tool does, shown to the model."""
+    parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+    """JSON schema of the arguments (an object schema)."""
+
+    def to_openai(self) -> dict[str, Any]:
+        """The ``{"type": "function", "function": {...}}`` form chat templates expect."""
+        return {"type": "function",
+                "function": {"name": self.name, "description": self.description, "parameters": self.parameters}}
+
+
+@dataclass
+class ToolCall(Record):
+    """One call the model asked for."""
+
+    name: str
+    """Function name as the model wrote it (may be unknown to the environment)."""
+    arguments: dict[str, Any] = field(default_factory=dict)
+    """Parsed arguments."""
+    id: str = ""
+    """Call id (position-based when the model gives none)."""
+    raw: str = ""
+    """The exact text the call was parsed from."""
+    parse_error: str | None = None
+    """Why the call could not be parsed, if it could not (it then becomes an error observation)."""
+
+
+@dataclass
+class Message(Record):
+    """One chat message, as rendered through a chat template."""
+
+    role: Role
+    """system, user, assistant or tool."""
+    content: str = ""
+    """Visible text (for assistant turns: without reasoning and without tool-call markup)."""
+    reasoning: str | None = None
+    """Assistant reasoning (the ``<think>`` block), kept in records, dropped from later prompts."""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    """Calls made in an assistant turn."""
+    tool_call_id: str | None = None
+    """For tool messages: the call this answers."""
+    name: str | None = None
+    """For tool messages: the tool's name."""
+
+    def to_chat(self, *, keep_reasoning: bool = True) -> dict[str, Any]:
+        """The dict a HF chat template (or an OpenAI server) expects."""
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.role == "assistant":
+            if keep_reasoning and self.reasoning:
+                out["reasoning_content"] = self.reasoning
+            if self.tool_calls:
+                out["tool_calls"] = [
+                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                    for c in self.tool_calls
+                ]
+        if self.role == "tool":
+            if self.tool_call_id:
+                out["tool_call_id"] = self.tool_call_id
+            if self.name:
+                out["name"] = self.name
+        return out
+
+
+@dataclass
+class Observation(Record):
+    """What the environment answered to one tool call."""
+
+    call_id: str
+    """The ToolCall.id this answers."""
+    content: str
+    """The text the agent sees."""
+    is_error: bool = False
+    """True for failed or malformed calls (the agent sees the error and can react)."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """Environment-specific extras (exit codes, timings, ...), not shown to the agent."""
+
+
+@dataclass
+class Step(Record):
+    """One agent turn: the prompt, what the policy produced, and what the environment answered."""
+
+    index: int
+    """0-based turn number within the episode."""
+    prompt: str
+    """The exact rendered prompt text given to the policy."""
+    completion: str
+    """The raw completion, reasoning and tool-call markup included."""
+    reasoning: str | None = None
+    """The reasoning extracted from the completion."""
+    content: str = ""
+    """The visible answer text (no reasoning, no tool calls)."""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    """Every call parsed from the completion, malformed ones included."""
+    observations: list[Observation] = field(default_factory=list)
+    """The environment's answers, one per call, in call order."""
+    prompt_tokens: int = 0
+    """Number of prompt tokens."""
+    completion_tokens: int = 0
+    """Number of generated tokens."""
+    completion_token_ids: list[int] = field(default_factory=list)
+    """The policy's own token ids (never re-tokenised; used by training)."""
+    generation_seconds: float = 0.0
+    """Wall time of the policy call."""
+    environment_seconds: float = 0.0
+    """Wall time of executing the calls."""
+    extras: dict[str, Any] = field(default_factory=dict)
+    """Prompting-module annotations (e.g. predictions) and the like."""
+
+
+@dataclass
+class Episode(Record):
+    """A whole multi-turn rollout of one task."""
+
+    benchmark: str
+    """Adapter name, e.g. ``bfcl_v4``."""
+    task_id: str
+    """The benchmark's own task id."""
+    trial: int = 0
+    """Repetition index (Avg@k, pass^k)."""
+    model: str = ""
+    """Model spec the policy ran."""
+    messages: list[Message] = field(default_factory=list)
+    """The conversation as the agent saw it (reasoning kept here)."""
+    steps: list[Step] = field(default_factory=list)
+    """One record per policy call."""
+    tools: list[ToolSpec] = field(default_factory=list)
+    """Tools offered to the agent."""
+    stop_reason: str = ""
+    """``answer``, ``max_turns``, ``max_tokens``, ``timeout``, ``error``, ``env_done``."""
+    error: str | None = None
+    """Traceback text if the episode crashed."""
+    started_at: float = 0.0
+    """Unix time the episode started."""
+    wall_seconds: float = 0.0
+    """Total wall time."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """Prompting module, sandbox backend and other run facts."""
+
+
+@dataclass
+class LWMSample(Record):
+    """One world-model sample: (history of actions and observations, current action) -> next observation."""
+
+    domain: str
+    """One of mcp, search, terminal, swe, web, os, android."""
+    id: str
+    """Trajectory id."""
+    system: str
+    """System prompt (task description, action space, initial state)."""
+    actions: list[str]
+    """Agent actions, one per turn, up to and including the current turn t."""
+    observations: list[str]
+    """Ground-truth observations for turns 1..t (the last is the target)."""
+    turn_idx: int
+    """1-based index t of the current turn."""
+    total_turns: int
+    """Length of the trajectory."""
+
+    @property
+    def target(self) -> str:
+        """The ground-truth next observation o_t."""
+        return self.observations[self.turn_idx - 1]
+
+
+@dataclass
+class RewardBreakdown(Record):
+    """A reward and where it came from."""
+
+    total: float
+    """The mixed reward fed to the RL trainer."""
+    components: dict[str, float] = field(default_factory=dict)
+    """Per-source values, e.g. rubric criteria, rule verifier."""
+    source: str = ""
+    """``rubric``, ``rule`` or ``mixed``."""
+    parsed: bool = True
+    """False when the judge's answer could not be parsed (reward 0)."""
+    detail: str = ""
+    """Judge text or verifier message, for inspection."""
+
+
+@dataclass
+class EpisodeResult(Record):
+    """An Episode scored by its benchmark."""
+
+    benchmark: str
+    """Adapter name."""
+    task_id: str
+    """Task id."""
+    trial: int
+    """Repetition index."""
+    score: float
+    """The benchmark's per-episode metric (0..1 unless the benchmark says otherwise)."""
+    passed: bool | None = None
+    """Pass/fail where the benchmark defines it."""
+    details: dict[str, Any] = field(default_factory=dict)
+    """Sub-scores and checker messages."""
+    skipped: str | None = None
+    """Reason if the task was skipped (missing key, missing engine, ...)."""
+    error: str | None = None
+    """Error text if the episode or scoring crashed."""
+    episode_path: str | None = None
+    """Where the full Episode is stored."""
