@@ -43,7 +43,7 @@ CHAT_SPECIAL_TOKENS = (
     "<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>", "</tool_call>",
     "<tool_response>", "</tool_response>",
 )
-"""Tokens the template relies on; added as special tokens where a tokenizer lacks them."""
+"""Tokens the template relies on (special tokens in the tiny test tokenizer)."""
 
 TEMPLATE_NAME = "qwen35_tools.jinja"
 
@@ -54,11 +54,12 @@ def qwen35_chat_template() -> str:
 
 
 def install_chat_template(tokenizer) -> None:
-    """Give ``tokenizer`` our template and make sure its chat tokens exist.
+    """Give ``tokenizer`` our template.
 
-    ``<|im_start|>``/``<|im_end|>`` must already be single tokens (they are for ChatML
-    models such as SmolLM2 and Qwen); the reasoning and tool tags are added as ordinary
-    added tokens when missing, which grows the vocabulary: the caller resizes embeddings.
+    ``<|im_start|>``/``<|im_end|>`` must already be single tokens (they are in ChatML
+    vocabularies such as SmolLM2's and Qwen's). The reasoning and tool tags are *not* added:
+    they tokenize as ordinary text, which leaves the vocabulary, and so the logits of an
+    upcycled model, exactly those of its source model.
     """
     vocab = tokenizer.get_vocab()
     for required in ("<|im_start|>", "<|im_end|>"):

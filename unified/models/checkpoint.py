@@ -1,0 +1,195 @@
+"""``load_checkpoint(spec)``: one entry point for every way a model reaches the library.
+
+A spec is one of
+
+- ``embedded``: the embedded default SFT checkpoint (SmolLM2-135M-Instruct upcycled to a
+  4-expert top-2 MoE; built once into the cache, see :mod:`unified.models.embedded`);
+- a local Hugging Face directory (``config.json`` + weights + tokenizer), e.g. a warmup output;
+- a ``.gguf`` file (dequantised; copied into a fresh model so it can be saved again);
+- a hub id ``org/name`` (the real ``from_pretrained`` path; when the hub cannot be reached the
+  error says so and how to proceed).
+
+Dtype defaults to bf16 on CUDA and fp32 on CPU; attention and experts implementations come
+from :func:`unified.kernels.select_kernels` unless given.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from unified.kernels import KernelChoice, select_kernels
+
+log = logging.getLogger(__name__)
+
+SpecKind = Literal["embedded", "local", "gguf", "hub"]
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
+
+
+class CheckpointNotFoundError(FileNotFoundError):
+    """A spec that names a path that does not exist or is not a checkpoint."""
+
+
+class HubUnreachableError(RuntimeError):
+    """A hub id was given but the Hugging Face hub (or its cache) could not provide it."""
+
+
+@dataclass
+class LoadedCheckpoint:
+    """A model with its tokenizer and the facts of how it was loaded."""
+
+    model: Any
+    """A transformers causal LM, in eval mode, on ``device``."""
+    tokenizer: Any
+    """Its tokenizer, with a chat template."""
+    spec: str
+    """The spec as given."""
+    kind: SpecKind
+    """How the spec was resolved."""
+    path: Path | None
+    """Local directory or file it came from (None for a hub id not in the cache)."""
+    kernels: KernelChoice
+    """Attention/experts implementations used."""
+    dtype: torch.dtype
+    device: torch.device
+
+
+def default_dtype(device: torch.device) -> torch.dtype:
+    """bf16 on CUDA, fp32 elsewhere (CPU kernels are fp32-first and tests compare logits)."""
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
+def resolve_spec(spec: str | os.PathLike[str]) -> tuple[SpecKind, str]:
+    """Classify a spec without loading anything; a missing local path is an error here."""
+    text = str(spec)
+    if text == "embedded":
+        return "embedded", text
+    path = Path(text).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise CheckpointNotFoundError(f"GGUF file not found: {path}")
+        return "gguf", str(path)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise CheckpointNotFoundError(f"{path} is a directory but not a Hugging Face checkpoint (no config.json)")
+        return "local", str(path)
+    if path.exists():
+        raise CheckpointNotFoundError(f"{path} is neither a checkpoint directory nor a .gguf file")
+    looks_local = text.startswith((".", "/", "~")) or text.count("/") != 1 or os.sep in text.replace("/", "")
+    if looks_local or not _HUB_ID.match(text):
+        raise CheckpointNotFoundError(
+            f"checkpoint not found: {text!r} is not a local directory, not a .gguf file, not 'embedded', "
+            "and not a hub id of the form org/name")
+    return "hub", text
+
+
+def is_moe_config(config: Any) -> bool:
+    """True for configs with routed experts (Mixtral, Qwen3-MoE, Qwen3.5-MoE, ...)."""
+    text_config = getattr(config, "text_config", None) or config
+    return any(getattr(text_config, key, 0) for key in ("num_local_experts", "num_experts"))
+
+
+def _hub_error(spec: str, exc: BaseException) -> HubUnreachableError:
+    offline = os.environ.get("HF_HUB_OFFLINE") not in (None, "", "0")
+    why = "HF_HUB_OFFLINE is set" if offline else "the Hugging Face hub could not be reached"
+    return HubUnreachableError(
+        f"cannot load hub checkpoint {spec!r}: {why} and it is not in the local hub cache "
+        f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}). Download it where the hub is "
+        f"reachable (e.g. `hf download {spec} --local-dir DIR`) and pass --model DIR.")
+
+
+def load_tokenizer(source: str, *, gguf_file: str | None = None, local_files_only: bool = False):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(source, gguf_file=gguf_file, local_files_only=local_files_only)
+
+
+def _from_pretrained(source: str, *, dtype: torch.dtype, kernels: KernelChoice, moe: bool, **kwargs):
+    from transformers import AutoModelForCausalLM
+
+    if moe:
+        kwargs["experts_implementation"] = kernels.experts
+    return AutoModelForCausalLM.from_pretrained(source, dtype=dtype, attn_implementation=kernels.attention, **kwargs)
+
+
+def _load_gguf(path: Path, *, dtype: torch.dtype, kernels: KernelChoice):
+    """Dequantise a GGUF file and copy it into a fresh, saveable model of the same architecture."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    directory, name = str(path.parent), path.name
+    quantised = AutoModelForCausalLM.from_pretrained(directory, gguf_file=name, dtype=torch.float32)
+    config = AutoConfig.from_pretrained(directory, gguf_file=name)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    moe = is_moe_config(config)
+    extra = {"experts_implementation": kernels.experts} if moe else {}
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation=kernels.attention, **extra)
+    missing, unexpected = model.load_state_dict(quantised.state_dict(), strict=False)
+    missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
+    if missing or unexpected:
+        raise RuntimeError(f"{path}: GGUF weights do not fit {type(model).__name__}: "
+                           f"missing={missing[:5]} unexpected={unexpected[:5]}")
+    if config.tie_word_embeddings:
+        model.tie_weights()
+    del quantised
+    return model.to(dtype)
+
+
+def load_checkpoint(spec: str | os.PathLike[str], *, device: str | torch.device | None = None,
+                    dtype: torch.dtype | None = None, attn_implementation: str | None = None,
+                    experts_implementation: str | None = None, trust_remote_code: bool = False) -> LoadedCheckpoint:
+    """Load a model and its tokenizer from ``spec`` (see the module docstring)."""
+    kind, target = resolve_spec(spec)
+    dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = dtype or default_dtype(dev)
+    kernels = select_kernels(dev, dtype, attention=attn_implementation, experts=experts_implementation)
+    path: Path | None = None
+
+    if kind == "embedded":
+        from unified.models.embedded import ensure_embedded_checkpoint
+
+        path = ensure_embedded_checkpoint()
+        kind_loaded: SpecKind = "embedded"
+        target, kind = str(path), "local"
+    else:
+        kind_loaded = kind
+
+    if kind == "local":
+        from transformers import AutoConfig
+
+        path = Path(target)
+        config = AutoConfig.from_pretrained(target, trust_remote_code=trust_remote_code)
+        model = _from_pretrained(target, dtype=dtype, kernels=kernels, moe=is_moe_config(config),
+                                 trust_remote_code=trust_remote_code)
+        tokenizer = load_tokenizer(target)
+    elif kind == "gguf":
+        path = Path(target)
+        model = _load_gguf(path, dtype=dtype, kernels=kernels)
+        tokenizer = load_tokenizer(str(path.parent), gguf_file=path.name)
+    else:  # hub
+        from transformers import AutoConfig
+
+        try:
+            config = AutoConfig.from_pretrained(target, trust_remote_code=trust_remote_code)
+            tokenizer = load_tokenizer(target)
+            model = _from_pretrained(target, dtype=dtype, kernels=kernels, moe=is_moe_config(config),
+                                     trust_remote_code=trust_remote_code)
+        except (OSError, ConnectionError, TimeoutError) as exc:
+            raise _hub_error(target, exc) from exc
+
+    model.to(dev)
+    model.eval()
+    if getattr(tokenizer, "chat_template", None) is None:
+        log.warning("%s has no chat template; installing unified's Qwen3.5-style template", spec)
+        from unified.models.chat_template import install_chat_template
+
+        install_chat_template(tokenizer)
+    log.info("loaded %s (%s) on %s as %s; %s", spec, kind_loaded, dev, dtype, kernels.reason)
+    return LoadedCheckpoint(model=model, tokenizer=tokenizer, spec=str(spec), kind=kind_loaded, path=path,
+                            kernels=kernels, dtype=dtype, device=dev)
