@@ -205,11 +205,11 @@ def from_dict(cls: type[C], data: dict[str, Any], *, where: str = "", lines: dic
         if key not in fields:
             raise UnknownNameError("key", str(key), list(fields), where=f"{loc}{where or cls.__name__}") from None
         tp = hints[key]
+        if dataclasses.is_dataclass(tp) and isinstance(value, dict):  # nested errors carry their own line
+            kwargs[key] = from_dict(tp, value, where=key_where, lines=lines, source=source)
+            continue
         try:
-            if dataclasses.is_dataclass(tp) and isinstance(value, dict):
-                kwargs[key] = from_dict(tp, value, where=key_where, lines=lines, source=source)
-            else:
-                kwargs[key] = _coerce(value, tp, key_where)
+            kwargs[key] = _coerce(value, tp, key_where)
         except UnknownNameError as exc:
             raise UnknownNameError(exc.kind, exc.name, exc.valid, where=f"{loc}{key_where}") from None
         except ConfigError as exc:

@@ -1,0 +1,69 @@
+"""Shared fixtures. Tests run on CPU; ``@pytest.mark.gpu`` tests skip without CUDA."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+# Offline by construction: nothing in the suite may reach a hub.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def pytest_collection_modifyitems(config, items):
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (run `make test-gpu` on a GPU node)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def embedded_cache(tmp_path_factory) -> Path:
+    """A session-private UNIFIED_CACHE_DIR (the embedded checkpoint is built once into it).
+
+    ``UNIFIED_TEST_CACHE_DIR`` reuses a persistent cache across runs (handy locally).
+    """
+    path = Path(os.environ.get("UNIFIED_TEST_CACHE_DIR") or tmp_path_factory.mktemp("unified-cache"))
+    old = os.environ.get("UNIFIED_CACHE_DIR")
+    os.environ["UNIFIED_CACHE_DIR"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("UNIFIED_CACHE_DIR", None)
+    else:
+        os.environ["UNIFIED_CACHE_DIR"] = old
+
+
+@pytest.fixture(scope="session")
+def embedded_dir(embedded_cache) -> Path:
+    from unified.models.embedded import ensure_embedded_checkpoint
+
+    return ensure_embedded_checkpoint()
+
+
+@pytest.fixture(scope="session")
+def dense_reference(embedded_cache):
+    from unified.models.embedded import load_dense_reference
+
+    return load_dense_reference()
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer():
+    from unified.models.tiny import train_tiny_tokenizer
+
+    return train_tiny_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory) -> Path:
+    from unified.models.tiny import save_tiny_checkpoint
+
+    return save_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "qwen3_moe", "qwen3_moe")
