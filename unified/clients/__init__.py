@@ -1,0 +1,1 @@
+"""Clients and servers for OpenAI-compatible endpoints (vLLM, SGLang, ``transformers serve``, ours)."""

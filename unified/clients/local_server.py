@@ -1,0 +1,274 @@
+"""A real OpenAI-compatible chat server over a local checkpoint, for tests and laptops.
+
+``python -m unified.clients.local_server --model SPEC --port 8000`` serves
+``POST /v1/chat/completions``, ``GET /v1/models`` and ``GET /health`` on loopback. Requests
+that arrive together are generated together (dynamic batching through
+:func:`unified.models.generation.batched_generate`), so concurrent clients (the judge, many
+episodes in flight) get real throughput. Prompts are rendered with the checkpoint's own chat
+template; the reasoning before ``</think>`` comes back as ``reasoning_content`` and tool-call
+markup stays in ``content`` (like a vLLM server started without a tool parser).
+
+:class:`LocalOpenAIServer` starts it in a subprocess on a free port, waits until it is healthy
+and always stops it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import queue
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from concurrent.futures import Future
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Job:
+    prompt: str
+    params: Any
+    future: Future
+
+
+def split_reasoning(text: str) -> tuple[str | None, str]:
+    """``"...</think>\\n\\nanswer"`` -> (reasoning, answer); text without ``</think>`` is all answer."""
+    if "</think>" not in text:
+        return None, text.strip()
+    reasoning, answer = text.split("</think>", 1)
+    return reasoning.replace("<think>", "").strip() or None, answer.strip()
+
+
+def _normalise_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """OpenAI wire messages -> what chat templates expect (tool-call arguments as dicts)."""
+    out = []
+    for message in messages:
+        message = dict(message)
+        if message.get("tool_calls"):
+            calls = []
+            for call in message["tool_calls"]:
+                call = json.loads(json.dumps(call))
+                fn = call.get("function", call)
+                if isinstance(fn.get("arguments"), str):
+                    try:
+                        fn["arguments"] = json.loads(fn["arguments"] or "{}")
+                    except json.JSONDecodeError:
+                        fn["arguments"] = {"_raw": fn["arguments"]}
+                calls.append(call)
+            message["tool_calls"] = calls
+        if message.get("content") is None:
+            message["content"] = ""
+        out.append(message)
+    return out
+
+
+class _Batcher(threading.Thread):
+    """Collects jobs for up to ``wait_s`` after the first, then generates them as one batch."""
+
+    def __init__(self, loaded, max_batch: int, wait_s: float) -> None:
+        super().__init__(daemon=True)
+        self.loaded, self.max_batch, self.wait_s = loaded, max_batch, wait_s
+        self.jobs: queue.Queue[_Job] = queue.Queue()
+
+    def run(self) -> None:
+        from unified.models.generation import batched_generate
+
+        while True:
+            batch = [self.jobs.get()]
+            deadline = time.monotonic() + self.wait_s
+            while len(batch) < self.max_batch:
+                try:
+                    batch.append(self.jobs.get(timeout=max(0.0, deadline - time.monotonic())))
+                except queue.Empty:
+                    break
+            groups: dict[Any, list[_Job]] = {}
+            for job in batch:
+                groups.setdefault(job.params, []).append(job)
+            for params, jobs in groups.items():
+                try:
+                    outputs = batched_generate(self.loaded.model, self.loaded.tokenizer, [j.prompt for j in jobs],
+                                               params, max_batch_size=self.max_batch)
+                    for job, output in zip(jobs, outputs):
+                        job.future.set_result(output)
+                except Exception as exc:  # reported to every waiting request
+                    for job in jobs:
+                        job.future.set_exception(exc)
+
+
+def make_handler(loaded, batcher: _Batcher, served_name: str, default_max_tokens: int):
+    from unified.models.generation import SamplingParams
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, fmt, *args):  # quiet; errors still go to stderr via log
+            log.debug(fmt, *args)
+
+        def _send(self, status: int, body: dict[str, Any]) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):  # noqa: N802 (http.server naming)
+            if self.path.rstrip("/") in ("/health", "/v1/health"):
+                self._send(200, {"status": "ok"})
+            elif self.path.rstrip("/") == "/v1/models":
+                self._send(200, {"object": "list", "data": [{"id": served_name, "object": "model"}]})
+            else:
+                self._send(404, {"error": {"message": f"no route {self.path}"}})
+
+        def do_POST(self):  # noqa: N802
+            if self.path.rstrip("/") != "/v1/chat/completions":
+                return self._send(404, {"error": {"message": f"no route {self.path}"}})
+            try:
+                request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                messages = _normalise_messages(request["messages"])
+                kwargs = dict(request.get("chat_template_kwargs") or {})
+                prompt = loaded.tokenizer.apply_chat_template(
+                    messages, tools=request.get("tools") or None, tokenize=False, add_generation_prompt=True, **kwargs)
+                params = SamplingParams(
+                    max_new_tokens=int(request.get("max_completion_tokens") or request.get("max_tokens")
+                                       or default_max_tokens),
+                    temperature=float(request.get("temperature") or 0.0), top_p=float(request.get("top_p") or 1.0),
+                    seed=request.get("seed"))
+            except (KeyError, ValueError, TypeError) as exc:
+                return self._send(400, {"error": {"message": f"bad request: {type(exc).__name__}: {exc}"}})
+            except Exception as exc:  # template errors (e.g. raise_exception in the template)
+                return self._send(400, {"error": {"message": f"cannot render the chat template: {exc}"}})
+            job = _Job(prompt, params, Future())
+            batcher.jobs.put(job)
+            try:
+                output = job.future.result()
+            except Exception as exc:
+                return self._send(500, {"error": {"message": f"generation failed: {exc}"}})
+            reasoning, content = split_reasoning(output.text)
+            message: dict[str, Any] = {"role": "assistant", "content": content}
+            if reasoning:
+                message["reasoning_content"] = reasoning
+            self._send(200, {
+                "id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion", "created": int(time.time()),
+                "model": served_name,
+                "choices": [{"index": 0, "message": message, "finish_reason": output.finish_reason}],
+                "usage": {"prompt_tokens": output.prompt_tokens, "completion_tokens": len(output.token_ids),
+                          "total_tokens": output.prompt_tokens + len(output.token_ids)},
+            })
+
+    return Handler
+
+
+def serve(model: str, host: str = "127.0.0.1", port: int = 8000, *, served_name: str | None = None,
+          max_batch: int = 8, batch_wait_s: float = 0.05, max_new_tokens: int = 256) -> None:
+    from unified.models import load_checkpoint
+
+    loaded = load_checkpoint(model)
+    batcher = _Batcher(loaded, max_batch, batch_wait_s)
+    batcher.start()
+    server = ThreadingHTTPServer((host, port), make_handler(loaded, batcher, served_name or model, max_new_tokens))
+    print(f"unified local server: {served_name or model} on http://{host}:{port}/v1", flush=True)
+    server.serve_forever()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+class LocalOpenAIServer:
+    """Start ``serve`` in a subprocess on a free loopback port; stop it on exit, always."""
+
+    def __init__(self, model: str, *, served_name: str = "local", max_new_tokens: int = 128, max_batch: int = 8,
+                 ready_timeout_s: float = 300.0, env: dict[str, str] | None = None) -> None:
+        self.model, self.served_name = str(model), served_name
+        self.max_new_tokens, self.max_batch, self.ready_timeout_s = max_new_tokens, max_batch, ready_timeout_s
+        self.env = env
+        self.port = 0
+        self.process: subprocess.Popen | None = None
+        self._log = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def spec(self) -> str:
+        """The ``openai:URL#MODEL`` spec of this server."""
+        return f"openai:{self.base_url}#{self.served_name}"
+
+    def __enter__(self) -> "LocalOpenAIServer":
+        import os
+
+        self.port = free_port()
+        self._log = tempfile.NamedTemporaryFile(prefix="unified-server-", suffix=".log", delete=False)
+        cmd = [sys.executable, "-m", "unified.clients.local_server", "--model", self.model, "--port", str(self.port),
+               "--served-name", self.served_name, "--max-new-tokens", str(self.max_new_tokens),
+               "--max-batch", str(self.max_batch)]
+        self.process = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT,
+                                        env={**os.environ, **(self.env or {})}, start_new_session=True)
+        deadline = time.monotonic() + self.ready_timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                self.__exit__(None, None, None)
+                raise RuntimeError(f"local server exited with {self.process.returncode}: {self.log_tail()}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as response:
+                    if response.status == 200:
+                        return self
+            except OSError:
+                time.sleep(0.3)
+        self.__exit__(None, None, None)
+        raise TimeoutError(f"local server not ready after {self.ready_timeout_s}s: {self.log_tail()}")
+
+    def log_tail(self, chars: int = 2000) -> str:
+        return Path(self._log.name).read_text(errors="replace")[-chars:] if self._log else ""
+
+    def __exit__(self, *exc_info) -> None:
+        import os
+        import signal
+
+        if self.process and self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGTERM)
+                self.process.wait(timeout=10)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                try:
+                    os.killpg(self.process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.process.wait(timeout=10)
+        if self._log:
+            self._log.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m unified.clients.local_server", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="embedded")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--served-name", default=None)
+    parser.add_argument("--max-batch", type=int, default=8)
+    parser.add_argument("--batch-wait", type=float, default=0.05, help="seconds to gather a batch")
+    parser.add_argument("--max-new-tokens", type=int, default=256, help="default when a request gives none")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    serve(args.model, args.host, args.port, served_name=args.served_name, max_batch=args.max_batch,
+          batch_wait_s=args.batch_wait, max_new_tokens=args.max_new_tokens)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,202 @@
+"""A small async client for OpenAI-compatible chat-completion endpoints.
+
+Used by the ``openai`` policy backend, the rubric judge and the simulated users. It speaks the
+plain HTTP API (``POST {base_url}/chat/completions``) so that any server works: vLLM, SGLang,
+``transformers serve`` or :mod:`unified.clients.local_server`. Concurrency is bounded by a
+semaphore; 429, 5xx, connection errors and timeouts are retried with exponential backoff and
+jitter; other 4xx answers fail at once with the server's message.
+
+A model endpoint is written ``openai:URL#MODEL`` on command lines, e.g.
+``openai:http://127.0.0.1:8000/v1#Qwen/Qwen3.5-35B-A3B``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+
+
+class EndpointError(RuntimeError):
+    """The endpoint answered with an error that retrying will not fix (or retries ran out)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class EndpointConfig:
+    """Where and how to reach an endpoint."""
+
+    base_url: str
+    """e.g. ``http://127.0.0.1:8000/v1`` (``/chat/completions`` is appended)."""
+    model: str
+    """The served model name sent in each request."""
+    api_key: str | None = None
+    """Bearer token; defaults to ``$OPENAI_API_KEY`` when unset."""
+    timeout_s: float = 120.0
+    """Per-request timeout (connect + read)."""
+    max_retries: int = 4
+    """Retries after the first attempt for retryable failures."""
+    backoff_s: float = 1.0
+    """First backoff; doubles each retry (with +-25% jitter), capped at 30 s."""
+    max_concurrency: int = 8
+    """Requests in flight at once."""
+
+
+def parse_endpoint_spec(spec: str, **overrides: Any) -> EndpointConfig:
+    """``openai:URL#MODEL`` (or ``URL#MODEL``) -> EndpointConfig."""
+    text = spec[len("openai:"):] if spec.startswith("openai:") else spec
+    if "#" not in text:
+        raise ValueError(f"endpoint spec {spec!r}: expected openai:URL#MODEL, e.g. openai:http://127.0.0.1:8000/v1#my-model")
+    url, model = text.split("#", 1)
+    if not url.startswith(("http://", "https://")) or not model:
+        raise ValueError(f"endpoint spec {spec!r}: URL must start with http(s):// and MODEL must be non-empty")
+    return EndpointConfig(base_url=url.rstrip("/"), model=model, **overrides)
+
+
+@dataclass
+class ChatResult:
+    """One chat completion, normalised across servers."""
+
+    text: str
+    """``message.content`` (may contain tool-call markup when the server has no tool parser)."""
+    reasoning: str | None = None
+    """``reasoning_content``/``reasoning`` when the server splits it out."""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    """Server-parsed calls as ``{"id", "name", "arguments"}``; arguments a dict, or the raw string if not JSON."""
+    finish_reason: str = ""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_s: float = 0.0
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+def _parse_response(body: dict[str, Any], latency: float) -> ChatResult:
+    try:
+        choice = body["choices"][0]
+        message = choice.get("message") or {}
+    except (KeyError, IndexError, TypeError):
+        raise EndpointError(f"malformed chat completion (no choices[0]): {json.dumps(body)[:500]}") from None
+    calls = []
+    for i, call in enumerate(message.get("tool_calls") or []):
+        fn = call.get("function") or {}
+        args: Any = fn.get("arguments", {})
+        if isinstance(args, str):
+            try:
+                args = json.loads(args) if args.strip() else {}
+            except json.JSONDecodeError:
+                pass  # kept as the raw string; the agent turns it into an error observation
+        calls.append({"id": call.get("id") or f"call_{i}", "name": fn.get("name", ""), "arguments": args})
+    usage = body.get("usage") or {}
+    return ChatResult(
+        text=message.get("content") or "",
+        reasoning=message.get("reasoning_content") or message.get("reasoning"),
+        tool_calls=calls, finish_reason=choice.get("finish_reason") or "",
+        prompt_tokens=int(usage.get("prompt_tokens") or 0), completion_tokens=int(usage.get("completion_tokens") or 0),
+        latency_s=latency, raw=body)
+
+
+class OpenAICompatClient:
+    """Chat completions with bounded concurrency, retries and timeouts."""
+
+    def __init__(self, config: EndpointConfig) -> None:
+        self.config = config
+        self._semaphores: dict[int, asyncio.Semaphore] = {}
+
+    def _headers(self) -> dict[str, str]:
+        key = self.config.api_key or os.environ.get("OPENAI_API_KEY")
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+    def _semaphore(self) -> asyncio.Semaphore:
+        loop_id = id(asyncio.get_running_loop())
+        if loop_id not in self._semaphores:
+            self._semaphores[loop_id] = asyncio.Semaphore(self.config.max_concurrency)
+        return self._semaphores[loop_id]
+
+    def payload(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+                **sampling: Any) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.config.model, "messages": messages}
+        if tools:
+            body["tools"] = tools
+        body.update({k: v for k, v in sampling.items() if v is not None})
+        return body
+
+    async def achat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+                    *, client: httpx.AsyncClient | None = None, **sampling: Any) -> ChatResult:
+        """One chat completion; ``sampling`` holds OpenAI fields (max_tokens, temperature, seed, ...)."""
+        if client is None:
+            async with httpx.AsyncClient(timeout=self.config.timeout_s) as own:
+                return await self.achat(messages, tools, client=own, **sampling)
+        url = f"{self.config.base_url}/chat/completions"
+        body = self.payload(messages, tools, **sampling)
+        last_error = ""
+        async with self._semaphore():
+            for attempt in range(self.config.max_retries + 1):
+                start = time.perf_counter()
+                try:
+                    response = await client.post(url, json=body, headers=self._headers(), timeout=self.config.timeout_s)
+                except (httpx.TimeoutException, httpx.TransportError) as exc:
+                    last_error = f"{type(exc).__name__}: {exc}"
+                else:
+                    if response.status_code == 200:
+                        try:
+                            data = response.json()
+                        except ValueError:
+                            raise EndpointError(f"{url}: answer is not JSON: {response.text[:300]}") from None
+                        return _parse_response(data, time.perf_counter() - start)
+                    last_error = f"HTTP {response.status_code}: {response.text[:500]}"
+                    if response.status_code not in RETRYABLE_STATUS:
+                        raise EndpointError(f"{url}: {last_error}", status=response.status_code)
+                if attempt < self.config.max_retries:
+                    delay = min(30.0, self.config.backoff_s * 2 ** attempt) * random.uniform(0.75, 1.25)
+                    await asyncio.sleep(delay)
+        raise EndpointError(f"{url}: gave up after {self.config.max_retries + 1} attempts; last error: {last_error}")
+
+    async def achat_many(self, requests: list[dict[str, Any]]) -> list[ChatResult | Exception]:
+        """Run many requests concurrently (each a dict of ``achat`` keyword arguments)."""
+        limits = httpx.Limits(max_connections=self.config.max_concurrency * 2)
+        async with httpx.AsyncClient(timeout=self.config.timeout_s, limits=limits) as client:
+            tasks = [self.achat(client=client, **request) for request in requests]
+            return await asyncio.gather(*tasks, return_exceptions=True)
+
+    def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+             **sampling: Any) -> ChatResult:
+        """Synchronous ``achat``."""
+        return run_sync(self.achat(messages, tools, **sampling))
+
+    def chat_many(self, requests: list[dict[str, Any]]) -> list[ChatResult | Exception]:
+        """Synchronous ``achat_many``; failures come back as the Exception in their slot."""
+        return run_sync(self.achat_many(requests))
+
+
+def run_sync(coroutine):
+    """Run a coroutine to completion, also from code that already runs an event loop (notebooks)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    result: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            result["value"] = asyncio.run(coroutine)
+        except BaseException as exc:  # re-raised in the caller's thread
+            result["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
