@@ -1,0 +1,14 @@
+"""Local sandboxes for untrusted commands (bubblewrap backend; see :mod:`unified.sandbox.bwrap`)."""
+
+from unified.sandbox.bwrap import (
+    BACKEND,
+    Sandbox,
+    SandboxConfig,
+    SandboxError,
+    SandboxResult,
+    bwrap_available,
+    throwaway_sandbox,
+)
+
+__all__ = ["BACKEND", "Sandbox", "SandboxConfig", "SandboxError", "SandboxResult", "bwrap_available",
+           "throwaway_sandbox"]

@@ -1,0 +1,301 @@
+"""A local sandbox on bubblewrap (``bwrap``): run untrusted commands with no way out.
+
+What a command inside sees and may do:
+
+- a read-only root assembled from the host's system directories (``/usr``, ``/etc``, the
+  ``/bin``-style links); nothing else of the host is visible (no ``/root``, ``/home``, ``/work``)
+  unless listed in ``SandboxConfig.readonly_binds``;
+- a private, empty ``/tmp`` (tmpfs) and its own ``/proc`` and minimal ``/dev``;
+- one writable directory: the workspace, mounted at ``SandboxConfig.mount_point``
+  (``/workspace``), which is also the working directory and ``$HOME``;
+- no network (``--unshare-net``: only a loopback of its own) unless ``network=True``;
+- its own PID, IPC and UTS namespaces (hostname ``sandbox``), a user namespace in which it
+  runs as ``agent`` (uid 1000), no capabilities;
+- rlimits: address space (``memory_mb``), processes (``max_processes``), file size, no core
+  dumps.
+
+Timeouts: every run starts in its own process group; on timeout the whole group gets
+SIGKILL, and because the command runs in a private PID namespace whose init is bubblewrap's
+(``--die-with-parent``), everything it spawned, daemonised or not, dies with it.
+
+Running as root: the kernel never applies ``RLIMIT_NPROC`` to host uid 0, so when the
+caller is root the sandbox drops to ``SandboxConfig.host_uid`` (65534 by default) with
+``setpriv`` before entering bubblewrap and lends the workspace to that uid (``chown -R`` on
+enter, back on exit; each run bind-mounts it onto a world-traversable stage path inside a
+private mount namespace, so the workspace itself may live anywhere).
+Set ``host_uid=None`` to stay root (the process limit is then not enforced).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BACKEND = "bwrap"
+
+_SYSTEM_DIRS = ("/usr", "/etc", "/opt")
+_SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_STAGE_SCRIPT = ('while [ "$1" != "--" ]; do mount --bind "$1" "$2" || exit 125; shift 2; done; '
+                 'shift; exec "$@"')
+"""Run as root in a private mount namespace: bind each host path onto its stage path, then exec."""
+_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+class SandboxError(RuntimeError):
+    """The sandbox could not be set up (bubblewrap missing, bad workspace, ...)."""
+
+
+@dataclass
+class SandboxConfig:
+    """How to confine one workspace."""
+
+    workspace: Path
+    """Host directory mounted read-write at ``mount_point`` (created if missing)."""
+    timeout_s: float = 30
+    """Default wall-clock limit of one ``run``."""
+    memory_mb: int = 1024
+    """Address-space limit (RLIMIT_AS) of every process, in MiB."""
+    max_processes: int = 256
+    """RLIMIT_NPROC: processes/threads the sandbox user may have at once."""
+    network: bool = False
+    """Share the host network (default: none, only a private loopback)."""
+    env: dict = field(default_factory=dict)
+    """Extra environment variables (the host environment is never inherited)."""
+    readonly_binds: list = field(default_factory=list)
+    """Extra host paths to expose read-only: ``"/path"`` (same place) or ``("/src", "/dest")``."""
+    mount_point: str = "/workspace"
+    """Where the workspace appears inside (also the working directory and ``$HOME``)."""
+    file_size_mb: int = 256
+    """RLIMIT_FSIZE: largest file a command may write, in MiB."""
+    max_output_bytes: int = 1 << 20
+    """stdout/stderr beyond this many bytes are cut (with a marker) in the result."""
+    host_uid: int | None = 65534
+    """When the caller is root: the unprivileged host uid the sandbox runs as (None: stay root)."""
+    hostname: str = "sandbox"
+    """Hostname inside."""
+
+
+@dataclass
+class SandboxResult:
+    """What one command did."""
+
+    exit_code: int
+    """Exit status (negative: killed by that signal; -9 after a timeout)."""
+    stdout: str
+    """Standard output (UTF-8, undecodable bytes replaced)."""
+    stderr: str
+    """Standard error."""
+    timed_out: bool
+    """True when the time limit killed it."""
+    duration_s: float
+    """Wall time."""
+    backend: str = BACKEND
+    """Which sandbox ran it."""
+
+
+def bwrap_available() -> bool:
+    """Whether bubblewrap is installed (``apt-get install bubblewrap``)."""
+    return shutil.which("bwrap") is not None
+
+
+class Sandbox:
+    """A bubblewrap sandbox around one workspace; use as a context manager.
+
+    >>> with Sandbox(SandboxConfig(workspace=Path("/tmp/ws"))) as box:   # doctest: +SKIP
+    ...     box.run("echo hi > f && cat f").stdout
+    'hi\\n'
+    """
+
+    backend = BACKEND
+
+    def __init__(self, config: SandboxConfig) -> None:
+        self.config = config
+        self._state: tempfile.TemporaryDirectory | None = None
+        self._live: set[subprocess.Popen] = set()
+        self._drop_to: int | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def __enter__(self) -> Sandbox:
+        if not bwrap_available():
+            raise SandboxError("bubblewrap (bwrap) is not installed: apt-get install -y bubblewrap")
+        ws = Path(self.config.workspace).resolve()
+        ws.mkdir(parents=True, exist_ok=True)
+        self.workspace = ws
+        self._state = tempfile.TemporaryDirectory(prefix="unified-sbx-", dir=_traversable_tmp())
+        state = Path(self._state.name)
+        os.chmod(state, 0o755)
+        (state / "passwd").write_text(
+            "root:x:0:0:root:/root:/bin/sh\n"
+            f"agent:x:1000:1000:agent:{self.config.mount_point}:/bin/sh\n"
+            "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")
+        (state / "group").write_text("root:x:0:\nagent:x:1000:\nnogroup:x:65534:\n")
+        for name in ("passwd", "group"):
+            os.chmod(state / name, 0o644)
+        if os.geteuid() == 0 and self.config.host_uid is not None:
+            self._drop_to = int(self.config.host_uid)
+            self._give_workspace(ws)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for proc in list(self._live):
+            self._kill(proc)
+        if self._drop_to is not None:  # hand the workspace back to the caller
+            _chown_tree(self.workspace, os.getuid(), os.getgid())
+        if self._state is not None:
+            self._state.cleanup()
+            self._state = None
+
+    def _give_workspace(self, ws: Path) -> None:
+        _chown_tree(ws, self._drop_to, self._drop_to)
+        # The unprivileged uid may not be able to traverse the workspace's ancestors (pytest's
+        # 0700 temp dirs, /root/...): each run bind-mounts it, as root in a private mount
+        # namespace, onto this stage directory under the (world-traversable) state dir.
+        self._stage = Path(self._state.name) / "workspace"
+        self._stage.mkdir()
+        self._ro_stage: list[tuple[str, Path]] = []
+        for i, (src, _dest) in enumerate(self._readonly_binds()):
+            stage = Path(self._state.name) / f"ro{i}"
+            stage.mkdir() if os.path.isdir(src) else stage.touch()
+            self._ro_stage.append((src, stage))
+
+    def _readonly_binds(self) -> list[tuple[str, str]]:
+        out = []
+        for bind in self.config.readonly_binds:
+            src, dest = (bind, bind) if isinstance(bind, (str, os.PathLike)) else bind
+            if not os.path.exists(src):
+                raise SandboxError(f"SandboxConfig.readonly_binds: {src} does not exist")
+            out.append((os.path.realpath(src), str(dest)))
+        return out
+
+    # -- command line ------------------------------------------------------------------
+
+    def command_line(self, command: str | list[str]) -> list[str]:
+        """The full host command (prlimit, setpriv, bwrap ...) that runs ``command``."""
+        if self._state is None:
+            raise SandboxError("use the Sandbox as a context manager (with Sandbox(cfg) as box: ...)")
+        cfg = self.config
+        argv = [command] if isinstance(command, str) else list(command)
+        if isinstance(command, str):
+            argv = ["/bin/sh", "-c", command]
+        if not argv:
+            raise ValueError("empty command")
+        mib = 1024 * 1024
+        cmd = ["prlimit", f"--as={cfg.memory_mb * mib}", f"--nproc={cfg.max_processes}",
+               f"--fsize={cfg.file_size_mb * mib}", "--core=0", "--"]
+        workspace = str(self.workspace)
+        ro_binds = self._readonly_binds()
+        if self._drop_to is not None:
+            pairs = [workspace, str(self._stage)]
+            for src, stage in self._ro_stage:
+                pairs += [src, str(stage)]
+            cmd += ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", _STAGE_SCRIPT, "stage",
+                    *pairs, "--",
+                    "setpriv", f"--reuid={self._drop_to}", f"--regid={self._drop_to}", "--clear-groups", "--"]
+            workspace = str(self._stage)
+            ro_binds = [(str(stage), dest) for (_src, stage), (_s, dest) in zip(self._ro_stage, ro_binds)]
+        state = Path(self._state.name)
+        cmd += ["bwrap", "--unshare-user", "--uid", "1000", "--gid", "1000", "--unshare-pid", "--unshare-ipc",
+                "--unshare-uts", "--unshare-cgroup-try", "--hostname", cfg.hostname]
+        if not cfg.network:
+            cmd.append("--unshare-net")
+        cmd += ["--tmpfs", "/"]
+        for d in _SYSTEM_DIRS:
+            if os.path.isdir(d):
+                cmd += ["--ro-bind", d, d]
+        for link in _SYSTEM_LINKS:
+            if os.path.islink(link):
+                cmd += ["--symlink", os.readlink(link), link]
+            elif os.path.isdir(link):
+                cmd += ["--ro-bind", link, link]
+        cmd += ["--ro-bind", str(state / "passwd"), "/etc/passwd", "--ro-bind", str(state / "group"), "/etc/group"]
+        cmd += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--dir", "/var/tmp",
+                "--bind", workspace, cfg.mount_point]
+        for src, dest in ro_binds:  # after /tmp and the workspace, so they may lie inside those
+            cmd += ["--ro-bind", src, dest]
+        cmd += ["--chdir", cfg.mount_point,
+                "--remount-ro", "/", "--die-with-parent", "--new-session", "--clearenv",
+                "--setenv", "PATH", _DEFAULT_PATH, "--setenv", "HOME", cfg.mount_point,
+                "--setenv", "USER", "agent", "--setenv", "LANG", "C.UTF-8", "--setenv", "LC_ALL", "C.UTF-8",
+                "--setenv", "TERM", "dumb", "--setenv", "TMPDIR", "/tmp"]
+        for key, value in cfg.env.items():
+            cmd += ["--setenv", str(key), str(value)]
+        return cmd + ["--"] + argv
+
+    # -- running -----------------------------------------------------------------------
+
+    def run(self, command: str | list[str], timeout_s: float | None = None,
+            stdin: str | bytes | None = None) -> SandboxResult:
+        """Run ``command`` (a shell string or an argv list) and wait for it, at most ``timeout_s``."""
+        limit = self.config.timeout_s if timeout_s is None else timeout_s
+        data = stdin.encode() if isinstance(stdin, str) else stdin
+        start = time.monotonic()
+        proc = subprocess.Popen(self.command_line(command), stdin=subprocess.PIPE if data is not None else
+                                subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
+        self._live.add(proc)
+        timed_out = False
+        try:
+            try:
+                out, err = proc.communicate(data, timeout=limit)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                self._kill(proc)
+                out, err = proc.communicate()
+        finally:
+            if proc.poll() is None:
+                self._kill(proc)
+            self._live.discard(proc)
+        return SandboxResult(exit_code=proc.returncode, stdout=self._text(out), stderr=self._text(err),
+                             timed_out=timed_out, duration_s=time.monotonic() - start)
+
+    def _text(self, raw: bytes | None) -> str:
+        raw = raw or b""
+        cap = self.config.max_output_bytes
+        if len(raw) > cap:
+            return raw[:cap].decode("utf-8", errors="replace") + f"\n[... {len(raw) - cap} bytes cut]\n"
+        return raw.decode("utf-8", errors="replace")
+
+    @staticmethod
+    def _kill(proc: subprocess.Popen) -> None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # pragma: no cover - kernel did not reap in time
+            pass
+
+
+def _traversable_tmp() -> str:
+    """A temp root every uid can traverse ($TMPDIR may be private)."""
+    base = tempfile.gettempdir()
+    return base if os.stat(base).st_mode & 0o001 else "/tmp"
+
+
+def _chown_tree(root: Path, uid: int, gid: int) -> None:
+    os.chown(root, uid, gid)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            try:
+                os.chown(os.path.join(dirpath, name), uid, gid, follow_symlinks=False)
+            except FileNotFoundError:
+                pass
+
+
+@contextmanager
+def throwaway_sandbox(**options) -> Iterator[Sandbox]:
+    """A sandbox on a fresh temporary workspace that is deleted afterwards."""
+    with tempfile.TemporaryDirectory(prefix="unified-ws-") as tmp:
+        os.chmod(tmp, 0o755)
+        with Sandbox(SandboxConfig(workspace=Path(tmp), **options)) as box:
+            yield box
