@@ -1,0 +1,179 @@
+"""AgentWorldBench records: round trip, validation errors, chat samples, seeded sampling, rl_dataset.
+
+The records here are hand-written fixtures in the AgentWorldBench format (``fixture_*``).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from unified.lwm import (
+    DOMAINS,
+    SYSTEM_PROMPTS,
+    AWBRecord,
+    RecordError,
+    load_records,
+    parse_observation,
+    read_records,
+    rl_dataset,
+    sample_one_turn_per_trajectory,
+    to_chat,
+    trajectory_records,
+    write_records,
+)
+from unified.lwm.dataset import _prompt_tokens as prompt_tokens
+from unified.models.tiny import train_tiny_tokenizer
+
+
+def fixture_trajectory(task: str = "terminal", traj: str = "t1", turns: int = 3) -> list[AWBRecord]:
+    actions = [f"echo step{i}" for i in range(1, turns + 1)]
+    observations = [f"step{i}\n[exit code: 0]" for i in range(1, turns + 1)]
+    return trajectory_records(task, traj, f"system of {traj}", actions, observations)
+
+
+def fixture_dir(tmp_path, n_traj: int = 6):
+    records = []
+    for i in range(n_traj):
+        records += fixture_trajectory("terminal", f"term{i}", 2 + i % 3)
+        records += fixture_trajectory("web", f"web{i}", 3)
+    write_records(tmp_path / "terminal.jsonl", [r for r in records if r.task == "terminal"])
+    write_records(tmp_path / "web.jsonl", [r for r in records if r.task == "web"])
+    return tmp_path, records
+
+
+def test_round_trip_and_sample_view(tmp_path):
+    records = fixture_trajectory(turns=4)
+    path = tmp_path / "terminal.jsonl"
+    assert write_records(path, records) == 4
+    again = read_records(path)
+    assert again == records
+    r3 = again[2]
+    assert r3.prompt == ["echo step1", "echo step2"] and r3.current_prompt == "echo step3"
+    assert r3.target == "step3\n[exit code: 0]" and r3.key == "terminal/t1/3"
+    sample = r3.to_sample()
+    assert sample.actions[-1] == "echo step3" and sample.target == r3.target
+    assert AWBRecord.from_sample(sample) == r3
+    assert list(json.loads(path.read_text().splitlines()[0])) == [
+        "task", "id", "system_str", "prompt", "response", "current_prompt", "turn_idx", "total_turns"]
+
+
+def _good() -> dict:
+    return fixture_trajectory(turns=3)[1].to_dict()
+
+
+@pytest.mark.parametrize("mutate, field, words", [
+    (lambda d: d.pop("response"), "response", "missing"),
+    (lambda d: d.update(extra=1), "extra", "unknown field"),
+    (lambda d: d.update(task="chess"), "task", "unknown domain"),
+    (lambda d: d.update(turn_idx=0), "turn_idx", ">= 1"),
+    (lambda d: d.update(turn_idx="2"), "turn_idx", "integer"),
+    (lambda d: d.update(total_turns=1), "total_turns", "smaller"),
+    (lambda d: d.update(prompt=["a", "b", "c"]), "prompt", "expected 1 earlier"),
+    (lambda d: d.update(response=["only one"]), "response", "expected 2 observations"),
+    (lambda d: d.update(response=["x", 3]), "response[1]", "string"),
+    (lambda d: d.update(id=""), "id", "empty"),
+    (lambda d: d.update(system_str=None), "system_str", "string"),
+])
+def test_validation_names_file_line_and_field(tmp_path, mutate, field, words):
+    bad = _good()
+    mutate(bad)
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps(_good()) + "\n\n" + json.dumps(bad) + "\n")
+    with pytest.raises(RecordError) as err:
+        read_records(path)
+    assert str(err.value).startswith(f"{path}:3: {field}:"), str(err.value)
+    assert words in str(err.value)
+    assert err.value.line == 3 and err.value.field == field
+
+
+def test_invalid_json_and_duplicates_are_reported(tmp_path):
+    path = tmp_path / "x.jsonl"
+    path.write_text(json.dumps(_good()) + "\n{not json\n")
+    with pytest.raises(RecordError, match=r"x.jsonl:2: <json>: invalid JSON"):
+        read_records(path)
+    path.write_text(json.dumps(_good()) + "\n" + json.dumps(_good()) + "\n")
+    with pytest.raises(RecordError, match=r"x.jsonl:2: turn_idx: duplicate sample terminal/t1/2 \(first on line 1\)"):
+        read_records(path)
+
+
+def test_prompt_that_already_holds_the_current_action_is_normalised(tmp_path):
+    d = _good()
+    d["prompt"] = d["prompt"] + [d["current_prompt"]]
+    path = tmp_path / "v.jsonl"
+    path.write_text(json.dumps(d) + "\n")
+    (record,) = read_records(path)
+    assert record.prompt == ["echo step1"] and record.current_prompt == "echo step2"
+
+
+def test_chat_sample_layout_and_gui_tags():
+    rec = fixture_trajectory("web", "w", 3)[2]
+    msgs = to_chat(rec)
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert msgs[-1]["content"] == "echo step3"
+    assert msgs[2]["content"].startswith("<predicted_observation>") and "step1" in msgs[2]["content"]
+    assert parse_observation(msgs[2]["content"]) == "step1\n[exit code: 0]"
+    term = fixture_trajectory("terminal", "t", 2)[1]
+    assert to_chat(term)[2]["content"] == "step1\n[exit code: 0]"
+    empty_system = AWBRecord(**{**term.to_dict(), "system_str": ""})
+    assert to_chat(empty_system)[0]["content"] == SYSTEM_PROMPTS["terminal"]
+    assert len(to_chat(rec, max_history=1)) == 4
+
+
+def test_every_domain_has_its_own_prompt():
+    assert set(SYSTEM_PROMPTS) == set(DOMAINS) and len(set(SYSTEM_PROMPTS.values())) == 7
+    for d in ("web", "os", "android"):
+        assert "<predicted_observation>" in SYSTEM_PROMPTS[d]
+    for d in ("mcp", "terminal", "search", "swe"):
+        assert "<predicted_observation>" not in SYSTEM_PROMPTS[d]
+
+
+def test_one_turn_per_trajectory_is_seeded_and_order_independent(tmp_path):
+    _, records = fixture_dir(tmp_path)
+    a = sample_one_turn_per_trajectory(records, seed=7)
+    shuffled = records[:]
+    random.Random(0).shuffle(shuffled)
+    b = sample_one_turn_per_trajectory(shuffled, seed=7)
+    assert [r.key for r in a] == [r.key for r in b]
+    assert len(a) == 12 and len({(r.task, r.id) for r in a}) == 12
+    turns = {tuple(r.key for r in sample_one_turn_per_trajectory(records, seed=s)) for s in range(8)}
+    assert len(turns) > 1  # different seeds pick different turns
+
+
+def test_rl_dataset_columns_and_limits(tmp_path):
+    data_dir, _ = fixture_dir(tmp_path)
+    ds = rl_dataset(data_dir, seed=3)
+    assert set(ds.column_names) == {"prompt", "reference", "domain", "sample_id", "turn_idx"}
+    assert len(ds) == 12
+    row = ds[0]
+    assert row["prompt"][0]["role"] == "system" and row["prompt"][-1]["role"] == "user"
+    assert len(row["prompt"]) == 2 * row["turn_idx"]
+    assert row["reference"] == f"step{row['turn_idx']}\n[exit code: 0]"
+    assert row["sample_id"].endswith(f"/{row['turn_idx']}")
+    assert rl_dataset(data_dir, seed=3)["sample_id"] == ds["sample_id"]
+    assert len(rl_dataset(data_dir, seed=3, limit=5)) == 5
+    assert len(rl_dataset([data_dir / "web.jsonl"], seed=3)) == 6
+
+    tok = train_tiny_tokenizer()
+    full = {r["sample_id"]: r for r in ds}
+    lengths = [prompt_tokens(tok, r["prompt"]) for r in ds]
+    budget = sorted(lengths)[len(lengths) // 2]
+    fitted = rl_dataset(data_dir, seed=3, tokenizer=tok, max_prompt_tokens=budget)
+    assert 0 < len(fitted) <= 12
+    trimmed = [r for r in fitted if len(r["prompt"]) < len(full[r["sample_id"]]["prompt"])]
+    assert trimmed, "some prompts should lose their oldest history to fit"
+    for r in fitted:
+        assert prompt_tokens(tok, r["prompt"]) <= budget
+    for r in trimmed:
+        assert r["prompt"][-1] == full[r["sample_id"]]["prompt"][-1]
+    with pytest.raises(ValueError, match="both"):
+        rl_dataset(data_dir, seed=3, max_prompt_tokens=10)
+
+
+def test_load_records_errors_on_missing_paths(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        load_records(tmp_path / "nope")
+    with pytest.raises(FileNotFoundError, match="no \\*.jsonl"):
+        load_records(tmp_path)

@@ -1,0 +1,227 @@
+"""The AgentWorldBench record format: one JSONL file per domain, one record per (trajectory, turn).
+
+A record is the world-model sample "history of actions and observations, current action ->
+next observation" for turn ``t = turn_idx`` of trajectory ``id``:
+
+============== ============ ==========================================================
+field          type         meaning
+============== ============ ==========================================================
+task           str          domain: mcp, search, terminal, swe, web, os, android
+id             str          trajectory id (records of one trajectory share it)
+system_str     str          system prompt: task, action space, initial state
+prompt         list[str]    agent actions of turns 1..t-1 (the history)
+response       list[str]    ground-truth observations of turns 1..t (the last is the target)
+current_prompt str          the agent's action at turn t
+turn_idx       int          t, 1-based
+total_turns    int          length T of the trajectory (1 <= t <= T)
+============== ============ ==========================================================
+
+Files written by :func:`write_records` hold exactly these keys. :func:`read_records` accepts one
+tolerated variant, ``prompt`` that already ends with ``current_prompt`` (length t), and
+normalises it. Every other deviation is a :class:`RecordError` naming file, line and field.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from unified.types import LWMSample
+
+DOMAINS = ("mcp", "search", "terminal", "swe", "web", "os", "android")
+"""The seven AgentWorldBench domains."""
+
+FIELDS = ("task", "id", "system_str", "prompt", "response", "current_prompt", "turn_idx", "total_turns")
+
+
+class RecordError(ValueError):
+    """A record that is not valid AgentWorldBench; the message starts with ``file:line: field``."""
+
+    def __init__(self, source: str, line: int, field: str, problem: str) -> None:
+        self.source, self.line, self.field = source, line, field
+        super().__init__(f"{source}:{line}: {field}: {problem}")
+
+
+@dataclass
+class AWBRecord:
+    """One AgentWorldBench record (see the module docstring for the fields)."""
+
+    task: str
+    id: str
+    system_str: str
+    prompt: list[str]
+    response: list[str]
+    current_prompt: str
+    turn_idx: int
+    total_turns: int
+
+    @property
+    def target(self) -> str:
+        """The ground-truth observation at turn t."""
+        return self.response[-1]
+
+    @property
+    def history(self) -> list[tuple[str, str]]:
+        """(action, observation) pairs of turns 1..t-1."""
+        return list(zip(self.prompt, self.response[:-1]))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def to_sample(self) -> LWMSample:
+        """The library's :class:`unified.types.LWMSample` view (actions include turn t)."""
+        return LWMSample(domain=self.task, id=self.id, system=self.system_str,
+                         actions=[*self.prompt, self.current_prompt], observations=list(self.response),
+                         turn_idx=self.turn_idx, total_turns=self.total_turns)
+
+    @classmethod
+    def from_sample(cls, sample: LWMSample) -> AWBRecord:
+        t = sample.turn_idx
+        return cls(task=sample.domain, id=sample.id, system_str=sample.system, prompt=list(sample.actions[:t - 1]),
+                   response=list(sample.observations[:t]), current_prompt=sample.actions[t - 1], turn_idx=t,
+                   total_turns=sample.total_turns)
+
+    @property
+    def key(self) -> str:
+        """Unique sample id: ``task/id/turn``."""
+        return f"{self.task}/{self.id}/{self.turn_idx}"
+
+
+def validate_record(data: object, source: str = "<record>", line: int = 0) -> AWBRecord:
+    """Check one decoded JSON object and build the record, or raise :class:`RecordError`."""
+
+    def fail(field: str, problem: str) -> RecordError:
+        return RecordError(source, line, field, problem)
+
+    if not isinstance(data, dict):
+        raise fail("<record>", f"expected a JSON object, got {type(data).__name__}")
+    missing = [f for f in FIELDS if f not in data]
+    if missing:
+        raise fail(missing[0], f"missing (required fields: {', '.join(FIELDS)})")
+    unknown = sorted(set(data) - set(FIELDS))
+    if unknown:
+        raise fail(unknown[0], f"unknown field (valid fields: {', '.join(FIELDS)})")
+    for name in ("task", "id", "system_str", "current_prompt"):
+        if not isinstance(data[name], str):
+            raise fail(name, f"expected a string, got {type(data[name]).__name__}")
+    if data["task"] not in DOMAINS:
+        raise fail("task", f"unknown domain {data['task']!r} (valid: {', '.join(DOMAINS)})")
+    if not data["id"]:
+        raise fail("id", "empty")
+    for name in ("prompt", "response"):
+        value = data[name]
+        if not isinstance(value, list):
+            raise fail(name, f"expected a list of strings, got {type(value).__name__}")
+        for i, item in enumerate(value):
+            if not isinstance(item, str):
+                raise fail(f"{name}[{i}]", f"expected a string, got {type(item).__name__}")
+    for name in ("turn_idx", "total_turns"):
+        if isinstance(data[name], bool) or not isinstance(data[name], int):
+            raise fail(name, f"expected an integer, got {data[name]!r}")
+    t, total = data["turn_idx"], data["total_turns"]
+    if t < 1:
+        raise fail("turn_idx", f"must be >= 1 (1-based), got {t}")
+    if total < t:
+        raise fail("total_turns", f"{total} is smaller than turn_idx {t}")
+    prompt = list(data["prompt"])
+    if len(prompt) == t and prompt and prompt[-1] == data["current_prompt"]:
+        prompt = prompt[:-1]  # tolerated variant: the history already includes the current action
+    if len(prompt) != t - 1:
+        raise fail("prompt", f"expected {t - 1} earlier actions for turn_idx {t}, got {len(data['prompt'])}")
+    if len(data["response"]) != t:
+        raise fail("response", f"expected {t} observations (turns 1..{t}) for turn_idx {t}, "
+                               f"got {len(data['response'])}")
+    return AWBRecord(task=data["task"], id=data["id"], system_str=data["system_str"], prompt=prompt,
+                     response=list(data["response"]), current_prompt=data["current_prompt"], turn_idx=t,
+                     total_turns=total)
+
+
+def read_records(path: str | os.PathLike[str]) -> list[AWBRecord]:
+    """Read and validate one JSONL file (blank lines are skipped; duplicate sample keys are errors)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such AgentWorldBench file")
+    records: list[AWBRecord] = []
+    seen: dict[str, int] = {}
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise RecordError(str(path), lineno, "<json>", f"invalid JSON: {exc.msg} at column {exc.colno}") \
+                    from None
+            record = validate_record(data, str(path), lineno)
+            if record.key in seen:
+                raise RecordError(str(path), lineno, "turn_idx",
+                                  f"duplicate sample {record.key} (first on line {seen[record.key]})")
+            seen[record.key] = lineno
+            records.append(record)
+    return records
+
+
+def data_files(paths_or_dir: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """Expand a file, a directory (its ``*.jsonl``, sorted) or a list of either into files."""
+    items = [paths_or_dir] if isinstance(paths_or_dir, (str, os.PathLike)) else list(paths_or_dir)
+    files: list[Path] = []
+    for item in items:
+        p = Path(item)
+        if p.is_dir():
+            found = sorted(p.glob("*.jsonl"))
+            if not found:
+                raise FileNotFoundError(f"{p}: directory has no *.jsonl AgentWorldBench files")
+            files.extend(found)
+        elif p.is_file():
+            files.append(p)
+        else:
+            raise FileNotFoundError(f"{p}: no such file or directory")
+    return files
+
+
+def load_records(paths_or_dir) -> list[AWBRecord]:
+    """All records of :func:`data_files` (``paths_or_dir``), in file then line order."""
+    out: list[AWBRecord] = []
+    for f in data_files(paths_or_dir):
+        out.extend(read_records(f))
+    return out
+
+
+def dumps_record(record: AWBRecord) -> str:
+    """One canonical JSONL line (stable key order, UTF-8 kept), the form the shipped data uses."""
+    return json.dumps({k: getattr(record, k) for k in FIELDS}, ensure_ascii=False, separators=(",", ":"))
+
+
+def write_records(path: str | os.PathLike[str], records: Iterable[AWBRecord]) -> int:
+    """Write records atomically (temp file + ``os.replace``); returns how many."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n = 0
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            for record in records:
+                fh.write(dumps_record(record) + "\n")
+                n += 1
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return n
+
+
+def trajectory_records(task: str, traj_id: str, system_str: str, actions: list[str],
+                       observations: list[str]) -> list[AWBRecord]:
+    """All T records (turns 1..T) of one trajectory."""
+    if len(actions) != len(observations) or not actions:
+        raise ValueError(f"{task}/{traj_id}: need as many observations as actions (got {len(actions)} actions, "
+                         f"{len(observations)} observations)")
+    total = len(actions)
+    return [AWBRecord(task=task, id=traj_id, system_str=system_str, prompt=list(actions[:t - 1]),
+                      response=list(observations[:t]), current_prompt=actions[t - 1], turn_idx=t,
+                      total_turns=total) for t in range(1, total + 1)]
