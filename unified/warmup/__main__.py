@@ -1,0 +1,89 @@
+"""``python -m unified.warmup``: GSPO world-model warmup from a recipe.
+
+    python -m unified.warmup --recipe recipes/warmup/embedded_cpu.yaml
+    python -m unified.warmup --recipe recipes/warmup/qwen35_35b_a3b.yaml --dry-run
+    python -m unified.warmup --recipe R --model DIR --data data/lwm --output-dir runs/x --set train.max_steps=20
+    python -m unified.warmup --recipe R --eval-before-after      # held-out reward before/after training
+
+Rerunning the same command after a crash resumes from the last complete checkpoint
+(``resume: auto``). The trained weights land in ``<output_dir>/final``, a Hugging Face
+directory that ``python -m unified.eval --model <output_dir>/final`` loads unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from unified.config import ConfigError, add_recipe_arguments, dump_yaml
+from unified.registry import UnknownNameError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m unified.warmup", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_recipe_arguments(parser)
+    parser.add_argument("--model", help="shortcut for --set model.name_or_path=SPEC")
+    parser.add_argument("--data", action="append", help="shortcut for --set data.train=[PATH] (repeatable)")
+    parser.add_argument("--output-dir", help="shortcut for --set output_dir=DIR")
+    parser.add_argument("--eval-before-after", action="store_true",
+                        help="measure the mean reward on the held-out split before and after training "
+                             "(data.heldout_size or data.heldout) and write <output_dir>/before_after.json")
+    parser.add_argument("--heldout-samples", type=int, default=2,
+                        help="completions per held-out prompt for --eval-before-after (default 2)")
+    parser.add_argument("--log-level", default="WARNING")
+    return parser
+
+
+def _overrides(args) -> list[str]:
+    sets = list(args.set)
+    if args.model:
+        sets.append(f"model.name_or_path={args.model}")
+    if args.data:
+        sets.append("data.train=[" + ", ".join(json.dumps(d) for d in args.data) + "]")
+    if args.output_dir:
+        sets.append(f"output_dir={args.output_dir}")
+    return sets
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.WARNING),
+                        format="%(levelname)s %(name)s: %(message)s")
+    from unified.warmup.config import describe, load_warmup_config
+
+    overrides = _overrides(args)
+    try:
+        cfg = load_warmup_config(args.recipe, overrides)
+    except (ConfigError, UnknownNameError) as exc:
+        print(f"unified.warmup: {exc}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        from unified.warmup.launch import format_plan, launch_plan
+
+        print("# resolved recipe" + (f" ({args.recipe})" if args.recipe else ""))
+        print(dump_yaml(cfg), end="")
+        print("# objective: " + json.dumps(describe(cfg)))
+        print(f"# launch: {cfg.launch.nodes} node(s) x {cfg.launch.gpus_per_node} GPU(s), "
+              f"distributed={cfg.launch.distributed}, generation={cfg.generation.backend}")
+        print(format_plan(launch_plan(cfg, args.recipe, overrides)))
+        return 0
+
+    from unified.warmup.trainer import run_warmup
+
+    if args.eval_before_after:
+        from unified.warmup.benchmark import run_before_after
+
+        report = run_before_after(cfg, samples_per_prompt=args.heldout_samples)
+        print(json.dumps(report, indent=2))
+        return 0
+    result = run_warmup(cfg)
+    print(f"unified.warmup: {result.global_step} steps, {result.seconds_per_step:.2f}s/step; "
+          f"checkpoint: {result.final_dir}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,220 @@
+"""The warmup recipe: one typed dataclass per YAML section (``recipes/warmup/*.yaml``).
+
+A recipe is loaded with :func:`load_warmup_config` (strict: unknown keys name the file and
+line, see :mod:`unified.config`) and turned into TRL's ``GRPOConfig`` by
+:func:`unified.warmup.trainer.build_grpo_config`. The defaults are the GSPO setting of the
+Qwen-AgentWorld warmup: sequence-level importance ratio, no KL term, clip range
+``[1 - 3e-4, 1 + 4e-4]``, rewards mixed 9:1 (rubric:rule), one sampled turn per trajectory.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from unified.config import ConfigError, load_config
+
+try:  # issue 4 (unified.rewards) lands in parallel; until then the section is a plain mapping
+    from unified.rewards import RewardConfig
+except ImportError:  # pragma: no cover - transitional
+    RewardConfig = dict  # type: ignore[assignment,misc]
+
+Precision = Literal["auto", "bf16", "fp32"]
+GenerationBackend = Literal["hf", "vllm_server", "vllm_colocate"]
+DistributedBackend = Literal["none", "ddp", "deepspeed_zero3", "fsdp2"]
+
+
+@dataclass
+class ModelSection:
+    """The SFT checkpoint to warm up and how it is loaded."""
+
+    name_or_path: str = "embedded"
+    """Any ``unified.models.load_checkpoint`` spec: ``embedded``, a HF dir, a ``.gguf``, a hub id."""
+    attn_implementation: str | None = None
+    """``None``: :func:`unified.kernels.select_kernels` decides (FlashAttention on CUDA, SDPA on CPU)."""
+    experts_implementation: str | None = None
+    """``None``: ``grouped_mm`` where it runs, else ``eager``."""
+    precision: Precision = "auto"
+    """``auto`` = bf16 on CUDA, fp32 on CPU."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (memory for ~20-30% more compute)."""
+    router_aux_loss_coef: float | None = None
+    """MoE load-balancing loss weight; ``None`` keeps the checkpoint's own value, 0 turns it off."""
+    trust_remote_code: bool = False
+
+
+@dataclass
+class DataSection:
+    """World-model RL prompts from :func:`unified.lwm.rl_dataset` (one sampled turn per trajectory)."""
+
+    train: list[str] = field(default_factory=lambda: ["data/lwm"])
+    """Files or directories of AgentWorldBench-format JSONL (relative paths: from the working dir)."""
+    heldout: list[str] = field(default_factory=list)
+    """Separate held-out files; empty = split ``heldout_size`` samples off ``train``."""
+    heldout_size: int = 0
+    """Samples kept out of training for the before/after reward measurement."""
+    limit: int | None = None
+    """Use at most this many training samples (after the held-out split)."""
+    max_prompt_tokens: int | None = None
+    """Drop samples whose rendered prompt is longer (the paper: 128k)."""
+    seed: int = 0
+    """Seed of the turn sampling and of the held-out split."""
+
+
+@dataclass
+class GSPOSection:
+    """The policy-optimisation objective (see :mod:`unified.warmup` for the math)."""
+
+    epsilon: float = 3e-4
+    """Lower clip: s_i is clipped below at 1 - epsilon."""
+    epsilon_high: float = 4e-4
+    """Upper clip: s_i is clipped above at 1 + epsilon_high."""
+    beta: float = 0.0
+    """KL coefficient; 0 = no reference model, as in GSPO."""
+    num_generations: int = 8
+    """Group size G: completions sampled per prompt."""
+    num_iterations: int = 1
+    """Policy updates per generated batch (mu); >1 makes s_i move away from 1."""
+    importance_sampling_level: Literal["sequence", "token"] = "sequence"
+    """``sequence`` = GSPO; ``token`` = GRPO (kept for ablations)."""
+    loss_type: str = "grpo"
+    """TRL aggregation; ``grpo`` averages each sequence over its tokens, then over sequences."""
+    scale_rewards: Literal["group", "batch", "none"] = "group"
+    """Advantage normalisation; ``group`` = (r - mean_group) / std_group."""
+    mask_truncated_completions: bool = False
+    """Exclude completions that hit ``max_completion_length`` from the loss."""
+
+
+@dataclass
+class GenerationSection:
+    """How rollouts are produced."""
+
+    backend: GenerationBackend = "hf"
+    """``hf`` (in-process ``generate``), ``vllm_server`` (``trl vllm-serve`` on another node) or
+    ``vllm_colocate`` (vLLM inside the trainer processes)."""
+    max_completion_length: int = 512
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    enable_thinking: bool = False
+    """Passed to the chat template; world-model answers are judged without the reasoning anyway."""
+    vllm_server_host: str = "127.0.0.1"
+    vllm_server_port: int = 8000
+    vllm_server_timeout_s: float = 600.0
+    vllm_gpu_memory_utilization: float = 0.3
+    """Colocate mode only."""
+    vllm_tensor_parallel_size: int = 1
+    """Colocate mode: TP inside the trainer; server mode: passed to ``trl vllm-serve``."""
+    vllm_max_model_length: int | None = None
+    """Context window of the vLLM engine (prompt + completion)."""
+
+
+@dataclass
+class TrainSection:
+    """Optimiser, batch and checkpoint schedule (HF ``TrainingArguments`` names)."""
+
+    max_steps: int = 100
+    learning_rate: float = 1e-6
+    lr_scheduler_type: str = "constant"
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    per_device_train_batch_size: int = 8
+    """Completions per device per micro-step (must hold whole groups across the generation batch)."""
+    gradient_accumulation_steps: int = 1
+    save_steps: int = 50
+    save_total_limit: int | None = 3
+    logging_steps: int = 1
+    seed: int = 0
+    dataloader_num_workers: int = 0
+
+
+@dataclass
+class LoggingSection:
+    """wandb (offline by default, all of its directories under ``<output_dir>/wandb``) and JSONL metrics."""
+
+    wandb: bool = True
+    wandb_mode: Literal["offline", "online"] = "offline"
+    wandb_project: str = "unified-warmup"
+    run_name: str | None = None
+    log_completions: bool = False
+    """Also log a table of prompts/completions/rewards (TRL's ``log_completions``)."""
+
+
+@dataclass
+class LaunchSection:
+    """How ``--dry-run`` and ``slurm/lwm_warmup.sh`` lay the job out on nodes."""
+
+    nodes: int = 1
+    gpus_per_node: int = 0
+    distributed: DistributedBackend = "none"
+    """Multi-GPU/-node training backend; its accelerate config is ``accelerate_config``."""
+    accelerate_config: str | None = None
+    """``None``: ``recipes/accelerate/<distributed>.yaml``."""
+    main_process_port: int = 29500
+
+
+@dataclass
+class WarmupConfig:
+    """A whole warmup recipe."""
+
+    output_dir: str = "runs/warmup"
+    """Run directory: checkpoints, ``final/`` (the HF dir the eval loads), metrics, wandb."""
+    resume: str = "auto"
+    """``auto`` (continue from the last complete checkpoint if any), ``never``, or a checkpoint dir."""
+    model: ModelSection = field(default_factory=ModelSection)
+    data: DataSection = field(default_factory=DataSection)
+    rewards: RewardConfig = field(default_factory=RewardConfig)  # type: ignore[valid-type]
+    gspo: GSPOSection = field(default_factory=GSPOSection)
+    generation: GenerationSection = field(default_factory=GenerationSection)
+    train: TrainSection = field(default_factory=TrainSection)
+    logging: LoggingSection = field(default_factory=LoggingSection)
+    launch: LaunchSection = field(default_factory=LaunchSection)
+
+    def validate(self) -> "WarmupConfig":
+        """Cross-field checks that a single field's type cannot express."""
+        if self.gspo.num_generations < 2:
+            raise ConfigError("gspo.num_generations: GSPO needs at least 2 completions per prompt, "
+                              f"got {self.gspo.num_generations}")
+        if not (0 <= self.gspo.epsilon < 1 and self.gspo.epsilon_high >= 0):
+            raise ConfigError(f"gspo.epsilon/epsilon_high: expected 0 <= epsilon < 1 and epsilon_high >= 0, "
+                              f"got {self.gspo.epsilon}/{self.gspo.epsilon_high}")
+        per_step = self.train.per_device_train_batch_size * self.train.gradient_accumulation_steps
+        if per_step % self.gspo.num_generations:
+            raise ConfigError(
+                f"train.per_device_train_batch_size x gradient_accumulation_steps = {per_step} must be a multiple of "
+                f"gspo.num_generations = {self.gspo.num_generations} (whole groups per generation batch)")
+        if self.resume not in ("auto", "never") and not Path(self.resume).is_dir():
+            raise ConfigError(f"resume: expected auto, never or an existing checkpoint dir, got {self.resume!r}")
+        if self.launch.nodes < 1:
+            raise ConfigError(f"launch.nodes: expected >= 1, got {self.launch.nodes}")
+        return self
+
+    def accelerate_config_path(self, repo_root: str | os.PathLike[str] | None = None) -> Path | None:
+        """The accelerate config file for ``launch.distributed`` (None for a single process)."""
+        if self.launch.accelerate_config:
+            return Path(self.launch.accelerate_config)
+        if self.launch.distributed == "none":
+            return None
+        root = Path(repo_root) if repo_root else Path(__file__).resolve().parents[2]
+        return root / "recipes" / "accelerate" / f"{self.launch.distributed}.yaml"
+
+
+def load_warmup_config(path: str | os.PathLike[str] | None = None,
+                       overrides: list[str] | None = None) -> WarmupConfig:
+    """Load and validate a warmup recipe (``overrides`` are ``--set key=value`` strings)."""
+    return load_config(WarmupConfig, path, overrides).validate()
+
+
+def describe(cfg: WarmupConfig) -> dict[str, Any]:
+    """A short human summary of the objective, for logs and ``--dry-run``."""
+    g = cfg.gspo
+    return {
+        "objective": "GSPO" if g.importance_sampling_level == "sequence" else "GRPO (token-level ratio)",
+        "clip_range": [1 - g.epsilon, 1 + g.epsilon_high],
+        "kl_beta": g.beta,
+        "group_size": g.num_generations,
+        "updates_per_generation": g.num_iterations,
+    }

@@ -1,0 +1,84 @@
+"""The warmup's prompts and rewards, from the recipe: :mod:`unified.lwm` and :mod:`unified.rewards`.
+
+A training row (columns of :func:`unified.lwm.rl_dataset`):
+
+- ``prompt``: chat messages: system (domain task, action space, initial state), then alternating
+  user (action) / assistant (observation) turns up to t-1, then the user action at turn t;
+- ``reference``: the environment's real observation at turn t (what the rewards compare to);
+- ``domain``, ``sample_id``, ``turn_idx``: bookkeeping, passed to the reward functions.
+
+Exactly one turn t is sampled per trajectory (seeded), as in the Qwen-AgentWorld warmup.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from unified.warmup.config import WarmupConfig
+
+REQUIRED_COLUMNS = ("prompt", "reference")
+
+
+def _paths(items: list[str]) -> list[str]:
+    missing = [p for p in items if not Path(p).exists()]
+    if missing:
+        raise FileNotFoundError(f"data: not found: {', '.join(missing)} (relative paths are read from {Path.cwd()})")
+    return items
+
+
+def _rl_dataset(paths: list[str], *, seed: int, tokenizer, max_prompt_tokens: int | None):
+    from unified.lwm import rl_dataset
+
+    source: Any = paths[0] if len(paths) == 1 else paths
+    return rl_dataset(source, seed=seed, tokenizer=tokenizer, max_prompt_tokens=max_prompt_tokens)
+
+
+def check_columns(dataset, where: str = "dataset") -> None:
+    """A training set must carry the conversational ``prompt`` and the ``reference`` observation."""
+    missing = [c for c in REQUIRED_COLUMNS if c not in dataset.column_names]
+    if missing:
+        raise ValueError(f"{where}: missing column(s) {missing}; got {dataset.column_names}")
+
+
+def split_heldout(dataset, size: int, seed: int):
+    """Seeded split of ``size`` rows (distinct trajectories) off ``dataset``: ``(train, heldout)``."""
+    if size <= 0:
+        return dataset, None
+    if size >= len(dataset):
+        raise ValueError(f"data.heldout_size={size} leaves no training rows (dataset has {len(dataset)})")
+    shuffled = dataset.shuffle(seed=seed)
+    return shuffled.select(range(size, len(shuffled))), shuffled.select(range(size))
+
+
+def load_splits(cfg: WarmupConfig, tokenizer=None):
+    """``(train, heldout)`` datasets of the recipe (``heldout`` is None when none is asked for)."""
+    d = cfg.data
+    full = _rl_dataset(_paths(d.train), seed=d.seed, tokenizer=tokenizer, max_prompt_tokens=d.max_prompt_tokens)
+    check_columns(full, f"data.train {d.train}")
+    if d.heldout:
+        heldout = _rl_dataset(_paths(d.heldout), seed=d.seed, tokenizer=tokenizer,
+                              max_prompt_tokens=d.max_prompt_tokens)
+        check_columns(heldout, f"data.heldout {d.heldout}")
+        if d.heldout_size:
+            heldout = heldout.shuffle(seed=d.seed).select(range(min(d.heldout_size, len(heldout))))
+        train = full
+    else:
+        train, heldout = split_heldout(full, d.heldout_size, d.seed)
+    if d.limit is not None:
+        train = train.select(range(min(d.limit, len(train))))
+    if len(train) == 0:
+        raise ValueError(f"data.train {d.train}: no samples left (max_prompt_tokens={d.max_prompt_tokens}, "
+                         f"limit={d.limit})")
+    return train, heldout
+
+
+def load_rewards(cfg: WarmupConfig) -> tuple[list[Callable], list[float] | None]:
+    """The TRL reward callables of ``cfg.rewards`` and their weights (rubric:rule 9:1 by default)."""
+    from unified.rewards import build_reward_functions
+
+    built = build_reward_functions(cfg.rewards)
+    if isinstance(built, tuple) and len(built) == 2 and isinstance(built[0], (list, tuple)):
+        funcs, weights = built
+        return list(funcs), (list(weights) if weights is not None else None)
+    return list(built), None

@@ -1,0 +1,109 @@
+"""How a warmup recipe is laid out on machines: the commands ``--dry-run`` prints.
+
+Three layouts, chosen from ``launch.nodes`` and ``launch.gpus_per_node``:
+
+- one process (CPU, or one GPU): ``python -m unified.warmup --recipe R``; rollouts in-process
+  (``hf``) or by vLLM colocated in the trainer (``vllm_colocate``);
+- one node, several GPUs: ``accelerate launch`` with the recipe's accelerate config (DeepSpeed
+  ZeRO-3 or FSDP2), vLLM colocated;
+- several nodes: ``trl vllm-serve`` on the first node (tensor parallel over its GPUs) and
+  ``accelerate launch`` on the others (``num_machines = nodes - 1``), the trainer talking to the
+  server (``generation.backend=vllm_server``).
+
+``slurm/lwm_warmup.sh`` runs the same layout under Slurm (a test compares the two).
+Placeholders that only the launcher knows are left as shell variables: ``$MACHINE_RANK``,
+``$MAIN_PROCESS_IP`` (first trainer node) and ``$VLLM_HOST`` (the server node).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from unified.warmup.config import WarmupConfig
+
+_PLACEHOLDER = re.compile(r"\$[A-Z_][A-Z0-9_]*")
+
+
+@dataclass
+class LaunchStep:
+    """One command and where it runs."""
+
+    role: str
+    """``trainer`` or ``vllm``."""
+    where: str
+    """Human description of the machines it runs on."""
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+    def shell(self) -> str:
+        """The command as one shell line; ``$VAR`` placeholders stay unquoted."""
+        def q(token: str) -> str:
+            if _PLACEHOLDER.search(token) and not re.search(r'["\\`]', token):
+                return token if _PLACEHOLDER.fullmatch(token) else f'"{token}"'
+            return shlex.quote(token)
+
+        env = " ".join(f"{k}={q(v)}" for k, v in self.env.items())
+        return (env + " " if env else "") + " ".join(q(t) for t in self.argv)
+
+
+def _vllm_model(spec: str) -> str:
+    """vLLM needs a directory or a hub id; the embedded spec is its cache directory."""
+    if spec == "embedded":
+        from unified.models.embedded import embedded_checkpoint_dir
+
+        return str(embedded_checkpoint_dir())
+    return spec
+
+
+def launch_plan(cfg: WarmupConfig, recipe: str | None, overrides: list[str], *, python: str = "python"
+                ) -> list[LaunchStep]:
+    """The commands that run ``cfg`` on ``launch.nodes`` x ``launch.gpus_per_node``."""
+    nodes, gpus = cfg.launch.nodes, cfg.launch.gpus_per_node
+    entry = ["-m", "unified.warmup"] + (["--recipe", recipe] if recipe else [])
+    sets = [a for o in overrides for a in ("--set", o)]
+    if nodes == 1 and gpus <= 1:
+        extra = []
+        if gpus == 0 and cfg.generation.backend != "hf":
+            extra = ["--set", "generation.backend=hf"]
+        return [LaunchStep("trainer", "this machine (one process)", [python, *entry, *sets, *extra])]
+
+    accel_cfg = cfg.accelerate_config_path()
+    accel = ["accelerate", "launch"]
+    if accel_cfg is not None:
+        accel += ["--config_file", str(accel_cfg)]
+    if nodes == 1:
+        backend = [] if cfg.generation.backend == "vllm_colocate" or cfg.generation.backend == "hf" else \
+            ["--set", "generation.backend=vllm_colocate"]
+        argv = accel + ["--num_machines", "1", "--num_processes", str(gpus), *entry, *sets, *backend]
+        return [LaunchStep("trainer", f"one node, {gpus} processes", argv)]
+
+    trainer_nodes = nodes - 1
+    vllm = LaunchStep("vllm", "node 0", [
+        "trl", "vllm-serve", "--model", _vllm_model(cfg.model.name_or_path),
+        "--tensor-parallel-size", str(max(gpus, 1)), "--host", "0.0.0.0",
+        "--port", str(cfg.generation.vllm_server_port),
+        *(["--max-model-len", str(cfg.generation.vllm_max_model_length)]
+          if cfg.generation.vllm_max_model_length else []),
+    ])
+    trainer = LaunchStep("trainer", f"nodes 1..{nodes - 1} ({trainer_nodes * gpus} processes)", accel + [
+        "--num_machines", str(trainer_nodes), "--num_processes", str(trainer_nodes * gpus),
+        "--machine_rank", "$MACHINE_RANK", "--main_process_ip", "$MAIN_PROCESS_IP",
+        "--main_process_port", str(cfg.launch.main_process_port),
+        *entry, *sets, "--set", "generation.backend=vllm_server", "--set", "generation.vllm_server_host=$VLLM_HOST",
+    ])
+    return [vllm, trainer]
+
+
+def format_plan(steps: list[LaunchStep]) -> str:
+    lines = []
+    for i, step in enumerate(steps, 1):
+        lines.append(f"# {i}. {step.role} on {step.where}")
+        lines.append(step.shell())
+    return "\n".join(lines)
+
+
+def repo_root() -> Path:
+    return Path(__file__).resolve().parents[2]

@@ -1,0 +1,407 @@
+"""GSPO on TRL: a recipe -> ``GRPOConfig`` + ``GRPOTrainer`` configured as GSPO, and the run loop.
+
+Nothing of the optimisation is re-implemented here: TRL computes the sequence-level ratio,
+the clipped objective, the advantages, the MoE router loss and the metrics. This module
+
+- maps a :class:`~unified.warmup.config.WarmupConfig` onto ``GRPOConfig``
+  (:func:`build_grpo_config`): ``importance_sampling_level="sequence"``, ``loss_type="grpo"``,
+  ``beta=0``, ``epsilon=3e-4``, ``epsilon_high=4e-4`` by default; bf16 autocast on CUDA over
+  fp32 master weights, plain fp32 on CPU; gradient checkpointing; vLLM server/colocate;
+- loads the policy through :func:`unified.models.load_checkpoint` with the attention and
+  experts kernels of :func:`unified.kernels.select_kernels` (:func:`load_policy`);
+- extends the trainer (:class:`GSPOTrainer`) with the memory high-water mark in every log
+  record and bf16 autocast around in-process generation, and checks that the MoE router loss
+  is really on;
+- runs, checkpoints, resumes from the last complete checkpoint after a crash, and writes the
+  final weights as a Hugging Face directory ``<output_dir>/final`` that ``load_checkpoint``
+  (hence ``python -m unified.eval --model DIR``) reads unchanged (:func:`run_warmup`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+
+from unified.config import dump_yaml, to_dict
+from unified.warmup.callbacks import METRICS_FILE, JsonlMetricsCallback, peak_memory_gib
+from unified.warmup.config import WarmupConfig, describe
+
+log = logging.getLogger(__name__)
+
+FINAL_DIR = "final"
+RESOLVED_RECIPE = "recipe.resolved.yaml"
+RUN_RECORD = "run.json"
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+
+
+# --------------------------------------------------------------------------------------
+# devices, precision, wandb
+
+
+def training_device() -> torch.device:
+    """This process's device: ``cuda:LOCAL_RANK`` when CUDA is there, else the CPU."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
+
+
+def use_bf16(cfg: WarmupConfig, device: torch.device | None = None) -> bool:
+    """bf16 autocast on CUDA (``auto``/``bf16``), fp32 on CPU or when asked."""
+    device = device or training_device()
+    if cfg.model.precision == "fp32":
+        return False
+    if cfg.model.precision == "bf16" and device.type != "cuda":
+        raise ValueError("model.precision=bf16 needs a CUDA device; on CPU use auto or fp32")
+    return device.type == "cuda"
+
+
+def configure_wandb(cfg: WarmupConfig) -> dict[str, str]:
+    """Point every wandb directory into ``<output_dir>/wandb``, offline unless the recipe says online.
+
+    The run id is stored in ``<output_dir>/wandb/run_id`` so a resumed run continues the same
+    wandb run. Returns the environment variables it set.
+    """
+    root = Path(cfg.output_dir).resolve() / "wandb"
+    root.mkdir(parents=True, exist_ok=True)
+    id_file = root / "run_id"
+    if not id_file.exists():
+        id_file.write_text(uuid.uuid4().hex[:12])
+    env = {
+        "WANDB_MODE": cfg.logging.wandb_mode,
+        "WANDB_DIR": str(root),
+        "WANDB_CACHE_DIR": str(root / "cache"),
+        "WANDB_CONFIG_DIR": str(root / "config"),
+        "WANDB_DATA_DIR": str(root / "data"),
+        "WANDB_ARTIFACT_DIR": str(root / "artifacts"),
+        "WANDB_PROJECT": cfg.logging.wandb_project,
+        "WANDB_RUN_ID": id_file.read_text().strip(),
+        "WANDB_RESUME": "allow",
+        "WANDB_SILENT": "true",
+    }
+    for key in ("cache", "config", "data", "artifacts"):
+        (root / key).mkdir(exist_ok=True)
+    os.environ.update(env)
+    return env
+
+
+# --------------------------------------------------------------------------------------
+# GRPOConfig
+
+
+def build_grpo_config(cfg: WarmupConfig, *, device: torch.device | None = None, reward_weights: Sequence[float] | None
+                      = None):
+    """The TRL ``GRPOConfig`` of a recipe: GSPO objective, schedule, generation backend, logging."""
+    from trl import GRPOConfig
+
+    g, gen, t = cfg.gspo, cfg.generation, cfg.train
+    bf16 = use_bf16(cfg, device)
+    report_to = ["wandb"] if cfg.logging.wandb else []
+    vllm = gen.backend != "hf"
+    kwargs: dict[str, Any] = dict(
+        output_dir=str(cfg.output_dir),
+        run_name=cfg.logging.run_name or Path(cfg.output_dir).name,
+        # schedule
+        max_steps=t.max_steps, learning_rate=t.learning_rate, lr_scheduler_type=t.lr_scheduler_type,
+        warmup_steps=t.warmup_steps, weight_decay=t.weight_decay, max_grad_norm=t.max_grad_norm,
+        per_device_train_batch_size=t.per_device_train_batch_size,
+        gradient_accumulation_steps=t.gradient_accumulation_steps, seed=t.seed, data_seed=cfg.data.seed,
+        dataloader_num_workers=t.dataloader_num_workers,
+        save_strategy="steps", save_steps=t.save_steps, save_total_limit=t.save_total_limit, save_only_model=False,
+        logging_steps=t.logging_steps, report_to=report_to, log_completions=cfg.logging.log_completions,
+        # precision, memory
+        bf16=bf16, fp16=False, use_cpu=(device or training_device()).type == "cpu",
+        activation_checkpointing=cfg.model.gradient_checkpointing,
+        activation_checkpointing_kwargs={"use_reentrant": False} if cfg.model.gradient_checkpointing else None,
+        router_aux_loss_coef=cfg.model.router_aux_loss_coef, disable_dropout=True,
+        # the GSPO objective
+        importance_sampling_level=g.importance_sampling_level, loss_type=g.loss_type, beta=g.beta,
+        epsilon=g.epsilon, epsilon_high=g.epsilon_high, num_generations=g.num_generations,
+        num_iterations=g.num_iterations, scale_rewards=g.scale_rewards,
+        mask_truncated_completions=g.mask_truncated_completions,
+        reward_weights=list(reward_weights) if reward_weights is not None else None,
+        # rollouts
+        max_completion_length=gen.max_completion_length, temperature=gen.temperature, top_p=gen.top_p,
+        top_k=gen.top_k, chat_template_kwargs={"enable_thinking": gen.enable_thinking},
+        use_vllm=vllm,
+        remove_unused_columns=False,
+    )
+    if vllm:
+        kwargs.update(
+            vllm_mode="server" if gen.backend == "vllm_server" else "colocate",
+            vllm_server_host=gen.vllm_server_host, vllm_server_port=gen.vllm_server_port,
+            vllm_server_timeout=gen.vllm_server_timeout_s,
+            vllm_gpu_memory_utilization=gen.vllm_gpu_memory_utilization,
+            vllm_tensor_parallel_size=gen.vllm_tensor_parallel_size,
+            vllm_max_model_length=gen.vllm_max_model_length,
+        )
+    return GRPOConfig(**kwargs)
+
+
+# --------------------------------------------------------------------------------------
+# the policy
+
+
+@dataclass
+class Policy:
+    """The model to train: an instance (single process) or a path TRL loads itself (distributed)."""
+
+    model: Any
+    """A ``PreTrainedModel``, or a local dir / hub id string (loaded by TRL with ``init_kwargs``)."""
+    tokenizer: Any
+    kernels: dict[str, str]
+    init_kwargs: dict[str, Any] = field(default_factory=dict)
+    """``GRPOConfig.model_init_kwargs`` when ``model`` is a string."""
+
+
+def world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def load_policy(cfg: WarmupConfig, device: torch.device | None = None) -> Policy:
+    """The SFT checkpoint for training: fp32 master weights, kernels for the compute dtype.
+
+    On CUDA the forward runs under bf16 autocast, so kernels are chosen for bf16 (FlashAttention,
+    grouped_mm); the weights stay fp32 so that updates of size ``learning_rate`` (1e-6) are not
+    rounded away (DeepSpeed/FSDP2 keep the same fp32 master copy). In a single process the model
+    comes from :func:`unified.models.load_checkpoint` (any spec). With several processes
+    (``accelerate launch``) TRL loads it from the path itself, so that DeepSpeed ZeRO-3 can
+    partition it while loading and FSDP2 can load it on rank 0 only.
+    """
+    from unified.kernels import select_kernels
+    from unified.models import load_checkpoint
+    from unified.models.checkpoint import load_tokenizer, resolve_spec
+
+    device = device or training_device()
+    compute_dtype = torch.bfloat16 if use_bf16(cfg, device) else torch.float32
+    kernels = select_kernels(device, compute_dtype, attention=cfg.model.attn_implementation,
+                             experts=cfg.model.experts_implementation)
+    facts = {"attention": kernels.attention, "experts": kernels.experts, "reason": kernels.reason}
+    kind, target = resolve_spec(cfg.model.name_or_path)
+    if world_size() > 1 and kind in ("local", "hub", "embedded"):
+        if kind == "embedded":
+            from unified.models.embedded import ensure_embedded_checkpoint
+
+            target = str(ensure_embedded_checkpoint())
+        tokenizer = load_tokenizer(target)
+        if getattr(tokenizer, "chat_template", None) is None:
+            from unified.models.chat_template import install_chat_template
+
+            install_chat_template(tokenizer)
+        init = {"dtype": torch.float32, "attn_implementation": kernels.attention,
+                "experts_implementation": kernels.experts, "trust_remote_code": cfg.model.trust_remote_code}
+        return Policy(model=target, tokenizer=tokenizer, kernels=facts, init_kwargs=init)
+    loaded = load_checkpoint(cfg.model.name_or_path, device=device, dtype=torch.float32,
+                             attn_implementation=kernels.attention, experts_implementation=kernels.experts,
+                             trust_remote_code=cfg.model.trust_remote_code)
+    loaded.model.train()
+    return Policy(model=loaded.model, tokenizer=loaded.tokenizer, kernels=facts)
+
+
+def _trainer_class():
+    from trl import GRPOTrainer
+
+    class GSPOTrainer(GRPOTrainer):
+        """TRL's GRPOTrainer, configured as GSPO by :func:`build_grpo_config`, plus:
+
+        - ``memory/peak_rss_gib`` (and ``memory/peak_cuda_gib``) in every log record;
+        - in-process (``hf``) generation under the training autocast, so fp32 master weights
+          generate with bf16 kernels (FlashAttention) on CUDA; a no-op on CPU.
+        """
+
+        def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+            logs.update(peak_memory_gib())
+            super().log(logs, start_time)
+
+        def _generate_single_turn(self, *args, **kwargs):
+            with self.accelerator.autocast():
+                return super()._generate_single_turn(*args, **kwargs)
+
+    return GSPOTrainer
+
+
+def build_trainer(cfg: WarmupConfig, *, train_dataset, reward_funcs: Sequence[Callable],
+                  reward_weights: Sequence[float] | None = None, model=None, tokenizer=None,
+                  callbacks: Sequence[Any] = (), device: torch.device | None = None,
+                  model_init_kwargs: dict[str, Any] | None = None):
+    """A ready-to-train :class:`GSPOTrainer` (loads the policy unless ``model``/``tokenizer`` are given)."""
+    device = device or training_device()
+    if cfg.logging.wandb:
+        configure_wandb(cfg)
+    init_kwargs: dict[str, Any] = dict(model_init_kwargs or {})
+    if model is None:
+        policy = load_policy(cfg, device)
+        model, tokenizer, init_kwargs = policy.model, policy.tokenizer, policy.init_kwargs
+    if tokenizer is None:
+        raise ValueError("build_trainer: a model was given without its tokenizer")
+    tokenizer.padding_side = "left"
+    args = build_grpo_config(cfg, device=device, reward_weights=reward_weights)
+    if isinstance(model, str):
+        args.model_init_kwargs = init_kwargs
+    Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
+    trainer = _trainer_class()(
+        model=model, reward_funcs=list(reward_funcs), args=args, train_dataset=train_dataset,
+        processing_class=tokenizer,
+        callbacks=[JsonlMetricsCallback(Path(cfg.output_dir) / METRICS_FILE), *callbacks],
+    )
+    _check_router_loss(cfg, trainer)
+    return trainer
+
+
+def _check_router_loss(cfg: WarmupConfig, trainer) -> None:
+    """The MoE load-balancing loss must be on for a MoE policy unless the recipe turned it off."""
+    from unified.models import is_moe_config
+
+    model = trainer.model
+    if not is_moe_config(model.config):
+        return
+    if cfg.model.router_aux_loss_coef == 0:
+        log.warning("router aux loss disabled by the recipe (model.router_aux_loss_coef=0)")
+        return
+    if not trainer.aux_loss_enabled:
+        raise RuntimeError(
+            f"{type(model).__name__} is a MoE model but TRL did not enable its router load-balancing loss "
+            f"(coefficient {trainer.router_aux_loss_coef}); set model.router_aux_loss_coef to a positive value")
+
+
+# --------------------------------------------------------------------------------------
+# checkpoints and the run
+
+
+def last_complete_checkpoint(output_dir: str | os.PathLike[str]) -> Path | None:
+    """The highest ``checkpoint-N`` whose ``trainer_state.json`` was fully written.
+
+    The HF Trainer writes the state file last, after weights, optimizer, scheduler and RNG
+    state; a run killed while saving leaves a directory without a readable state, which is
+    skipped (and then overwritten when training gets there again).
+    """
+    root = Path(output_dir)
+    if not root.is_dir():
+        return None
+    found = []
+    for child in root.iterdir():
+        match = _CHECKPOINT.match(child.name)
+        if match and child.is_dir():
+            found.append((int(match.group(1)), child))
+    for step, path in sorted(found, reverse=True):
+        try:
+            state = json.loads((path / "trainer_state.json").read_text())
+        except (OSError, json.JSONDecodeError):
+            log.warning("skipping incomplete checkpoint %s", path)
+            continue
+        if state.get("global_step") == step:
+            return path
+    return None
+
+
+def resume_checkpoint(cfg: WarmupConfig) -> Path | None:
+    """The checkpoint to resume from according to ``cfg.resume``."""
+    if cfg.resume == "never":
+        return None
+    if cfg.resume == "auto":
+        return last_complete_checkpoint(cfg.output_dir)
+    return Path(cfg.resume)
+
+
+@dataclass
+class WarmupResult:
+    """What a finished warmup run produced."""
+
+    output_dir: str
+    final_dir: str
+    """The Hugging Face directory for ``load_checkpoint`` / ``python -m unified.eval --model``."""
+    global_step: int
+    resumed_from: str | None
+    train_seconds: float
+    seconds_per_step: float
+    """Wall time per optimizer step in this process (resumed runs: the steps it ran)."""
+    peak_memory: dict[str, float] = field(default_factory=dict)
+    kernels: dict[str, str] = field(default_factory=dict)
+    last_log: dict[str, Any] = field(default_factory=dict)
+
+
+def save_final(trainer, output_dir: str | os.PathLike[str]) -> Path:
+    """Write the trained weights, tokenizer and chat template as a HF dir ``<output_dir>/final``."""
+    final = Path(output_dir) / FINAL_DIR
+    trainer.save_model(str(final))  # handles ZeRO-3 / FSDP gathering; writes config + safetensors + tokenizer
+    if trainer.accelerator.is_main_process:
+        tokenizer = trainer.processing_class
+        if getattr(tokenizer, "chat_template", None) and not (final / "chat_template.jinja").exists():
+            tokenizer.save_pretrained(str(final))
+    return final
+
+
+def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    os.replace(tmp, path)
+
+
+def run_warmup(cfg: WarmupConfig, *, train_dataset=None, reward_funcs: Sequence[Callable] | None = None,
+               reward_weights: Sequence[float] | None = None, model=None, tokenizer=None,
+               callbacks: Sequence[Any] = ()) -> WarmupResult:
+    """Train according to ``cfg`` (resuming if there is a checkpoint) and save ``final/``.
+
+    Data and rewards come from the recipe (:mod:`unified.warmup.data`) unless given.
+    """
+    from unified.warmup.data import load_rewards, load_splits
+
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / RESOLVED_RECIPE).write_text(dump_yaml(cfg))
+    device = training_device()
+    init_kwargs: dict[str, Any] = {}
+    if model is None:
+        policy = load_policy(cfg, device)
+        model, tokenizer, kernels, init_kwargs = policy.model, policy.tokenizer, policy.kernels, policy.init_kwargs
+    else:
+        kernels = {"attention": str(getattr(model.config, "_attn_implementation", "")),
+                   "experts": str(getattr(model.config, "_experts_implementation", ""))}
+    if train_dataset is None:
+        train_dataset, _ = load_splits(cfg, tokenizer)
+    if reward_funcs is None:
+        reward_funcs, reward_weights = load_rewards(cfg)
+    resume = resume_checkpoint(cfg)
+    if resume is not None:
+        log.info("resuming from %s", resume)
+        print(f"unified.warmup: resuming from {resume}", flush=True)
+    trainer = build_trainer(cfg, train_dataset=train_dataset, reward_funcs=reward_funcs,
+                            reward_weights=reward_weights, model=model, tokenizer=tokenizer, callbacks=callbacks,
+                            device=device, model_init_kwargs=init_kwargs)
+    start_step = trainer.state.global_step if resume is None else _checkpoint_step(resume)
+    t0 = time.time()
+    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    seconds = time.time() - t0
+    final = save_final(trainer, out)
+    steps_run = max(trainer.state.global_step - start_step, 1)
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    result = WarmupResult(
+        output_dir=str(out), final_dir=str(final), global_step=trainer.state.global_step,
+        resumed_from=str(resume) if resume else None, train_seconds=round(seconds, 3),
+        seconds_per_step=round(seconds / steps_run, 3), peak_memory=peak_memory_gib(), kernels=kernels,
+        last_log=logs[-1] if logs else {},
+    )
+    if trainer.accelerator.is_main_process:
+        _write_json_atomic(out / RUN_RECORD, {**to_dict(result), "objective": describe(cfg)})
+    if cfg.logging.wandb:
+        try:
+            import wandb
+
+            if wandb.run is not None:
+                wandb.finish()
+        except ImportError:  # pragma: no cover
+            pass
+    return result
+
+
+def _checkpoint_step(path: Path) -> int:
+    match = _CHECKPOINT.match(Path(path).name)
+    return int(match.group(1)) if match else 0
