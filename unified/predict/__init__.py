@@ -1,0 +1,12 @@
+"""Predict-then-act prompting modules (``--prompting act|predict_then_act|predict_then_act_reflect``).
+
+Importing this package registers the modules in :data:`unified.agent.prompting.PROMPTING`;
+``unified.agent.prompting.make_prompting`` does that on first use. The explicit prediction
+block format lives in :mod:`unified.predict.blocks`.
+"""
+
+from unified.predict.blocks import PREDICTION_TAG, PREDICTION_TAGS, PredictionBlock, find_blocks, strip_blocks
+from unified.predict.modules import PredictThenAct, PredictThenActReflect
+
+__all__ = ["PREDICTION_TAG", "PREDICTION_TAGS", "PredictionBlock", "PredictThenAct", "PredictThenActReflect",
+           "find_blocks", "strip_blocks"]
