@@ -1,0 +1,150 @@
+"""QwenClawBench adapter (github.com/SKYLENAGE-AI/QwenClawBench, data ``qwenclawbench-v1.1-100``).
+
+Not on PyPI: point the adapter at a checkout with ``$QWENCLAWBENCH_ROOT`` or
+``--set benchmarks.qwenclawbench.root=PATH``. Config keys (``--set benchmarks.qwenclawbench.KEY=V``):
+
+``root``             the checkout (default ``$QWENCLAWBENCH_ROOT``)
+``dataset``          ``data/<dataset>`` inside it (default ``qwenclawbench-v1.1-100``)
+``judge``            the rubric judge: ``openai:URL#MODEL`` or a local checkpoint spec served on
+                     loopback (default ``$QWENCLAWBENCH_JUDGE``, else ``embedded``; the study used
+                     a strong hosted judge, so say which one ran when reporting)
+``judge_max_tokens`` judge answer budget (default 512)
+``judge_when_penalised``  also ask the judge when the automated part is < 0.75 (its share is
+                     zeroed then, so by default we save the call; ``score_simple`` needs it)
+``exec_timeout_s``, ``memory_mb``, ``grader_timeout_s``  sandbox limits
+``categories``       restrict to these categories (comma-separated); ``tasks(split=...)`` does the same
+
+Scoring and aggregate: :mod:`evaluators.qwenclawbench.grading`. Three rollouts per task.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from unified.eval.adapter import Adapter, Environment, Task
+from unified.types import Episode, EpisodeResult
+
+from evaluators.qwenclawbench.endpoints import resolve_endpoint
+from evaluators.qwenclawbench.environment import QwenClawBenchEnvironment, transcript_from_episode
+from evaluators.qwenclawbench.grading import (
+    PENALTY_THRESHOLD, aggregate_runs, combine, judge_prompt, parse_judge_answer, run_automated_checks,
+    summarize_transcript,
+)
+from evaluators.qwenclawbench.tasks import DEFAULT_DATASET, QCBTask, load_tasks, resolve_dataset_dir
+
+__all__ = ["QwenClawBenchAdapter"]
+
+
+def _as_list(value: Any) -> list[str]:
+    if not value:
+        return []
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    return [str(v) for v in value]
+
+
+class QwenClawBenchAdapter(Adapter):
+    """Tasks from the checkout, a sandboxed workspace per run, the benchmark's penalised score."""
+
+    name = "qwenclawbench"
+    runs_default = 3
+
+    def __init__(self, **config: Any) -> None:
+        super().__init__(**config)
+        self.root = config.get("root")
+        self.dataset = config.get("dataset", DEFAULT_DATASET)
+        self.judge_spec = str(config.get("judge") or os.environ.get("QWENCLAWBENCH_JUDGE") or "embedded")
+        self.judge_max_tokens = int(config.get("judge_max_tokens", 512))
+        self.judge_when_penalised = bool(config.get("judge_when_penalised", False))
+        self.exec_timeout_s = float(config.get("exec_timeout_s", 120))
+        self.memory_mb = int(config.get("memory_mb", 2048))
+        self.grader_timeout_s = float(config.get("grader_timeout_s", 120))
+        self.categories = _as_list(config.get("categories"))
+
+    # -- tasks -----------------------------------------------------------------------------
+
+    def tasks(self, split: str | None = None, limit: int | None = None) -> list[Task]:
+        dataset_dir = resolve_dataset_dir(self.root, self.dataset)
+        parsed, broken = load_tasks(dataset_dir)
+        wanted = [c.lower() for c in self.categories + _as_list(None if split in (None, "", "all") else split)]
+        out: list[Task] = []
+        for qt in parsed:
+            if wanted and not {qt.category.lower(), qt.subcategory.lower(), qt.id.lower()} & set(wanted):
+                continue
+            out.append(Task(id=qt.id, benchmark=self.name, split=qt.category, group=qt.subcategory,
+                            payload=_payload(qt)))
+        if not wanted:
+            out += [Task(id=stem, benchmark=self.name, split="unparseable", skip_reason=error) for stem, error in broken]
+        return out[:limit] if limit else out
+
+    def open(self, task: Task) -> Environment:
+        return QwenClawBenchEnvironment(QCBTask(**task.payload), exec_timeout_s=self.exec_timeout_s,
+                                        memory_mb=self.memory_mb)
+
+    # -- scoring ---------------------------------------------------------------------------
+
+    def score(self, task: Task, episode: Episode, env: Environment) -> EpisodeResult:
+        qt = QCBTask(**task.payload)
+        assert isinstance(env, QwenClawBenchEnvironment) and env.workspace is not None
+        transcript = transcript_from_episode(episode)
+        details: dict[str, Any] = {"grading_type": qt.grading_type, "category": qt.category,
+                                   "weights": qt.grading_weights, "sandbox": "bwrap",
+                                   "docker": "not used (local bubblewrap sandbox ran)"}
+        errors: list[str] = []
+        s_auto = s_llm = None
+        if qt.grading_type in ("automated", "hybrid"):
+            code = qt.grading_code
+            if code:
+                auto = run_automated_checks(code, transcript, env.workspace, timeout_s=self.grader_timeout_s,
+                                            memory_mb=self.memory_mb)
+            else:
+                auto = {"score": 0.0, "breakdown": {}, "error": "no automated grading code in the task"}
+            s_auto = auto["score"]
+            details["automated"] = auto
+        need_judge = qt.grading_type == "llm_judge" or (
+            qt.grading_type == "hybrid" and (s_auto >= PENALTY_THRESHOLD or self.judge_when_penalised))
+        if need_judge:
+            judged = self._judge(qt, transcript)
+            details["llm_judge"] = judged
+            s_llm = judged.get("total", 0.0)
+            if judged.get("error"):
+                errors.append(f"judge: {judged['error']}")
+        elif qt.grading_type == "hybrid":
+            details["llm_judge"] = {"skipped": f"automated score {s_auto:.3f} < {PENALTY_THRESHOLD}: the judge's "
+                                               "share is zeroed by the benchmark's penalised scoring"}
+        score, simple = combine(qt.grading_type, qt.grading_weights, s_auto, s_llm)
+        details.update({"automated_score": s_auto, "judge_score": s_llm, "score_simple": simple if (
+            s_llm is not None or qt.grading_type == "automated") else None})
+        return EpisodeResult(benchmark=self.name, task_id=task.id, trial=episode.trial, score=score,
+                             passed=score >= 1.0 - 1e-9, details=details, error="; ".join(errors) or None)
+
+    def _judge(self, qt: QCBTask, transcript: list[dict[str, Any]]) -> dict[str, Any]:
+        rubric = qt.llm_judge_rubric or "\n".join(f"- {c}" for c in qt.grading_criteria)
+        prompt = judge_prompt(qt.prompt, qt.expected_behavior, summarize_transcript(transcript), rubric)
+        try:
+            endpoint = resolve_endpoint(self.judge_spec, max_new_tokens=self.judge_max_tokens)
+            answer = endpoint.client.chat([{"role": "user", "content": prompt}], temperature=0.0,
+                                          max_tokens=self.judge_max_tokens)
+        except Exception as exc:
+            return {"total": 0.0, "error": f"{type(exc).__name__}: {exc}", "judge": self.judge_spec}
+        parsed = parse_judge_answer(answer.text)
+        if parsed is None:  # the benchmark gives 0 when the judge's answer has no usable score
+            return {"total": 0.0, "parsed": False, "raw": answer.text[-2000:], "judge": endpoint.describe()}
+        return {**parsed, "parsed": True, "judge": endpoint.describe()}
+
+    def aggregate(self, results: list[EpisodeResult]) -> dict[str, Any]:
+        scored = [r for r in results if r.skipped is None]
+        runs = [{"task_id": r.task_id, "score": r.score, "category": r.details.get("category", "")} for r in scored]
+        out = aggregate_runs(runs)
+        out.update({"n_skipped": sum(1 for r in results if r.skipped is not None),
+                    "n_errors": sum(1 for r in scored if r.error),
+                    "sandbox": "bwrap (local bubblewrap sandbox; Docker with the official image not used)",
+                    "judge": self.judge_spec})
+        return out
+
+
+def _payload(qt: QCBTask) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return asdict(qt)
