@@ -1,0 +1,35 @@
+"""World-model rewards: the rubric judge, rule verifiers, their mix, in TRL's reward-function form.
+
+See :mod:`unified.rewards.functions` for the reward functions and their logging hooks,
+:mod:`unified.rewards.rubric` for the judge prompt and parser, :mod:`unified.rewards.verifiers`
+for the rule checks and :mod:`unified.rewards.backends` for judge backends and the cache.
+"""
+
+from unified.rewards.backends import (
+    CachedJudge,
+    JudgeBackend,
+    JudgeCache,
+    LocalHFJudgeBackend,
+    OpenAIJudgeBackend,
+    build_backend,
+)
+from unified.rewards.functions import (
+    RULE_SCALE,
+    MixedReward,
+    RewardConfig,
+    RubricReward,
+    RuleReward,
+    build_judge,
+    build_mixed_reward,
+    build_reward_functions,
+    reward_weights,
+)
+from unified.rewards.rubric import CRITERIA, JUDGE_SYSTEM, JudgeScores, judge_messages, parse_judge_answer
+from unified.rewards.verifiers import Verdict, exact_match, json_agreement, normalise_runtime, verify
+
+__all__ = [
+    "CRITERIA", "JUDGE_SYSTEM", "RULE_SCALE", "CachedJudge", "JudgeBackend", "JudgeCache", "JudgeScores",
+    "LocalHFJudgeBackend", "MixedReward", "OpenAIJudgeBackend", "RewardConfig", "RubricReward", "RuleReward", "Verdict",
+    "build_backend", "build_judge", "build_mixed_reward", "build_reward_functions", "exact_match", "judge_messages",
+    "json_agreement", "normalise_runtime", "parse_judge_answer", "reward_weights", "verify",
+]

@@ -1,0 +1,263 @@
+"""The world-model reward functions, in TRL's reward-function form, and their config.
+
+Every function has the signature ``fn(prompts, completions, **columns) -> list[float]``:
+``prompts`` are the dataset's ``prompt`` column (chat messages, or strings), ``completions``
+strings or lists of chat messages, ``columns`` the other dataset columns (``reference``,
+``domain`` are used; TRL's ``trainer_state``, ``log_metric``, ``log_extra``, ``completion_ids``
+are accepted).
+
+Mixing (Qwen-AgentWorld): r = w_rubric * r_rubric + w_rule * r_rule with r_rubric in {0} U
+[5, 25], r_rule in {0, 25}, and (w_rubric, w_rule) = (0.9, 0.1) by default. Give TRL the list
+of :func:`build_reward_functions` with ``reward_weights=reward_weights(cfg)`` (TRL computes the
+weighted sum), or use the single :class:`MixedReward`.
+
+Logging: after each call a function holds ``last_breakdowns`` — one
+:class:`unified.types.RewardBreakdown` per completion (rubric criteria, verifier verdict,
+judge text, parse status). When TRL passes ``log_metric``/``log_extra``, the functions also
+log the mean of every component (e.g. ``rubric/factuality``, ``rubric/parsed``) and add a
+``<name>_detail`` column to the completions table. ``on_breakdowns`` (a callable taking the
+list) is a hook for any other logger.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from unified.lwm.parsing import completion_text, parse_observation
+from unified.rewards.backends import CachedJudge, JudgeBackend, JudgeCache, build_backend
+from unified.rewards.rubric import CRITERIA, judge_messages, parse_judge_answer
+from unified.rewards.verifiers import verify
+from unified.types import RewardBreakdown
+
+RULE_SCALE = 25.0
+"""A passed rule check is worth the top of the rubric range."""
+
+
+@dataclass
+class RewardConfig:
+    """The reward section of a warmup recipe."""
+
+    judge_endpoint: str = ""
+    """OpenAI-compatible judge, ``openai:URL#MODEL`` (set this or ``judge_model``)."""
+    judge_model: str = ""
+    """Local judge checkpoint (a ``load_checkpoint`` spec: ``embedded``, a HF directory, ...)."""
+    rubric_weight: float = 0.9
+    """Weight of the rubric reward (5..25, 0 if unparseable)."""
+    rule_weight: float = 0.1
+    """Weight of the rule verifier (0 or 25)."""
+    cache_dir: str = "~/.cache/unified/judge"
+    """On-disk judge answer cache; empty string: no cache."""
+    judge_max_tokens: int = 256
+    """Judge answer budget."""
+    judge_temperature: float = 0.0
+    judge_max_concurrency: int = 8
+    judge_timeout_s: float = 120.0
+    judge_max_retries: int = 4
+    judge_disable_thinking: bool = True
+    """Send ``chat_template_kwargs={"enable_thinking": false}`` (vLLM/SGLang/our server)."""
+    judge_max_chars: int = 3000
+    """Longest text (action, observation) shown to the judge; longer ones keep head and tail."""
+    judge_max_history: int = 4
+    """Earlier turns shown to the judge."""
+
+    def __post_init__(self) -> None:
+        for name in ("rubric_weight", "rule_weight"):
+            value = getattr(self, name)
+            if value < 0 or math.isnan(value):
+                raise ValueError(f"RewardConfig.{name} must be >= 0, got {value}")
+        if self.rubric_weight == 0 and self.rule_weight == 0:
+            raise ValueError("RewardConfig: rubric_weight and rule_weight are both 0: no reward left")
+
+
+def _prompt_parts(prompt: Any) -> tuple[list[tuple[str, str]], str]:
+    """(history pairs, current action) from a chat prompt (or a plain string prompt)."""
+    if isinstance(prompt, str):
+        return [], prompt
+    messages = [m for m in (prompt or []) if isinstance(m, dict)]
+    turns = [m for m in messages if m.get("role") in ("user", "assistant")]
+    action = ""
+    if turns and turns[-1].get("role") == "user":
+        action = str(turns[-1].get("content") or "")
+        turns = turns[:-1]
+    history, pending = [], None
+    for m in turns:
+        if m.get("role") == "user":
+            pending = str(m.get("content") or "")
+        elif pending is not None:
+            history.append((pending, parse_observation(str(m.get("content") or ""))))
+            pending = None
+    return history, action
+
+
+def _column(columns: dict[str, Any], name: str, n: int, default: Any) -> list[Any]:
+    value = columns.get(name)
+    if value is None:
+        return [default] * n
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        return [value] * n
+    if len(value) != n:
+        raise ValueError(f"reward column {name!r} has {len(value)} values for {n} completions")
+    return list(value)
+
+
+class _RewardFunction:
+    __name__ = "reward"
+
+    def __init__(self, on_breakdowns: Callable[[list[RewardBreakdown]], None] | None = None) -> None:
+        self.last_breakdowns: list[RewardBreakdown] = []
+        self.on_breakdowns = on_breakdowns
+
+    def _report(self, breakdowns: list[RewardBreakdown], columns: dict[str, Any]) -> list[float]:
+        self.last_breakdowns = breakdowns
+        if self.on_breakdowns is not None:
+            self.on_breakdowns(breakdowns)
+        log_metric, log_extra = columns.get("log_metric"), columns.get("log_extra")
+        if callable(log_metric) and breakdowns:
+            keys = sorted({k for b in breakdowns for k in b.components})
+            for key in keys:
+                values = [b.components[key] for b in breakdowns if key in b.components]
+                log_metric(f"{self.__name__}/{key}", sum(values) / len(values))
+            log_metric(f"{self.__name__}/parsed", sum(b.parsed for b in breakdowns) / len(breakdowns))
+        if callable(log_extra):
+            log_extra(f"{self.__name__}_detail", [b.detail[:300] for b in breakdowns])
+        return [b.total for b in breakdowns]
+
+
+class RubricReward(_RewardFunction):
+    """The rubric judge as a reward: 5 * mean of five 1-5 scores, 0 when unparseable."""
+
+    __name__ = "rubric"
+
+    def __init__(self, judge: JudgeBackend | CachedJudge, *, max_chars: int = 3000, max_history: int = 4,
+                 on_breakdowns=None) -> None:
+        super().__init__(on_breakdowns)
+        self.judge = judge if isinstance(judge, CachedJudge) else CachedJudge(judge)
+        self.max_chars, self.max_history = max_chars, max_history
+
+    def __call__(self, prompts, completions, **columns) -> list[float]:
+        n = len(completions)
+        references = _column(columns, "reference", n, "")
+        domains = _column(columns, "domain", n, "")
+        prompts = list(prompts) if prompts is not None else [""] * n
+        requests = []
+        for prompt, completion, reference, domain in zip(prompts, completions, references, domains):
+            history, action = _prompt_parts(prompt)
+            prediction = parse_observation(completion_text(completion))
+            requests.append(judge_messages(str(domain), history, action, str(reference), prediction,
+                                           max_chars=self.max_chars, max_history=self.max_history))
+        breakdowns = []
+        for answer, cached in self.judge.complete(requests):
+            if isinstance(answer, Exception):
+                breakdowns.append(RewardBreakdown(total=0.0, components={"rubric": 0.0}, source="rubric", parsed=False,
+                                                  detail=f"judge failed: {type(answer).__name__}: {answer}"[:1000]))
+                continue
+            scores, why = parse_judge_answer(answer)
+            if scores is None:
+                breakdowns.append(RewardBreakdown(total=0.0, components={"rubric": 0.0}, source="rubric", parsed=False,
+                                                  detail=f"unparseable ({why}): {answer[:500]}"))
+                continue
+            components = {**scores.scores, "rubric": scores.reward, "score_0_100": scores.normalised,
+                          "cached": float(cached)}
+            breakdowns.append(RewardBreakdown(total=scores.reward, components=components, source="rubric",
+                                              parsed=True, detail=answer[:1000]))
+        return self._report(breakdowns, columns)
+
+
+class RuleReward(_RewardFunction):
+    """Rule verifier as a reward: 25 if the check passes, else 0 (see :mod:`unified.rewards.verifiers`)."""
+
+    __name__ = "rule"
+
+    def __call__(self, prompts, completions, **columns) -> list[float]:
+        n = len(completions)
+        references = _column(columns, "reference", n, "")
+        domains = _column(columns, "domain", n, "")
+        breakdowns = []
+        for completion, reference, domain in zip(completions, references, domains):
+            prediction = parse_observation(completion_text(completion))
+            verdict = verify(prediction, str(reference), str(domain))
+            value = RULE_SCALE if verdict.passed else 0.0
+            breakdowns.append(RewardBreakdown(total=value, components={"rule": value, verdict.check: value},
+                                              source="rule", parsed=True, detail=verdict.message))
+        return self._report(breakdowns, columns)
+
+
+class MixedReward(_RewardFunction):
+    """w_rubric * rubric + w_rule * rule in one function (breakdown keeps both parts)."""
+
+    __name__ = "lwm_reward"
+
+    def __init__(self, rubric: RubricReward | None, rule: RuleReward | None, rubric_weight: float = 0.9,
+                 rule_weight: float = 0.1, on_breakdowns=None) -> None:
+        super().__init__(on_breakdowns)
+        self.rubric, self.rule = rubric, rule
+        self.rubric_weight, self.rule_weight = rubric_weight, rule_weight
+
+    def __call__(self, prompts, completions, **columns) -> list[float]:
+        quiet = {k: v for k, v in columns.items() if k not in ("log_metric", "log_extra")}
+        parts = []
+        if self.rubric is not None and self.rubric_weight:
+            self.rubric(prompts, completions, **quiet)
+            parts.append((self.rubric_weight, self.rubric.last_breakdowns))
+        if self.rule is not None and self.rule_weight:
+            self.rule(prompts, completions, **quiet)
+            parts.append((self.rule_weight, self.rule.last_breakdowns))
+        breakdowns = []
+        for i in range(len(completions)):
+            total, components, details, parsed = 0.0, {}, [], True
+            for weight, items in parts:
+                b = items[i]
+                total += weight * b.total
+                components.update(b.components)
+                details.append(f"[{b.source}] {b.detail}")
+                parsed = parsed and b.parsed
+            breakdowns.append(RewardBreakdown(total=total, components=components, source="mixed", parsed=parsed,
+                                              detail="\n".join(details)))
+        return self._report(breakdowns, columns)
+
+
+def build_judge(cfg: RewardConfig) -> CachedJudge:
+    """The configured judge backend behind the configured cache."""
+    backend = build_backend(cfg.judge_endpoint, cfg.judge_model, max_tokens=cfg.judge_max_tokens,
+                            temperature=cfg.judge_temperature, max_concurrency=cfg.judge_max_concurrency,
+                            timeout_s=cfg.judge_timeout_s, max_retries=cfg.judge_max_retries,
+                            disable_thinking=cfg.judge_disable_thinking)
+    return CachedJudge(backend, JudgeCache(cfg.cache_dir) if cfg.cache_dir else None)
+
+
+def build_reward_functions(cfg: RewardConfig, *, judge: JudgeBackend | CachedJudge | None = None
+                           ) -> list[_RewardFunction]:
+    """The reward functions of ``cfg`` with a non-zero weight: [rubric, rule] (see :func:`reward_weights`).
+
+    ``judge`` overrides the configured backend (e.g. an already loaded local model).
+    """
+    funcs: list[_RewardFunction] = []
+    if cfg.rubric_weight:
+        funcs.append(RubricReward(judge if judge is not None else build_judge(cfg), max_chars=cfg.judge_max_chars,
+                                  max_history=cfg.judge_max_history))
+    if cfg.rule_weight:
+        funcs.append(RuleReward())
+    return funcs
+
+
+def reward_weights(cfg: RewardConfig) -> list[float]:
+    """TRL ``reward_weights`` aligned with :func:`build_reward_functions`."""
+    return [w for w in (cfg.rubric_weight, cfg.rule_weight) if w]
+
+
+def build_mixed_reward(cfg: RewardConfig, *, judge: JudgeBackend | CachedJudge | None = None) -> MixedReward:
+    """One function computing the configured mix."""
+    rubric = rule = None
+    for fn in build_reward_functions(cfg, judge=judge):
+        if isinstance(fn, RubricReward):
+            rubric = fn
+        else:
+            rule = fn
+    return MixedReward(rubric, rule, cfg.rubric_weight, cfg.rule_weight)
+
+
+__all__ = ["CRITERIA", "RULE_SCALE", "MixedReward", "RewardConfig", "RubricReward", "RuleReward", "build_judge",
+           "build_mixed_reward", "build_reward_functions", "reward_weights"]
