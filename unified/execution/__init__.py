@@ -1,0 +1,63 @@
+"""Execution backends behind one interface: ``local`` (bubblewrap), ``docker``, ``podman``, ``apptainer``.
+
+Adapters describe an environment (:class:`EnvironmentSpec`) and run commands in the
+:class:`ExecutionSession` a backend starts; they never know which backend it was. Which one
+runs is decided here: ``get_backend(name)`` with ``name`` from the adapter's config
+(``--set benchmarks.NAME.backend=docker``), else ``$UNIFIED_EXEC_BACKEND``, else ``auto``
+(the first of docker, podman, apptainer that works here, then ``local``).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+from unified.execution.base import (
+    BackendUnavailable,
+    EnvironmentSpec,
+    ExecResult,
+    ExecutionBackend,
+    ExecutionError,
+    ExecutionSession,
+)
+from unified.execution.containers import ApptainerBackend, DockerBackend, PodmanBackend
+from unified.execution.local import LocalBackend, LocalImageError
+from unified.execution.tmux import TmuxTerminal
+from unified.registry import Registry
+
+BACKENDS: Registry = Registry("execution backend")
+BACKENDS.register("local", LocalBackend)
+BACKENDS.register("docker", DockerBackend)
+BACKENDS.register("podman", PodmanBackend)
+BACKENDS.register("apptainer", ApptainerBackend)
+
+AUTO_ORDER = ("docker", "podman", "apptainer", "local")
+
+
+@functools.lru_cache(maxsize=None)
+def _available(name: str) -> bool:
+    return BACKENDS.get(name)().available()
+
+
+def get_backend(name: str | None = None) -> ExecutionBackend:
+    """The backend called ``name`` (``auto``/None: ``$UNIFIED_EXEC_BACKEND`` or the first that works here).
+
+    An unknown name lists the valid ones. ``auto`` raises BackendUnavailable (with every
+    reason) when nothing works, e.g. no bubblewrap and no engine.
+    """
+    name = name or os.environ.get("UNIFIED_EXEC_BACKEND") or "auto"
+    if name != "auto":
+        return BACKENDS.get(name)()
+    for candidate in AUTO_ORDER:
+        if _available(candidate):
+            return BACKENDS.get(candidate)()
+    reasons = "; ".join(str(BACKENDS.get(n)().unavailable_reason()) for n in AUTO_ORDER)
+    raise BackendUnavailable("auto", f"no execution backend works here: {reasons}",
+                             "apt-get install -y bubblewrap (local) or install docker/podman/apptainer")
+
+
+__all__ = [
+    "AUTO_ORDER", "BACKENDS", "ApptainerBackend", "BackendUnavailable", "DockerBackend", "EnvironmentSpec",
+    "ExecResult", "ExecutionBackend", "ExecutionError", "ExecutionSession", "LocalBackend", "LocalImageError",
+    "PodmanBackend", "TmuxTerminal", "get_backend",
+]

@@ -1,0 +1,114 @@
+"""The long-lived process inside a local sandbox: runs commands it is sent, one at a time.
+
+Started by :class:`unified.execution.local.LocalSession` as the sandbox's main process (so
+the sandbox, its private ``/tmp`` and anything started in it, a tmux server included, live
+as long as the session). Standard library only: it runs under the system ``python3``.
+
+Protocol (one JSON object a line): the host writes
+``{"argv": [...], "timeout": s, "stdin": b64, "cwd": dir, "env": {...}}`` to stdin and reads
+``{"exit_code", "stdout", "stderr" (base64), "timed_out", "duration_s"}`` from stdout.
+Each command runs in its own process group; on timeout the whole group gets SIGKILL.
+A command's background children may keep its output pipes open: after the command itself
+exits, output is collected for at most a short grace period.
+"""
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+GRACE_S = 0.5
+MAX_OUTPUT = 4 << 20
+
+
+def _reader(pipe, sink):
+    try:
+        while True:
+            chunk = pipe.read1(65536) if hasattr(pipe, "read1") else pipe.read(65536)
+            if not chunk:
+                break
+            if sum(len(c) for c in sink) < MAX_OUTPUT:
+                sink.append(chunk)
+    except (OSError, ValueError):
+        pass
+
+
+def _feed(pipe, data):
+    try:
+        pipe.write(data)
+    except (BrokenPipeError, OSError):
+        pass
+    finally:
+        try:
+            pipe.close()
+        except OSError:
+            pass
+
+
+def _run(req):
+    env = dict(os.environ)
+    env.update(req.get("env") or {})
+    data = base64.b64decode(req["stdin"]) if req.get("stdin") is not None else None
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(req["argv"], cwd=req.get("cwd") or None, env=env,
+                                stdin=subprocess.PIPE if data is not None else subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    except OSError as exc:
+        return {"exit_code": 127, "stdout": "", "stderr": base64.b64encode(f"{exc}\n".encode()).decode(),
+                "timed_out": False, "duration_s": 0.0}
+    out, err = [], []
+    readers = [threading.Thread(target=_reader, args=(proc.stdout, out), daemon=True),
+               threading.Thread(target=_reader, args=(proc.stderr, err), daemon=True)]
+    for t in readers:
+        t.start()
+    if data is not None:
+        threading.Thread(target=_feed, args=(proc.stdin, data), daemon=True).start()
+    timed_out = False
+    try:
+        proc.wait(timeout=float(req.get("timeout") or 60))
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        proc.wait()
+    for t in readers:
+        t.join(GRACE_S)
+    if timed_out:  # stragglers of the group that were not yet gone
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return {"exit_code": proc.returncode, "stdout": base64.b64encode(b"".join(out)).decode(),
+            "stderr": base64.b64encode(b"".join(err)).decode(), "timed_out": timed_out,
+            "duration_s": time.monotonic() - start}
+
+
+def main():
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    out = sys.stdout.buffer
+    out.write(b'{"ready": true}\n')
+    out.flush()
+    for line in sys.stdin.buffer:
+        if not line.strip():
+            continue
+        try:
+            req = json.loads(line)
+            if req.get("op") == "shutdown":
+                break
+            resp = _run(req)
+        except Exception as exc:  # a bad request must not kill the session
+            resp = {"exit_code": 126, "stdout": "", "stderr": base64.b64encode(f"keeper: {exc!r}\n".encode()).decode(),
+                    "timed_out": False, "duration_s": 0.0}
+        out.write(json.dumps(resp).encode() + b"\n")
+        out.flush()
+
+
+if __name__ == "__main__":
+    main()

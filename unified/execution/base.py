@@ -1,0 +1,257 @@
+"""One interface for every place a benchmark's commands can run.
+
+A benchmark adapter describes what its task needs in an :class:`EnvironmentSpec` (an image or
+a Dockerfile build context, a working directory, limits, network) and asks a backend for a
+session::
+
+    backend = get_backend("auto")            # local, docker, podman or apptainer
+    with backend.start(spec) as session:     # built/pulled, started ... always removed
+        session.exec("make test", timeout_s=60)
+        session.copy_in(Path("tests"), "/tests")
+        session.read_file("/logs/verifier/reward.txt")
+
+The adapter never knows which backend ran; the session records it (``session.backend``,
+``session.info``) and adapters copy that into their results.
+
+Everything a session does goes through ``exec``; ``copy_in``/``copy_out``/``write_file``/
+``read_file`` have portable defaults built on it (tar and base64 through stdin/stdout), which
+backends override where the engine has something better (``docker cp``).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import os
+import shlex
+import tarfile
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+
+class ExecutionError(RuntimeError):
+    """A session could not be started or broke down (not: a command that exited non-zero)."""
+
+
+class BackendUnavailable(ExecutionError):
+    """The backend cannot run here (engine not installed, daemon not running, ...).
+
+    ``reason`` is one line; ``how_to_fix`` says what to install or start.
+    """
+
+    def __init__(self, backend: str, reason: str, how_to_fix: str = "") -> None:
+        self.backend, self.reason, self.how_to_fix = backend, reason, how_to_fix
+        super().__init__(f"{backend}: {reason}" + (f" ({how_to_fix})" if how_to_fix else ""))
+
+
+@dataclass
+class EnvironmentSpec:
+    """What a task's environment is made of, independent of the backend that provides it."""
+
+    image: str | None = None
+    """A prebuilt image (``ubuntu:24.04``, ``swebench/sweb.eval.x86_64.x:latest``). Used when no build context."""
+    build_context: Path | None = None
+    """A directory holding a Dockerfile to build (Terminal-Bench ``environment/``)."""
+    dockerfile: str = "Dockerfile"
+    """The Dockerfile's name inside ``build_context``."""
+    workdir: str | None = None
+    """Working directory of every command (default: the image's; ``/workspace`` locally)."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Environment variables of every command."""
+    network: bool = False
+    """Give the environment network access (default: none)."""
+    cpus: float | None = None
+    """CPU limit (container engines); None: no limit."""
+    memory_mb: int | None = 2048
+    """Memory limit in MiB; None: no limit."""
+    max_processes: int = 512
+    """Process limit (local sandbox; ``--pids-limit`` on container engines)."""
+    timeout_s: float = 120.0
+    """Default wall-clock limit of one ``exec``."""
+    build_timeout_s: float = 1800.0
+    """Limit for building or pulling the image."""
+    extra_dirs: list[str] = field(default_factory=list)
+    """Absolute directories outside ``workdir`` the task uses (``/tests``, ``/logs/verifier``): created at start."""
+    name: str = "task"
+    """Human-readable label (container names, logs)."""
+
+
+@dataclass
+class ExecResult:
+    """What one command did."""
+
+    exit_code: int
+    """Exit status (negative: killed by that signal; -9 or 124/137 after a timeout)."""
+    stdout: str
+    """Standard output (UTF-8, undecodable bytes replaced)."""
+    stderr: str
+    """Standard error."""
+    timed_out: bool
+    """True when the time limit killed it."""
+    duration_s: float
+    """Wall time."""
+    backend: str = ""
+    """Which backend ran it (``local``, ``docker``, ``podman``, ``apptainer``)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+    def output(self) -> str:
+        """stdout then stderr, as a terminal would interleave them (roughly)."""
+        return self.stdout + (("\n" if self.stdout and not self.stdout.endswith("\n") else "") + self.stderr
+                              if self.stderr else "")
+
+
+class ExecutionSession(ABC):
+    """A running environment. Use as a context manager; ``close`` always cleans up."""
+
+    backend: str = ""
+
+    def __init__(self, spec: EnvironmentSpec) -> None:
+        self.spec = spec
+        self.info: dict[str, Any] = {"backend": self.backend}
+        """Run facts for the result record (image, approximations made, ...)."""
+        self._closed = False
+
+    @property
+    def workdir(self) -> str:
+        return self.spec.workdir or "/workspace"
+
+    @abstractmethod
+    def exec(self, command: str | list[str], timeout_s: float | None = None, stdin: str | bytes | None = None,
+             workdir: str | None = None, env: dict[str, str] | None = None) -> ExecResult:
+        """Run ``command`` (shell string or argv) inside; kill it after ``timeout_s``."""
+
+    @abstractmethod
+    def _close(self) -> None:
+        """Stop and remove everything this session started."""
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._close()
+
+    def __enter__(self) -> ExecutionSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- files (portable defaults over exec) -------------------------------------------
+
+    def write_file(self, dest: str, data: str | bytes, mode: int = 0o644) -> None:
+        """Create or replace the file ``dest`` (absolute, or relative to the workdir)."""
+        raw = data.encode() if isinstance(data, str) else data
+        path = self._abs(dest)
+        res = self.exec(["sh", "-c", 'mkdir -p "$(dirname "$1")" && cat > "$1" && chmod "$2" "$1"', "sh", path,
+                         format(mode, "o")], stdin=raw, timeout_s=max(60.0, len(raw) / 5e6))
+        if not res.ok:
+            raise ExecutionError(f"{self.backend}: cannot write {path}: {res.stderr.strip() or res.exit_code}")
+
+    def read_file(self, src: str) -> bytes:
+        """The bytes of file ``src``; FileNotFoundError when it does not exist."""
+        path = self._abs(src)
+        res = self.exec(["sh", "-c", 'test -f "$1" || exit 44; base64 < "$1"', "sh", path], timeout_s=120)
+        if res.exit_code == 44:
+            raise FileNotFoundError(f"{self.backend}: {path} does not exist in the environment")
+        if not res.ok:
+            raise ExecutionError(f"{self.backend}: cannot read {path}: {res.stderr.strip()}")
+        return base64.b64decode(res.stdout)
+
+    def copy_in(self, src: Path, dest: str) -> None:
+        """Copy a host file or directory to ``dest`` inside (a directory's contents go into ``dest``)."""
+        src = Path(src)
+        if not src.exists():
+            raise FileNotFoundError(f"copy_in: {src} does not exist")
+        path = self._abs(dest)
+        if src.is_file():
+            self.write_file(path, src.read_bytes(), mode=src.stat().st_mode & 0o777)
+            return
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            for child in sorted(src.iterdir()):
+                tar.add(child, arcname=child.name)
+        res = self.exec(["sh", "-c", 'mkdir -p "$1" && tar -x -o -C "$1"', "sh", path], stdin=buf.getvalue(),
+                        timeout_s=300)
+        if not res.ok:
+            raise ExecutionError(f"{self.backend}: cannot copy {src} to {path}: {res.stderr.strip()}")
+
+    def copy_out(self, src: str, dest: Path) -> None:
+        """Copy a file or directory ``src`` from inside to the host path ``dest``."""
+        path = self._abs(src)
+        res = self.exec(["sh", "-c", 'test -e "$1" || exit 44; cd "$(dirname "$1")" && tar -ch "$(basename "$1")" '
+                         '| base64', "sh", path], timeout_s=300)
+        if res.exit_code == 44:
+            raise FileNotFoundError(f"{self.backend}: {path} does not exist in the environment")
+        if not res.ok:
+            raise ExecutionError(f"{self.backend}: cannot copy {path} out: {res.stderr.strip()}")
+        extract_tar_to(base64.b64decode(res.stdout), PurePosixPath(path).name, Path(dest))
+
+    def _abs(self, path: str) -> str:
+        return path if path.startswith("/") else str(PurePosixPath(self.workdir) / path)
+
+
+def extract_tar_to(raw: bytes, top: str, dest: Path) -> None:
+    """Unpack a tar holding one entry ``top`` (file or directory) so that it becomes ``dest``.
+
+    Members that would land outside ``dest`` (absolute paths, ``..``, links) are refused: the
+    archive comes from an environment that ran untrusted commands.
+    """
+    dest = Path(dest)
+    with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
+        members = tar.getmembers()
+        for m in members:
+            rel = PurePosixPath(m.name)
+            if rel.is_absolute() or ".." in rel.parts or not (m.isfile() or m.isdir()):
+                continue
+            parts = rel.parts
+            if not parts or parts[0] != top:
+                continue
+            target = dest.joinpath(*parts[1:]) if len(parts) > 1 else dest
+            if m.isdir():
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fh = tar.extractfile(m)
+            target.write_bytes(fh.read() if fh else b"")
+            os.chmod(target, (m.mode & 0o755) | 0o600)
+
+
+class ExecutionBackend(ABC):
+    """A place to run environments: ``available()`` then ``start(spec)``."""
+
+    name: str = ""
+
+    @abstractmethod
+    def unavailable_reason(self) -> BackendUnavailable | None:
+        """None when this backend can run here, else why not (and how to fix it)."""
+
+    def available(self) -> bool:
+        return self.unavailable_reason() is None
+
+    def require(self) -> None:
+        """Raise BackendUnavailable when the backend cannot run here."""
+        problem = self.unavailable_reason()
+        if problem is not None:
+            raise problem
+
+    @abstractmethod
+    def start(self, spec: EnvironmentSpec) -> ExecutionSession:
+        """Build or pull, start, and return a session (a context manager that always cleans up)."""
+
+
+def shell_join(command: str | list[str]) -> list[str]:
+    """argv for ``command``: a shell string runs under ``sh -c``."""
+    if isinstance(command, str):
+        return ["sh", "-c", command]
+    if not command:
+        raise ValueError("empty command")
+    return [str(c) for c in command]
+
+
+def quote(argv: list[str]) -> str:
+    """A copy-pasteable rendering of an argv (for logs and error messages)."""
+    return " ".join(shlex.quote(a) for a in argv)

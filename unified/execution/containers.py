@@ -1,0 +1,421 @@
+"""Container engines: ``docker`` and ``podman`` (one CLI dialect), ``apptainer`` (Slurm clusters).
+
+Each session is one container kept alive by a no-op main process; commands run in it with
+``exec``. Builds are cached by a content hash of the build context (``unified-<name>:<hash>``);
+containers carry the label ``unified.session`` and are always removed (``close``, and a
+finalizer if a caller forgot). Timeouts are enforced twice: ``timeout -k`` inside the container
+(which kills the command itself, not just the client) and a host-side limit on the CLI call.
+
+The argv builders (``run_argv``, ``exec_argv`` ...) are plain functions of the spec, so their
+construction is tested without an engine; a missing engine or daemon is
+:class:`BackendUnavailable`, never a crash.
+
+Apptainer cannot build Dockerfiles: with a build context it needs docker or podman on the
+same node for the build (then converts the local image), otherwise the task is unavailable
+with that reason. Prebuilt images (``spec.image``) are pulled as ``docker://IMAGE`` into a
+SIF cache (``$UNIFIED_APPTAINER_CACHE`` or ``~/.cache/unified/sif``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import time
+import uuid
+import weakref
+from pathlib import Path
+
+from unified.execution.base import (
+    BackendUnavailable,
+    EnvironmentSpec,
+    ExecResult,
+    ExecutionBackend,
+    ExecutionError,
+    ExecutionSession,
+    quote,
+    shell_join,
+)
+
+KEEPALIVE = ["sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"]
+LABEL = "unified.session"
+_HOST_GRACE_S = 30.0
+
+
+def _run(argv: list[str], timeout: float, stdin: bytes | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, input=stdin, capture_output=True, timeout=timeout,
+                          stdin=None if stdin is not None else subprocess.DEVNULL)
+
+
+def context_hash(context: Path, dockerfile: str = "Dockerfile") -> str:
+    """A short content hash of a build context (file names, modes and bytes)."""
+    h = hashlib.sha256()
+    root = Path(context)
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        h.update(str(path.relative_to(root)).encode() + b"\0")
+        h.update(oct(path.stat().st_mode & 0o777).encode())
+        h.update(path.read_bytes())
+    h.update(dockerfile.encode())
+    return h.hexdigest()[:16]
+
+
+def image_tag(spec: EnvironmentSpec) -> str:
+    """The tag a build of ``spec.build_context`` gets (stable for identical contexts)."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in spec.name.lower()).strip("-.") or "task"
+    return f"unified-{safe[:60]}:{context_hash(Path(spec.build_context), spec.dockerfile)}"
+
+
+# --------------------------------------------------------------------------------------
+# docker / podman
+
+
+def build_argv(engine: str, spec: EnvironmentSpec, tag: str) -> list[str]:
+    """``docker build`` of the spec's context."""
+    ctx = Path(spec.build_context)
+    return [engine, "build", "-t", tag, "-f", str(ctx / spec.dockerfile), str(ctx)]
+
+
+def run_argv(engine: str, spec: EnvironmentSpec, image: str, name: str) -> list[str]:
+    """``docker run -d`` of a keep-alive container with the spec's limits."""
+    argv = [engine, "run", "-d", "--name", name, "--label", f"{LABEL}={name}", "--init"]
+    if not spec.network:
+        argv += ["--network", "none"]
+    if spec.cpus:
+        argv += ["--cpus", f"{spec.cpus:g}"]
+    if spec.memory_mb:
+        argv += ["--memory", f"{int(spec.memory_mb)}m"]
+    if spec.max_processes:
+        argv += ["--pids-limit", str(int(spec.max_processes))]
+    if spec.workdir:
+        argv += ["-w", spec.workdir]
+    for key, value in spec.env.items():
+        argv += ["-e", f"{key}={value}"]
+    return argv + ["--entrypoint", KEEPALIVE[0], image, *KEEPALIVE[1:]]
+
+
+def exec_argv(engine: str, name: str, command: str | list[str], timeout_s: float, workdir: str | None = None,
+              env: dict[str, str] | None = None, interactive: bool = False, has_timeout: bool = True) -> list[str]:
+    """``docker exec`` of ``command``, wrapped in ``timeout -k`` when the image has it."""
+    argv = [engine, "exec"]
+    if interactive:
+        argv.append("-i")
+    if workdir:
+        argv += ["-w", workdir]
+    for key, value in (env or {}).items():
+        argv += ["-e", f"{key}={value}"]
+    inner = shell_join(command)
+    if has_timeout:
+        inner = ["timeout", "-k", "5", f"{max(timeout_s, 0.1):g}", *inner]
+    return argv + [name, *inner]
+
+
+def rm_argv(engine: str, name: str) -> list[str]:
+    return [engine, "rm", "-f", "-v", name]
+
+
+class DockerSession(ExecutionSession):
+    """A container of a docker-compatible engine."""
+
+    def __init__(self, engine: str, spec: EnvironmentSpec, image: str) -> None:
+        self.backend = engine
+        super().__init__(spec)
+        self.engine = engine
+        self.name = f"unified-{uuid.uuid4().hex[:12]}"
+        self.image = image
+        self.info.update({"image": image, "container": self.name})
+        self._started = False
+        self._finalizer = weakref.finalize(self, _force_remove, engine, self.name)
+        self._has_timeout = True
+
+    def start(self) -> None:
+        argv = run_argv(self.engine, self.spec, self.image, self.name)
+        proc = _run(argv, timeout=120)
+        self._started = True
+        if proc.returncode != 0:
+            raise ExecutionError(f"{self.engine}: cannot start a container: {quote(argv)}: "
+                                 f"{proc.stderr.decode(errors='replace').strip()}")
+        probe = self.exec(["sh", "-c", "command -v timeout >/dev/null"], timeout_s=30)
+        self._has_timeout = probe.exit_code == 0
+        wd = self.exec(["pwd"], timeout_s=30)
+        if wd.ok and not self.spec.workdir:
+            self.info["workdir"] = wd.stdout.strip()
+        for d in self.spec.extra_dirs:
+            self.exec(["mkdir", "-p", d], timeout_s=30)
+
+    @property
+    def workdir(self) -> str:
+        return self.spec.workdir or self.info.get("workdir") or "/"
+
+    def exec(self, command, timeout_s=None, stdin=None, workdir=None, env=None) -> ExecResult:
+        limit = float(self.spec.timeout_s if timeout_s is None else timeout_s)
+        data = stdin.encode() if isinstance(stdin, str) else stdin
+        argv = exec_argv(self.engine, self.name, command, limit, workdir, env, interactive=data is not None,
+                         has_timeout=self._has_timeout)
+        start = time.monotonic()
+        try:
+            proc = _run(argv, timeout=limit + _HOST_GRACE_S, stdin=data)
+        except subprocess.TimeoutExpired as exc:
+            return ExecResult(-9, (exc.stdout or b"").decode(errors="replace"), (exc.stderr or b"").decode(
+                errors="replace"), True, time.monotonic() - start, self.backend)
+        timed_out = self._has_timeout and proc.returncode in (124, 137)
+        return ExecResult(proc.returncode, proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace"),
+                          timed_out, time.monotonic() - start, self.backend)
+
+    def copy_in(self, src: Path, dest: str) -> None:
+        path = self._abs(dest)
+        src = Path(src)
+        if not src.exists():
+            raise FileNotFoundError(f"copy_in: {src} does not exist")
+        self.exec(["mkdir", "-p", path if src.is_dir() else os.path.dirname(path) or "/"], timeout_s=30)
+        source = f"{src}/." if src.is_dir() else str(src)
+        proc = _run([self.engine, "cp", source, f"{self.name}:{path}"], timeout=600)
+        if proc.returncode != 0:
+            raise ExecutionError(f"{self.engine} cp {src} -> {path}: {proc.stderr.decode(errors='replace').strip()}")
+
+    def _close(self) -> None:
+        if self._started:
+            self._finalizer()
+
+
+def _force_remove(engine: str, name: str) -> None:
+    try:
+        _run(rm_argv(engine, name), timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+
+
+class DockerBackend(ExecutionBackend):
+    """docker (or, with ``engine="podman"``, podman: same CLI)."""
+
+    name = "docker"
+
+    def __init__(self, engine: str | None = None, keep_images: bool = True) -> None:
+        self.engine = engine or self.name
+        self.keep_images = keep_images
+
+    def unavailable_reason(self) -> BackendUnavailable | None:
+        if shutil.which(self.engine) is None:
+            return BackendUnavailable(self.engine, f"the {self.engine} command is not installed",
+                                      _INSTALL_HINTS[self.engine])
+        try:
+            proc = _run([self.engine, "info", "--format", "{{json .}}"], timeout=20)
+        except subprocess.TimeoutExpired:
+            return BackendUnavailable(self.engine, f"`{self.engine} info` did not answer in 20s",
+                                      f"check that the {self.engine} service is running")
+        if proc.returncode != 0:
+            detail = proc.stderr.decode(errors="replace").strip().splitlines()
+            return BackendUnavailable(self.engine, f"{self.engine} is installed but its engine is not reachable: "
+                                      f"{detail[-1] if detail else 'exit ' + str(proc.returncode)}",
+                                      _DAEMON_HINTS[self.engine])
+        return None
+
+    def prepare_image(self, spec: EnvironmentSpec) -> str:
+        """Build (context) or pull (image) and return the image reference to run."""
+        if spec.build_context:
+            tag = image_tag(spec)
+            if _run([self.engine, "image", "inspect", tag], timeout=60).returncode == 0:
+                return tag
+            argv = build_argv(self.engine, spec, tag)
+            try:
+                proc = _run(argv, timeout=spec.build_timeout_s)
+            except subprocess.TimeoutExpired:
+                raise ExecutionError(f"{self.engine}: build timed out after {spec.build_timeout_s:.0f}s: "
+                                     f"{quote(argv)}") from None
+            if proc.returncode != 0:
+                raise ExecutionError(f"{self.engine}: build failed: {quote(argv)}\n"
+                                     f"{proc.stderr.decode(errors='replace')[-3000:]}")
+            return tag
+        if not spec.image:
+            raise ExecutionError(f"{self.engine}: the environment names neither an image nor a build context")
+        if _run([self.engine, "image", "inspect", spec.image], timeout=60).returncode != 0:
+            try:
+                proc = _run([self.engine, "pull", spec.image], timeout=spec.build_timeout_s)
+            except subprocess.TimeoutExpired:
+                raise ExecutionError(f"{self.engine}: pulling {spec.image} timed out") from None
+            if proc.returncode != 0:
+                raise ExecutionError(f"{self.engine}: cannot pull {spec.image}: "
+                                     f"{proc.stderr.decode(errors='replace').strip()[-1000:]}")
+        return spec.image
+
+    def start(self, spec: EnvironmentSpec) -> DockerSession:
+        self.require()
+        session = DockerSession(self.engine, spec, self.prepare_image(spec))
+        try:
+            session.start()
+        except BaseException:
+            session.close()
+            raise
+        return session
+
+
+class PodmanBackend(DockerBackend):
+    """podman (rootless works; same CLI as docker)."""
+
+    name = "podman"
+
+
+# --------------------------------------------------------------------------------------
+# apptainer
+
+
+def apptainer_binary() -> str | None:
+    """``apptainer``, or its older name ``singularity``."""
+    return shutil.which("apptainer") or shutil.which("singularity")
+
+
+def sif_cache_dir() -> Path:
+    return Path(os.environ.get("UNIFIED_APPTAINER_CACHE") or Path.home() / ".cache" / "unified" / "sif")
+
+
+def sif_path(image: str) -> Path:
+    """Where the SIF of ``image`` is cached."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in image)
+    return sif_cache_dir() / f"{safe}.sif"
+
+
+def apptainer_pull_argv(binary: str, image: str, sif: Path) -> list[str]:
+    source = image if "://" in image else f"docker://{image}"
+    return [binary, "build", str(sif), source]
+
+
+def apptainer_start_argv(binary: str, spec: EnvironmentSpec, sif: Path, instance: str, scratch: Path) -> list[str]:
+    """``apptainer instance start`` with a private, writable overlay and no host home."""
+    argv = [binary, "instance", "start", "--containall", "--cleanenv", "--writable-tmpfs", "--no-home",
+            "--workdir", str(scratch)]
+    if not spec.network:
+        argv += ["--net", "--network", "none"]
+    if spec.memory_mb:
+        argv += ["--memory", f"{int(spec.memory_mb)}M"]
+    if spec.cpus:
+        argv += ["--cpus", f"{spec.cpus:g}"]
+    for key, value in spec.env.items():
+        argv += ["--env", f"{key}={value}"]
+    return argv + [str(sif), instance]
+
+
+def apptainer_exec_argv(binary: str, instance: str, command: str | list[str], timeout_s: float,
+                        workdir: str | None = None, env: dict[str, str] | None = None) -> list[str]:
+    argv = [binary, "exec"]
+    if workdir:
+        argv += ["--pwd", workdir]
+    for key, value in (env or {}).items():
+        argv += ["--env", f"{key}={value}"]
+    return argv + [f"instance://{instance}", "timeout", "-k", "5", f"{max(timeout_s, 0.1):g}", *shell_join(command)]
+
+
+class ApptainerSession(ExecutionSession):
+    backend = "apptainer"
+
+    def __init__(self, binary: str, spec: EnvironmentSpec, sif: Path) -> None:
+        super().__init__(spec)
+        self.binary, self.sif = binary, sif
+        self.instance = f"unified-{uuid.uuid4().hex[:12]}"
+        self.scratch = Path(os.environ.get("TMPDIR", "/tmp")) / self.instance
+        self.info.update({"image": str(sif), "instance": self.instance})
+        self._finalizer = weakref.finalize(self, _stop_instance, binary, self.instance, self.scratch)
+
+    def start(self) -> None:
+        self.scratch.mkdir(parents=True, exist_ok=True)
+        argv = apptainer_start_argv(self.binary, self.spec, self.sif, self.instance, self.scratch)
+        proc = _run(argv, timeout=300)
+        if proc.returncode != 0:
+            raise ExecutionError(f"apptainer: cannot start an instance: {quote(argv)}: "
+                                 f"{proc.stderr.decode(errors='replace').strip()}")
+        for d in self.spec.extra_dirs + ([self.spec.workdir] if self.spec.workdir else []):
+            self.exec(["mkdir", "-p", d], timeout_s=30, workdir="/")
+
+    @property
+    def workdir(self) -> str:
+        return self.spec.workdir or "/"
+
+    def exec(self, command, timeout_s=None, stdin=None, workdir=None, env=None) -> ExecResult:
+        limit = float(self.spec.timeout_s if timeout_s is None else timeout_s)
+        data = stdin.encode() if isinstance(stdin, str) else stdin
+        argv = apptainer_exec_argv(self.binary, self.instance, command, limit, workdir or self.spec.workdir,
+                                   {**self.spec.env, **(env or {})})
+        start = time.monotonic()
+        try:
+            proc = _run(argv, timeout=limit + _HOST_GRACE_S, stdin=data)
+        except subprocess.TimeoutExpired:
+            return ExecResult(-9, "", "", True, time.monotonic() - start, self.backend)
+        return ExecResult(proc.returncode, proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace"),
+                          proc.returncode in (124, 137), time.monotonic() - start, self.backend)
+
+    def _close(self) -> None:
+        self._finalizer()
+
+
+def _stop_instance(binary: str, instance: str, scratch: Path) -> None:
+    try:
+        _run([binary, "instance", "stop", "--force", instance], timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
+class ApptainerBackend(ExecutionBackend):
+    """Apptainer/Singularity instances from SIF images (pulled from a docker registry)."""
+
+    name = "apptainer"
+
+    def unavailable_reason(self) -> BackendUnavailable | None:
+        binary = apptainer_binary()
+        if binary is None:
+            return BackendUnavailable("apptainer", "apptainer (or singularity) is not installed",
+                                      _INSTALL_HINTS["apptainer"])
+        try:
+            proc = _run([binary, "--version"], timeout=20)
+        except subprocess.TimeoutExpired:
+            return BackendUnavailable("apptainer", f"`{binary} --version` did not answer")
+        if proc.returncode != 0:
+            return BackendUnavailable("apptainer", f"{binary} does not run: {proc.stderr.decode(errors='replace')}")
+        return None
+
+    def prepare_image(self, spec: EnvironmentSpec, binary: str) -> Path:
+        if spec.build_context:
+            builder = next((b for b in ("docker", "podman") if DockerBackend(b).available()), None)
+            if builder is None:
+                raise BackendUnavailable(
+                    "apptainer", "apptainer cannot build a Dockerfile and no docker/podman is available to build it",
+                    "give the task a prebuilt image (task.toml [environment] docker_image) or install podman")
+            tag = DockerBackend(builder).prepare_image(spec)
+            sif = sif_path(tag)
+            source = f"{'docker-daemon' if builder == 'docker' else 'podman-daemon'}://{tag}"
+        else:
+            if not spec.image:
+                raise ExecutionError("apptainer: the environment names neither an image nor a build context")
+            sif, source = sif_path(spec.image), spec.image
+        if not sif.exists():
+            sif.parent.mkdir(parents=True, exist_ok=True)
+            argv = apptainer_pull_argv(binary, source, sif)
+            try:
+                proc = _run(argv, timeout=spec.build_timeout_s)
+            except subprocess.TimeoutExpired:
+                raise ExecutionError(f"apptainer: {quote(argv)} timed out") from None
+            if proc.returncode != 0:
+                raise ExecutionError(f"apptainer: {quote(argv)} failed: {proc.stderr.decode(errors='replace')[-2000:]}")
+        return sif
+
+    def start(self, spec: EnvironmentSpec) -> ApptainerSession:
+        self.require()
+        binary = apptainer_binary()
+        session = ApptainerSession(binary, spec, self.prepare_image(spec, binary))
+        try:
+            session.start()
+        except BaseException:
+            session.close()
+            raise
+        return session
+
+
+_INSTALL_HINTS = {
+    "docker": "install Docker Engine (https://docs.docker.com/engine/install/) or use --backend podman/apptainer/local",
+    "podman": "apt-get install -y podman (rootless works) or use --backend docker/apptainer/local",
+    "apptainer": "install apptainer (https://apptainer.org/docs/admin/main/installation.html; often `module load "
+                 "apptainer` on Slurm clusters) or use --backend local",
+}
+_DAEMON_HINTS = {
+    "docker": "start the daemon (`sudo systemctl start docker`) and make sure this user may use it (docker group)",
+    "podman": "run `podman info` to see what is missing (subuids for rootless, storage driver)",
+}
