@@ -46,6 +46,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Iterable
 
 from unified.registry import UnknownNameError
@@ -94,6 +95,13 @@ class Task(Record):
     """Set when this task cannot run here (missing API key ...): recorded as a skip."""
     group: str = ""
     """Optional coarser group (e.g. BFCL ``multi_turn``) for aggregation."""
+    depends_on: list[str] = field(default_factory=list)
+    """Ids of tasks that must finish first (BFCL memory questions need the memory-writing
+    conversations of their scenario). The runner schedules them first; a dependency that is
+    not part of the run is ignored."""
+    scored: bool = True
+    """False for tasks that only prepare state for others (they are run and recorded, but
+    ``aggregate`` leaves them out)."""
 
 
 class Environment:
@@ -170,10 +178,18 @@ class Adapter:
         mean = 100.0 * sum(r.score for r in scored) / len(scored) if scored else 0.0
         return {"score": mean, "metric": "mean score (%)", "n": len(scored)}
 
+    work_dir: Path | None = None
+    """Set by the runner before ``tasks``: a per-benchmark directory inside the run's output
+    for state that must outlive one episode (and survive a resume), e.g. BFCL memory snapshots."""
+
     # Optional: the ground-truth actions, for the ``gold`` policy that verifies an adapter.
     def gold_turns(self, task: Task) -> list[list[ToolCall]]:
         """Per user turn, the calls a perfect agent makes (then it answers). Optional."""
         raise NotImplementedError(f"{self.name or type(self).__name__} has no ground truth to replay")
+
+    def gold_answer(self, task: Task) -> str | None:
+        """The final answer text a perfect agent gives, where the benchmark scores text. Optional."""
+        return None
 
 
 # --------------------------------------------------------------------------------------

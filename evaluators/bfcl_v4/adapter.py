@@ -1,0 +1,162 @@
+"""The BFCL v4 adapter (entry point ``bfcl_v4``): tasks, environments, scoring, aggregate.
+
+Config (``--set benchmarks.bfcl_v4.KEY=VALUE`` or a recipe):
+
+- ``categories``: bfcl category names or collections (``all`` = every scoring category,
+  ``multi_turn``, ``live``, ``non_live``, ``memory``, ``web_search``, ``agentic``, ...);
+  ``split`` (``--split``) does the same;
+- ``limit_order``: ``round_robin`` (default: ``--limit N`` takes N tasks across categories)
+  or ``per_category`` (N per category).
+
+Web-search tasks need ``SERPAPI_API_KEY`` (bfcl's WebSearchAPI calls SerpAPI); without it
+they are recorded as skipped with that reason.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from collections import defaultdict
+from typing import Any
+
+from evaluators.bfcl_v4 import data, scoring
+from evaluators.bfcl_v4.environment import BFCLEnvironment
+from evaluators.bfcl_v4.isolation import import_bfcl
+from unified.eval.adapter import Adapter, Task
+from unified.types import Episode, EpisodeResult, ToolCall
+
+
+class BFCLAdapter(Adapter):
+    name = "bfcl_v4"
+    runs_default = 1
+
+    def __init__(self, categories: str | list[str] | None = None, limit_order: str = "round_robin",
+                 **config: Any) -> None:
+        super().__init__(categories=categories, limit_order=limit_order, **config)
+        import_bfcl("bfcl_eval.utils")  # fails as BenchmarkUnavailable when bfcl-eval is missing
+        self.categories = data.resolve_categories(categories)
+        self.limit_order = limit_order
+
+    def tasks(self, split: str | None = None, limit: int | None = None) -> list[Task]:
+        categories = data.resolve_categories(split) if split else self.categories
+        return data.select_tasks(categories, limit, self.limit_order)
+
+    def open(self, task: Task) -> BFCLEnvironment:
+        return BFCLEnvironment(task, self.work_dir)
+
+    def score(self, task: Task, episode: Episode, env: BFCLEnvironment) -> EpisodeResult:  # type: ignore[override]
+        category = task.payload["category"]
+        if task.payload.get("prereq"):
+            env.flush_memory()
+            return EpisodeResult(benchmark=self.name, task_id=task.id, trial=episode.trial, score=0.0,
+                                 details={"category": category, "prereq": True, "scored": False})
+        allowed = set(env.methods)
+        verdict = scoring.score_entry(category, task.payload, episode, allowed)
+        details = {"category": category, "group": task.group, "stop_reason": episode.stop_reason,
+                   **{k: v for k, v in verdict.items() if k != "valid" and v is not None}}
+        return EpisodeResult(benchmark=self.name, task_id=task.id, trial=episode.trial,
+                             score=1.0 if verdict["valid"] else 0.0, passed=bool(verdict["valid"]),
+                             details=_jsonable(details))
+
+    def aggregate(self, results: list[EpisodeResult]) -> dict[str, Any]:
+        by_category: dict[str, list[float]] = defaultdict(list)
+        errors = skipped = 0
+        for r in results:
+            if r.details.get("prereq"):
+                continue
+            if r.skipped is not None:
+                skipped += 1
+                continue
+            category = r.details.get("category") or _category_of(r.task_id)
+            if r.error is not None:
+                errors += 1
+            by_category[category].append(r.score)
+        per_category = {c: (sum(v) / len(v), len(v)) for c, v in by_category.items()}
+        sizes = data.dataset_sizes([c for c in data.resolve_categories("all") if c not in per_category])
+        official = scoring.aggregate_categories(per_category, sizes)
+        return {
+            "score": official["overall"],
+            "metric": "BFCL v4 overall (%), official weights; categories not run count as 0",
+            "overall_evaluated_only": scoring.evaluated_only_overall(per_category),
+            "complete": official["complete"],
+            "groups": official["groups"],
+            "subgroups": official["subgroups"],
+            "categories": {c: {"accuracy": 100 * a, "n": n} for c, (a, n) in sorted(per_category.items())},
+            "n": sum(n for _, n in per_category.values()),
+            "errors": errors,
+            "skipped": skipped,
+        }
+
+    # ----------------------------------------------------------------------------------
+    def gold_turns(self, task: Task) -> list[list[ToolCall]]:
+        """The ground truth as calls: multi-turn call strings (positional arguments bound by the
+        backend method's signature), single-turn possible answers (first allowed value)."""
+        truth = task.payload.get("ground_truth")
+        category = task.payload["category"]
+        utils = import_bfcl("bfcl_eval.utils")
+        if utils.is_relevance_or_irrelevance(category):
+            if "irrelevance" in category:
+                return [[]]
+            first = task.payload["entry"]["function"][0]  # relevance: any call of an offered function
+            return [[ToolCall(name=first["name"], arguments={}, id="call_0")]]
+        if utils.is_multi_turn(category):
+            signatures = _backend_signatures(task.payload["entry"]["involved_classes"])
+            return [[_call_from_string(s, signatures, i) for i, s in enumerate(turn)] for turn in truth]
+        if utils.is_agentic(category):
+            return [[]]
+        calls = []
+        for i, item in enumerate(truth):
+            (name, params), = item.items()
+            args = {k: v for k, v in ((k, _pick(o)) for k, o in params.items()) if v is not None}
+            calls.append(ToolCall(name=name, arguments=args, id=f"call_{i}"))
+        return [calls]
+
+    def gold_answer(self, task: Task) -> str | None:
+        truth = task.payload.get("ground_truth")
+        if import_bfcl("bfcl_eval.utils").is_agentic(task.payload["category"]) and truth:
+            return f"{{'answer': {truth[0]!r}, 'context': 'ground truth'}}"
+        return None
+
+
+def _pick(options: Any) -> Any:
+    """First allowed value of a possible-answer option list ("" = may be omitted); nested dicts
+    hold option lists themselves."""
+    chosen = next((o for o in options if o != ""), None) if isinstance(options, list) else options
+    if isinstance(chosen, dict):
+        return {k: v for k, v in ((k, _pick(o)) for k, o in chosen.items()) if v is not None}
+    return chosen
+
+
+def _category_of(task_id: str) -> str:
+    return import_bfcl("bfcl_eval.utils").extract_test_category_from_id(task_id, remove_prereq=True)
+
+
+def _backend_signatures(classes: list[str]) -> dict[str, list[str]]:
+    config = import_bfcl("bfcl_eval.constants.executable_backend_config")
+    import importlib
+
+    out: dict[str, list[str]] = {}
+    for class_name in classes:
+        cls = getattr(importlib.import_module(config.CLASS_FILE_PATH_MAPPING[class_name]), class_name)
+        for name, fn in inspect.getmembers(cls, predicate=inspect.isfunction):
+            if not name.startswith("_"):
+                out[name] = [p for p in inspect.signature(fn).parameters if p != "self"]
+    return out
+
+
+def _call_from_string(text: str, signatures: dict[str, list[str]], index: int) -> ToolCall:
+    """A ground-truth call string (bfcl's data, not model output) -> ToolCall, via ast only."""
+    node = ast.parse(text, mode="eval").body
+    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+        raise ValueError(f"bfcl ground truth {text!r} is not a plain call")
+    name = node.func.id
+    params = signatures.get(name, [])
+    args = {params[i]: ast.literal_eval(a) for i, a in enumerate(node.args)}
+    args.update({k.arg: ast.literal_eval(k.value) for k in node.keywords})
+    return ToolCall(name=name, arguments=args, id=f"call_{index}")
+
+
+def _jsonable(value: Any) -> Any:
+    import json
+
+    return json.loads(json.dumps(value, default=str))

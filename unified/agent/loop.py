@@ -1,0 +1,328 @@
+"""The multi-turn agent loop: many episodes in flight, one policy batch per round.
+
+The orchestrator owns the conversation (tau2-bench's shape: agents are step functions). Each
+round it gathers the next turn of every episode in flight into *one* ``policy.generate``
+call (the ``hf`` backend turns it into one left-padded batch), then, per episode:
+
+1. ``prompting.parse`` strips module blocks; reasoning, answer and tool calls are parsed
+   (:mod:`unified.agent.parsing`), server-parsed calls used when the text holds none;
+2. malformed calls and calls to tools the environment does not offer become error
+   observations (the agent sees them and can react); the others go to ``env.step`` together,
+   none dropped; environment steps of the round run in a thread pool;
+3. a turn without calls ends the user turn: ``env.next_user_turn`` gives the next user
+   message or ends the episode (``answer``);
+4. limits (policy calls, steps per user turn, generated tokens, wall time) end the episode
+   with their name as ``stop_reason``.
+
+Episodes are recorded whole (:class:`unified.types.Episode`): every prompt, raw completion,
+reasoning, call, observation, token count and timing. Earlier turns' reasoning stays in the
+recorded messages; the chat template drops it from later prompts (Qwen3.5 behaviour).
+
+A crash in one episode (environment, scorer, policy error for that request) is recorded as
+that episode's error and the others go on. Tasks with ``depends_on`` start only after their
+dependencies finished.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from unified.agent.parsing import calls_from_structured, parse_completion
+from unified.agent.prompting import PromptingModule, make_prompting
+from unified.eval.adapter import Adapter, Environment, Task
+from unified.policy.base import Policy, PolicyRequest
+from unified.types import Episode, EpisodeResult, Message, Observation, Step, ToolCall
+
+
+@dataclass
+class AgentLimits:
+    """Per-episode limits; hitting one ends the episode with its name as ``stop_reason``."""
+
+    max_turns: int = 40
+    """Policy calls per episode (``max_turns``)."""
+    max_steps_per_user_turn: int = 20
+    """Policy calls within one user turn (``max_steps_per_turn``; BFCL's MAXIMUM_STEP_LIMIT is 20)."""
+    max_completion_tokens: int = 32768
+    """Generated tokens per episode (``max_tokens``)."""
+    max_seconds: float = 3600.0
+    """Wall time per episode (``timeout``)."""
+
+
+@dataclass
+class Job:
+    """One (task, trial) to run."""
+
+    task: Task
+    trial: int = 0
+
+
+@dataclass
+class _Running:
+    job: Job
+    env: Environment
+    prompting: PromptingModule
+    episode: Episode
+    started: float
+    steps_in_turn: int = 0
+    tokens: int = 0
+    context: dict[str, Any] = field(default_factory=dict)
+
+
+def _error_observation(call: ToolCall, text: str) -> Observation:
+    return Observation(call_id=call.id, content=text, is_error=True, metadata={"source": "agent_loop"})
+
+
+class AgentLoop:
+    """Runs jobs of one adapter with one policy; ``run`` returns when all jobs are done."""
+
+    def __init__(self, adapter: Adapter, policy: Policy, *, prompting: str = "act",
+                 prompting_options: dict[str, Any] | None = None, limits: AgentLimits = AgentLimits(),
+                 max_in_flight: int = 8, env_workers: int = 8, model_name: str = "",
+                 on_result: Callable[[EpisodeResult, Episode], None] | None = None,
+                 on_round: Callable[[int, int], None] | None = None) -> None:
+        self.adapter, self.policy = adapter, policy
+        self.prompting_name, self.prompting_options = prompting, dict(prompting_options or {})
+        self.limits, self.max_in_flight, self.env_workers = limits, max(1, max_in_flight), max(1, env_workers)
+        self.model_name = model_name or policy.model
+        self.on_result = on_result
+        self.on_round = on_round
+        make_prompting(prompting, **self.prompting_options)  # fail early on an unknown name
+
+    # ----------------------------------------------------------------------------------
+    def run(self, jobs: list[Job], finished_ids: set[str] | None = None) -> list[EpisodeResult]:
+        """Run every job; ``finished_ids`` are task ids already done (dependencies of a resume)."""
+        done: set[str] = set(finished_ids or ())
+        pending = list(jobs)
+        scheduled_ids = {j.task.id for j in jobs}
+        remaining: dict[str, int] = {}
+        for job in jobs:
+            remaining[job.task.id] = remaining.get(job.task.id, 0) + 1
+        running: list[_Running] = []
+        results: list[EpisodeResult] = []
+        with ThreadPoolExecutor(max_workers=self.env_workers) as pool:
+            while pending or running:
+                # admit jobs whose dependencies are finished (or not part of this run)
+                i = 0
+                while len(running) < self.max_in_flight and i < len(pending):
+                    deps = pending[i].task.depends_on
+                    if all(d in done or d not in scheduled_ids for d in deps):
+                        job = pending.pop(i)
+                        state = self._open(job, results)
+                        if state is None:
+                            self._mark_done(job, remaining, done)
+                        else:
+                            running.append(state)
+                    else:
+                        i += 1
+                if not running:
+                    if pending:  # a dependency cycle or a dependency that crashed before opening
+                        job = pending.pop(0)
+                        job.task.depends_on = []
+                        pending.insert(0, job)
+                    continue
+                finished = self._round(running, pool)
+                for state in finished:
+                    running.remove(state)
+                    results.append(self._finish(state))
+                    self._mark_done(state.job, remaining, done)
+                if self.on_round:
+                    self.on_round(len(running), len(pending))
+        return results
+
+    @staticmethod
+    def _mark_done(job: Job, remaining: dict[str, int], done: set[str]) -> None:
+        remaining[job.task.id] -= 1
+        if remaining[job.task.id] == 0:
+            done.add(job.task.id)
+
+    # ----------------------------------------------------------------------------------
+    def _open(self, job: Job, results: list[EpisodeResult]) -> _Running | None:
+        task = job.task
+        episode = Episode(benchmark=self.adapter.name, task_id=task.id, trial=job.trial, model=self.model_name,
+                          started_at=time.time(), metadata={"prompting": self.prompting_name})
+        if task.skip_reason:
+            result = EpisodeResult(benchmark=self.adapter.name, task_id=task.id, trial=job.trial, score=0.0,
+                                   skipped=task.skip_reason)
+            episode.stop_reason = "skipped"
+            self._emit(result, episode, results)
+            return None
+        env = None
+        try:
+            env = self.adapter.open(task)
+            env.__enter__()
+            prompting = make_prompting(self.prompting_name, **self.prompting_options)
+            system = prompting.system_prompt(env.system_prompt)
+            if system:
+                episode.messages.append(Message(role="system", content=system))
+            episode.messages.append(Message(role="user", content=env.first_user_message))
+            episode.tools = list(env.tools)
+            episode.metadata.update(env.metadata)
+        except Exception:
+            if env is not None:
+                try:
+                    env.__exit__(None, None, None)
+                except Exception:
+                    pass
+            episode.stop_reason, episode.error = "error", traceback.format_exc()
+            self._emit(self._crash_result(job, episode.error), episode, results)
+            return None
+        context = {"task": task, "adapter": self.adapter} if self.policy.name == "gold" else {}
+        return _Running(job=job, env=env, prompting=prompting, episode=episode, started=time.monotonic(),
+                        context=context)
+
+    def _crash_result(self, job: Job, error: str) -> EpisodeResult:
+        return EpisodeResult(benchmark=self.adapter.name, task_id=job.task.id, trial=job.trial, score=0.0,
+                             passed=False, error=error)
+
+    def _emit(self, result: EpisodeResult, episode: Episode, results: list[EpisodeResult]) -> None:
+        results.append(result)
+        if self.on_result:
+            self.on_result(result, episode)
+
+    # ----------------------------------------------------------------------------------
+    def _round(self, running: list[_Running], pool: ThreadPoolExecutor) -> list[_Running]:
+        """One policy call for every running episode, then their environment steps."""
+        requests = []
+        for state in running:
+            view = state.prompting.before_policy(list(state.episode.messages))
+            requests.append(PolicyRequest(messages=[m.to_chat() for m in view],
+                                          tools=[t.to_openai() for t in state.env.tools], context=state.context))
+        t0 = time.perf_counter()
+        try:
+            outputs = self.policy.generate(requests)
+        except Exception as exc:  # the whole batch failed: every episode records it
+            outputs = [exc] * len(requests)
+        gen_seconds = time.perf_counter() - t0
+        finished: list[_Running] = []
+        to_step: list[tuple[_Running, Step, list[ToolCall]]] = []
+        for state, request, output in zip(running, requests, outputs):
+            episode = state.episode
+            if isinstance(output, Exception):
+                episode.stop_reason = "error"
+                episode.error = "".join(traceback.format_exception(output)) or repr(output)
+                finished.append(state)
+                continue
+            visible, extras = state.prompting.parse(output.text)
+            parsed = parse_completion(visible, state.env.tools)
+            calls = parsed.tool_calls
+            if output.tool_calls and not calls:
+                calls = calls_from_structured(output.tool_calls)
+            for i, call in enumerate(calls):
+                call.id = call.id or f"call_{i}"
+            step = Step(index=len(episode.steps), prompt=output.prompt, completion=output.text,
+                        reasoning=parsed.reasoning, content=parsed.content, tool_calls=calls,
+                        prompt_tokens=output.prompt_tokens, completion_tokens=output.completion_tokens,
+                        completion_token_ids=list(output.token_ids), generation_seconds=output.seconds or gen_seconds,
+                        extras=dict(extras, finish_reason=output.finish_reason))
+            episode.steps.append(step)
+            episode.messages.append(Message(role="assistant", content=parsed.content, reasoning=parsed.reasoning,
+                                            tool_calls=calls))
+            state.tokens += output.completion_tokens
+            state.steps_in_turn += 1
+            if calls:
+                to_step.append((state, step, calls))
+            else:
+                try:
+                    follow_up = state.env.next_user_turn(episode)
+                except Exception:
+                    episode.stop_reason, episode.error = "error", traceback.format_exc()
+                    finished.append(state)
+                    continue
+                if follow_up is None:
+                    episode.stop_reason = "answer"
+                    finished.append(state)
+                    continue
+                episode.messages.append(Message(role="user", content=follow_up))
+                episode.tools = list(state.env.tools)
+                state.steps_in_turn = 0
+            if self._limit_hit(state) and state not in finished and not calls:
+                finished.append(state)
+        futures = [(state, step, calls, pool.submit(self._step_env, state, calls)) for state, step, calls in to_step]
+        for state, step, calls, future in futures:
+            episode = state.episode
+            try:
+                observations, seconds = future.result()
+            except Exception:
+                episode.stop_reason, episode.error = "error", traceback.format_exc()
+                finished.append(state)
+                continue
+            step.observations = observations
+            step.environment_seconds = seconds
+            for call, obs in zip(calls, observations):
+                episode.messages.append(Message(role="tool", content=obs.content, tool_call_id=call.id, name=call.name))
+            try:
+                state.prompting.after_observations(step, observations)
+            except Exception:
+                episode.stop_reason, episode.error = "error", traceback.format_exc()
+                finished.append(state)
+                continue
+            if state.env.done:
+                episode.stop_reason = "env_done"
+                finished.append(state)
+            elif self._limit_hit(state):
+                finished.append(state)
+        return finished
+
+    def _limit_hit(self, state: _Running) -> bool:
+        episode, limits = state.episode, self.limits
+        reason = ""
+        if len(episode.steps) >= limits.max_turns:
+            reason = "max_turns"
+        elif state.steps_in_turn >= limits.max_steps_per_user_turn:
+            reason = "max_steps_per_turn"
+        elif state.tokens >= limits.max_completion_tokens:
+            reason = "max_tokens"
+        elif time.monotonic() - state.started >= limits.max_seconds:
+            reason = "timeout"
+        if reason:
+            episode.stop_reason = reason
+            episode.metadata["limit_hit"] = reason
+        return bool(reason)
+
+    @staticmethod
+    def _step_env(state: _Running, calls: list[ToolCall]) -> tuple[list[Observation], float]:
+        t0 = time.perf_counter()
+        offered = {t.name for t in state.env.tools}
+        valid = [c for c in calls if c.parse_error is None and c.name in offered]
+        answers = state.env.step(valid) if valid else []
+        if len(answers) != len(valid):
+            raise RuntimeError(f"environment returned {len(answers)} observations for {len(valid)} calls")
+        by_call = iter(answers)
+        observations = []
+        for call in calls:
+            if call.parse_error is not None:
+                observations.append(_error_observation(call, f"Error: could not parse this tool call: {call.parse_error}"))
+            elif call.name not in offered:
+                observations.append(_error_observation(
+                    call, f"Error: no tool named {call.name!r}; available tools: {', '.join(sorted(offered))}"))
+            else:
+                obs = next(by_call)
+                obs.call_id = call.id
+                observations.append(obs)
+        return observations, time.perf_counter() - t0
+
+    # ----------------------------------------------------------------------------------
+    def _finish(self, state: _Running) -> EpisodeResult:
+        episode, job = state.episode, state.job
+        episode.wall_seconds = time.monotonic() - state.started
+        try:
+            if episode.error:
+                result = self._crash_result(job, episode.error)
+            else:
+                try:
+                    result = self.adapter.score(job.task, episode, state.env)
+                    result.trial = job.trial
+                except Exception:
+                    result = self._crash_result(job, "scoring failed:\n" + traceback.format_exc())
+        finally:
+            try:
+                state.env.__exit__(None, None, None)
+            except Exception:
+                episode.metadata["stop_error"] = traceback.format_exc()
+        if self.on_result:
+            self.on_result(result, episode)
+        return result

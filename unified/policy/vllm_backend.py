@@ -1,0 +1,55 @@
+"""``vllm``: vLLM's offline engine (``pip install unified[gpu]``; imported only when used).
+
+Prompts are rendered with the checkpoint's chat template and generated in one
+``LLM.generate`` call, which schedules the whole batch with continuous batching.
+"""
+
+from __future__ import annotations
+
+from unified.policy.base import Policy, PolicyOutput, PolicyRequest, SamplingConfig
+
+
+class VLLMUnavailable(RuntimeError):
+    """vLLM is not installed (CPU installs never have it)."""
+
+
+class VLLMPolicy(Policy):
+    name = "vllm"
+
+    def __init__(self, model: str, sampling: SamplingConfig = SamplingConfig(), **engine_kwargs) -> None:
+        super().__init__(model, sampling)
+        try:
+            import vllm  # noqa: F401
+        except ImportError:
+            raise VLLMUnavailable("the vllm backend needs vLLM: pip install 'unified[gpu]' on a CUDA machine") from None
+        from unified.models.checkpoint import resolve_spec
+
+        kind, path = resolve_spec(model)
+        if kind == "embedded":
+            from unified.models import ensure_embedded_checkpoint
+
+            path = str(ensure_embedded_checkpoint())
+        self.llm = vllm.LLM(model=path, **engine_kwargs)
+        self.tokenizer = self.llm.get_tokenizer()
+
+    def generate(self, requests: list[PolicyRequest]) -> list[PolicyOutput | Exception]:
+        import time
+
+        from vllm import SamplingParams
+
+        s = self.sampling
+        prompts = [self.tokenizer.apply_chat_template(r.messages, tools=r.tools or None, tokenize=False,
+                                                      add_generation_prompt=True, enable_thinking=s.enable_thinking)
+                   for r in requests]
+        params = SamplingParams(temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_new_tokens, seed=s.seed)
+        t0 = time.perf_counter()
+        results = self.llm.generate(prompts, params)
+        seconds = time.perf_counter() - t0
+        outputs: list[PolicyOutput | Exception] = []
+        for prompt, result in zip(prompts, results):
+            out = result.outputs[0]
+            outputs.append(PolicyOutput(text=out.text, prompt=prompt, token_ids=list(out.token_ids),
+                                        prompt_tokens=len(result.prompt_token_ids or []),
+                                        completion_tokens=len(out.token_ids), finish_reason=out.finish_reason or "",
+                                        seconds=seconds))
+        return outputs
