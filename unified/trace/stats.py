@@ -224,11 +224,13 @@ def _summary_benchmarks(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def trace_run(run: str | Path | SavedRun | Iterable[Episode], results: Iterable[EpisodeResult] = (), *,
-              threshold: float = 0.5, judge: Callable[[list[Prediction]], None] | None = None) -> RunTrace:
+              threshold: float = 0.5, judge: Callable[[list[Prediction], dict[str, Episode]], None] | str | None = None
+              ) -> RunTrace:
     """Trace a run: a run directory, a :class:`SavedRun`, or Episodes (+ their results).
 
-    ``judge``: optional callable that re-scores the aligned predictions in place (see
-    :func:`unified.trace.judge.rubric_judge`); rule scores are used otherwise.
+    ``judge``: an endpoint spec ``openai:URL#MODEL`` for the rubric judge, or a callable
+    ``(predictions, episodes_by_key)`` that re-scores aligned predictions in place (see
+    :class:`unified.trace.judge.RubricJudge`); without one, the rule scores stand.
     """
     if isinstance(run, (str, Path)):
         run = load_run(run)
@@ -239,6 +241,10 @@ def trace_run(run: str | Path | SavedRun | Iterable[Episode], results: Iterable[
     results = list(results)
     by_key = {(r.benchmark, r.task_id, r.trial): r for r in results}
     traces = [trace_episode(e, by_key.get((e.benchmark, e.task_id, e.trial)), threshold=threshold) for e in episodes]
-    if judge is not None:
-        judge([p for t in traces for p in t.predictions if p.observation is not None])
+    if judge:
+        from unified.trace.judge import RubricJudge, episodes_by_key
+
+        if isinstance(judge, str):
+            judge = RubricJudge(judge)
+        judge([p for t in traces for p in t.predictions if p.observation is not None], episodes_by_key(episodes))
     return RunTrace(path=str(path) if path else None, episodes=traces, results=results, summary=summary)
