@@ -192,3 +192,25 @@ def test_loop_reflect_puts_the_comparison_into_the_next_prompt():
     assert [reflections(s.prompt) for s in episode.steps] == [0, 1, 1]
     assert "matched" in episode.steps[1].prompt and "did not match" in episode.steps[2].prompt
     assert all("<reflection>" not in m.content for m in episode.messages[1:])
+
+
+def test_prefill_opens_the_block_with_a_real_model(tiny_checkpoint):
+    """hf policy + tiny model: the completion starts with the opened block; act has no prefix."""
+    from unified.agent.loop import AgentLimits, AgentLoop, Job
+    from unified.policy import SamplingConfig, make_policy
+
+    policy = make_policy(str(tiny_checkpoint), SamplingConfig(max_new_tokens=6))
+    adapter = _fixture_adapter()
+    for name in ("predict_then_act", "act"):
+        recorded = []
+        AgentLoop(adapter, policy, prompting=name, limits=AgentLimits(max_turns=1),
+                  on_result=lambda r, e: recorded.append(e)).run([Job(t) for t in adapter.tasks()])
+        (step,) = recorded[0].steps
+        if name == "act":
+            assert "response_prefix" not in step.extras and not step.completion.startswith("<predicted")
+        else:
+            assert step.completion.startswith(f"<{PREDICTION_TAG}>\n")
+            assert step.prompt.endswith(f"<{PREDICTION_TAG}>\n")
+            assert step.extras["response_prefix"] == f"<{PREDICTION_TAG}>\n"
+            assert len(step.completion_token_ids) == step.completion_tokens <= 6
+    assert PredictThenAct(prefill="false").response_prefix() == ""

@@ -190,7 +190,8 @@ class AgentLoop:
         for state in running:
             view = state.prompting.before_policy(list(state.episode.messages))
             requests.append(PolicyRequest(messages=[m.to_chat() for m in view],
-                                          tools=[t.to_openai() for t in state.env.tools], context=state.context))
+                                          tools=[t.to_openai() for t in state.env.tools], context=state.context,
+                                          prefix=getattr(state.prompting, "response_prefix", str)()))
         t0 = time.perf_counter()
         try:
             outputs = self.policy.generate(requests)
@@ -206,14 +207,17 @@ class AgentLoop:
                 episode.error = "".join(traceback.format_exception(output)) or repr(output)
                 finished.append(state)
                 continue
-            visible, extras = state.prompting.parse(output.text)
+            raw = output.prefix + output.text
+            visible, extras = state.prompting.parse(raw)
+            if output.prefix:
+                extras = dict(extras, response_prefix=output.prefix)
             parsed = parse_completion(visible, state.env.tools)
             calls = parsed.tool_calls
             if output.tool_calls and not calls:
                 calls = calls_from_structured(output.tool_calls)
             for i, call in enumerate(calls):
                 call.id = call.id or f"call_{i}"
-            step = Step(index=len(episode.steps), prompt=output.prompt, completion=output.text,
+            step = Step(index=len(episode.steps), prompt=output.prompt, completion=raw,
                         reasoning=parsed.reasoning, content=parsed.content, tool_calls=calls,
                         prompt_tokens=output.prompt_tokens, completion_tokens=output.completion_tokens,
                         completion_token_ids=list(output.token_ids), generation_seconds=output.seconds or gen_seconds,

@@ -22,6 +22,12 @@ its four hooks in this order on every turn:
 ``after_observations(step: Step, observations: list[Observation]) -> None``
     After the environment answered the turn's calls: may annotate ``step.extras`` and keep
     state for the next ``before_policy`` (predict-then-act-reflect puts its comparison there).
+``response_prefix() -> str`` (optional; default ``""``)
+    Text the next completion must start with, prefilled after the generation prompt by the
+    backends that can (``hf``, ``vllm``; ``PolicyOutput.prefix`` says whether it was). The loop
+    parses and records ``prefix + generated text`` as the completion and notes the prefix in
+    ``Step.extras["response_prefix"]``. Predict-then-act opens its prediction block this way,
+    so even a small model states a prediction at every turn.
 
 Modules register in :data:`PROMPTING` (a :class:`unified.registry.Registry`)::
 
@@ -62,6 +68,9 @@ class PromptingModule:
 
     def after_observations(self, step: Step, observations: list[Observation]) -> None:
         return None
+
+    def response_prefix(self) -> str:
+        return ""
 
 
 PROMPTING: Registry[Callable[..., PromptingModule]] = Registry("prompting module")

@@ -43,6 +43,9 @@ class PolicyRequest:
     """OpenAI-style tool dicts."""
     context: dict[str, Any] = field(default_factory=dict)
     """What special backends need (``gold``: the task and the adapter). Ignored by the others."""
+    prefix: str = ""
+    """Text to prefill after the generation prompt (a prompting module's ``response_prefix``);
+    backends that cannot prefill ignore it and leave ``PolicyOutput.prefix`` empty."""
 
 
 @dataclass
@@ -63,6 +66,9 @@ class PolicyOutput:
     """Wall time of the call (of the batch, for batched backends)."""
     tool_calls: list[dict[str, Any]] | None = None
     """Calls a server already parsed (``{"id","name","arguments"}``); None when the text holds them."""
+    prefix: str = ""
+    """The prefill the backend put before the generated ``text`` (the whole completion is
+    ``prefix + text``; ``token_ids`` are the generated tokens only)."""
 
 
 class Policy:

@@ -29,7 +29,7 @@ class HFPolicy(Policy):
     def render(self, request: PolicyRequest) -> str:
         return self.loaded.tokenizer.apply_chat_template(
             request.messages, tools=request.tools or None, tokenize=False, add_generation_prompt=True,
-            enable_thinking=self.sampling.enable_thinking)
+            enable_thinking=self.sampling.enable_thinking) + request.prefix
 
     def generate(self, requests: list[PolicyRequest]) -> list[PolicyOutput | Exception]:
         from unified.models.generation import SamplingParams, batched_generate
@@ -49,6 +49,7 @@ class HFPolicy(Policy):
                                        max_batch_size=self.max_batch_size)
             for i, prompt, out in zip(index, prompts, outputs):
                 results[i] = PolicyOutput(text=out.text, prompt=prompt, token_ids=list(out.token_ids),
+                                          prefix=requests[i].prefix,
                                           prompt_tokens=out.prompt_tokens, completion_tokens=len(out.token_ids),
                                           finish_reason=out.finish_reason, seconds=out.seconds)
         return results  # type: ignore[return-value]

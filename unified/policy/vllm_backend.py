@@ -40,15 +40,15 @@ class VLLMPolicy(Policy):
         s = self.sampling
         prompts = [self.tokenizer.apply_chat_template(r.messages, tools=r.tools or None, tokenize=False,
                                                       add_generation_prompt=True, enable_thinking=s.enable_thinking)
-                   for r in requests]
+                   + r.prefix for r in requests]
         params = SamplingParams(temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_new_tokens, seed=s.seed)
         t0 = time.perf_counter()
         results = self.llm.generate(prompts, params)
         seconds = time.perf_counter() - t0
         outputs: list[PolicyOutput | Exception] = []
-        for prompt, result in zip(prompts, results):
+        for request, prompt, result in zip(requests, prompts, results):
             out = result.outputs[0]
-            outputs.append(PolicyOutput(text=out.text, prompt=prompt, token_ids=list(out.token_ids),
+            outputs.append(PolicyOutput(text=out.text, prompt=prompt, token_ids=list(out.token_ids), prefix=request.prefix,
                                         prompt_tokens=len(result.prompt_token_ids or []),
                                         completion_tokens=len(out.token_ids), finish_reason=out.finish_reason or "",
                                         seconds=seconds))

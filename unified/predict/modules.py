@@ -13,7 +13,10 @@
 
 They change prompts and parsing only: an adapter never knows which one runs. Options come from
 ``--set prompting.KEY=VALUE``: ``instruction`` (replaces the default instruction text),
-``threshold`` (rule score needed to count as correct, default 0.5), ``reflection_chars``
+``threshold`` (rule score needed to count as correct, default 0.5), ``prefill`` (default
+true: every completion starts with the opened block, through the loop's ``response_prefix``
+hook, so that even a small model that ignores the instruction states a prediction; backends
+that cannot prefill, e.g. remote servers, rely on the instruction alone), ``reflection_chars``
 (length cap of each side of the comparison, default 300).
 """
 
@@ -54,10 +57,16 @@ class PredictThenAct(PromptingModule):
 
     name = "predict_then_act"
 
-    def __init__(self, instruction: str | None = None, threshold: float = 0.5, **options: Any) -> None:
-        super().__init__(instruction=instruction, threshold=threshold, **options)
+    def __init__(self, instruction: str | None = None, threshold: float = 0.5, prefill: bool | str = True,
+                 **options: Any) -> None:
+        super().__init__(instruction=instruction, threshold=threshold, prefill=prefill, **options)
         self.instruction = instruction or PREDICT_INSTRUCTION
         self.threshold = float(threshold)
+        self.prefill = prefill if isinstance(prefill, bool) else str(prefill).lower() in ("1", "true", "yes", "on")
+
+    def response_prefix(self) -> str:
+        """Open the prediction block for the model (``prefill=false``: leave it to the instruction)."""
+        return f"<{PREDICTION_TAG}>\n" if self.prefill else ""
 
     def system_prompt(self, base: str) -> str:
         return f"{base.rstrip()}\n\n{self.instruction}" if base.strip() else self.instruction
