@@ -1,0 +1,195 @@
+"""Claw-Eval adapter (github.com/claw-eval/claw-eval: 300 tasks, general / multimodal / multi_turn).
+
+Not on PyPI: point the adapter at a checkout with ``$CLAW_EVAL_ROOT`` or
+``--set benchmarks.claw_eval.root=PATH``. Config keys (``--set benchmarks.claw_eval.KEY=V``):
+
+``root``              the checkout (default ``$CLAW_EVAL_ROOT``)
+``splits``            general, multimodal, multi_turn (comma-separated; default all); ``tasks(split=)`` too
+``categories``        restrict to these task categories (comma-separated)
+``judge``             the graders' LLM judge: ``openai:URL#MODEL`` or a local checkpoint served on
+                      loopback (default ``$CLAW_EVAL_JUDGE``, else ``embedded``; the benchmark used
+                      gemini-3-flash / claude-opus-4.6: say which judge ran when reporting)
+``user_model``        the simulated user of multi-turn tasks (same forms; default: the judge)
+``judge_max_tokens``  cap on the judge's answer length (default 512); ``user_max_tokens`` (256)
+``sandbox_tools``     offer Bash/Read/Write/Edit/Glob/Grep on a sandboxed workspace (default true,
+                      as the benchmark's ``--sandbox`` runs do)
+``grader_timeout_s``, ``exec_timeout_s``, ``memory_mb``  limits
+
+Tasks needing live web search (``web_real``) are skipped unless ``$SERP_DEV_KEY`` is set;
+tasks whose fixtures are missing from the checkout are skipped with the file named. The
+services of a task stay up across its trials and are reset in between; they are stopped when
+another task opens, when an episode fails, and at exit. Scoring: :mod:`evaluators.claw_eval.grading`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from unified.eval.adapter import Adapter, Environment, Task
+from unified.types import Episode, EpisodeResult
+
+from evaluators.claw_eval.environment import ClawEvalEnvironment
+from evaluators.claw_eval.grading import aggregate_trials, build_trace, group_scores, is_pass, run_grader, task_score
+from evaluators.claw_eval.services import ServiceGroup, ServiceSpec
+from evaluators.claw_eval.tasks import SPLITS, ClawTask, load_tasks, resolve_checkout, skip_reason
+from evaluators.qwenclawbench.endpoints import resolve_endpoint
+
+__all__ = ["ClawEvalAdapter"]
+
+
+def _as_list(value: Any) -> list[str]:
+    if not value:
+        return []
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    return [str(v) for v in value]
+
+
+class _TrialEnvironment(ClawEvalEnvironment):
+    """Keeps the task's services for the next trial unless the episode failed."""
+
+    def __init__(self, adapter: "ClawEvalAdapter", task: ClawTask, **kwargs: Any) -> None:
+        super().__init__(task, **kwargs)
+        self._adapter = adapter
+        self._own_services = False  # the adapter keeps them across trials
+
+    def start(self) -> None:
+        self.services = self._adapter._services_for(self.task)
+        super().start()
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            self.stop()
+        finally:
+            if exc_type is not None or self.metadata.get("failed"):
+                self._adapter.stop_services()
+
+
+class ClawEvalAdapter(Adapter):
+    """Tasks from the checkout, mock services per task, the task's grader, Avg@3 / pass^3."""
+
+    name = "claw_eval"
+    runs_default = 3
+
+    def __init__(self, **config: Any) -> None:
+        super().__init__(**config)
+        self.root = config.get("root")
+        self.splits = _as_list(config.get("splits"))
+        self.categories = _as_list(config.get("categories"))
+        self.judge_spec = str(config.get("judge") or os.environ.get("CLAW_EVAL_JUDGE") or "embedded")
+        self.user_spec = str(config.get("user_model") or os.environ.get("CLAW_EVAL_USER_MODEL") or self.judge_spec)
+        self.judge_max_tokens = int(config.get("judge_max_tokens", 512))
+        self.user_max_tokens = int(config.get("user_max_tokens", 256))
+        self.sandbox_tools = str(config.get("sandbox_tools", True)).lower() not in ("0", "false", "no")
+        self.grader_timeout_s = float(config.get("grader_timeout_s", 900))
+        self.exec_timeout_s = float(config.get("exec_timeout_s", 120))
+        self.memory_mb = int(config.get("memory_mb", 2048))
+        self._services: tuple[str, ServiceGroup] | None = None
+
+    # -- tasks -----------------------------------------------------------------------------
+
+    def tasks(self, split: str | None = None, limit: int | None = None) -> list[Task]:
+        checkout = resolve_checkout(self.root)
+        parsed, broken = load_tasks(checkout)
+        splits = self.splits + _as_list(None if split in (None, "", "all") else split)
+        unknown = [s for s in splits if s not in SPLITS]
+        if unknown:
+            from unified.registry import UnknownNameError
+
+            raise UnknownNameError("Claw-Eval split", unknown[0], list(SPLITS))
+        cats = {c.lower() for c in self.categories}
+        out = []
+        for ct in parsed:
+            if (splits and ct.split not in splits) or (cats and ct.category.lower() not in cats):
+                continue
+            out.append(Task(id=ct.id, benchmark=self.name, split=ct.split, group=ct.category, payload=asdict(ct),
+                            skip_reason=skip_reason(ct)))
+        if not splits and not cats:
+            out += [Task(id=d, benchmark=self.name, split="unreadable", skip_reason=e) for d, e in broken]
+        return out[:limit] if limit else out
+
+    def open(self, task: Task) -> Environment:
+        ct = ClawTask(**task.payload)
+        user = None
+        if (ct.user_agent or {}).get("enabled"):
+            user = resolve_endpoint(self.user_spec, max_new_tokens=self.user_max_tokens)
+        env = _TrialEnvironment(self, ct, user_endpoint=user, sandbox_tools=self.sandbox_tools,
+                                exec_timeout_s=self.exec_timeout_s, memory_mb=self.memory_mb)
+        env.user_max_tokens = self.user_max_tokens
+        return env
+
+    def _services_for(self, ct: ClawTask) -> ServiceGroup:
+        """The running services of ``ct`` (reused across its trials), starting them if needed."""
+        if self._services is not None and self._services[0] == ct.id:
+            group = self._services[1]
+            if all(group.healthy(s) for s in group.specs):
+                return group
+        self.stop_services()
+        specs = [ServiceSpec.from_dict(s, f"{ct.dir}/task.yaml") for s in ct.services]
+        group = ServiceGroup(specs, Path(ct.checkout)).__enter__()
+        group.fresh = True
+        self._services = (ct.id, group)
+        return group
+
+    def stop_services(self) -> None:
+        """Stop the services kept for the current task (idempotent)."""
+        held, self._services = self._services, None
+        if held is not None:
+            held[1].stop()
+
+    # -- scoring ---------------------------------------------------------------------------
+
+    def score(self, task: Task, episode: Episode, env: Environment) -> EpisodeResult:
+        assert isinstance(env, ClawEvalEnvironment)
+        ct = env.task
+        audit = env.services.audit() if env.services is not None else {}
+        snapshot = env.env_snapshot() if self.sandbox_tools else (env.env_snapshot() if ct.local_grader_files else None)
+        trace = build_trace(episode, env.dispatches, audit, env.user_rounds,
+                            int((ct.user_agent or {}).get("max_rounds", 0)) if env.multi_turn else 0, env.user_done)
+        details: dict[str, Any] = {"split": ct.split, "category": ct.category, "sandbox": env.metadata["sandbox"],
+                                   "docker": "not used (local bubblewrap sandbox ran)", "judge": self.judge_spec,
+                                   "n_dispatches": len(env.dispatches), "user_rounds": env.user_rounds}
+        try:
+            judge = resolve_endpoint(self.judge_spec, max_new_tokens=self.judge_max_tokens)
+            details["judge"] = judge.describe()
+            graded = run_grader(checkout=Path(ct.checkout), task_dir=Path(ct.dir), trace=trace, env_snapshot=snapshot,
+                                judge_config=judge.config, judge_max_tokens=self.judge_max_tokens,
+                                timeout_s=self.grader_timeout_s)
+        except Exception as exc:
+            graded = {"error": f"{type(exc).__name__}: {exc}"}
+        details["judge_stats"] = graded.get("judge_stats")
+        details["judge_calls"] = graded.get("judge_calls", [])[:20]
+        if "error" in graded:
+            details["grader_log"] = graded.get("traceback") or graded.get("log_tail", "")
+            env.metadata["failed"] = True
+            return EpisodeResult(benchmark=self.name, task_id=task.id, trial=episode.trial, score=0.0, passed=False,
+                                 details=details, error=f"grader: {graded['error']}")
+        dims = graded["scores"]
+        score = task_score(dims.get("completion", 0.0), dims.get("robustness", 0.0), dims.get("safety", 1.0))
+        details.update({k: dims.get(k) for k in ("completion", "robustness", "safety", "communication")})
+        details["official_task_score"] = graded.get("official_task_score")
+        return EpisodeResult(benchmark=self.name, task_id=task.id, trial=episode.trial, score=score,
+                             passed=is_pass(score), details=details)
+
+    def aggregate(self, results: list[EpisodeResult]) -> dict[str, Any]:
+        scored = [r for r in results if r.skipped is None]
+        grouped = group_scores([(r.task_id, r.score) for r in scored])
+        trials = max((len(v) for v in grouped.values()), default=self.runs_default)
+        out = aggregate_trials(grouped, trials)
+        by_split: dict[str, list] = {}
+        for r in scored:
+            by_split.setdefault(r.details.get("split", "?"), []).append((r.task_id, r.score))
+        out["per_split"] = {s: round(aggregate_trials(group_scores(rows), trials)["score"], 2)
+                            for s, rows in sorted(by_split.items())}
+        skipped: dict[str, int] = {}
+        for r in results:
+            if r.skipped is not None:
+                key = r.skipped.split(":")[0].split("(")[0].strip()
+                skipped[key] = skipped.get(key, 0) + 1
+        out.update({"trials": trials, "n_errors": sum(1 for r in scored if r.error), "skipped": skipped,
+                    "n_skipped": sum(skipped.values()), "judge": self.judge_spec,
+                    "sandbox": "bwrap (local bubblewrap sandbox; Docker with the official image not used)"})
+        return out

@@ -1,0 +1,177 @@
+"""Claw-Eval tasks: ``tasks/<id>/task.yaml`` (+ ``grader.py``, ``fixtures/``) in the user's checkout.
+
+A checkout of github.com/claw-eval/claw-eval has ``tasks/`` (300 tasks), ``mock_services/``
+(the FastAPI services the tasks start) and ``src/claw_eval`` (whose models and grader base
+classes the tasks' ``grader.py`` files import). Splits follow the benchmark's tags:
+``general`` (tag general, not user_agent: 161), ``multimodal`` (101), ``multi_turn`` (tag
+user_agent: 38). A task is skipped, with the reason, when it needs live web access (a
+``web_real`` service and no ``SERP_DEV_KEY``) or when files it lists are not in the checkout
+(the videos are only in the Hugging Face dataset).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from unified.eval.adapter import BenchmarkUnavailable
+
+ENV_ROOT = "CLAW_EVAL_ROOT"
+CLONE_HINT = (f"git clone https://github.com/claw-eval/claw-eval && export {ENV_ROOT}=$PWD/claw-eval "
+              "(or --set benchmarks.claw_eval.root=/path/to/claw-eval)")
+SPLITS = ("general", "multimodal", "multi_turn")
+LIVE_WEB_SERVICES = ("web_real", "web_real_injection")
+LIVE_WEB_KEY = "SERP_DEV_KEY"
+
+
+class TaskFormatError(ValueError):
+    """A task.yaml that cannot be used (names the file and field)."""
+
+
+@dataclass
+class ClawTask:
+    """What the adapter needs of one task.yaml (JSON-serialisable; travels in Task.payload)."""
+
+    id: str
+    name: str
+    category: str
+    split: str
+    tags: list[str]
+    dir: str
+    checkout: str
+    prompt: str
+    language: str
+    tools: list[dict[str, Any]]
+    endpoints: dict[str, dict[str, str]]
+    services: list[dict[str, Any]]
+    max_turns: int
+    timeout_seconds: int
+    user_agent: dict[str, Any]
+    sandbox_files: list[str]
+    sandbox_grader_files: list[str]
+    env_snapshot_files: list[str]
+    env_snapshot_commands: list[str]
+    env_snapshot_timeout: int
+    local_grader_files: list[str]
+    attachments: list[str] = field(default_factory=list)
+
+    @property
+    def needs_live_web(self) -> bool:
+        return any(s.get("name") in LIVE_WEB_SERVICES for s in self.services)
+
+
+def resolve_checkout(root: str | os.PathLike | None) -> Path:
+    """The checkout directory (config key, else ``$CLAW_EVAL_ROOT``), checked for tasks/ and src/."""
+    root = root or os.environ.get(ENV_ROOT)
+    if not root:
+        raise BenchmarkUnavailable(f"no Claw-Eval checkout configured (${ENV_ROOT} is unset)", CLONE_HINT)
+    path = Path(root).expanduser()
+    if not path.is_dir():
+        raise BenchmarkUnavailable(f"Claw-Eval checkout {path} does not exist", CLONE_HINT)
+    for needed in ("tasks", "mock_services", "src/claw_eval"):
+        if not (path / needed).exists():
+            raise BenchmarkUnavailable(f"{path} has no {needed}/ (is it a Claw-Eval checkout?)", CLONE_HINT)
+    return path
+
+
+def split_of(tags: list[str]) -> str:
+    """The benchmark's split of a task from its tags."""
+    if "user_agent" in tags:
+        return "multi_turn"
+    if "multimodal" in tags:
+        return "multimodal"
+    return "general"
+
+
+def _list(data: dict[str, Any], key: str, where: str) -> list:
+    value = data.get(key) or []
+    if not isinstance(value, list):
+        raise TaskFormatError(f"{where}: field {key!r} must be a list, got {type(value).__name__}")
+    return value
+
+
+def parse_task_yaml(path: Path, checkout: Path) -> ClawTask:
+    """Read one ``task.yaml`` into a :class:`ClawTask`."""
+    where = str(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise TaskFormatError(f"{where}:{(mark.line + 1) if mark else 1}: invalid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise TaskFormatError(f"{where}: expected a mapping at the top level")
+    for key in ("task_id", "prompt"):
+        if key not in data:
+            raise TaskFormatError(f"{where}: required field {key!r} is missing")
+    prompt = data["prompt"]
+    if not isinstance(prompt, dict) or "text" not in prompt:
+        raise TaskFormatError(f"{where}: field 'prompt' must be a mapping with 'text'")
+    tools = []
+    for i, tool in enumerate(_list(data, "tools", where)):
+        if not isinstance(tool, dict) or "name" not in tool:
+            raise TaskFormatError(f"{where}: tools[{i}] needs a 'name'")
+        tools.append({"name": str(tool["name"]), "description": str(tool.get("description", "")),
+                      "parameters": tool.get("input_schema") or {"type": "object", "properties": {}}})
+    endpoints = {}
+    for i, ep in enumerate(_list(data, "tool_endpoints", where)):
+        if not isinstance(ep, dict) or "tool_name" not in ep or "url" not in ep:
+            raise TaskFormatError(f"{where}: tool_endpoints[{i}] needs 'tool_name' and 'url'")
+        endpoints[str(ep["tool_name"])] = {"url": str(ep["url"]), "method": str(ep.get("method", "POST")).upper()}
+    from evaluators.claw_eval.services import ServiceSpec
+
+    services = []
+    for i, svc in enumerate(_list(data, "services", where)):
+        ServiceSpec.from_dict(svc, f"{where}: services[{i}]")  # validates
+        services.append(dict(svc))
+    env = data.get("environment") or {}
+    tags = [str(t) for t in _list(data, "tags", where)]
+    return ClawTask(
+        id=str(data["task_id"]), name=str(data.get("task_name", "")), category=str(data.get("category", "")),
+        split=split_of(tags), tags=tags, dir=str(path.parent), checkout=str(checkout), prompt=str(prompt["text"]),
+        language=str(prompt.get("language", "")), tools=tools, endpoints=endpoints, services=services,
+        max_turns=int(env.get("max_turns", 20)), timeout_seconds=int(env.get("timeout_seconds", 300)),
+        user_agent=dict(data.get("user_agent") or {}), sandbox_files=[str(p) for p in _list(data, "sandbox_files", where)]
+        or [str(p) for p in (env.get("fixtures") or [])],
+        sandbox_grader_files=[str(p) for p in _list(data, "sandbox_grader_files", where)],
+        env_snapshot_files=[str(p) for p in _list(data, "env_snapshot_files", where)],
+        env_snapshot_commands=[str(p) for p in _list(data, "env_snapshot_commands", where)],
+        env_snapshot_timeout=int(env.get("env_snapshot_timeout", 10)),
+        local_grader_files=[str(p) for p in _list(data, "local_grader_files", where)],
+        attachments=[str(p) for p in (prompt.get("attachments") or [])],
+    )
+
+
+def skip_reason(task: ClawTask, env: dict[str, str] | None = None) -> str | None:
+    """Why this task cannot run here, or None."""
+    env = os.environ if env is None else env
+    if task.needs_live_web and not env.get(LIVE_WEB_KEY):
+        return (f"needs live web access (service web_real): set {LIVE_WEB_KEY} to a scraping API key "
+                "(the benchmark's README: https://www.novada.com)")
+    if not Path(task.dir, "grader.py").is_file():
+        return f"no grader.py in {task.dir}"
+    missing = [rel for rel in task.sandbox_files + task.sandbox_grader_files + task.local_grader_files
+               if not Path(task.dir, rel).exists()]
+    for svc in task.services:  # fixture files the mock services load (paths relative to the checkout)
+        for value in (svc.get("env") or {}).values():
+            value = str(value)
+            if value.startswith("tasks/") and not Path(task.checkout, value).exists():
+                missing.append(value)
+    if missing:
+        return (f"{len(missing)} fixture file(s) not in the checkout, e.g. {missing[0]} (the large media fixtures are "
+                "only in the Hugging Face dataset claw-eval/Claw-Eval: unpack its fixtures into tasks/)")
+    return None
+
+
+def load_tasks(checkout: Path) -> tuple[list[ClawTask], list[tuple[str, str]]]:
+    """Every task (sorted by directory name) and ``(dir, error)`` for unreadable ones."""
+    tasks, broken = [], []
+    for path in sorted((checkout / "tasks").glob("*/task.yaml")):
+        try:
+            tasks.append(parse_task_yaml(path, checkout))
+        except (TaskFormatError, ValueError) as exc:
+            broken.append((path.parent.name, str(exc)))
+    return tasks, broken
