@@ -7,7 +7,7 @@ A benchmark is a package that exposes an :class:`Adapter` under the entry-point 
     bfcl_v4 = "evaluators.bfcl_v4:BFCLAdapter"
 
 The object an entry point names is called with the benchmark's config (``**config``, from
-``--set benchmarks.NAME.KEY=VALUE`` or a recipe) and must return an :class:`Adapter`. An
+``--set benchmarks.NAME.KEY=VALUE``, or ``benchmark_config: {NAME: {KEY: VALUE}}`` in a recipe) and must return an :class:`Adapter`. An
 adapter answers four questions and nothing else:
 
 ``tasks(split, limit) -> list[Task]``
@@ -219,6 +219,16 @@ def load_adapter(name: str, **config: Any) -> Adapter:
     Raises UnknownNameError (listing valid names) for a name nobody registered, and
     BenchmarkUnavailable when the entry point's module is not installed/written yet.
     """
+    if ":" in name:  # "package.module:Factory", an adapter that no entry point names (yet)
+        module_name, _, attr = name.partition(":")
+        try:
+            factory = getattr(importlib.import_module(module_name), attr)
+        except (ModuleNotFoundError, AttributeError) as exc:
+            raise BenchmarkUnavailable("not yet available", f"cannot import {name!r}: {exc}") from None
+        adapter = factory(**config)
+        if not getattr(adapter, "name", ""):
+            adapter.name = attr  # type: ignore[misc]
+        return adapter
     eps = registered_benchmarks()
     if name not in eps:
         known = sorted(set(eps) | set(SUITES["all"]))

@@ -1,0 +1,3 @@
+from unified.eval.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,128 @@
+"""``python -m unified.eval``: evaluate a checkpoint as a multi-turn agent on benchmark suites.
+
+Examples::
+
+    python -m unified.eval --suite ood --model embedded --limit 5
+    python -m unified.eval --benchmarks bfcl_v4 --set benchmarks.bfcl_v4.categories=multi_turn \\
+        --model openai:http://127.0.0.1:8000/v1#Qwen/Qwen3.5-35B-A3B --out runs/sft
+    python -m unified.eval --recipe recipes/eval/ood.yaml --set limit=20
+    python -m unified.eval --compare runs/sft runs/lwm
+    python -m unified.eval --suite lwm ...        # the world-model eval (unified.lwm.evaluation)
+
+Flags override the recipe; ``--set KEY=VALUE`` reaches any key of :class:`EvalConfig`.
+Rerunning the same command resumes: finished (task, trial) pairs are not run again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from unified.config import ConfigError, add_recipe_arguments, apply_overrides, dump_yaml, from_dict, read_yaml
+from unified.eval.runner import EvalConfig, run_eval
+
+# flag -> config key (flags left at None do not override the recipe)
+_FLAG_KEYS = {
+    "suite": "suite", "benchmarks": "benchmarks", "model": "model", "backend": "backend", "prompting": "prompting",
+    "out": "out", "split": "split", "limit": "limit", "runs": "runs", "max_in_flight": "max_in_flight",
+    "temperature": "sampling.temperature", "top_p": "sampling.top_p", "max_new_tokens": "sampling.max_new_tokens",
+    "thinking": "sampling.thinking", "seed": "sampling.seed", "max_turns": "limits.max_turns",
+    "max_steps_per_turn": "limits.max_steps_per_user_turn", "max_episode_tokens": "limits.max_completion_tokens",
+    "max_seconds": "limits.max_seconds",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m unified.eval", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--suite", help="ood | in_domain | all | lwm")
+    parser.add_argument("--benchmarks", nargs="+", help="benchmark names (comma or space separated)")
+    parser.add_argument("--model", help="embedded | CHECKPOINT_DIR | FILE.gguf | openai:URL#MODEL | vllm:PATH | gold")
+    parser.add_argument("--backend", choices=["hf", "vllm", "openai"], help="backend for a local checkpoint")
+    parser.add_argument("--prompting", help="prompting module (act, predict_then_act, ...)")
+    parser.add_argument("--out", help="run directory (results, summary); rerun to resume")
+    parser.add_argument("--split", help="benchmark-specific split/categories")
+    parser.add_argument("--limit", type=int, help="tasks per benchmark")
+    parser.add_argument("--runs", type=int, help="rollouts per task (default: the benchmark's protocol)")
+    parser.add_argument("--max-in-flight", type=int, help="episodes generated together (hf batch size)")
+    parser.add_argument("--temperature", type=float)
+    parser.add_argument("--top-p", type=float)
+    parser.add_argument("--max-new-tokens", type=int, help="per policy call")
+    parser.add_argument("--thinking", action=argparse.BooleanOptionalAction, default=None,
+                        help="open a <think> block in the generation prompt")
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--max-turns", type=int, help="policy calls per episode")
+    parser.add_argument("--max-steps-per-turn", type=int, help="policy calls per user turn")
+    parser.add_argument("--max-episode-tokens", type=int, help="generated tokens per episode")
+    parser.add_argument("--max-seconds", type=float, help="wall time per episode")
+    parser.add_argument("--compare", nargs=2, metavar=("RUN_A", "RUN_B"), help="print the delta table of two runs")
+    add_recipe_arguments(parser)
+    return parser
+
+
+def load_eval_config(args: argparse.Namespace) -> EvalConfig:
+    data, lines, source = {}, {}, ""
+    if args.recipe:
+        data, lines = read_yaml(args.recipe)
+        source = str(args.recipe)
+    flags = []
+    for flag, key in _FLAG_KEYS.items():
+        value = getattr(args, flag, None)
+        if value is None:
+            continue
+        if flag == "benchmarks":
+            value = [p.strip() for item in value for p in item.split(",") if p.strip()]
+        flags.append((key, value))
+    # the adapter contract documents per-benchmark config as benchmarks.NAME.KEY
+    overrides = [("benchmark_config." + o[len("benchmarks."):]) if o.startswith("benchmarks.") else o
+                 for o in args.set]
+    apply_overrides(data, overrides)
+    for key, value in flags:
+        node = data
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return from_dict(EvalConfig, data, lines=lines, source=source)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--suite" in argv and argv[argv.index("--suite") + 1:argv.index("--suite") + 2] == ["lwm"]:
+        i = argv.index("--suite")
+        return _run_lwm(argv[:i] + argv[i + 2:])
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.compare:
+        from unified.eval.report import compare
+
+        print(compare(*args.compare))
+        return 0
+    try:
+        cfg = load_eval_config(args)
+    except (ConfigError, KeyError) as exc:
+        parser.error(str(exc))
+    if args.dry_run:
+        from unified.eval.adapter import expand_benchmarks
+
+        print(dump_yaml(cfg))
+        print(f"# would evaluate: {', '.join(expand_benchmarks(cfg.suite, cfg.benchmarks))}")
+        return 0
+    summary = run_eval(cfg)
+    from unified.eval.report import render_markdown
+
+    print(render_markdown(summary))
+    return 0
+
+
+def _run_lwm(argv: list[str]) -> int:
+    try:
+        module = importlib.import_module("unified.lwm.evaluation")
+    except ModuleNotFoundError as exc:
+        if exc.name in ("unified.lwm.evaluation", "unified.lwm"):
+            print("lwm: skipped: not yet available -> the world-model eval (unified.lwm.evaluation) is not "
+                  "in this installation", file=sys.stderr)
+            return 2
+        raise
+    return int(module.main(argv) or 0)

@@ -1,0 +1,176 @@
+"""The eval runner: benchmarks x tasks x trials through the agent loop, into a run directory.
+
+For each benchmark: find the adapter by entry point (a missing or unbuilt one is one printed
+line and a recorded skip), list its tasks, drop the (task, trial) pairs already recorded in
+``--out`` (resume), run the rest through :class:`unified.agent.loop.AgentLoop` with a progress
+bar in episodes/s, append each result as it comes, then write the benchmark's official
+aggregate into ``summary.json`` / ``summary.md`` (see :mod:`unified.eval.report`).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from unified.agent.loop import AgentLimits, AgentLoop, Job
+from unified.config import to_dict
+from unified.eval.adapter import SUITES, BenchmarkUnavailable, expand_benchmarks, load_adapter
+from unified.eval.report import write_summary
+from unified.eval.store import BenchmarkStore, write_json_atomic
+from unified.policy.base import Policy, SamplingConfig, make_policy
+from unified.registry import UnknownNameError
+
+
+@dataclass
+class SamplingSection:
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_new_tokens: int = 512
+    thinking: bool = True
+    seed: int | None = None
+
+
+@dataclass
+class LimitsSection:
+    max_turns: int = 40
+    max_steps_per_user_turn: int = 20
+    max_completion_tokens: int = 32768
+    max_seconds: float = 3600.0
+
+
+@dataclass
+class EvalConfig:
+    """Everything ``python -m unified.eval`` takes (a recipe holds the same keys)."""
+
+    suite: str | None = None
+    """``ood``, ``in_domain``, ``all`` (or ``lwm``: the world-model eval)."""
+    benchmarks: list[str] = field(default_factory=list)
+    """Benchmark names (or ``module:Factory`` import paths) in addition to the suite."""
+    model: str = "embedded"
+    """``embedded``, a checkpoint dir, a .gguf, ``openai:URL#MODEL``, ``vllm:PATH`` or ``gold``."""
+    backend: str | None = None
+    """Force ``hf``/``vllm``/``openai`` for a local spec."""
+    prompting: str = "act"
+    prompting_options: dict[str, Any] = field(default_factory=dict)
+    out: str = "runs/eval"
+    split: str | None = None
+    """Benchmark-specific split/category selection passed to ``tasks``."""
+    limit: int | None = None
+    """Tasks per benchmark."""
+    runs: int | None = None
+    """Rollouts per task (default: each benchmark's protocol)."""
+    max_in_flight: int = 8
+    """Episodes generated together (the batch size of the ``hf`` backend)."""
+    sampling: SamplingSection = field(default_factory=SamplingSection)
+    limits: LimitsSection = field(default_factory=LimitsSection)
+    benchmark_config: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per-benchmark adapter config, e.g. ``{bfcl_v4: {categories: multi_turn}}``."""
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+class _Progress:
+    """tqdm bar in episodes/s (unit ``ep``), or plain lines when tqdm is missing."""
+
+    def __init__(self, name: str, total: int) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, desc=name, unit="ep", file=sys.stderr, dynamic_ncols=True, mininterval=1.0)
+        self.errors = 0
+
+    def update(self, error: bool) -> None:
+        self.errors += int(error)
+        self.bar.set_postfix(errors=self.errors, refresh=False)
+        self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def run_eval(cfg: EvalConfig, *, policy: Policy | None = None) -> dict[str, Any]:
+    """Run (or resume) the evaluation described by ``cfg``; returns the summary."""
+    names = expand_benchmarks(cfg.suite, cfg.benchmarks)
+    if not names:
+        raise ValueError("nothing to evaluate: give --suite or --benchmarks "
+                         f"(suites: {', '.join(SUITES)})")
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / "run.json", {"config": to_dict(cfg), "updated_at": time.time()})
+    sampling = SamplingConfig(temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p,
+                              max_new_tokens=cfg.sampling.max_new_tokens, enable_thinking=cfg.sampling.thinking,
+                              seed=cfg.sampling.seed)
+    limits = AgentLimits(**to_dict(cfg.limits))
+    benchmarks: dict[str, dict[str, Any]] = {}
+    own_policy = policy is None
+    try:
+        for name in names:
+            benchmarks[name] = _run_benchmark(name, cfg, out, sampling, limits, lambda: policy)
+            if benchmarks[name].get("_policy") is not None:
+                policy = benchmarks[name].pop("_policy")
+            benchmarks[name].pop("_policy", None)
+            write_summary(out, cfg, benchmarks)
+    finally:
+        if own_policy and policy is not None:
+            policy.close()
+    return write_summary(out, cfg, benchmarks)
+
+
+def _run_benchmark(name: str, cfg: EvalConfig, out: Path, sampling: SamplingConfig, limits: AgentLimits,
+                   current_policy) -> dict[str, Any]:
+    try:
+        adapter = load_adapter(name, **cfg.benchmark_config.get(name, {}))
+        store = BenchmarkStore(out, adapter.name or name)
+        adapter.work_dir = store.work_dir
+        tasks = adapter.tasks(cfg.split, cfg.limit)
+    except BenchmarkUnavailable as exc:
+        _log(exc.line(name))
+        return {"status": "skipped", "reason": exc.reason, "how_to_fix": exc.how_to_fix}
+    except UnknownNameError:
+        raise
+    except Exception as exc:  # an adapter that cannot even list its tasks: recorded, the run goes on
+        _log(f"{name}: failed before any episode: {type(exc).__name__}: {exc}")
+        return {"status": "error", "reason": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+    runs = cfg.runs or adapter.runs_default
+    recorded = store.load()
+    jobs = [Job(task, trial) for task in tasks for trial in range(runs) if (task.id, trial) not in recorded]
+    finished_ids = {task_id for task_id, _ in recorded}
+    policy = current_policy()
+    new_policy = None
+    if jobs:
+        if policy is None:
+            _log(f"loading policy {cfg.model} ...")
+            policy = new_policy = make_policy(cfg.model, sampling, backend=cfg.backend)
+        _log(f"{name}: {len(jobs)} episodes to run ({len(recorded)} already recorded), "
+             f"{len(tasks)} tasks x {runs} run(s)")
+        progress = _Progress(name, len(jobs))
+
+        def on_result(result, episode) -> None:
+            store.append(result, episode)
+            progress.update(result.error is not None)
+
+        loop = AgentLoop(adapter, policy, prompting=cfg.prompting, prompting_options=cfg.prompting_options,
+                         limits=limits, max_in_flight=cfg.max_in_flight, model_name=cfg.model, on_result=on_result)
+        started = time.perf_counter()
+        try:
+            loop.run(jobs, finished_ids=finished_ids)
+        finally:
+            progress.close()
+        elapsed = time.perf_counter() - started
+        _log(f"{name}: {len(jobs)} episodes in {elapsed:.1f}s ({len(jobs) / max(elapsed, 1e-9):.3f} episodes/s)")
+    wanted = {(t.id, trial) for t in tasks for trial in range(runs)}
+    scored_ids = {t.id for t in tasks if t.scored}
+    results = [r for key, r in store.load().items() if key in wanted]
+    aggregate = adapter.aggregate([r for r in results if r.task_id in scored_ids or r.details.get("prereq")])
+    summary = {
+        "status": "ok", "aggregate": aggregate, "tasks": len(tasks), "runs": runs, "results": len(results),
+        "errors": sum(r.error is not None for r in results), "skipped": sum(r.skipped is not None for r in results),
+        "runs_dir": str(store.dir),
+    }
+    summary["_policy"] = new_policy
+    return summary
