@@ -94,13 +94,13 @@ def test_run_stats_and_relation_to_success():
 def test_load_run_dedups_resumed_keys_skips_truncated_tail_and_names_bad_lines(tmp_path):
     episodes, results = _three_act_episodes()
     fixture_write_run(tmp_path / "run", episodes, results, summary={"benchmarks": {"fixture_bench": {"score": 66.7}}})
-    with open(tmp_path / "run" / "results.jsonl", "a") as fh:  # a resumed rerun re-recorded "bad"; then a crash
+    with open(tmp_path / "run" / "results.jsonl", "a") as fh:  # a second record of "bad"; then a crash
         fh.write(json.dumps(fixture_result(episodes[2], 0.5, False).to_dict()) + "\n")
         fh.write('{"benchmark": "fixture_bench", "task_id": "tru')
     with pytest.warns(UserWarning, match="truncated last line"):
         saved = load_run(tmp_path / "run")
     assert len(saved.episodes) == 3 and len(saved.results) == 3
-    assert {r.task_id: r.score for r in saved.results}["bad"] == 0.5
+    assert {r.task_id: r.score for r in saved.results}["bad"] == 0.0  # the first result wins, as in unified.eval
     assert saved.summary["benchmarks"]["fixture_bench"]["score"] == 66.7
 
     lines = (tmp_path / "run" / "episodes.jsonl").read_text().splitlines()
@@ -119,7 +119,7 @@ def test_compare_runs_gives_benchmark_and_prediction_deltas(tmp_path):
     fixture_write_run(tmp_path / "a", episodes, results)
     weather = fixture_weather_episode()
     fixture_write_run(tmp_path / "b", [weather], [fixture_result(weather, 0.5)],
-                      summary={"benchmarks": {"fixture_bench": {"score": 50.0, "metric": "mean"}}})
+                      summary={"benchmarks": {"fixture_bench": {"status": "ok", "aggregate": {"score": 50.0}}}})
     table = compare_runs(trace_run(tmp_path / "a"), trace_run(tmp_path / "b"))
     bench = {r["benchmark"]: r for r in table["benchmarks"]}
     assert bench["fixture_bench"]["a"] == pytest.approx(100 * 2 / 3)  # mean of results (no summary in a)

@@ -7,8 +7,9 @@ the directory is read line by line and each record is recognised by its fields
 wrap them as ``{"episode": {...}}`` / ``{"result": {...}}``). A truncated last line (a run
 killed mid-write) is skipped with a warning; any other bad line is an error naming the file,
 the line and the field. When a rerun resumed and a key (benchmark, task, trial) appears
-twice, the last record wins. Every ``*.json`` at the top of the directory whose name contains
-``summary`` is returned as the summary (merged in name order).
+twice, the first result and the last episode win (as ``unified.eval.store`` reads them). Every
+``*.json`` at the top of the directory whose name contains ``summary`` is returned as the
+summary (merged in name order), and ``run.json``'s ``config`` as the config.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ class SavedRun:
     """EpisodeResults, one per (benchmark, task, trial)."""
     summary: dict[str, Any] = field(default_factory=dict)
     """The summary JSON (aggregates per benchmark/suite), when the run wrote one."""
+    config: dict[str, Any] = field(default_factory=dict)
+    """The resolved config of the run (``run.json``'s ``config``: model, prompting, sampling ...)."""
 
 
 def _key(record: Episode | EpisodeResult) -> tuple[str, str, int]:
@@ -85,9 +88,11 @@ def load_run(path: str | Path) -> SavedRun:
     results: dict[tuple[str, str, int], EpisodeResult] = {}
     for file in files:
         for record in read_jsonl_records(file):
-            target = episodes if isinstance(record, Episode) else results
-            target.pop(_key(record), None)  # the last record of a key wins, at its new position
-            target[_key(record)] = record  # type: ignore[assignment]
+            if isinstance(record, Episode):
+                episodes.pop(_key(record), None)  # the last episode of a key wins, at its new position
+                episodes[_key(record)] = record
+            else:
+                results.setdefault(_key(record), record)  # the first result wins (a resume never re-runs it)
     summary: dict[str, Any] = {}
     if path.is_dir():
         for file in sorted(path.glob("*.json")):
@@ -98,6 +103,14 @@ def load_run(path: str | Path) -> SavedRun:
                     raise ValueError(f"{file}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
                 if isinstance(data, dict):
                     summary.update(data)
+    config: dict[str, Any] = {}
+    if path.is_dir() and (path / "run.json").is_file():
+        try:
+            data = json.loads((path / "run.json").read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path / 'run.json'}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        if isinstance(data, dict):
+            config = data.get("config", data) if isinstance(data.get("config", data), dict) else {}
     if not episodes and not results:
         raise ValueError(f"{path}: no Episode or EpisodeResult records found in {len(files)} JSONL file(s)")
-    return SavedRun(str(path), list(episodes.values()), list(results.values()), summary)
+    return SavedRun(str(path), list(episodes.values()), list(results.values()), summary, config)

@@ -50,6 +50,8 @@ class EpisodeTrace:
     """Tool-calling steps with at least one explicit block."""
     self_corrections: int
     predictions: list[Prediction] = field(default_factory=list)
+    call_step_indices: list[int] = field(default_factory=list)
+    """``Step.index`` of every tool-calling step."""
     score: float | None = None
     """The benchmark's score of the episode (None without a result)."""
     passed: bool | None = None
@@ -122,6 +124,7 @@ def trace_episode(episode: Episode, result: EpisodeResult | None = None, *, thre
         steps_with_prediction=sum(1 for s in call_steps if by_step.get(s.index)),
         steps_with_explicit=sum(1 for s in call_steps if any(p.kind == "explicit" for p in by_step.get(s.index, []))),
         self_corrections=sum(self_corrections(s) for s in episode.steps), predictions=preds,
+        call_step_indices=[s.index for s in call_steps],
         score=result.score if scored else None, passed=_success(result) if scored else None)
 
 
@@ -152,6 +155,8 @@ class RunTrace:
     results: list[EpisodeResult] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
     """The run's summary JSON (benchmark aggregates), when it has one."""
+    config: dict[str, Any] = field(default_factory=dict)
+    """The run's resolved config (``run.json``: model, prompting, sampling), when it has one."""
 
     @property
     def predictions(self) -> list[Prediction]:
@@ -204,8 +209,11 @@ class RunTrace:
         """Headline score per benchmark: the summary's aggregate where it has one, else mean score in percent."""
         out: dict[str, float] = {}
         for name, entry in _summary_benchmarks(self.summary).items():
-            if isinstance(entry, dict) and isinstance(entry.get("score"), (int, float)):
-                out[name] = float(entry["score"])
+            if not isinstance(entry, dict) or entry.get("status", "ok") != "ok":
+                continue
+            score = entry.get("score", (entry.get("aggregate") or {}).get("score"))
+            if isinstance(score, (int, float)) and not isinstance(score, bool):
+                out[name] = float(score)
         by_bench: dict[str, list[float]] = {}
         for r in self.results:
             if r.skipped is None:
@@ -220,7 +228,7 @@ def _summary_benchmarks(summary: dict[str, Any]) -> dict[str, Any]:
     inner = summary.get("benchmarks")
     if isinstance(inner, dict):
         return inner
-    return {k: v for k, v in summary.items() if isinstance(v, dict) and "score" in v}
+    return {k: v for k, v in summary.items() if isinstance(v, dict) and ("score" in v or "aggregate" in v)}
 
 
 def trace_run(run: str | Path | SavedRun | Iterable[Episode], results: Iterable[EpisodeResult] = (), *,
@@ -235,9 +243,9 @@ def trace_run(run: str | Path | SavedRun | Iterable[Episode], results: Iterable[
     if isinstance(run, (str, Path)):
         run = load_run(run)
     if isinstance(run, SavedRun):
-        path, episodes, results, summary = run.path, run.episodes, run.results, run.summary
+        path, episodes, results, summary, config = run.path, run.episodes, run.results, run.summary, run.config
     else:
-        path, episodes, summary = None, list(run), {}
+        path, episodes, summary, config = None, list(run), {}, {}
     results = list(results)
     by_key = {(r.benchmark, r.task_id, r.trial): r for r in results}
     traces = [trace_episode(e, by_key.get((e.benchmark, e.task_id, e.trial)), threshold=threshold) for e in episodes]
@@ -247,4 +255,5 @@ def trace_run(run: str | Path | SavedRun | Iterable[Episode], results: Iterable[
         if isinstance(judge, str):
             judge = RubricJudge(judge)
         judge([p for t in traces for p in t.predictions if p.observation is not None], episodes_by_key(episodes))
-    return RunTrace(path=str(path) if path else None, episodes=traces, results=results, summary=summary)
+    return RunTrace(path=str(path) if path else None, episodes=traces, results=results, summary=summary,
+                    config=config)
