@@ -207,6 +207,7 @@ def write_records(path: str | os.PathLike[str], records: Iterable[AWBRecord]) ->
             for record in records:
                 fh.write(dumps_record(record) + "\n")
                 n += 1
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

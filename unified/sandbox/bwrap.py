@@ -19,7 +19,7 @@ SIGKILL, and because the command runs in a private PID namespace whose init is b
 (``--die-with-parent``), everything it spawned, daemonised or not, dies with it.
 
 Running as root: the kernel never applies ``RLIMIT_NPROC`` to host uid 0, so when the
-caller is root the sandbox drops to ``SandboxConfig.host_uid`` (65534 by default) with
+caller is root the sandbox drops to ``SandboxConfig.host_uid`` (a fresh uid per sandbox) with
 ``setpriv`` before entering bubblewrap and lends the workspace to that uid (``chown -R`` on
 enter, back on exit; each run bind-mounts it onto a world-traversable stage path inside a
 private mount namespace, so the workspace itself may live anywhere).
@@ -28,6 +28,7 @@ Set ``host_uid=None`` to stay root (the process limit is then not enforced).
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import signal
@@ -77,8 +78,10 @@ class SandboxConfig:
     """RLIMIT_FSIZE: largest file a command may write, in MiB."""
     max_output_bytes: int = 1 << 20
     """stdout/stderr beyond this many bytes are cut (with a marker) in the result."""
-    host_uid: int | None = 65534
-    """When the caller is root: the unprivileged host uid the sandbox runs as (None: stay root)."""
+    host_uid: int | str | None = "auto"
+    """When the caller is root: the unprivileged host uid the sandbox runs as. ``"auto"`` picks a
+    fresh uid (from 200000 up) per Sandbox, so that the process limit, which the kernel counts per
+    host uid, is not shared with other sandboxes; None: stay root."""
     hostname: str = "sandbox"
     """Hostname inside."""
 
@@ -141,7 +144,7 @@ class Sandbox:
         for name in ("passwd", "group"):
             os.chmod(state / name, 0o644)
         if os.geteuid() == 0 and self.config.host_uid is not None:
-            self._drop_to = int(self.config.host_uid)
+            self._drop_to = _fresh_uid() if self.config.host_uid == "auto" else int(self.config.host_uid)
             self._give_workspace(ws)
         return self
 
@@ -274,6 +277,14 @@ class Sandbox:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:  # pragma: no cover - kernel did not reap in time
             pass
+
+
+_uid_counter = itertools.count()
+
+
+def _fresh_uid() -> int:
+    """A host uid no other live sandbox of this machine is likely to use (pid x counter)."""
+    return 200_000 + (os.getpid() % 30_000) * 32 + next(_uid_counter) % 32
 
 
 def _traversable_tmp() -> str:
