@@ -1,0 +1,61 @@
+"""A fixture benchmark in the adapter contract's format (for runner/loop tests, not a real benchmark).
+
+Task ``echo_N``: the agent must call ``echo(text="N")``; score 1 when it did. ``crash_*`` tasks
+raise inside ``step``. Steps sleep ``FIXTURE_STEP_SECONDS`` (env var) so a run can be killed mid-way.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from unified.eval.adapter import Adapter, Environment, Task
+from unified.types import EpisodeResult, Observation, ToolCall, ToolSpec
+
+
+class FixtureEnv(Environment):
+    def __init__(self, task: Task) -> None:
+        super().__init__()
+        self.task = task
+        self.tools = [ToolSpec(name="echo", description="Echo text back.",
+                               parameters={"type": "object", "properties": {"text": {"type": "string"}}})]
+        self.system_prompt = "You are a test agent."
+        self.first_user_message = f"Call echo with text {task.payload['n']}."
+        self.seen: list[str] = []
+        self.stopped = False
+
+    def step(self, tool_calls: list[ToolCall]) -> list[Observation]:
+        time.sleep(float(os.environ.get("FIXTURE_STEP_SECONDS", "0")))
+        if self.task.id.startswith("crash"):
+            raise RuntimeError("fixture environment crashed")
+        out = []
+        for call in tool_calls:
+            self.seen.append(str(call.arguments.get("text")))
+            out.append(Observation(call_id=call.id, content=f"echo: {call.arguments.get('text')}"))
+        return out
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+class FixtureAdapter(Adapter):
+    name = "fixture_echo"
+
+    def __init__(self, n: int = 6, crash: int = 0, **config) -> None:
+        super().__init__(**config)
+        self.n, self.crash = n, crash
+
+    def tasks(self, split=None, limit=None):
+        tasks = [Task(id=f"echo_{i}", benchmark=self.name, payload={"n": i}) for i in range(self.n)]
+        tasks += [Task(id=f"crash_{i}", benchmark=self.name, payload={"n": i}) for i in range(self.crash)]
+        return tasks[:limit] if limit else tasks
+
+    def open(self, task):
+        return FixtureEnv(task)
+
+    def score(self, task, episode, env):
+        ok = str(task.payload["n"]) in env.seen
+        return EpisodeResult(benchmark=self.name, task_id=task.id, trial=episode.trial, score=float(ok), passed=ok)
+
+    def gold_turns(self, task):
+        return [[ToolCall(name="echo", arguments={"text": str(task.payload["n"])})]]

@@ -1,0 +1,107 @@
+"""python -m unified.eval: resume after SIGKILL, crash recording, skips, summaries, --compare."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from unified.eval.cli import load_eval_config, build_parser, main
+from unified.eval.runner import EvalConfig, run_eval
+
+TESTS = Path(__file__).parent
+FIXTURE = "fixture_eval_bench:FixtureAdapter"
+
+
+def _results(run: Path, bench: str = "fixture_echo") -> list[dict]:
+    path = run / bench / "results.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+@pytest.mark.slow
+def test_sigkill_then_rerun_leaves_exactly_one_result_per_task(tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "unified.eval", "--benchmarks", FIXTURE, "--model", "gold", "--out", str(out),
+           "--max-in-flight", "2", "--set", f"benchmarks.{FIXTURE}.n=12"]
+    env = {**os.environ, "PYTHONPATH": f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "FIXTURE_STEP_SECONDS": "0.4"}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(_results(out)) < 3 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    partial = _results(out)
+    assert 3 <= len(partial) < 12
+    # simulate the worst case of a kill: a half-written last line
+    with open(out / "fixture_echo" / "results.jsonl", "a") as handle:
+        handle.write('{"benchmark": "fixture_echo", "task_id": "ech')
+    env["FIXTURE_STEP_SECONDS"] = "0"
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = _results(out)
+    ids = [r["task_id"] for r in results]
+    assert sorted(ids) == sorted(f"echo_{i}" for i in range(12)) and len(ids) == len(set(ids))
+    assert all(r["passed"] for r in results)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["benchmarks"][FIXTURE]["aggregate"]["score"] == 100.0
+    assert "episodes/s" in done.stderr or "ep/s" in done.stderr
+
+
+def test_crash_recorded_and_unavailable_benchmark_skipped(tmp_path, capsys):
+    cfg = EvalConfig(benchmarks=[FIXTURE, "widesearch_typo_not_registered:Nope", "claw_eval"], model="gold",
+                     out=str(tmp_path), benchmark_config={FIXTURE: {"n": 3, "crash": 1}})
+    summary = run_eval(cfg)
+    bench = summary["benchmarks"][FIXTURE]
+    assert bench["results"] == 4 and bench["errors"] == 1
+    assert bench["aggregate"]["score"] == pytest.approx(75.0)  # the crash scores 0, recorded, not dropped
+    crash = [r for r in _results(tmp_path) if r["task_id"] == "crash_0"][0]
+    assert "fixture environment crashed" in crash["error"]
+    skipped = summary["benchmarks"]["widesearch_typo_not_registered:Nope"]
+    assert skipped["status"] == "skipped" and skipped["reason"] == "not yet available"
+    assert "skipped" in capsys.readouterr().err
+    assert (tmp_path / "summary.md").read_text().count("| fixture_eval_bench:FixtureAdapter |") == 1
+
+
+def test_recipe_flags_and_set_precedence(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("suite: ood\nlimit: 3\nsampling:\n  temperature: 0.7\n")
+    args = build_parser().parse_args(["--recipe", str(recipe), "--limit", "5", "--no-thinking",
+                                      "--set", "benchmarks.bfcl_v4.categories=multi_turn"])
+    cfg = load_eval_config(args)
+    assert cfg.limit == 5 and cfg.sampling.temperature == 0.7 and cfg.sampling.thinking is False
+    assert cfg.benchmark_config == {"bfcl_v4": {"categories": "multi_turn"}}
+    recipe.write_text("suite: ood\nlimt: 3\n")
+    with pytest.raises(SystemExit):
+        main(["--recipe", str(recipe)])
+
+
+def test_compare_prints_deltas(tmp_path, capsys):
+    for name, n in (("a", 2), ("b", 4)):
+        run_eval(EvalConfig(benchmarks=[FIXTURE], model="gold", out=str(tmp_path / name),
+                            benchmark_config={FIXTURE: {"n": n, "crash": 1}}))
+    assert main(["--compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    table = capsys.readouterr().out
+    assert "| other | fixture_eval_bench:FixtureAdapter | 66.67 | 80.00 | +13.33 |" in table
+
+
+def test_suite_lwm_dispatches_or_says_not_available(capsys):
+    import importlib.util
+
+    if importlib.util.find_spec("unified.lwm.evaluation") is None:
+        assert main(["--suite", "lwm"]) == 2
+        assert "not yet available" in capsys.readouterr().err
+    else:
+        with pytest.raises(SystemExit):  # its own parser answers --help
+            main(["--suite", "lwm", "--help"])
