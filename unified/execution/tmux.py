@@ -64,9 +64,14 @@ class TmuxTerminal:
             raise ExecutionError(f"tmux send-keys failed: {res.output().strip()}")
 
     @staticmethod
+    def is_key_name(keystrokes: str) -> bool:
+        """Whether ``keystrokes`` is exactly one tmux key name (``C-c``, ``Escape`` ...)."""
+        return bool(_KEY_NAME.match(keystrokes.strip())) and "\n" not in keystrokes.strip()
+
+    @staticmethod
     def key_sequence(keystrokes: str) -> list[tuple[str, str]]:
         """``[("text", ...), ("key", "Enter"), ...]`` for ``keystrokes``."""
-        if _KEY_NAME.match(keystrokes.strip()) and "\n" not in keystrokes.strip():
+        if TmuxTerminal.is_key_name(keystrokes):
             return [("key", keystrokes.strip())]
         out: list[tuple[str, str]] = []
         chunks = keystrokes.split("\n")
