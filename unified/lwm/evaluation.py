@@ -1,0 +1,234 @@
+"""The world-model evaluation (``--suite lwm``): infer -> judge -> aggregate.
+
+    python -m unified.lwm.evaluation --model SPEC --judge SPEC --data DIR --out DIR [--limit N]
+
+SPEC is a :func:`unified.models.load_checkpoint` spec (``embedded``, a HF directory, ...) or an
+OpenAI-compatible endpoint ``openai:URL#MODEL``.
+
+1. infer: for each selected record, the world model sees the record's chat sample (system,
+   the full earlier turns, the current action) and predicts the observation;
+   ``predictions.jsonl`` (append-only; a rerun skips what is there).
+2. judge: the rubric judge (:mod:`unified.rewards`) scores the parsed prediction against the
+   real observation; the rule verifier's verdict is recorded beside it; ``judgments.jsonl``
+   (append-only, resumable; judge answers are also cached on disk).
+3. aggregate (``summary.json``, written atomically):
+
+       score_i  = (mean_c s_ic - 1) / 4 * 100   (0 when the judge's answer is unparseable)
+       domain_d = mean of score_i over the samples of domain d
+       overall  = mean_d domain_d               (unweighted over domains: the headline)
+       overall_sample_weighted = mean_i score_i
+
+``--limit N`` evaluates N records: one seeded turn per trajectory, taken round-robin over the
+domains so that every domain is represented.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from unified.lwm.dataset import sample_one_turn_per_trajectory, to_chat
+from unified.lwm.parsing import parse_observation
+from unified.lwm.records import AWBRecord, load_records
+from unified.rewards.backends import CachedJudge, JudgeCache, LocalHFJudgeBackend, OpenAIJudgeBackend
+from unified.rewards.functions import RubricReward
+from unified.rewards.verifiers import verify
+
+
+def select_records(records: list[AWBRecord], limit: int | None, seed: int) -> list[AWBRecord]:
+    """All records, or ``limit`` of them: one turn per trajectory, round-robin over domains."""
+    if limit is None:
+        return records
+    by_domain: dict[str, list[AWBRecord]] = defaultdict(list)
+    for r in sample_one_turn_per_trajectory(records, seed):
+        by_domain[r.task].append(r)
+    chosen: list[AWBRecord] = []
+    queues = [by_domain[d] for d in sorted(by_domain)]
+    while len(chosen) < limit and any(queues):
+        for q in queues:
+            if q and len(chosen) < limit:
+                chosen.append(q.pop(0))
+    return chosen
+
+
+def _read_jsonl(path: Path) -> dict[str, dict]:
+    rows: dict[str, dict] = {}
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                row = json.loads(line)
+                rows[row["sample_id"]] = row
+            except (json.JSONDecodeError, KeyError, TypeError):
+                continue  # a line cut by a crash: that sample is redone
+    return rows
+
+
+def _append(path: Path, row: dict) -> None:
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+class WorldModel:
+    """Predicts observations with a local checkpoint (batched) or an OpenAI-compatible endpoint."""
+
+    def __init__(self, spec: str, *, max_new_tokens: int = 128, batch_size: int = 8, thinking: bool = False) -> None:
+        self.spec, self.max_new_tokens, self.batch_size, self.thinking = spec, max_new_tokens, batch_size, thinking
+        self.loaded = None
+        self.client = None
+        if spec.startswith("openai:"):
+            from unified.clients.openai_compat import OpenAICompatClient, parse_endpoint_spec
+
+            self.client = OpenAICompatClient(parse_endpoint_spec(spec))
+        else:
+            from unified.models import load_checkpoint
+
+            self.loaded = load_checkpoint(spec)
+
+    def predict(self, messages: list[list[dict]]) -> list[str | Exception]:
+        if self.client is not None:
+            results = self.client.chat_many([{"messages": m, "max_tokens": self.max_new_tokens, "temperature": 0.0,
+                                              "chat_template_kwargs": {"enable_thinking": self.thinking}}
+                                             for m in messages])
+            return [r if isinstance(r, Exception) else
+                    (f"<think>{r.reasoning}</think>" if r.reasoning else "") + r.text for r in results]
+        from unified.models.generation import SamplingParams, batched_generate
+
+        tok = self.loaded.tokenizer
+        prompts = [tok.apply_chat_template(m, tokenize=False, add_generation_prompt=True,
+                                           enable_thinking=self.thinking) for m in messages]
+        outs = batched_generate(self.loaded.model, tok, prompts, SamplingParams(max_new_tokens=self.max_new_tokens),
+                                max_batch_size=self.batch_size)
+        return [o.text for o in outs]
+
+
+def build_judge_backend(spec: str, *, max_tokens: int, world_model: WorldModel | None = None, batch_size: int = 8):
+    if spec.startswith("openai:"):
+        return OpenAIJudgeBackend(spec, max_tokens=max_tokens)
+    shared = world_model.loaded if world_model is not None and world_model.spec == spec else None
+    return LocalHFJudgeBackend(spec, max_tokens=max_tokens, batch_size=batch_size, loaded=shared)
+
+
+def aggregate(judgments: list[dict]) -> dict[str, Any]:
+    """Per-domain and overall scores from judgment rows (see the module docstring)."""
+    by_domain: dict[str, list[float]] = defaultdict(list)
+    for j in judgments:
+        by_domain[j["domain"]].append(j["score"])
+    domains = {d: {"score": sum(v) / len(v), "n": len(v)} for d, v in sorted(by_domain.items())}
+    scores = [j["score"] for j in judgments]
+    return {
+        "overall": sum(d["score"] for d in domains.values()) / len(domains) if domains else 0.0,
+        "overall_sample_weighted": sum(scores) / len(scores) if scores else 0.0,
+        "domains": domains,
+        "n": len(judgments),
+        "judge_parse_rate": sum(j["parsed"] for j in judgments) / len(judgments) if judgments else 0.0,
+        "rule_pass_rate": sum(j["rule_passed"] for j in judgments) / len(judgments) if judgments else 0.0,
+    }
+
+
+def run(model: str, judge: str, data: str, out: str, *, limit: int | None = None, seed: int = 0,
+        max_new_tokens: int = 128, judge_max_tokens: int = 96, batch_size: int = 8, cache_dir: str | None = None,
+        thinking: bool = False) -> dict[str, Any]:
+    """The whole evaluation; returns the summary (also written to ``out/summary.json``)."""
+    out_dir = Path(out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    records = select_records(load_records(data), limit, seed)
+    keyed = {r.key: r for r in records}
+
+    pred_path = out_dir / "predictions.jsonl"
+    predictions = _read_jsonl(pred_path)
+    todo = [r for r in records if r.key not in predictions]
+    world_model = None
+    infer_seconds = 0.0
+    if todo:
+        world_model = WorldModel(model, max_new_tokens=max_new_tokens, batch_size=batch_size, thinking=thinking)
+        for start in range(0, len(todo), batch_size):
+            chunk = todo[start:start + batch_size]
+            t0 = time.perf_counter()
+            texts = world_model.predict([to_chat(r) for r in chunk])
+            infer_seconds += time.perf_counter() - t0
+            for r, text in zip(chunk, texts):
+                row = {"sample_id": r.key, "domain": r.task, "turn_idx": r.turn_idx,
+                       "completion": "" if isinstance(text, Exception) else text,
+                       "error": f"{type(text).__name__}: {text}" if isinstance(text, Exception) else None}
+                _append(pred_path, row)
+                predictions[r.key] = row
+
+    judg_path = out_dir / "judgments.jsonl"
+    judgments = _read_jsonl(judg_path)
+    todo = [k for k in keyed if k not in judgments]
+    judge_seconds, judge_requests = 0.0, 0
+    if todo:
+        cache = JudgeCache(cache_dir) if cache_dir else JudgeCache(out_dir / "judge_cache")
+        backend = build_judge_backend(judge, max_tokens=judge_max_tokens, world_model=world_model,
+                                      batch_size=batch_size)
+        rubric = RubricReward(CachedJudge(backend, cache))
+        for start in range(0, len(todo), batch_size):
+            chunk = [keyed[k] for k in todo[start:start + batch_size]]
+            completions = [predictions[r.key]["completion"] for r in chunk]
+            calls_before = rubric.judge.calls
+            t0 = time.perf_counter()
+            rubric([to_chat(r) for r in chunk], completions, reference=[r.target for r in chunk],
+                   domain=[r.task for r in chunk])
+            if rubric.judge.calls > calls_before:
+                judge_seconds += time.perf_counter() - t0
+                judge_requests += rubric.judge.calls - calls_before
+            for r, completion, b in zip(chunk, completions, rubric.last_breakdowns):
+                verdict = verify(parse_observation(completion), r.target, r.task)
+                row = {"sample_id": r.key, "domain": r.task, "parsed": b.parsed,
+                       "criteria": {c: v for c, v in b.components.items() if c in
+                                    ("format", "factuality", "consistency", "realism", "quality")},
+                       "reward": b.total, "score": b.components.get("score_0_100", 0.0) if b.parsed else 0.0,
+                       "rule_passed": verdict.passed, "rule_check": verdict.check, "judge_detail": b.detail[:1000]}
+                _append(judg_path, row)
+                judgments[r.key] = row
+
+    summary = aggregate([judgments[k] for k in keyed])
+    summary.update({
+        "model": model, "judge": judge, "data": str(data), "limit": limit, "seed": seed,
+        "max_new_tokens": max_new_tokens, "judge_max_tokens": judge_max_tokens,
+        "timing": {"infer_seconds": round(infer_seconds, 2), "judge_seconds": round(judge_seconds, 2),
+                   "judge_requests": judge_requests,
+                   "judge_samples_per_s": round(judge_requests / judge_seconds, 4) if judge_seconds else None},
+    })
+    fd, tmp = tempfile.mkstemp(prefix=".summary.", dir=out_dir)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(summary, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+    os.replace(tmp, out_dir / "summary.json")
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m unified.lwm.evaluation", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="world model: load_checkpoint spec or openai:URL#MODEL")
+    parser.add_argument("--judge", required=True, help="judge: load_checkpoint spec or openai:URL#MODEL")
+    parser.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "data" / "lwm"),
+                        help="AgentWorldBench JSONL file or directory (default: the shipped data/lwm)")
+    parser.add_argument("--out", required=True, help="output directory (predictions, judgments, summary)")
+    parser.add_argument("--limit", type=int, default=None, help="evaluate this many records (seeded, per domain)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-new-tokens", type=int, default=128, help="world-model prediction budget")
+    parser.add_argument("--judge-max-tokens", type=int, default=96)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--cache-dir", default=None, help="judge answer cache (default: OUT/judge_cache)")
+    parser.add_argument("--thinking", action="store_true", help="let the world model think before answering")
+    args = parser.parse_args(argv)
+    summary = run(args.model, args.judge, args.data, args.out, limit=args.limit, seed=args.seed,
+                  max_new_tokens=args.max_new_tokens, judge_max_tokens=args.judge_max_tokens,
+                  batch_size=args.batch_size, cache_dir=args.cache_dir, thinking=args.thinking)
+    print(f"lwm: overall {summary['overall']:.2f} (sample-weighted {summary['overall_sample_weighted']:.2f}) "
+          f"over {summary['n']} samples; judge parse rate {summary['judge_parse_rate']:.2f}")
+    for domain, info in summary["domains"].items():
+        print(f"  {domain:10s} {info['score']:6.2f}  (n={info['n']})")
+    print(f"  timing: {summary['timing']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
