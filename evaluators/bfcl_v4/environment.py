@@ -131,7 +131,7 @@ class BFCLEnvironment(Environment):
                                                 content=f"Error during execution: name '{call.name}' is not defined"))
                 continue
             try:
-                content = _format_result(method(**call.arguments))
+                content = _format_result(method(**copy.deepcopy(call.arguments)))  # backends mutate args
                 is_error = False
             except Exception as exc:  # bfcl's wording (multi_turn_utils.execute_multi_turn_func_call)
                 content, is_error = f"Error during execution: {exc}", True

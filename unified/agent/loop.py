@@ -170,7 +170,7 @@ class AgentLoop:
             episode.stop_reason, episode.error = "error", traceback.format_exc()
             self._emit(self._crash_result(job, episode.error), episode, results)
             return None
-        context = {"task": task, "adapter": self.adapter} if self.policy.name == "gold" else {}
+        context = {"task": task, "adapter": self.adapter} if getattr(self.policy, "needs_context", False) else {}
         return _Running(job=job, env=env, prompting=prompting, episode=episode, started=time.monotonic(),
                         context=context)
 

@@ -75,6 +75,8 @@ class Policy:
     """Base class; ``generate`` must keep the order of ``requests``."""
 
     name = "base"
+    needs_context = False
+    """True for policies that read ``PolicyRequest.context`` (the task and adapter): ``gold``."""
 
     def __init__(self, model: str = "", sampling: SamplingConfig = SamplingConfig()) -> None:
         self.model = model

@@ -15,6 +15,8 @@ from unified.policy.base import Policy, PolicyOutput, PolicyRequest, SamplingCon
 
 class GoldPolicy(Policy):
     name = "gold"
+    needs_context = True
+    """The agent loop passes ``{"task", "adapter"}`` in each request's context."""
 
     def __init__(self, sampling: SamplingConfig = SamplingConfig()) -> None:
         super().__init__("gold", sampling)

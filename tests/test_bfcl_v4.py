@@ -1,0 +1,198 @@
+"""BFCL v4 adapter: gold policy, agreement with bfcl-eval's own runner, isolation, safety."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("bfcl_eval")
+
+from unified.agent.loop import AgentLoop, Job  # noqa: E402
+from unified.agent.parsing import render_tool_call  # noqa: E402
+from unified.eval.adapter import load_adapter  # noqa: E402
+from unified.policy import make_policy  # noqa: E402
+from unified.policy.base import Policy, PolicyOutput  # noqa: E402
+from unified.types import ToolCall  # noqa: E402
+
+from evaluators.bfcl_v4.scoring import canonical_call  # noqa: E402
+
+
+def _run(adapter, tasks, policy):
+    results, episodes = [], {}
+
+    def keep(result, episode):
+        results.append(result)
+        episodes[episode.task_id] = episode
+
+    AgentLoop(adapter, policy, max_in_flight=32, on_result=keep).run([Job(t) for t in tasks])
+    return results, episodes
+
+
+@pytest.mark.slow
+def test_gold_policy_scores_100_on_all_multi_turn(tmp_path):
+    adapter = load_adapter("bfcl_v4", categories="multi_turn")
+    adapter.work_dir = tmp_path
+    tasks = adapter.tasks()
+    assert len(tasks) == 800
+    results, _ = _run(adapter, tasks, make_policy("gold"))
+    failed = [(r.task_id, r.details.get("error_type"), r.error) for r in results if not r.passed]
+    assert not failed, failed[:3]
+    agg = adapter.aggregate(results)
+    assert agg["groups"]["multi_turn"]["accuracy"] == 100.0 and agg["groups"]["multi_turn"]["complete"]
+
+
+def test_gold_memory_kv_writes_snapshot_and_passes(tmp_path):
+    adapter = load_adapter("bfcl_v4", categories="memory_kv", limit_order="per_category")
+    adapter.work_dir = tmp_path
+    tasks = adapter.tasks(limit=2)
+    prereqs = [t for t in tasks if not t.scored]
+    assert prereqs and all(t.id in [p.id for p in prereqs] for t in tasks for t in [] )
+    results, _ = _run(adapter, tasks, make_policy("gold"))
+    scored = [r for r in results if not r.details.get("prereq")]
+    assert len(scored) == 2 and all(r.passed for r in scored)
+    assert list(tmp_path.rglob("*_final.json")), "the prerequisite conversations must leave a memory snapshot"
+
+
+class PerturbedGold(Policy):
+    """Gold answers, corrupted for some tasks (wrong values, dropped calls, plain text), so the
+    agreement test sees passes and failures of every kind."""
+
+    name = "perturbed"
+    needs_context = True
+
+    def __init__(self, seed=0):
+        super().__init__("perturbed")
+        self.gold = make_policy("gold")
+        self.rng = random.Random(seed)
+        self.mode = {}
+
+    def generate(self, requests):
+        outs = self.gold.generate(requests)
+        for i, (request, out) in enumerate(zip(requests, outs)):
+            task = request.context["task"]
+            mode = self.mode.setdefault(task.id, self.rng.choice(["keep", "keep", "value", "drop", "text"]))
+            if mode == "keep" or isinstance(out, Exception) or "<tool_call>" not in out.text:
+                continue
+            calls = [c for turn in request.context["adapter"].gold_turns(task) for c in turn]
+            if mode == "text":
+                outs[i] = PolicyOutput(text="</think>\n\nI cannot help with that.")
+            elif mode == "drop" and len(calls) > 1:
+                outs[i] = PolicyOutput(text="</think>\n\n" + render_tool_call(calls[0]))
+            elif mode == "value":
+                bad = [ToolCall(name=c.name, arguments={k: (v + "_x" if isinstance(v, str) else v)
+                                                        for k, v in c.arguments.items()}) for c in calls[:1]]
+                outs[i] = PolicyOutput(text="</think>\n\n" + "\n".join(render_tool_call(c) for c in bad))
+        return outs
+
+
+AGREEMENT_CATEGORIES = ["simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance", "live_simple",
+                        "live_multiple", "live_relevance", "live_irrelevance", "multi_turn_base",
+                        "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context"]
+
+
+def _python_call(call: ToolCall) -> str:
+    return f"{call.name}({', '.join(f'{k}={v!r}' for k, v in call.arguments.items())})"
+
+
+def _bfcl_result_line(task, episode, adapter) -> dict:
+    """Our episode in bfcl's prompt-mode result format (``[f(a=1), g(b=2)]`` per step)."""
+    from evaluators.bfcl_v4.scoring import turns_of
+
+    def step_text(calls, content):
+        calls = [c for c in calls if c.parse_error is None]
+        return "[" + ", ".join(_python_call(c) for c in calls) + "]" if calls else ""
+
+    turns = turns_of(episode)
+    assistant = [m for m in episode.messages if m.role == "assistant"]
+    if task.group == "multi_turn":
+        result = [[step_text(calls, "") for calls in turn] for turn in turns]
+    else:
+        result = step_text(assistant[0].tool_calls, assistant[0].content) if assistant else ""
+    return {"id": task.id, "result": result}
+
+
+@pytest.mark.slow
+def test_scores_agree_with_bfcl_eval_runner(tmp_path):
+    adapter = load_adapter("bfcl_v4", categories=AGREEMENT_CATEGORIES, limit_order="per_category")
+    adapter.work_dir = tmp_path / "work"
+    tasks = adapter.tasks(limit=12)
+    results, episodes = _run(adapter, tasks, PerturbedGold())
+    ours = adapter.aggregate(results)
+    accuracies = [v["accuracy"] for v in ours["categories"].values()]
+    assert 0 < min(accuracies) or max(accuracies) < 100  # both passes and failures were produced
+    assert any(0 < a < 100 for a in accuracies)
+
+    from bfcl_eval.utils import get_directory_structure_by_category
+
+    root = tmp_path / "bfcl_root"
+    model = "gpt-4o-2024-11-20"  # a prompt-mode handler: decodes "[f(a=1)]" strings
+    for category in AGREEMENT_CATEGORIES:
+        folder = root / "result" / model / get_directory_structure_by_category(category)
+        folder.mkdir(parents=True, exist_ok=True)
+        lines = [_bfcl_result_line(t, episodes[t.id], adapter) for t in tasks if t.split == category]
+        (folder / f"BFCL_v4_{category}_result.json").write_text("\n".join(json.dumps(l) for l in lines) + "\n")
+    script = ("import sys; from bfcl_eval.eval_checker.eval_runner import main; "
+              f"main([{model!r}], {AGREEMENT_CATEGORIES!r}, 'result', 'score', partial_eval=True)")
+    env = {**os.environ, "BFCL_PROJECT_ROOT": str(root), "OPENAI_API_KEY": "unused-by-the-checker"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for category in AGREEMENT_CATEGORIES:
+        score_file = next((root / "score").rglob(f"BFCL_v4_{category}_score.json"))
+        header = json.loads(score_file.read_text().splitlines()[0])
+        assert 100 * header["accuracy"] == pytest.approx(ours["categories"][category]["accuracy"]), category
+    with open(root / "score" / "data_overall.csv") as handle:
+        row = list(csv.DictReader(handle))[0]
+    assert float(row["Overall Acc"].rstrip("%")) == pytest.approx(ours["score"], abs=0.006)
+
+
+def test_canonical_call_only_passes_whitelisted_literals():
+    allowed = {"cd", "ls"}
+    assert canonical_call(ToolCall(name="cd", arguments={"folder": "a'b"}), allowed) == 'cd(folder="a\'b")'
+    assert canonical_call(ToolCall(name="__import__", arguments={"name": "os"}), allowed) is None
+    assert canonical_call(ToolCall(name="cd", arguments={"folder); import os; (": 1}), allowed) is None
+    assert canonical_call(ToolCall(name="ls", arguments={"a": float("nan")}), allowed) is None
+    assert canonical_call(ToolCall(name="ls", arguments={}, parse_error="bad"), allowed) is None
+
+
+def test_unknown_tool_is_never_executed(tmp_path):
+    adapter = load_adapter("bfcl_v4", categories="multi_turn_base", limit_order="per_category")
+    task = adapter.tasks(limit=1)[0]
+    with adapter.open(task) as env:
+        obs = env.step([ToolCall(name="eval", arguments={"x": "1"}, id="c0"),
+                        ToolCall(name="ls", arguments={}, id="c1")])
+    assert obs[0].is_error and "not defined" in obs[0].content
+    assert not obs[1].is_error
+
+
+def test_web_search_without_key_is_a_recorded_skip(monkeypatch):
+    monkeypatch.delenv("SERPAPI_API_KEY", raising=False)
+    adapter = load_adapter("bfcl_v4", categories="web_search_base", limit_order="per_category")
+    tasks = adapter.tasks(limit=2)
+    assert all("SERPAPI_API_KEY" in t.skip_reason for t in tasks)
+    results, _ = _run(adapter, tasks, make_policy("gold"))
+    assert all(r.skipped for r in results)
+    assert adapter.aggregate(results)["skipped"] == 2
+
+
+def test_bfcl_writes_only_under_its_private_project_root():
+    import bfcl_eval.constants.eval_config as cfg
+
+    site = Path(cfg.PACKAGE_ROOT).parent
+    assert not Path(cfg.PROJECT_ROOT).resolve().is_relative_to(site.resolve())
+
+
+@pytest.mark.slow
+def test_memory_vector_loads_offline(tmp_path):
+    code = ("from evaluators.bfcl_v4.isolation import import_memory_vector; m = import_memory_vector(); "
+            "print(m.ENCODER_DIM)")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HOME": str(tmp_path / "empty_hf")}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().endswith("384")
