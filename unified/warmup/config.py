@@ -155,6 +155,11 @@ class LaunchSection:
     """``None``: ``recipes/accelerate/<distributed>.yaml``."""
     main_process_port: int = 29500
 
+    def trainer_processes(self) -> int:
+        """Training processes of this layout (the first node serves vLLM when there are several)."""
+        trainer_nodes = self.nodes - 1 if self.nodes > 1 else 1
+        return trainer_nodes * max(self.gpus_per_node, 1)
+
 
 @dataclass
 class WarmupConfig:
@@ -181,11 +186,13 @@ class WarmupConfig:
         if not (0 <= self.gspo.epsilon < 1 and self.gspo.epsilon_high >= 0):
             raise ConfigError(f"gspo.epsilon/epsilon_high: expected 0 <= epsilon < 1 and epsilon_high >= 0, "
                               f"got {self.gspo.epsilon}/{self.gspo.epsilon_high}")
-        per_step = self.train.per_device_train_batch_size * self.train.gradient_accumulation_steps
+        per_step = self.train.per_device_train_batch_size * self.train.gradient_accumulation_steps * \
+            self.launch.trainer_processes()
         if per_step % self.gspo.num_generations:
             raise ConfigError(
-                f"train.per_device_train_batch_size x gradient_accumulation_steps = {per_step} must be a multiple of "
-                f"gspo.num_generations = {self.gspo.num_generations} (whole groups per generation batch)")
+                f"train.per_device_train_batch_size x gradient_accumulation_steps x trainer processes "
+                f"({self.launch.trainer_processes()}) = {per_step} must be a multiple of gspo.num_generations = "
+                f"{self.gspo.num_generations} (a generation batch holds whole groups)")
         if self.resume not in ("auto", "never") and not Path(self.resume).is_dir():
             raise ConfigError(f"resume: expected auto, never or an existing checkpoint dir, got {self.resume!r}")
         if self.launch.nodes < 1:

@@ -73,12 +73,8 @@ def load_splits(cfg: WarmupConfig, tokenizer=None):
     return train, heldout
 
 
-def load_rewards(cfg: WarmupConfig) -> tuple[list[Callable], list[float] | None]:
+def load_rewards(cfg: WarmupConfig) -> tuple[list[Callable], list[float]]:
     """The TRL reward callables of ``cfg.rewards`` and their weights (rubric:rule 9:1 by default)."""
-    from unified.rewards import build_reward_functions
+    from unified.rewards import build_reward_functions, reward_weights
 
-    built = build_reward_functions(cfg.rewards)
-    if isinstance(built, tuple) and len(built) == 2 and isinstance(built[0], (list, tuple)):
-        funcs, weights = built
-        return list(funcs), (list(weights) if weights is not None else None)
-    return list(built), None
+    return list(build_reward_functions(cfg.rewards)), list(reward_weights(cfg.rewards))
