@@ -1,0 +1,186 @@
+"""SWE-bench Verified and SWE-bench Pro adapters (3 rollouts an instance, % resolved).
+
+Config keys (``--set benchmarks.swe_bench_verified.KEY=VALUE``, same for ``swe_bench_pro``):
+
+``dataset``         local file/dir or hub id (default ``$SWE_BENCH_VERIFIED_DATA`` /
+                    ``$SWE_BENCH_PRO_DATA``, else the fixtures under ``$UNIFIED_FIXTURES_DIR``;
+                    see :mod:`.data`)
+``split``           dataset split for directories and hub ids (default ``test``)
+``backend``         ``local``/``docker``/``podman``/``apptainer``/``auto`` (:mod:`unified.execution`)
+``repos_dir``       local backend only: ``<owner>__<name>`` copies of the repositories (default
+                    ``$SWE_BENCH_REPOS``, else ``repos/`` next to a local dataset file)
+``scripts_dir``     Pro only: ``run_scripts`` of a SWE-bench Pro checkout (default
+                    ``$SWE_BENCH_PRO_SCRIPTS``, else ``fixture_pro_run_scripts/`` next to the data file)
+``instances``       only these instance ids (comma-separated)
+``exec_timeout_s``  limit of one tool call (default 180); ``eval_timeout_s`` of grading (1800)
+``memory_mb``       memory of the environment (default 4096)
+
+Rollouts run in the instance's environment; grading runs in a *fresh* one (as the official
+harnesses do), so nothing but the patch carries over. Results record the backend and patch.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from pathlib import Path
+from typing import Any
+
+from unified.eval.adapter import Adapter, BenchmarkUnavailable, Environment, Task
+from unified.execution import BackendUnavailable, get_backend
+from unified.types import Episode, EpisodeResult, ToolCall
+
+from evaluators.swe_bench.data import check_rows, image_for, load_rows, resolve_source
+from evaluators.swe_bench.environment import SWEEnvironment, environment_spec, open_repository, repo_source
+from evaluators.swe_bench.grading import grade_pro, grade_verified, swebench_unavailable
+
+__all__ = ["SWEBenchProAdapter", "SWEBenchVerifiedAdapter", "aggregate_resolved"]
+
+
+def _as_list(value: Any) -> list[str]:
+    if not value:
+        return []
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    return [str(v) for v in value]
+
+
+def aggregate_resolved(results: list[EpisodeResult]) -> dict[str, Any]:
+    """% resolved: per instance the mean over its rollouts, then the mean over instances.
+
+    ``score = 100 * mean_i( mean_r resolved[i, r] )``; ``per_rollout[r]`` is the % resolved of
+    rollout ``r`` alone.
+    """
+    scored = [r for r in results if r.skipped is None]
+    by_task: dict[str, list[float]] = {}
+    by_run: dict[int, list[float]] = {}
+    for r in scored:
+        by_task.setdefault(r.task_id, []).append(r.score)
+        by_run.setdefault(r.trial, []).append(r.score)
+    means = [statistics.fmean(v) for v in by_task.values()]
+    return {"score": 100.0 * statistics.fmean(means) if means else 0.0, "metric": "% resolved, mean over rollouts",
+            "n_instances": len(by_task), "n_episodes": len(scored), "skipped": len(results) - len(scored),
+            "per_rollout": {str(k): 100.0 * statistics.fmean(v) for k, v in sorted(by_run.items())},
+            "backends": sorted({str(r.details.get("backend")) for r in scored if r.details.get("backend")})}
+
+
+class _SWEBenchAdapter(Adapter):
+    variant = "verified"
+    workdir = "/testbed"
+    runs_default = 3
+
+    def __init__(self, **config: Any) -> None:
+        super().__init__(**config)
+        self.dataset = config.get("dataset")
+        self.split = str(config.get("split", "test"))
+        self.backend_name = config.get("backend")
+        self.repos_dir = config.get("repos_dir") or os.environ.get("SWE_BENCH_REPOS")
+        self.scripts_dir = config.get("scripts_dir") or os.environ.get("SWE_BENCH_PRO_SCRIPTS")
+        self.only = _as_list(config.get("instances"))
+        self.exec_timeout_s = float(config.get("exec_timeout_s", 180))
+        self.eval_timeout_s = float(config.get("eval_timeout_s", 1800))
+        self.memory_mb = int(config.get("memory_mb", 4096))
+
+    def _backend(self):
+        try:
+            backend = get_backend(self.backend_name)
+            backend.require()
+        except BackendUnavailable as exc:
+            raise BenchmarkUnavailable(f"no execution backend: {exc.reason}", exc.how_to_fix) from None
+        return backend
+
+    def tasks(self, split: str | None = None, limit: int | None = None) -> list[Task]:
+        source = resolve_source(self.variant, self.dataset)
+        rows = load_rows(source, self.split)
+        backend = self._backend()
+        local_dir = Path(source).parent if Path(source).is_file() else None
+        repos = Path(self.repos_dir) if self.repos_dir else (local_dir / "repos" if local_dir else None)
+        scripts = Path(self.scripts_dir) if self.scripts_dir else (
+            local_dir / "fixture_pro_run_scripts" if local_dir else None)
+        grading_problem = swebench_unavailable() if self.variant == "verified" else None
+        out = []
+        for row, problem in check_rows(rows, self.variant, source):
+            iid = str(row.get("instance_id"))
+            if self.only and iid not in self.only:
+                continue
+            skip = problem
+            if skip is None and backend.name == "local" and repo_source(repos, str(row["repo"])) is None:
+                skip = (f"the local backend needs a copy of {row['repo']} under repos_dir ({repos}); "
+                        "use a container engine (--set benchmarks.NAME.backend=docker) for the real instances")
+            payload = {"row": row, "repos_dir": str(repos) if repos else None,
+                       "scripts_dir": str(scripts) if scripts else None, "grading_problem": grading_problem}
+            out.append(Task(id=iid, benchmark=self.name, split=self.variant, group=str(row.get("repo", "")),
+                            payload=payload, skip_reason=skip))
+        if not out:
+            raise BenchmarkUnavailable(f"no instances in {source}" + (f" matching {self.only}" if self.only else ""))
+        return out[:limit] if limit else out
+
+    def _spec(self, row: dict[str, Any]):
+        return environment_spec(self.workdir, image_for(row, self.variant), self.exec_timeout_s, self.memory_mb,
+                                str(row["instance_id"]))
+
+    def open(self, task: Task) -> Environment:
+        row = task.payload["row"]
+        repos = task.payload.get("repos_dir")
+        return SWEEnvironment(row, self.variant, self._backend(), self._spec(row),
+                              repo_source(Path(repos) if repos else None, str(row["repo"])))
+
+    def score(self, task: Task, episode: Episode, env: Environment) -> EpisodeResult:
+        assert isinstance(env, SWEEnvironment)
+        row = task.payload["row"]
+        patch = env.final_patch()
+        details: dict[str, Any] = {"backend": env.session.backend if env.session else None, "model_patch": patch}
+        if not patch.strip():
+            details.update({"resolved": False, "reason": "empty patch"})
+            return EpisodeResult(self.name, task.id, episode.trial, 0.0, passed=False, details=details)
+        if task.payload.get("grading_problem"):
+            return EpisodeResult(self.name, task.id, episode.trial, 0.0, details=details,
+                                 skipped=f"cannot grade: {task.payload['grading_problem']}")
+        repos = task.payload.get("repos_dir")
+        with open_repository(self._backend(), self._spec(row), row["base_commit"],
+                             repo_source(Path(repos) if repos else None, str(row["repo"]))) as fresh:
+            if self.variant == "verified":
+                graded = grade_verified(fresh, row, patch, self.eval_timeout_s,
+                                        log_dir=(self.work_dir / "logs") if self.work_dir else None)
+            else:
+                scripts = task.payload.get("scripts_dir")
+                if not scripts:
+                    return EpisodeResult(self.name, task.id, episode.trial, 0.0, details=details,
+                                         skipped="no SWE-bench Pro run_scripts (set $SWE_BENCH_PRO_SCRIPTS)")
+                graded = grade_pro(fresh, row, patch, Path(scripts), self.eval_timeout_s)
+        details.update(graded)
+        if graded.get("grading_skipped"):
+            return EpisodeResult(self.name, task.id, episode.trial, 0.0, details=details,
+                                 skipped=graded["grading_skipped"])
+        resolved = bool(graded.get("resolved"))
+        return EpisodeResult(self.name, task.id, episode.trial, 1.0 if resolved else 0.0, passed=resolved,
+                             details=details)
+
+    def aggregate(self, results: list[EpisodeResult]) -> dict[str, Any]:
+        return aggregate_resolved(results)
+
+    def gold_turns(self, task: Task) -> list[list[ToolCall]]:
+        patch = task.payload["row"]["patch"]
+        marker = "UNIFIED_GOLD_PATCH"
+        body = patch if patch.endswith("\n") else patch + "\n"  # context lines may be a lone space: keep them
+        command = f"git apply --verbose - <<'{marker}'\n{body}{marker}"
+        return [[ToolCall(name="bash", arguments={"command": command}, id="gold_0")]]
+
+    def gold_answer(self, task: Task) -> str | None:
+        return "Applied the reference patch."
+
+
+class SWEBenchVerifiedAdapter(_SWEBenchAdapter):
+    """SWE-bench Verified (500 human-validated instances; repository in /testbed)."""
+
+    name = "swe_bench_verified"
+    variant = "verified"
+    workdir = "/testbed"
+
+
+class SWEBenchProAdapter(_SWEBenchAdapter):
+    """SWE-bench Pro (public set; repository in /app)."""
+
+    name = "swe_bench_pro"
+    variant = "pro"
+    workdir = "/app"

@@ -1,0 +1,86 @@
+"""SWE-bench Verified / Pro adapters on our fixture instances (tests/fixtures/swe_bench: a small
+repository and instances in each dataset's schema) with the local backend: gold patches resolve
+100% through the swebench package's grading (Verified) and Pro's entry-script protocol; an empty
+or a wrong patch does not; tools behave; missing sources are clear skips."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from evaluators.swe_bench import SWEBenchProAdapter, SWEBenchVerifiedAdapter
+from unified.agent.loop import AgentLoop, Job
+from unified.eval.adapter import BenchmarkUnavailable
+from unified.execution import LocalBackend
+from unified.policy.gold import GoldPolicy
+from unified.types import Episode, ToolCall
+
+FIXTURES = Path(__file__).parent / "fixtures" / "swe_bench"
+pytestmark = pytest.mark.skipif(LocalBackend().unavailable_reason() is not None, reason="bubblewrap missing")
+pytest.importorskip("swebench", reason="swebench is in the bench extra (make setup)")
+
+VARIANTS = [(SWEBenchVerifiedAdapter, "fixture_verified.jsonl"), (SWEBenchProAdapter, "fixture_pro.jsonl")]
+
+
+@pytest.mark.parametrize("cls,data", VARIANTS)
+def test_gold_patches_resolve_every_fixture_instance(cls, data):
+    adapter = cls(dataset=str(FIXTURES / data), backend="local")
+    tasks = adapter.tasks()
+    assert len(tasks) == 2 and all(t.skip_reason is None for t in tasks)
+    results = AgentLoop(adapter, GoldPolicy()).run([Job(t, 0) for t in tasks])
+    assert [r.error for r in results] == [None, None]
+    assert all(r.score == 1.0 and r.details["resolved"] and r.details["backend"] == "local" for r in results)
+    assert all("diff --git" in r.details["model_patch"] for r in results)
+    assert adapter.aggregate(results)["score"] == 100.0
+
+
+@pytest.mark.parametrize("cls,data", VARIANTS)
+def test_empty_and_wrong_patches_are_not_resolved(cls, data):
+    adapter = cls(dataset=str(FIXTURES / data), backend="local", instances="fixture__calc-1,instance_fixture__calc-1")
+    task = adapter.tasks()[0]
+    with adapter.open(task) as env:
+        result = adapter.score(task, Episode(benchmark=adapter.name, task_id=task.id), env)
+        assert result.score == 0.0 and result.details["reason"] == "empty patch"
+    with adapter.open(task) as env:
+        # "fixes" clamp by breaking add: the FAIL_TO_PASS test passes, a PASS_TO_PASS test fails
+        obs = env.step([
+            ToolCall("str_replace_editor", {"command": "str_replace", "path": "calc/__init__.py",
+                                            "old_str": "    return x\n", "new_str": "    return min(x, hi)\n"}, "c0"),
+            ToolCall("str_replace_editor", {"command": "str_replace", "path": "calc/__init__.py",
+                                            "old_str": "return a + b", "new_str": "return a - b"}, "c1"),
+            ToolCall("str_replace_editor", {"command": "view", "path": "calc/__init__.py", "view_range": [4, 5]}, "c2"),
+            ToolCall("bash", {"command": "python3 -c 'import calc; print(calc.clamp(15, 0, 10))'"}, "c3")])
+        assert not any(o.is_error for o in obs), [o.content for o in obs]
+        assert "return a - b" in obs[2].content and obs[3].content.startswith("10")
+        result = adapter.score(task, Episode(benchmark=adapter.name, task_id=task.id), env)
+        assert result.score == 0.0 and not result.details["resolved"]
+
+
+def test_editor_and_bash_errors_are_observations():
+    adapter = SWEBenchVerifiedAdapter(dataset=str(FIXTURES / "fixture_verified.jsonl"), backend="local")
+    with adapter.open(adapter.tasks()[0]) as env:
+        obs = env.step([
+            ToolCall("str_replace_editor", {"command": "str_replace", "path": "calc/__init__.py",
+                                            "old_str": "return", "new_str": "yield"}, "c0"),
+            ToolCall("str_replace_editor", {"command": "view", "path": "nope.py"}, "c1"),
+            ToolCall("bash", {"command": "exit 4"}, "c2"),
+            ToolCall("str_replace_editor", {"command": "create", "path": "new_module.py", "file_text": "X = 1"}, "c3"),
+            ToolCall("teleport", {}, "c4")])
+        assert obs[0].is_error and "occurs 4 times" in obs[0].content
+        assert obs[1].is_error and obs[2].is_error and "[exit code 4]" in obs[2].content
+        assert not obs[3].is_error and obs[4].is_error
+        assert "new_module.py" in env.final_patch()
+
+
+def test_missing_sources_are_clear(monkeypatch, tmp_path):
+    for var in ("SWE_BENCH_VERIFIED_DATA", "UNIFIED_FIXTURES_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(BenchmarkUnavailable, match="SWE_BENCH_VERIFIED_DATA"):
+        SWEBenchVerifiedAdapter(backend="local").tasks()
+    data = tmp_path / "verified.jsonl"
+    data.write_text((FIXTURES / "fixture_verified.jsonl").read_text())
+    tasks = SWEBenchVerifiedAdapter(dataset=str(data), backend="local").tasks()
+    assert all("needs a copy of fixture/calc" in t.skip_reason for t in tasks)
+    data.write_text('{"instance_id": "x__y-1", "repo": "x/y"}\n')
+    assert "missing field(s)" in SWEBenchVerifiedAdapter(dataset=str(data), backend="local").tasks()[0].skip_reason
