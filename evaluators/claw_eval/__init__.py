@@ -17,13 +17,15 @@ Not on PyPI: point the adapter at a checkout with ``$CLAW_EVAL_ROOT`` or
 
 Tasks needing live web search (``web_real``) are skipped unless ``$SERP_DEV_KEY`` is set;
 tasks whose fixtures are missing from the checkout are skipped with the file named. The
-services of a task stay up across its trials and are reset in between; they are stopped when
-another task opens, when an episode fails, and at exit. Scoring: :mod:`evaluators.claw_eval.grading`.
+services of a task stay up across its trials and are reset in between (trials running at the
+same time get separate services); they are stopped when another task opens, when an episode
+fails (crash, or a grader error), and at exit. Scoring: :mod:`evaluators.claw_eval.grading`.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -49,23 +51,25 @@ def _as_list(value: Any) -> list[str]:
 
 
 class _TrialEnvironment(ClawEvalEnvironment):
-    """Keeps the task's services for the next trial unless the episode failed."""
+    """Borrows the task's services from the adapter; gives them back for the next trial if it went well."""
 
     def __init__(self, adapter: "ClawEvalAdapter", task: ClawTask, **kwargs: Any) -> None:
         super().__init__(task, **kwargs)
         self._adapter = adapter
         self._own_services = False  # the adapter keeps them across trials
+        self.scored_ok = False
 
     def start(self) -> None:
-        self.services = self._adapter._services_for(self.task)
+        self.services = self._adapter._acquire_services(self.task)
         super().start()
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def stop(self) -> None:
+        group, self.services = self.services, None
         try:
-            self.stop()
+            super().stop()
         finally:
-            if exc_type is not None or self.metadata.get("failed"):
-                self._adapter.stop_services()
+            if group is not None:
+                self._adapter._release_services(self.task, group, failed=not self.scored_ok)
 
 
 class ClawEvalAdapter(Adapter):
@@ -87,7 +91,8 @@ class ClawEvalAdapter(Adapter):
         self.grader_timeout_s = float(config.get("grader_timeout_s", 900))
         self.exec_timeout_s = float(config.get("exec_timeout_s", 120))
         self.memory_mb = int(config.get("memory_mb", 2048))
-        self._services: tuple[str, ServiceGroup] | None = None
+        self._idle: dict[str, list[ServiceGroup]] = {}
+        self._lock = threading.Lock()
 
     # -- tasks -----------------------------------------------------------------------------
 
@@ -109,7 +114,7 @@ class ClawEvalAdapter(Adapter):
                             skip_reason=skip_reason(ct)))
         if not splits and not cats:
             out += [Task(id=d, benchmark=self.name, split="unreadable", skip_reason=e) for d, e in broken]
-        return out[:limit] if limit else out
+        return _limit(out, limit)
 
     def open(self, task: Task) -> Environment:
         ct = ClawTask(**task.payload)
@@ -121,24 +126,38 @@ class ClawEvalAdapter(Adapter):
         env.user_max_tokens = self.user_max_tokens
         return env
 
-    def _services_for(self, ct: ClawTask) -> ServiceGroup:
-        """The running services of ``ct`` (reused across its trials), starting them if needed."""
-        if self._services is not None and self._services[0] == ct.id:
-            group = self._services[1]
-            if all(group.healthy(s) for s in group.specs):
-                return group
-        self.stop_services()
+    def _acquire_services(self, ct: ClawTask) -> ServiceGroup:
+        """Services for one trial of ``ct``: an idle group of the same task (reset by the
+        environment), else freshly started ones. Idle groups of other tasks are stopped first.
+        Trials running at the same time each get their own group (own ports)."""
+        with self._lock:
+            for tid in [t for t in self._idle if t != ct.id]:
+                for group in self._idle.pop(tid):
+                    group.stop()
+            idle = self._idle.get(ct.id, [])
+            while idle:
+                group = idle.pop()
+                if all(group.healthy(s) for s in group.specs):
+                    return group
+                group.stop()
         specs = [ServiceSpec.from_dict(s, f"{ct.dir}/task.yaml") for s in ct.services]
-        group = ServiceGroup(specs, Path(ct.checkout)).__enter__()
-        group.fresh = True
-        self._services = (ct.id, group)
-        return group
+        return ServiceGroup(specs, Path(ct.checkout)).__enter__()
+
+    def _release_services(self, ct: ClawTask, group: ServiceGroup, *, failed: bool) -> None:
+        """Keep ``group`` for the task's next trial, or stop it when the trial failed."""
+        if failed or not group.specs:
+            group.stop()
+            return
+        with self._lock:
+            self._idle.setdefault(ct.id, []).append(group)
 
     def stop_services(self) -> None:
-        """Stop the services kept for the current task (idempotent)."""
-        held, self._services = self._services, None
-        if held is not None:
-            held[1].stop()
+        """Stop every idle service group (idempotent; also runs at interpreter exit)."""
+        with self._lock:
+            groups = [g for gs in self._idle.values() for g in gs]
+            self._idle.clear()
+        for group in groups:
+            group.stop()
 
     # -- scoring ---------------------------------------------------------------------------
 
@@ -164,13 +183,14 @@ class ClawEvalAdapter(Adapter):
         details["judge_calls"] = graded.get("judge_calls", [])[:20]
         if "error" in graded:
             details["grader_log"] = graded.get("traceback") or graded.get("log_tail", "")
-            env.metadata["failed"] = True
             return EpisodeResult(benchmark=self.name, task_id=task.id, trial=episode.trial, score=0.0, passed=False,
                                  details=details, error=f"grader: {graded['error']}")
         dims = graded["scores"]
         score = task_score(dims.get("completion", 0.0), dims.get("robustness", 0.0), dims.get("safety", 1.0))
         details.update({k: dims.get(k) for k in ("completion", "robustness", "safety", "communication")})
         details["official_task_score"] = graded.get("official_task_score")
+        if isinstance(env, _TrialEnvironment):
+            env.scored_ok = True
         return EpisodeResult(benchmark=self.name, task_id=task.id, trial=episode.trial, score=score,
                              passed=is_pass(score), details=details)
 
@@ -193,3 +213,16 @@ class ClawEvalAdapter(Adapter):
                     "n_skipped": sum(skipped.values()), "judge": self.judge_spec,
                     "sandbox": "bwrap (local bubblewrap sandbox; Docker with the official image not used)"})
         return out
+
+
+def _limit(tasks: list[Task], limit: int | None) -> list[Task]:
+    """The first ``limit`` runnable tasks, with the skipped ones met on the way (reported as skips)."""
+    if not limit:
+        return tasks
+    out, runnable = [], 0
+    for task in tasks:
+        if runnable >= limit:
+            break
+        out.append(task)
+        runnable += task.skip_reason is None
+    return out

@@ -76,7 +76,7 @@ class QwenClawBenchAdapter(Adapter):
                             payload=_payload(qt)))
         if not wanted:
             out += [Task(id=stem, benchmark=self.name, split="unparseable", skip_reason=error) for stem, error in broken]
-        return out[:limit] if limit else out
+        return _limit(out, limit)
 
     def open(self, task: Task) -> Environment:
         return QwenClawBenchEnvironment(QCBTask(**task.payload), exec_timeout_s=self.exec_timeout_s,
@@ -148,3 +148,16 @@ def _payload(qt: QCBTask) -> dict[str, Any]:
     from dataclasses import asdict
 
     return asdict(qt)
+
+
+def _limit(tasks: list[Task], limit: int | None) -> list[Task]:
+    """The first ``limit`` runnable tasks, with the skipped ones met on the way (reported as skips)."""
+    if not limit:
+        return tasks
+    out, runnable = [], 0
+    for task in tasks:
+        if runnable >= limit:
+            break
+        out.append(task)
+        runnable += task.skip_reason is None
+    return out
