@@ -1,0 +1,53 @@
+"""Policy backends: openai against a real loopback server, vllm skipped without the engine."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from unified.agent.loop import AgentLimits, AgentLoop, Job
+from unified.policy import make_policy
+from unified.policy.base import PolicyRequest, SamplingConfig
+from unified.registry import UnknownNameError
+
+from fixture_eval_bench import FixtureAdapter
+
+
+@pytest.mark.slow
+def test_openai_backend_runs_episodes_against_local_server(tiny_checkpoint):
+    from unified.clients.local_server import LocalOpenAIServer
+
+    with LocalOpenAIServer(str(tiny_checkpoint), max_new_tokens=8) as server:
+        policy = make_policy(server.spec, SamplingConfig(max_new_tokens=8))
+        adapter = FixtureAdapter(n=3)
+        episodes = []
+        AgentLoop(adapter, policy, limits=AgentLimits(max_turns=2), max_in_flight=3,
+                  on_result=lambda r, e: episodes.append(e)).run([Job(t) for t in adapter.tasks()])
+        assert len(episodes) == 3 and all(e.error is None for e in episodes)
+        assert all(e.steps[0].completion_tokens > 0 and '"messages"' in e.steps[0].prompt for e in episodes)
+
+
+def test_openai_backend_reports_unreachable_endpoint_per_request():
+    policy = make_policy("openai:http://127.0.0.1:9/v1#none")
+    policy.config = type(policy.config)(base_url=policy.config.base_url, model="none", timeout_s=2, max_retries=0)
+    from unified.clients.openai_compat import OpenAICompatClient
+
+    policy.client = OpenAICompatClient(policy.config)
+    outs = policy.generate([PolicyRequest(messages=[{"role": "user", "content": "hi"}])] * 2)
+    assert all(isinstance(o, Exception) for o in outs)
+
+
+def test_unknown_backend_lists_valid_ones():
+    with pytest.raises(UnknownNameError) as info:
+        make_policy("embedded", backend="vllmm")
+    assert "vllm" in str(info.value)
+
+
+@pytest.mark.gpu
+def test_vllm_backend_generates(tiny_checkpoint):
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("vllm is not installed (gpu extra)")
+    policy = make_policy(f"vllm:{tiny_checkpoint}", SamplingConfig(max_new_tokens=4))
+    out = policy.generate([PolicyRequest(messages=[{"role": "user", "content": "hi"}])])[0]
+    assert out.completion_tokens > 0
