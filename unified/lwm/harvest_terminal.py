@@ -121,7 +121,7 @@ def run_session(commands: list[str], timeout_s: float = 10.0) -> list[str]:
     """Run ``commands`` one after another in one fresh sandbox; the observations, in order."""
     observations = []
     reset = f"find . -exec touch -h -d {FIXED_MTIME} {{}} + 2>/dev/null; true"
-    with throwaway_sandbox(timeout_s=timeout_s, memory_mb=512, max_processes=64) as box:
+    with throwaway_sandbox(timeout_s=timeout_s, memory_mb=512, max_processes=256) as box:
         for command in commands:
             res = box.run(["/bin/sh", "-c", "exec 2>&1\n" + command], timeout_s=timeout_s)
             text = res.stdout
