@@ -1,0 +1,276 @@
+"""WideSearch's official table metrics: success rate, F1 by row, F1 by item.
+
+Paper: Wong et al., "WideSearch: Benchmarking Agentic Broad Info-Seeking", 2025
+(arXiv:2508.07999); semantics follow its released evaluator (``src/evaluation``).
+
+Given the gold table G (rows g, required columns C, key columns K ⊆ C) and the agent's table R
+(the first Markdown table of its final answer; column names normalised by
+``lower().strip()`` minus spaces; duplicate keys dropped in both):
+
+1. every column's ``preprocess`` steps run on both tables (``norm_str``, ``extract_number``,
+   ``norm_date``);
+2. rows are matched on equal keys (inner join on K);
+3. for a matched row and a non-key column c, ``s(row, c) ∈ {0, 1}`` by the column's metric
+   (``exact_match``, ``number_near`` with relative tolerance ``criterion``, ``date_near``
+   within 31 days, ``url_match`` on host names, ``in_match``, ``llm_judge``); key columns
+   score 1;
+4. ``TP_item = Σ_rows Σ_c s``, ``TP_row = Σ_rows min_c s``;
+   ``P_item = TP_item / (|R|·|C|)``, ``R_item = TP_item / (|G|·|C|)``, likewise by row with
+   ``|R|`` and ``|G|``; ``F1 = 2PR / (P + R)`` (0 when P + R = 0);
+5. success = 1 when the sorted tables are equal or every P/R/F1 is 1.
+
+``llm_judge`` columns and the semantic alignment of keys and column names need an LLM judge
+(``judge`` callable: prompt -> text). Without one, keys and names align only when equal after
+normalisation and ``llm_judge`` cells are compared with ``norm_str`` equality; the result then
+says ``judge: none``. Dates are parsed with ``dateparser`` when it is installed, else with a
+small set of common formats.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass
+from datetime import date, datetime
+from io import StringIO
+from typing import Any, Callable
+from urllib.parse import urlparse
+
+import pandas as pd
+
+Judge = Callable[[str], str]
+
+
+def norm_column(name: str) -> str:
+    return str(name).strip().lower().replace(" ", "")
+
+
+# -- preprocessing -------------------------------------------------------------------------
+
+
+def extract_number(content: Any) -> str:
+    numbers = re.findall(r"[-+]?\d*\.\d+%?|[-+]?\d+\.?\d*%?", str(content).replace(",", ""))
+    return numbers[0] if numbers else "NULL"
+
+
+def norm_str(content: Any) -> str:
+    return str(content).lower().strip().replace(" ", "").replace("*", "")
+
+
+_DATE_FORMATS = ("%Y-%m-%d", "%Y/%m/%d", "%d.%m.%Y", "%B %d, %Y", "%b %d, %Y", "%d %B %Y", "%d %b %Y", "%B %Y",
+                 "%b %Y", "%Y-%m", "%Y/%m", "%Y")
+
+
+def parse_date(text: Any) -> datetime | None:
+    """A date from free text (``dateparser`` if installed, else common formats; day defaults to 1)."""
+    text = str(text).strip()
+    try:
+        import dateparser  # type: ignore
+
+        return dateparser.parse(text, settings={"PREFER_DAY_OF_MONTH": "first"})
+    except ImportError:
+        pass
+    cleaned = re.sub(r"(\d)(st|nd|rd|th)\b", r"\1", text)
+    for fmt in _DATE_FORMATS:
+        try:
+            return datetime.strptime(cleaned, fmt)
+        except ValueError:
+            continue
+    return None
+
+
+def norm_date(content: Any) -> str:
+    parsed = parse_date(content)
+    return parsed.strftime("%Y-%m-%d") if parsed else str(content)
+
+
+PREPROCESS = {"extract_number": extract_number, "norm_str": norm_str, "norm_date": norm_date}
+
+
+# -- cell metrics ----------------------------------------------------------------------------
+
+
+def exact_match(response: str, target: str, criterion: Any = None) -> float:
+    return 1.0 if response.lower() == target.lower() else 0.0
+
+
+def in_match(response: str, target: str, criterion: Any = None) -> float:
+    return 1.0 if response in target else 0.0
+
+
+def url_match(response: str, target: str, criterion: Any = None) -> float:
+    pattern = re.compile(r"http[s]?://(?:[a-zA-Z]|[0-9]|[$-_@.&+]|[!*\\(\\),]|(?:%[0-9a-fA-F][0-9a-fA-F]))+")
+    hosts = lambda text: {urlparse(u).netloc for u in pattern.findall(text)}  # noqa: E731
+    return 1.0 if hosts(response) == hosts(target) else 0.0
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text.replace("%", "")) / 100.0 if "%" in text else float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def number_near(response: str, target: str, criterion: Any = 0.0) -> float:
+    r, t = _number(response), _number(target)
+    if r is None or t is None:
+        return 1.0 if r is None and t is None and response == target else 0.0
+    return 1.0 if abs(r - t) <= abs(t) * float(criterion or 0.0) else 0.0
+
+
+def date_near(response: str, target: str, criterion: Any = None) -> float:
+    r, t = parse_date(response), parse_date(target)
+    if r is None or t is None:
+        return 1.0 if r is None and t is None else 0.0
+    return 1.0 if abs((r - t).days) <= 31 else 0.0
+
+
+METRICS = {"exact_match": exact_match, "in_match": in_match, "url_match": url_match, "number_near": number_near,
+           "date_near": date_near}
+
+
+# -- response table ---------------------------------------------------------------------------
+
+
+def extract_table(response: str) -> pd.DataFrame | None:
+    """The first Markdown table of ``response`` (a ```markdown block, else any pipe table)."""
+    blocks = re.findall(r"```markdown(.*?)```", response, re.S)
+    if not blocks:
+        pipes = [m.start() for m in re.finditer(r"\|", response)]
+        if len(pipes) >= 4:
+            start = response.rfind("\n", 0, pipes[0])
+            end = response.find("\n", pipes[-1])
+            candidate = response[0 if start == -1 else start:len(response) if end == -1 else end]
+            blocks = re.findall(r"((?:\|.*\n?)+)", candidate)
+    if not blocks:
+        return None
+    lines = [line.strip() for line in blocks[0].strip().split("\n")]
+    if not lines:
+        return None
+    lines[0] = lines[0].replace(" ", "").lower()
+    rows = ["|".join(cell.strip() for cell in line.split("|")) for line in lines
+            if "|" in line and not set(line).issubset(set("|- :"))]
+    if not rows:
+        return None
+    try:
+        df = pd.read_csv(StringIO("\n".join(rows)), sep="|", dtype=str, keep_default_na=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError):
+        return None
+    return df.loc[:, ~df.columns.str.startswith("Unnamed")]
+
+
+# -- evaluation -------------------------------------------------------------------------------
+
+
+@dataclass
+class TableScore:
+    """One answer's scores (all in 0..1)."""
+
+    score: float = 0.0
+    precision_by_row: float = 0.0
+    recall_by_row: float = 0.0
+    f1_by_row: float = 0.0
+    precision_by_item: float = 0.0
+    recall_by_item: float = 0.0
+    f1_by_item: float = 0.0
+    msg: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _f1(p: float, r: float) -> float:
+    return 2 * p * r / (p + r) if p + r > 1e-9 else 0.0
+
+
+def _align(values: list[str], reference: list[str], judge: Judge | None) -> dict[str, str]:
+    """Map response strings onto reference strings (the LLM alignment step; identity without a judge)."""
+    if judge is None:
+        return {}
+    prompt = ("Align two vocabularies by meaning (not position). For each value of the first list that denotes "
+              "the same entity as a value of the reference list, map it to that reference value. Answer with a "
+              "```json object {\"value\": \"reference value\"}``` and nothing else.\n\n"
+              f"Values: {values}\nReference: {reference}")
+    match = re.findall(r"```json\s*(\{.*?\})\s*```", judge(prompt) or "", re.S)
+    try:
+        mapping = json.loads(match[-1]) if match else {}
+    except json.JSONDecodeError:
+        return {}
+    return {str(k): str(v) for k, v in mapping.items()} if isinstance(mapping, dict) else {}
+
+
+def _judge_column(responses: list[str], targets: list[str], criterion: Any, judge: Judge | None) -> list[float]:
+    if judge is None:
+        return [1.0 if norm_str(r) == norm_str(t) else 0.0 for r, t in zip(responses, targets)]
+    pairs = {f"idx_{i}": {"response": r, "target": t} for i, (r, t) in enumerate(zip(responses, targets))}
+    prompt = ("Grade each response against its target under this criterion; each score is 0 or 1. Answer with "
+              "a ```json object {\"idx_0\": score, ...}```.\n\nCriterion:\n" f"{criterion}\n\nPairs:\n{pairs}")
+    match = re.findall(r"```json\s*(\{.*?\})\s*```", judge(prompt) or "", re.S)
+    try:
+        scores = json.loads(match[-1]) if match else {}
+    except json.JSONDecodeError:
+        scores = {}
+    return [float(scores.get(f"idx_{i}", 0) in (1, 1.0, "1")) for i in range(len(responses))]
+
+
+def evaluate_table(response: str, gold: pd.DataFrame, evaluation: dict[str, Any],
+                   judge: Judge | None = None) -> TableScore:
+    """Score the final answer ``response`` against the gold table (see the module docstring)."""
+    required = [norm_column(c) for c in evaluation["required"]]
+    keys = [norm_column(c) for c in evaluation["unique_columns"]]
+    pipeline = {norm_column(k): v for k, v in evaluation.get("eval_pipeline", {}).items()}
+    answer = gold.copy()
+    answer.columns = [norm_column(c) for c in answer.columns]
+    answer = answer[required].astype(str)
+    table = extract_table(response)
+    if table is None:
+        return TableScore(msg="no Markdown table in the answer")
+    table.columns = [norm_column(c) for c in table.columns]
+    if set(table.columns) != set(required):
+        table = table.rename(columns=_align(list(table.columns), required, judge))
+    if set(table.columns) != set(required):
+        return TableScore(msg=f"columns {list(table.columns)} != required {required}")
+    table = table[required].astype(str)
+    table = table.drop_duplicates(subset=keys)
+    answer = answer.drop_duplicates(subset=keys)
+    for col in keys:
+        metrics = pipeline.get(col, {}).get("metric", [])
+        if "llm_judge" in metrics or "exact_match" in metrics:
+            mapping = _align(table[col].tolist(), answer[col].tolist(), judge)
+            table[col] = table[col].map(lambda x: mapping.get(x, x))
+    for col, item in pipeline.items():
+        for name in item.get("preprocess", []):
+            fn = PREPROCESS[name]
+            table[col] = table[col].map(fn)
+            answer[col] = answer[col].map(fn)
+    success = 0.0
+    if answer.shape == table.shape:
+        a = answer.sort_values(by=required).reset_index(drop=True)
+        t = table.sort_values(by=required).reset_index(drop=True)
+        success = 1.0 if a.equals(t) else 0.0
+    inner = pd.merge(answer, table, on=keys, how="inner", suffixes=("_query", "_response"))
+    scores = pd.DataFrame(index=inner.index)
+    for col in required:
+        if col in keys:
+            scores[f"{col}_key"] = 1.0
+            continue
+        item = pipeline.get(col, {"metric": ["exact_match"]})
+        for name in item.get("metric", []):
+            resp, targ = inner[f"{col}_response"].tolist(), inner[f"{col}_query"].tolist()
+            if name == "llm_judge":
+                values = _judge_column(resp, targ, item.get("criterion"), judge)
+            else:
+                values = [METRICS[name](r, t, item.get("criterion")) for r, t in zip(resp, targ)]
+            scores[f"{col}_{name}"] = values
+    tp_row = float(scores.min(axis=1).sum()) if len(scores) else 0.0
+    tp_item = float(scores.sum().sum()) if len(scores) else 0.0
+    n_pred, n_gold, n_cols = len(table), len(answer), len(required)
+    p_row = tp_row / n_pred if n_pred else 0.0
+    r_row = tp_row / n_gold if n_gold else 0.0
+    p_item = tp_item / (n_pred * n_cols) if n_pred else 0.0
+    r_item = tp_item / (n_gold * n_cols) if n_gold else 0.0
+    out = TableScore(success, p_row, r_row, _f1(p_row, r_row), p_item, r_item, _f1(p_item, r_item),
+                     msg=f"matched rows {len(inner)}/{n_gold}, answer rows {n_pred}")
+    if min(p_row, r_row, out.f1_by_row, p_item, r_item, out.f1_by_item) == 1.0:
+        out.score = 1.0
+    return out
