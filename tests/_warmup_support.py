@@ -127,3 +127,31 @@ def own_token_logps(model, inputs) -> torch.Tensor:
     t = inputs["completion_ids"].size(1)
     logits = model(input_ids=ids, attention_mask=att).logits[:, -t - 1:-1].float()
     return torch.log_softmax(logits, dim=-1).gather(-1, inputs["completion_ids"].unsqueeze(-1)).squeeze(-1)
+
+
+def write_fixture_awb_dir(directory: Path, trajectories: int = 12) -> Path:
+    """A small AgentWorldBench-format data dir (fixture: terminal trajectories we made up)."""
+    from unified.lwm.records import trajectory_records, write_records
+
+    records = []
+    for i in range(trajectories):
+        actions = [f"mkdir -p /work/p{i}", f"echo {i * 7} > /work/p{i}/n.txt", f"cat /work/p{i}/n.txt"]
+        observations = ["", "", f"{i * 7}"]
+        records += trajectory_records("terminal", f"fixture-{i}", "You simulate a Linux terminal.", actions,
+                                      observations)
+    directory.mkdir(parents=True, exist_ok=True)
+    write_records(directory / "fixture_terminal.jsonl", records)
+    return directory
+
+
+def tiny_cli_overrides(checkpoint: Path | None, data: Path | None, output: Path | None, *extra: str) -> list[str]:
+    """CLI arguments that run the embedded CPU recipe on a tiny checkpoint, fast."""
+    args = []
+    for flag, value in (("--model", checkpoint), ("--data", data), ("--output-dir", output)):
+        if value is not None:
+            args += [flag, str(value)]
+    for item in ("logging.wandb=false", "data.heldout_size=0", "data.max_prompt_tokens=null",
+                 "train.per_device_train_batch_size=4", "gspo.num_generations=2", "generation.max_completion_length=8",
+                 *extra):
+        args += ["--set", item]
+    return args

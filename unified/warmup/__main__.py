@@ -33,6 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "(data.heldout_size or data.heldout) and write <output_dir>/before_after.json")
     parser.add_argument("--heldout-samples", type=int, default=2,
                         help="completions per held-out prompt for --eval-before-after (default 2)")
+    parser.add_argument("--print-command", choices=["trainer", "vllm"],
+                        help="print the shell command of one role of the launch plan (empty if the layout has "
+                             "none) and exit; used by slurm/lwm_warmup.sh")
     parser.add_argument("--log-level", default="WARNING")
     return parser
 
@@ -60,6 +63,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, UnknownNameError) as exc:
         print(f"unified.warmup: {exc}", file=sys.stderr)
         return 2
+    if args.print_command:
+        from unified.warmup.launch import launch_plan, step_for_role
+
+        step = step_for_role(launch_plan(cfg, args.recipe, overrides), args.print_command)
+        print(step.shell() if step else "")
+        return 0
     if args.dry_run:
         from unified.warmup.launch import format_plan, launch_plan
 

@@ -31,6 +31,8 @@ def _rl_dataset(paths: list[str], *, seed: int, tokenizer, max_prompt_tokens: in
     from unified.lwm import rl_dataset
 
     source: Any = paths[0] if len(paths) == 1 else paths
+    if max_prompt_tokens is None:  # the tokenizer is only needed to measure prompts against the limit
+        tokenizer = None
     return rl_dataset(source, seed=seed, tokenizer=tokenizer, max_prompt_tokens=max_prompt_tokens)
 
 

@@ -17,8 +17,10 @@ Placeholders that only the launcher knows are left as shell variables: ``$MACHIN
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,6 +51,12 @@ class LaunchStep:
         return (env + " " if env else "") + " ".join(q(t) for t in self.argv)
 
 
+def _tool(name: str, python: str) -> str:
+    """A console script of the same environment as ``python`` (``accelerate``, ``trl``), else its bare name."""
+    candidate = Path(python).parent / name
+    return str(candidate) if os.sep in python and candidate.exists() else name
+
+
 def _vllm_model(spec: str) -> str:
     """vLLM needs a directory or a hub id; the embedded spec is its cache directory."""
     if spec == "embedded":
@@ -58,9 +66,14 @@ def _vllm_model(spec: str) -> str:
     return spec
 
 
-def launch_plan(cfg: WarmupConfig, recipe: str | None, overrides: list[str], *, python: str = "python"
+def launch_plan(cfg: WarmupConfig, recipe: str | None, overrides: list[str], *, python: str | None = None
                 ) -> list[LaunchStep]:
-    """The commands that run ``cfg`` on ``launch.nodes`` x ``launch.gpus_per_node``."""
+    """The commands that run ``cfg`` on ``launch.nodes`` x ``launch.gpus_per_node``.
+
+    ``python`` defaults to this interpreter; ``accelerate`` and ``trl`` are taken from its
+    environment. ``overrides`` are repeated as ``--set`` flags so every process sees the same recipe.
+    """
+    python = python or sys.executable
     nodes, gpus = cfg.launch.nodes, cfg.launch.gpus_per_node
     entry = ["-m", "unified.warmup"] + (["--recipe", recipe] if recipe else [])
     sets = [a for o in overrides for a in ("--set", o)]
@@ -71,9 +84,9 @@ def launch_plan(cfg: WarmupConfig, recipe: str | None, overrides: list[str], *, 
         return [LaunchStep("trainer", "this machine (one process)", [python, *entry, *sets, *extra])]
 
     accel_cfg = cfg.accelerate_config_path()
-    accel = ["accelerate", "launch"]
+    accel = [_tool("accelerate", python), "launch"]
     if accel_cfg is not None:
-        accel += ["--config_file", str(accel_cfg)]
+        accel += ["--config_file", _display_path(accel_cfg)]
     if nodes == 1:
         backend = [] if cfg.generation.backend == "vllm_colocate" or cfg.generation.backend == "hf" else \
             ["--set", "generation.backend=vllm_colocate"]
@@ -82,7 +95,7 @@ def launch_plan(cfg: WarmupConfig, recipe: str | None, overrides: list[str], *, 
 
     trainer_nodes = nodes - 1
     vllm = LaunchStep("vllm", "node 0", [
-        "trl", "vllm-serve", "--model", _vllm_model(cfg.model.name_or_path),
+        _tool("trl", python), "vllm-serve", "--model", _vllm_model(cfg.model.name_or_path),
         "--tensor-parallel-size", str(max(gpus, 1)), "--host", "0.0.0.0",
         "--port", str(cfg.generation.vllm_server_port),
         *(["--max-model-len", str(cfg.generation.vllm_max_model_length)]
@@ -95,6 +108,18 @@ def launch_plan(cfg: WarmupConfig, recipe: str | None, overrides: list[str], *, 
         *entry, *sets, "--set", "generation.backend=vllm_server", "--set", "generation.vllm_server_host=$VLLM_HOST",
     ])
     return [vllm, trainer]
+
+
+def _display_path(path: Path) -> str:
+    """Relative to the working directory when inside it (the commands run from the checkout)."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def step_for_role(steps: list[LaunchStep], role: str) -> LaunchStep | None:
+    return next((s for s in steps if s.role == role), None)
 
 
 def format_plan(steps: list[LaunchStep]) -> str:

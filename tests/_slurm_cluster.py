@@ -1,0 +1,194 @@
+"""A throwaway one-node Slurm cluster on this machine, for testing the scripts in slurm/.
+
+Debian's ``slurm-wlm`` and ``munge`` (``.ci/run`` installs them): ``munged`` with its own key
+and socket, ``slurmctld`` and ``slurmd`` with ``SlurmUser=root``,
+``ProctrackType=proctrack/linuxproc`` and ``TaskPlugin=task/none`` (no cgroups needed), all
+state, spool, logs and configs in a temporary directory, on free ports. The client commands
+find the cluster through ``SLURM_CONF`` (see :meth:`SlurmCluster.env`). :meth:`stop` always
+stops the three daemons (and cancels jobs left behind).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+DAEMONS = ("munged", "slurmctld", "slurmd")
+CLIENTS = ("sbatch", "scontrol", "squeue", "scancel", "srun")
+
+
+def missing_binaries() -> list[str]:
+    found = {name: shutil.which(name) or next((p for p in (f"/usr/sbin/{name}",) if os.path.exists(p)), None)
+             for name in DAEMONS + CLIENTS}
+    return [name for name, path in found.items() if not path]
+
+
+def _binary(name: str) -> str:
+    return shutil.which(name) or f"/usr/sbin/{name}"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class SlurmCluster:
+    """Start with :meth:`start`, always :meth:`stop` (use as a context manager)."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.host = socket.gethostname().split(".")[0]
+        self.conf = self.root / "slurm.conf"
+        self.munge_socket = self.root / "munge" / "munge.socket"
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def __enter__(self) -> "SlurmCluster":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    def _write_config(self) -> None:
+        for sub in ("munge", "state", "spool", "log"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        (self.root / "munge").chmod(0o755)  # munged wants its socket dir searchable
+        key = self.root / "munge" / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o400)
+        cpus = os.cpu_count() or 1
+        mem_mb = max(int(Path("/proc/meminfo").read_text().split()[1]) // 1024 - 1024, 512)
+        r = self.root
+        self.conf.write_text(f"""\
+ClusterName=unifiedtest
+SlurmctldHost={self.host}(127.0.0.1)
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket={self.munge_socket}
+CredType=cred/munge
+SlurmctldPort={_free_port()}
+SlurmdPort={_free_port()}
+StateSaveLocation={r}/state
+SlurmdSpoolDir={r}/spool
+SlurmctldPidFile={r}/slurmctld.pid
+SlurmdPidFile={r}/slurmd.pid
+SlurmctldLogFile={r}/log/slurmctld.log
+SlurmdLogFile={r}/log/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SchedulerType=sched/builtin
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+ReturnToService=2
+MpiDefault=none
+JobCompType=jobcomp/none
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+SlurmdTimeout=120
+InactiveLimit=0
+KillWait=10
+NodeName={self.host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={mem_mb} State=UNKNOWN
+PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP
+""")
+
+    def start(self, timeout_s: float = 60.0) -> None:
+        self._write_config()
+        m = self.root / "munge"
+        subprocess.run([_binary("munged"), f"--socket={self.munge_socket}", f"--key-file={m / 'munge.key'}",
+                        f"--pid-file={m / 'munged.pid'}", f"--log-file={m / 'munged.log'}",
+                        f"--seed-file={m / 'munged.seed'}", "--force"], check=True, capture_output=True, text=True)
+        subprocess.run([_binary("slurmctld"), "-c", "-f", str(self.conf)], check=True, env=self.env(),
+                       capture_output=True, text=True)
+        subprocess.run([_binary("slurmd"), "-f", str(self.conf)], check=True, env=self.env(), capture_output=True,
+                       text=True)
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            out = subprocess.run(["sinfo", "-h", "-o", "%T"], env=self.env(), capture_output=True, text=True)
+            if out.returncode == 0 and out.stdout.strip() in ("idle", "mixed", "allocated"):
+                return
+            time.sleep(1)
+        raise RuntimeError(f"slurm did not come up in {timeout_s}s:\n{self.logs()}")
+
+    def stop(self) -> None:
+        if self.conf.exists():
+            subprocess.run(["scancel", "--full", "--user", "root"], env=self.env(), capture_output=True)
+        for name in ("slurmd", "slurmctld"):
+            pid = _pid(self.root / f"{name}.pid")
+            if pid and _alive(pid):
+                os.kill(pid, signal.SIGTERM)
+                self._wait_gone(pid)
+        munge_pid = _pid(self.root / "munge" / "munged.pid")
+        if munge_pid and _alive(munge_pid):
+            os.kill(munge_pid, signal.SIGTERM)
+            self._wait_gone(munge_pid)
+
+    @staticmethod
+    def _wait_gone(pid: int, timeout_s: float = 20.0) -> None:
+        deadline = time.time() + timeout_s
+        while time.time() < deadline and _alive(pid):
+            time.sleep(0.2)
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+    # -- jobs -------------------------------------------------------------------------------
+    def sbatch(self, script: str | os.PathLike[str], *args: str, env: dict[str, str] | None = None,
+               sbatch_args: tuple[str, ...] = (), cwd: str | os.PathLike[str] | None = None) -> int:
+        out = subprocess.run(["sbatch", "--parsable", *sbatch_args, str(script), *args], env={**self.env(),
+                             **(env or {})}, capture_output=True, text=True, cwd=cwd)
+        if out.returncode != 0:
+            raise RuntimeError(f"sbatch failed: {out.stderr}")
+        return int(out.stdout.strip().split(";")[0])
+
+    def job_state(self, job_id: int) -> dict[str, str]:
+        out = subprocess.run(["scontrol", "show", "job", str(job_id), "-o"], env=self.env(), capture_output=True,
+                             text=True)
+        fields = {}
+        for token in out.stdout.split():
+            if "=" in token:
+                key, value = token.split("=", 1)
+                fields[key] = value
+        return fields
+
+    def wait(self, job_id: int, timeout_s: float = 600.0) -> dict[str, str]:
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            state = self.job_state(job_id)
+            if state.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"):
+                return state
+            time.sleep(2)
+        subprocess.run(["scancel", str(job_id)], env=self.env(), capture_output=True)
+        raise TimeoutError(f"job {job_id} still running after {timeout_s}s: {self.job_state(job_id)}")
+
+    def logs(self) -> str:
+        parts = []
+        for path in sorted((self.root / "log").glob("*.log")) + [self.root / "munge" / "munged.log"]:
+            if path.exists():
+                parts.append(f"== {path.name}\n" + "\n".join(path.read_text(errors="replace").splitlines()[-20:]))
+        return "\n".join(parts)

@@ -1,0 +1,95 @@
+"""slurm/lwm_warmup.sh: its conventions, its node layout (dry run), and a real sbatch on a one-node Slurm."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from _slurm_cluster import SlurmCluster, missing_binaries
+from _warmup_support import tiny_cli_overrides, write_fixture_awb_dir
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "slurm" / "lwm_warmup.sh"
+PYTHON = sys.executable
+
+
+def dry_run(*args: str, **env: str) -> str:
+    full = {**os.environ, "PYTHON": PYTHON, "REPO": str(REPO), "DRY_RUN": "1", **env}
+    out = subprocess.run(["bash", str(SCRIPT), *args], env=full, capture_output=True, text=True, cwd=REPO,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_script_conventions():
+    text = SCRIPT.read_text()
+    lines = text.splitlines()
+    assert lines[0] == "#!/bin/bash"
+    assert lines[1].startswith("# lwm_warmup.sh: ")  # the header line
+    subprocess.run(["bash", "-n", str(SCRIPT)], check=True)
+    for var in ("NODES", "GPUS_PER_NODE", "RECIPE", "MODEL", "DATA", "OUTPUT"):
+        assert re.search(rf"^{var}=\$\{{{var}:-", text, re.M), f"{var} is not a user variable with a default"
+    sbatch = [line for line in lines if line.startswith("#SBATCH")]
+    assert sbatch and not any(re.search(r"--partition|--account|\s-p\s|\s-A\s|--qos", s) for s in sbatch)
+    assert '"$@"' in text
+
+
+def test_multi_node_layout_is_the_python_launch_plan():
+    out = dry_run("--set", "train.max_steps=7", UNIFIED_HOSTNAMES="n0 n1 n2", NODES="3", GPUS_PER_NODE="4")
+    srun = [line for line in out.splitlines() if line.startswith("srun ")]
+    assert len(srun) == 2
+    vllm, trainer = srun
+    assert "--nodelist=n0" in vllm and "vllm-serve" in vllm and r"--tensor-parallel-size\ 4" in vllm
+    assert r"--nodelist=n1\,n2" in trainer and "--ntasks-per-node=1" in trainer
+    for piece in (r"--num_machines\ 2", r"--num_processes\ 8", r"train.max_steps=7",
+                  r"generation.backend=vllm_server", "VLLM_HOST=n0", "MAIN_PROCESS_IP=n1",
+                  r"MACHINE_RANK=\$SLURM_PROCID", r"deepspeed_zero3.yaml"):
+        assert piece in trainer, piece
+    assert "# wait for http://n0:8000/health/" in out
+
+
+def test_one_node_cpu_layout_runs_the_trainer_alone():
+    out = dry_run("--set", "train.max_steps=1", RECIPE="recipes/warmup/embedded_cpu.yaml", GPUS_PER_NODE="0",
+                  UNIFIED_HOSTNAMES="solo", NODES="1")
+    srun = [line for line in out.splitlines() if line.startswith("srun ")]
+    assert len(srun) == 1 and "--nodelist=solo" in srun[0]
+    assert r"-m\ unified.warmup\ --recipe\ recipes/warmup/embedded_cpu.yaml" in srun[0]
+    assert "vllm-serve" not in out and "accelerate" not in out
+
+
+def test_too_few_nodes_is_a_clear_error():
+    env = {**os.environ, "PYTHON": PYTHON, "REPO": str(REPO), "DRY_RUN": "1", "UNIFIED_HOSTNAMES": "n0",
+           "NODES": "2"}
+    out = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, cwd=REPO)
+    assert out.returncode != 0 and "NODES=2 but the allocation has 1 node(s)" in out.stderr
+
+
+@pytest.mark.slow
+def test_sbatch_trains_and_writes_the_checkpoint(tmp_path, tiny_checkpoint):
+    missing = missing_binaries()
+    if missing:
+        pytest.skip(f"Slurm/munge not installed ({', '.join(missing)} missing); .ci/run installs them with "
+                    "`apt-get install slurm-wlm munge`")
+    data = write_fixture_awb_dir(tmp_path / "data")
+    output = tmp_path / "out"
+    log = tmp_path / "job.log"
+    env = {"PYTHON": PYTHON, "REPO": str(REPO), "RECIPE": "recipes/warmup/embedded_cpu.yaml", "GPUS_PER_NODE": "0",
+           "MODEL": str(tiny_checkpoint), "DATA": str(data), "OUTPUT": str(output), "HF_HUB_OFFLINE": "1"}
+    args = tiny_cli_overrides(None, None, None, "train.max_steps=2", "train.save_steps=1")
+    with SlurmCluster(tmp_path / "slurm") as cluster:
+        job = cluster.sbatch(SCRIPT, *args, env=env, cwd=REPO,
+                             sbatch_args=("--nodes=1", "--exclusive", f"--output={log}", "--job-name=lwm-test"))
+        state = cluster.wait(job, timeout_s=600)
+        text = log.read_text() if log.exists() else ""
+        assert state.get("JobState") == "COMPLETED" and state.get("ExitCode") == "0:0", \
+            f"{state}\n--- job log ---\n{text[-3000:]}\n--- daemons ---\n{cluster.logs()}"
+    assert f"the warmed-up checkpoint is {output}/final" in text
+    from unified.models import load_checkpoint
+
+    loaded = load_checkpoint(output / "final", device="cpu")
+    assert loaded.model.config.model_type == "qwen3_moe"
+    assert (output / "checkpoint-2" / "trainer_state.json").is_file()
