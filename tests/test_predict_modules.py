@@ -214,3 +214,18 @@ def test_prefill_opens_the_block_with_a_real_model(tiny_checkpoint):
             assert step.extras["response_prefix"] == f"<{PREDICTION_TAG}>\n"
             assert len(step.completion_token_ids) == step.completion_tokens <= 6
     assert PredictThenAct(prefill="false").response_prefix() == ""
+
+
+def test_parse_records_blocks_of_a_turn_without_calls():
+    _, extras = PredictThenAct().parse("<predicted_observation>\n42\n\nThe answer is 42.")
+    assert extras["prediction_blocks"] == 1
+    (record,) = extras["predictions"]
+    assert (record["text"], record["method"], record["correct"], record["start"]) == ("42", "unaligned", None, 0)
+
+
+def test_unscored_and_scored_records_have_the_same_fields():
+    step = fixture_weather_episode().steps[0]
+    _, extras = PredictThenAct().parse(step.completion)
+    module = PredictThenAct()
+    module.after_observations(step, step.observations)
+    assert set(extras["predictions"][0]) == set(step.extras["predictions"][0])

@@ -72,10 +72,18 @@ class PredictThenAct(PromptingModule):
         return f"{base.rstrip()}\n\n{self.instruction}" if base.strip() else self.instruction
 
     def parse(self, completion: str) -> tuple[str, dict[str, Any]]:
+        """Strip the blocks; record them (unaligned, unscored) until ``after_observations`` scores them.
+
+        A turn without tool calls gets no ``after_observations``: its blocks stay recorded as
+        ``method="unaligned"`` predictions.
+        """
         blocks = find_blocks(completion)
-        if not blocks:
-            return completion, {"prediction_blocks": 0}
-        return strip_blocks(completion), {"prediction_blocks": len(blocks)}
+        records = [{"kind": "explicit", "source": "completion", "text": b.text, "claim": b.text, "start": b.start,
+                    "end": b.end, "position": b.start / max(len(completion), 1), "cue": "", "call_name": b.call,
+                    "call_index": None, "call_id": None, "correct": None, "score": None, "method": "unaligned",
+                    "detail": ""} for b in blocks]
+        extras = {"prediction_blocks": len(blocks), "predictions": records}
+        return (strip_blocks(completion) if blocks else completion), extras
 
     def after_observations(self, step: Step, observations: list[Observation]) -> None:
         from unified.trace.extract import step_predictions
