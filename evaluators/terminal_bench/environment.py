@@ -7,8 +7,8 @@ name such as ``C-c`` presses that key; the wait ends early once the shell is idl
 ``task_complete()``. One deviation from Terminus-2, where the model must end a command with
 ``\\n``: tool-call formats that strip a parameter's surrounding whitespace (the Qwen3.5 XML
 form does) cannot carry that newline, so Enter is pressed after the keystrokes unless
-``press_enter`` is false (never after a bare key name). The observation is the visible screen. The task's ``[agent] timeout_sec``
-bounds the whole episode.
+``press_enter`` is false (never after a bare key name). The observation is the visible
+screen. The task's ``[agent] timeout_sec`` bounds the whole episode.
 
 Verification (``run_verifier``) follows the benchmark: after the agent stops, the task's
 ``tests/`` folder is copied to ``/tests`` and ``bash /tests/test.sh`` runs in the same
