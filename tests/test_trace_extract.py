@@ -120,3 +120,10 @@ def test_act_episode_has_no_explicit_predictions():
 def test_self_corrections_counted_per_step():
     episode = fixture_weather_episode()
     assert [self_corrections(s) for s in episode.steps] == [1, 0, 1]
+
+
+def test_empty_block_is_not_a_prediction():
+    episode = fixture_weather_episode()
+    step = episode.steps[0]
+    step.completion = step.completion.replace(WEATHER_JSON, "")
+    assert [p.kind for p in episode_predictions(episode) if p.step == 0] == ["implicit"]

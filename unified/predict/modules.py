@@ -81,7 +81,7 @@ class PredictThenAct(PromptingModule):
         records = [{"kind": "explicit", "source": "completion", "text": b.text, "claim": b.text, "start": b.start,
                     "end": b.end, "position": b.start / max(len(completion), 1), "cue": "", "call_name": b.call,
                     "call_index": None, "call_id": None, "correct": None, "score": None, "method": "unaligned",
-                    "detail": ""} for b in blocks]
+                    "detail": ""} for b in blocks if b.text]
         extras = {"prediction_blocks": len(blocks), "predictions": records}
         return (strip_blocks(completion) if blocks else completion), extras
 

@@ -2,8 +2,8 @@
 
 Two kinds of prediction are extracted from every :class:`unified.types.Step`:
 
-* **explicit**: a ``<predicted_observation>`` (or ``<prediction>``) block in the raw
-  completion, as a predict-then-act prompting module asks for (``unified.predict.blocks``);
+* **explicit**: a non-empty ``<predicted_observation>`` (or ``<prediction>``) block in the
+  raw completion, as a predict-then-act prompting module asks for (``unified.predict.blocks``);
   ``start``/``end`` are offsets in ``Step.completion``.
 * **implicit**: a sentence of the reasoning that states what a call will return, e.g.
   "This should return the list of files" or "I expect an error since the file is missing";
@@ -182,6 +182,8 @@ def step_predictions(step: Step, key: str = "") -> list[Prediction]:
     taken: set[int] = set()
     completion = step.completion or ""
     for block in find_blocks(completion):
+        if not block.text:  # an empty block (e.g. a prefilled one closed at once) predicts nothing
+            continue
         pred = Prediction(episode=key, step=step.index, kind="explicit", source="completion",
                           text=block.text, claim=block.text, start=block.start, end=block.end,
                           position=block.start / max(len(completion), 1), call_name=block.call)

@@ -1,0 +1,110 @@
+"""End to end: tiny eval runs of the embedded model (act and predict_then_act), traced, and the
+analysis notebooks executed headless on them (nbclient; a failing cell fails the test).
+
+The two runs are made once per session by ``python -m unified.eval`` on one BFCL v4 task with a
+few generated tokens, so they are real but small.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from unified.trace import load_run, trace_run
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
+EVAL_ARGS = ["--benchmarks", "bfcl_v4", "--split", "simple_python", "--limit", "1", "--max-new-tokens", "12",
+             "--max-turns", "1", "--model", "embedded"]
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="session")
+def fixture_eval_runs(embedded_dir, tmp_path_factory) -> dict[str, Path]:
+    """``{"act": DIR, "predict_then_act": DIR}``: two tiny real runs of the embedded model."""
+    pytest.importorskip("bfcl_eval")
+    base = tmp_path_factory.mktemp("eval-runs")
+    runs = {}
+    for prompting in ("act", "predict_then_act"):
+        out = base / prompting
+        proc = subprocess.run([sys.executable, "-m", "unified.eval", *EVAL_ARGS, "--prompting", prompting,
+                               "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=900,
+                              env={**os.environ, "TQDM_DISABLE": "1"})
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+        runs[prompting] = out
+    return runs
+
+
+def test_predict_then_act_run_records_predictions_and_act_none(fixture_eval_runs):
+    predict = load_run(fixture_eval_runs["predict_then_act"])
+    act = load_run(fixture_eval_runs["act"])
+    assert len(predict.episodes) == len(act.episodes) == 1
+    assert predict.config["prompting"] == "predict_then_act"
+    for step in predict.episodes[0].steps:
+        # the prefilled block is in the raw completion, and recorded (with its verdict fields) in the step
+        assert step.completion.startswith("<predicted_observation>")
+        assert step.extras["prediction_blocks"] == 1
+        for record in step.extras["predictions"]:
+            assert {"text", "start", "end", "correct", "score", "method"} <= set(record)
+            assert record["method"] in ("unaligned", "unverifiable") or record["method"].startswith("rule:")
+            assert step.completion[record["start"]:record["end"]].startswith("<predicted_observation>")
+        assert "predicted_observation" not in step.content and "predicted_observation" not in (step.reasoning or "")
+    for step in act.episodes[0].steps:
+        assert "predictions" not in step.extras and "<predicted_observation>" not in step.completion
+    assert trace_run(act).stats("explicit")["predictions"] == 0
+    traced = trace_run(predict)
+    recorded = sum(len(s.extras["predictions"]) for s in predict.episodes[0].steps)
+    assert traced.stats("explicit")["predictions"] == recorded
+
+
+def _execute(name: str, env: dict[str, str], tmp_path: Path) -> None:
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), f"{name} is committed with outputs"
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)  # the kernel inherits the parameters
+    try:
+        NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    nbformat.write(nb, tmp_path / name)  # the executed copy, for inspection
+
+
+def _pngs(directory: Path) -> set[str]:
+    return {p.name for p in directory.glob("*.png") if p.stat().st_size > 1000}
+
+
+def test_prediction_in_reasoning_notebook(fixture_eval_runs, tmp_path):
+    figures = tmp_path / "figures"
+    _execute("prediction_in_reasoning.ipynb", {"UNIFIED_RUN_DIR": str(fixture_eval_runs["predict_then_act"]),
+                                               "UNIFIED_FIGURES_DIR": str(figures)}, tmp_path)
+    assert _pngs(figures) == {"positions.png", "by_step.png", "verdicts.png", "accuracy_vs_success.png"}
+    numbers = json.loads((figures / "numbers.json").read_text())
+    expected = trace_run(fixture_eval_runs["predict_then_act"])
+    assert numbers["stats"]["all"] == json.loads(json.dumps(expected.stats()))
+    assert numbers["stats"]["explicit"]["predictions"] >= 1
+
+
+def test_sft_vs_warmup_notebook(fixture_eval_runs, tmp_path):
+    figures = tmp_path / "figures"
+    _execute("sft_vs_warmup.ipynb", {"UNIFIED_RUN_A": str(fixture_eval_runs["act"]),
+                                     "UNIFIED_RUN_B": str(fixture_eval_runs["predict_then_act"]),
+                                     "UNIFIED_LABEL_A": "act", "UNIFIED_LABEL_B": "predict_then_act",
+                                     "UNIFIED_FIGURES_DIR": str(figures)}, tmp_path)
+    assert _pngs(figures) == {"comparison.png"}
+    table = json.loads((figures / "comparison.json").read_text())
+    assert [r["benchmark"] for r in table["benchmarks"]][0] == "bfcl_v4"
+    explicit_rate = next(r for r in table["predictions"] if (r["kind"], r["metric"]) == ("explicit", "prediction_rate"))
+    assert explicit_rate["a"] in (0.0, None)  # act never writes explicit blocks
