@@ -12,7 +12,7 @@
   the rendered prompt; the recorded conversation is left as it was).
 
 They change prompts and parsing only: an adapter never knows which one runs. Options come from
-``--set prompting.KEY=VALUE``: ``instruction`` (replaces the default instruction text),
+``--set prompting_options.KEY=VALUE``: ``instruction`` (replaces the default instruction text),
 ``threshold`` (rule score needed to count as correct, default 0.5), ``prefill`` (default
 true: every completion starts with the opened block, through the loop's ``response_prefix``
 hook, so that even a small model that ignores the instruction states a prediction; backends
