@@ -21,6 +21,7 @@ import sys
 
 from unified.config import ConfigError, add_recipe_arguments, apply_overrides, dump_yaml, from_dict, read_yaml
 from unified.eval.runner import EvalConfig, run_eval
+from unified.registry import UnknownNameError
 
 # flag -> config key (flags left at None do not override the recipe)
 _FLAG_KEYS = {
@@ -109,7 +110,10 @@ def main(argv: list[str] | None = None) -> int:
         print(dump_yaml(cfg))
         print(f"# would evaluate: {', '.join(expand_benchmarks(cfg.suite, cfg.benchmarks))}")
         return 0
-    summary = run_eval(cfg)
+    try:
+        summary = run_eval(cfg)
+    except UnknownNameError as exc:  # a misspelt benchmark/suite/prompting name: "did you mean"
+        parser.error(str(exc))
     from unified.eval.report import render_markdown
 
     print(render_markdown(summary))
