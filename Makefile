@@ -31,8 +31,9 @@ endif
 	@touch $(STAMP)
 	@echo "unified: environment ready in $(VENV)"
 
+# DEMO_ARGS, e.g. DEMO_ARGS="--warmup-steps 4 --eval-limit 5" (see python -m unified.demo --help)
 demo: setup
-	$(VPY) -m unified.demo
+	$(VPY) -m unified.demo $(DEMO_ARGS)
 
 # pytest exits 5 when it collected no test: that is reported, not treated as a pass.
 test: setup

@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     overrides = _overrides(args)
     try:
         cfg = load_warmup_config(args.recipe, overrides)
-    except (ConfigError, UnknownNameError) as exc:
+    except (ConfigError, UnknownNameError, ValueError) as exc:  # ValueError: a section's own checks
         print(f"unified.warmup: {exc}", file=sys.stderr)
         return 2
     if args.print_command:

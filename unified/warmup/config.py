@@ -15,11 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from unified.config import ConfigError, load_config
-
-try:  # issue 4 (unified.rewards) lands in parallel; until then the section is a plain mapping
-    from unified.rewards import RewardConfig
-except ImportError:  # pragma: no cover - transitional
-    RewardConfig = dict  # type: ignore[assignment,misc]
+from unified.rewards import RewardConfig
 
 Precision = Literal["auto", "bf16", "fp32"]
 GenerationBackend = Literal["hf", "vllm_server", "vllm_colocate"]
@@ -171,7 +167,7 @@ class WarmupConfig:
     """``auto`` (continue from the last complete checkpoint if any), ``never``, or a checkpoint dir."""
     model: ModelSection = field(default_factory=ModelSection)
     data: DataSection = field(default_factory=DataSection)
-    rewards: RewardConfig = field(default_factory=RewardConfig)  # type: ignore[valid-type]
+    rewards: RewardConfig = field(default_factory=RewardConfig)
     gspo: GSPOSection = field(default_factory=GSPOSection)
     generation: GenerationSection = field(default_factory=GenerationSection)
     train: TrainSection = field(default_factory=TrainSection)
