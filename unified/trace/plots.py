@@ -35,6 +35,12 @@ def _interactive() -> bool:
         return False
 
 
+def _integer_ticks(ax) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+
+
 def _empty(ax, what: str) -> None:
     ax.text(0.5, 0.5, f"no {what} in this run", ha="center", va="center", transform=ax.transAxes, color="grey")
     ax.set_xticks([])
@@ -53,6 +59,7 @@ def plot_positions(run: RunTrace, bins: int = 10):
     if drawn:
         ax.set_xlabel("relative position in the turn (explicit: completion, implicit: reasoning)")
         ax.set_ylabel("predictions")
+        _integer_ticks(ax)
         ax.legend()
     else:
         _empty(ax, "predictions")
@@ -110,6 +117,7 @@ def plot_verdicts(run: RunTrace):
                    color=KIND_COLOURS[kind])
         ax.set_xticks(range(len(cats)), cats)
         ax.set_ylabel("predictions")
+        _integer_ticks(ax)
         ax.legend()
     ax.set_title("Prediction verdicts")
     fig.tight_layout()
