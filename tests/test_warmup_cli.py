@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from _warmup_support import tiny_cli_overrides, write_fixture_awb_dir
 
@@ -138,6 +139,10 @@ def test_killed_run_resumes_from_its_last_checkpoint(tmp_path, tiny_checkpoint):
     assert second_steps == list(range(resumed_step + 1, 13))  # picks up right after the checkpoint
     run = json.loads((out / "run.json").read_text())
     assert run["resumed_from"].endswith(f"checkpoint-{resumed_step}") and run["global_step"] == 12
+    from unified.kernels import select_kernels
+
+    chosen = select_kernels("cpu", torch.float32)  # what load_checkpoint was asked for on this CPU
+    assert (run["kernels"]["attention"], run["kernels"]["experts"]) == (chosen.attention, chosen.experts)
 
     from unified.models import load_checkpoint
 

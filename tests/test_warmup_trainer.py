@@ -58,6 +58,17 @@ def test_router_aux_loss_can_be_turned_off(tmp_path):
     assert all("aux_loss" not in r and r["loss"] == 0.0 for r in records)
 
 
+def test_gradient_checkpointing_trains_the_moe(tmp_path):
+    trainer = build_tiny_trainer(tmp_path, "model.gradient_checkpointing=true", "train.max_steps=1",
+                                 reward_funcs=[completion_length_reward])
+    assert trainer.args.activation_checkpointing
+    trainer.train()
+    assert trainer.model.is_activation_checkpointing if hasattr(trainer.model, "is_activation_checkpointing") \
+        else trainer.model.is_gradient_checkpointing
+    (record,) = [r for r in read_metrics(tmp_path / METRICS_FILE) if "loss" in r]
+    assert record["grad_norm"] > 0 and record["aux_loss"] > 0
+
+
 def test_reward_breakdown_of_each_function_is_logged(tmp_path):
     trainer = build_tiny_trainer(tmp_path, "train.max_steps=1", reward_funcs=[token_f1, completion_length_reward])
     trainer.train()
