@@ -200,6 +200,7 @@ def run(model: str, judge: str, data: str, out: str, *, limit: int | None = None
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         json.dump(summary, fh, indent=2, sort_keys=True)
         fh.write("\n")
+    os.chmod(tmp, 0o644)
     os.replace(tmp, out_dir / "summary.json")
     return summary
 
