@@ -60,12 +60,12 @@ def completion_length_reward(completions, **kwargs) -> list[float]:
     return [float(len(_text(c))) for c in completions]
 
 
-def tiny_policy(seed: int = 0):
-    """(model, tokenizer): a tiny random Qwen3-MoE and the locally trained tokenizer."""
+def tiny_policy(seed: int = 0, arch: str = "qwen3_moe"):
+    """(model, tokenizer): a tiny random MoE (Qwen3-MoE or Qwen3.5-MoE) and the locally trained tokenizer."""
     from unified.models.tiny import tiny_moe_model, train_tiny_tokenizer
 
     tok = train_tiny_tokenizer()
-    model = tiny_moe_model(seed=seed, vocab_size=len(tok))
+    model = tiny_moe_model(arch, seed=seed, vocab_size=len(tok))
     model.config.eos_token_id = tok.convert_tokens_to_ids("<|im_end|>")
     model.config.pad_token_id = tok.pad_token_id
     model.generation_config.eos_token_id = model.config.eos_token_id
@@ -80,11 +80,11 @@ def tiny_overrides(output_dir: Path, *extra: str) -> list[str]:
             *extra]
 
 
-def build_tiny_trainer(output_dir: Path, *extra: str, reward_funcs=None, seed: int = 0):
+def build_tiny_trainer(output_dir: Path, *extra: str, reward_funcs=None, seed: int = 0, arch: str = "qwen3_moe"):
     from unified.warmup.config import load_warmup_config
     from unified.warmup.trainer import build_trainer
 
-    model, tok = tiny_policy(seed)
+    model, tok = tiny_policy(seed, arch)
     cfg = load_warmup_config(None, tiny_overrides(output_dir, *extra))
     trainer = build_trainer(cfg, train_dataset=fixture_rl_dataset(), reward_funcs=reward_funcs or [token_f1],
                             model=model, tokenizer=tok)

@@ -35,13 +35,14 @@ def constant_reward(completions, **kwargs):
     return [1.0] * len(completions)
 
 
-def test_router_aux_loss_is_on_weighted_and_logged(tmp_path):
+@pytest.mark.parametrize("arch, steps", [("qwen3_moe", 2), ("qwen3_5_moe", 1)])
+def test_router_aux_loss_is_on_weighted_and_logged(tmp_path, arch, steps):
     """Zero-variance rewards leave only the router term: loss == coef * aux_loss, logged each step."""
-    trainer = build_tiny_trainer(tmp_path, reward_funcs=[constant_reward])
+    trainer = build_tiny_trainer(tmp_path, f"train.max_steps={steps}", reward_funcs=[constant_reward], arch=arch)
     assert trainer.aux_loss_enabled and trainer.router_aux_loss_coef == pytest.approx(0.01)
     trainer.train()
     records = [r for r in read_metrics(tmp_path / METRICS_FILE) if "loss" in r]
-    assert len(records) == 2
+    assert len(records) == steps
     for r in records:
         assert r["aux_loss"] > 0
         assert r["loss"] == pytest.approx(0.01 * r["aux_loss"], rel=1e-4)
