@@ -30,7 +30,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from unified.eval.adapter import Adapter, Environment, Task
+from unified.eval.adapter import Adapter, Environment, Task, config_list
 from unified.types import Episode, EpisodeResult
 
 from evaluators.claw_eval.environment import ClawEvalEnvironment
@@ -41,13 +41,6 @@ from evaluators.qwenclawbench.endpoints import resolve_endpoint
 
 __all__ = ["ClawEvalAdapter"]
 
-
-def _as_list(value: Any) -> list[str]:
-    if not value:
-        return []
-    if isinstance(value, str):
-        return [v.strip() for v in value.split(",") if v.strip()]
-    return [str(v) for v in value]
 
 
 class _TrialEnvironment(ClawEvalEnvironment):
@@ -81,8 +74,8 @@ class ClawEvalAdapter(Adapter):
     def __init__(self, **config: Any) -> None:
         super().__init__(**config)
         self.root = config.get("root")
-        self.splits = _as_list(config.get("splits"))
-        self.categories = _as_list(config.get("categories"))
+        self.splits = config_list(config.get("splits"))
+        self.categories = config_list(config.get("categories"))
         self.judge_spec = str(config.get("judge") or os.environ.get("CLAW_EVAL_JUDGE") or "embedded")
         self.user_spec = str(config.get("user_model") or os.environ.get("CLAW_EVAL_USER_MODEL") or self.judge_spec)
         self.judge_max_tokens = int(config.get("judge_max_tokens", 512))
@@ -99,7 +92,7 @@ class ClawEvalAdapter(Adapter):
     def tasks(self, split: str | None = None, limit: int | None = None) -> list[Task]:
         checkout = resolve_checkout(self.root)
         parsed, broken = load_tasks(checkout)
-        splits = self.splits + _as_list(None if split in (None, "", "all") else split)
+        splits = self.splits + config_list(None if split in (None, "", "all") else split)
         unknown = [s for s in splits if s not in SPLITS]
         if unknown:
             from unified.registry import UnknownNameError

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from unified.eval.adapter import Adapter, Environment, Task
+from unified.eval.adapter import Adapter, Environment, Task, config_list
 from unified.types import Episode, EpisodeResult
 
 from evaluators.qwenclawbench.endpoints import resolve_endpoint
@@ -35,13 +35,6 @@ from evaluators.qwenclawbench.tasks import DEFAULT_DATASET, QCBTask, load_tasks,
 
 __all__ = ["QwenClawBenchAdapter"]
 
-
-def _as_list(value: Any) -> list[str]:
-    if not value:
-        return []
-    if isinstance(value, str):
-        return [v.strip() for v in value.split(",") if v.strip()]
-    return [str(v) for v in value]
 
 
 class QwenClawBenchAdapter(Adapter):
@@ -60,14 +53,14 @@ class QwenClawBenchAdapter(Adapter):
         self.exec_timeout_s = float(config.get("exec_timeout_s", 120))
         self.memory_mb = int(config.get("memory_mb", 2048))
         self.grader_timeout_s = float(config.get("grader_timeout_s", 120))
-        self.categories = _as_list(config.get("categories"))
+        self.categories = config_list(config.get("categories"))
 
     # -- tasks -----------------------------------------------------------------------------
 
     def tasks(self, split: str | None = None, limit: int | None = None) -> list[Task]:
         dataset_dir = resolve_dataset_dir(self.root, self.dataset)
         parsed, broken = load_tasks(dataset_dir)
-        wanted = [c.lower() for c in self.categories + _as_list(None if split in (None, "", "all") else split)]
+        wanted = [c.lower() for c in self.categories + config_list(None if split in (None, "", "all") else split)]
         out: list[Task] = []
         for qt in parsed:
             if wanted and not {qt.category.lower(), qt.subcategory.lower(), qt.id.lower()} & set(wanted):

@@ -26,7 +26,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from unified.eval.adapter import Adapter, BenchmarkUnavailable, Environment, Task
+from unified.eval.adapter import Adapter, BenchmarkUnavailable, Environment, Task, config_list
 from unified.execution import BackendUnavailable, get_backend
 from unified.types import Episode, EpisodeResult, ToolCall
 
@@ -36,13 +36,6 @@ from evaluators.swe_bench.grading import grade_pro, grade_verified, swebench_una
 
 __all__ = ["SWEBenchProAdapter", "SWEBenchVerifiedAdapter", "aggregate_resolved"]
 
-
-def _as_list(value: Any) -> list[str]:
-    if not value:
-        return []
-    if isinstance(value, str):
-        return [v.strip() for v in value.split(",") if v.strip()]
-    return [str(v) for v in value]
 
 
 def aggregate_resolved(results: list[EpisodeResult]) -> dict[str, Any]:
@@ -76,7 +69,7 @@ class _SWEBenchAdapter(Adapter):
         self.backend_name = config.get("backend")
         self.repos_dir = config.get("repos_dir") or os.environ.get("SWE_BENCH_REPOS")
         self.scripts_dir = config.get("scripts_dir") or os.environ.get("SWE_BENCH_PRO_SCRIPTS")
-        self.only = _as_list(config.get("instances"))
+        self.only = config_list(config.get("instances"))
         self.exec_timeout_s = float(config.get("exec_timeout_s", 180))
         self.eval_timeout_s = float(config.get("eval_timeout_s", 1800))
         self.memory_mb = int(config.get("memory_mb", 4096))

@@ -21,7 +21,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from unified.eval.adapter import Adapter, BenchmarkUnavailable, Environment, Task
+from unified.eval.adapter import Adapter, BenchmarkUnavailable, Environment, Task, config_list
 from unified.execution import BackendUnavailable, get_backend
 from unified.types import Episode, EpisodeResult, ToolCall
 
@@ -30,13 +30,6 @@ from evaluators.terminal_bench.tasks import TBTask, load_tasks, resolve_root
 
 __all__ = ["TerminalBench2Adapter", "aggregate_rewards"]
 
-
-def _as_list(value: Any) -> list[str]:
-    if not value:
-        return []
-    if isinstance(value, str):
-        return [v.strip() for v in value.split(",") if v.strip()]
-    return [str(v) for v in value]
 
 
 def aggregate_rewards(results: list[EpisodeResult]) -> dict[str, Any]:
@@ -70,7 +63,7 @@ class TerminalBench2Adapter(Adapter):
         super().__init__(**config)
         self.root = config.get("root")
         self.backend_name = config.get("backend")
-        self.only = _as_list(config.get("tasks"))
+        self.only = config_list(config.get("tasks"))
         self.exec_timeout_s = float(config.get("exec_timeout_s", 180))
         self.agent_timeout_s = config.get("agent_timeout_s")
 

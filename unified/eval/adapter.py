@@ -192,6 +192,15 @@ class Adapter:
         return None
 
 
+def config_list(value: Any) -> list[str]:
+    """``None``/empty -> []; ``"a, b"`` -> ["a", "b"]; a list -> its items as strings."""
+    if not value:
+        return []
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    return [str(v) for v in value]
+
+
 # --------------------------------------------------------------------------------------
 # discovery
 
