@@ -30,7 +30,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from unified.eval.adapter import Adapter, Environment, Task, config_list
+from unified.eval.adapter import Adapter, Environment, Task, config_list, limit_runnable
 from unified.types import Episode, EpisodeResult
 
 from evaluators.claw_eval.environment import ClawEvalEnvironment
@@ -107,7 +107,7 @@ class ClawEvalAdapter(Adapter):
                             skip_reason=skip_reason(ct)))
         if not splits and not cats:
             out += [Task(id=d, benchmark=self.name, split="unreadable", skip_reason=e) for d, e in broken]
-        return _limit(out, limit)
+        return limit_runnable(out, limit)
 
     def open(self, task: Task) -> Environment:
         ct = ClawTask(**task.payload)
@@ -206,16 +206,3 @@ class ClawEvalAdapter(Adapter):
                     "n_skipped": sum(skipped.values()), "judge": self.judge_spec,
                     "sandbox": "bwrap (local bubblewrap sandbox; Docker with the official image not used)"})
         return out
-
-
-def _limit(tasks: list[Task], limit: int | None) -> list[Task]:
-    """The first ``limit`` runnable tasks, with the skipped ones met on the way (reported as skips)."""
-    if not limit:
-        return tasks
-    out, runnable = [], 0
-    for task in tasks:
-        if runnable >= limit:
-            break
-        out.append(task)
-        runnable += task.skip_reason is None
-    return out

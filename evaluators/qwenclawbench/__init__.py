@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from unified.eval.adapter import Adapter, Environment, Task, config_list
+from unified.eval.adapter import Adapter, Environment, Task, config_list, limit_runnable
 from unified.types import Episode, EpisodeResult
 
 from evaluators.qwenclawbench.endpoints import resolve_endpoint
@@ -69,7 +69,7 @@ class QwenClawBenchAdapter(Adapter):
                             payload=_payload(qt)))
         if not wanted:
             out += [Task(id=stem, benchmark=self.name, split="unparseable", skip_reason=error) for stem, error in broken]
-        return _limit(out, limit)
+        return limit_runnable(out, limit)
 
     def open(self, task: Task) -> Environment:
         return QwenClawBenchEnvironment(QCBTask(**task.payload), exec_timeout_s=self.exec_timeout_s,
@@ -141,16 +141,3 @@ def _payload(qt: QCBTask) -> dict[str, Any]:
     from dataclasses import asdict
 
     return asdict(qt)
-
-
-def _limit(tasks: list[Task], limit: int | None) -> list[Task]:
-    """The first ``limit`` runnable tasks, with the skipped ones met on the way (reported as skips)."""
-    if not limit:
-        return tasks
-    out, runnable = [], 0
-    for task in tasks:
-        if runnable >= limit:
-            break
-        out.append(task)
-        runnable += task.skip_reason is None
-    return out

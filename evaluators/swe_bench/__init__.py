@@ -26,8 +26,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from unified.eval.adapter import Adapter, BenchmarkUnavailable, Environment, Task, config_list
-from unified.execution import BackendUnavailable, get_backend
+from unified.eval.adapter import Adapter, BenchmarkUnavailable, Environment, Task, config_list, require_execution_backend
 from unified.types import Episode, EpisodeResult, ToolCall
 
 from evaluators.swe_bench.data import check_rows, image_for, load_rows, resolve_source
@@ -75,12 +74,7 @@ class _SWEBenchAdapter(Adapter):
         self.memory_mb = int(config.get("memory_mb", 4096))
 
     def _backend(self):
-        try:
-            backend = get_backend(self.backend_name)
-            backend.require()
-        except BackendUnavailable as exc:
-            raise BenchmarkUnavailable(f"no execution backend: {exc.reason}", exc.how_to_fix) from None
-        return backend
+        return require_execution_backend(self.backend_name)
 
     def tasks(self, split: str | None = None, limit: int | None = None) -> list[Task]:
         source = resolve_source(self.variant, self.dataset)

@@ -21,8 +21,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from unified.eval.adapter import Adapter, BenchmarkUnavailable, Environment, Task, config_list
-from unified.execution import BackendUnavailable, get_backend
+from unified.eval.adapter import Adapter, BenchmarkUnavailable, Environment, Task, config_list, require_execution_backend
 from unified.types import Episode, EpisodeResult, ToolCall
 
 from evaluators.terminal_bench.environment import TerminalBenchEnvironment
@@ -68,12 +67,7 @@ class TerminalBench2Adapter(Adapter):
         self.agent_timeout_s = config.get("agent_timeout_s")
 
     def _backend(self):
-        try:
-            backend = get_backend(self.backend_name)
-            backend.require()
-        except BackendUnavailable as exc:
-            raise BenchmarkUnavailable(f"no execution backend: {exc.reason}", exc.how_to_fix) from None
-        return backend
+        return require_execution_backend(self.backend_name)
 
     def tasks(self, split: str | None = None, limit: int | None = None) -> list[Task]:
         root = resolve_root(self.root)

@@ -201,6 +201,31 @@ def config_list(value: Any) -> list[str]:
     return [str(v) for v in value]
 
 
+def limit_runnable(tasks: list[Task], limit: int | None) -> list[Task]:
+    """The first ``limit`` runnable tasks, with the skipped ones met on the way (reported as skips)."""
+    if not limit:
+        return tasks
+    out, runnable = [], 0
+    for task in tasks:
+        if runnable >= limit:
+            break
+        out.append(task)
+        runnable += task.skip_reason is None
+    return out
+
+
+def require_execution_backend(name: str | None):
+    """The ``unified.execution`` backend ``name`` (``None``: auto), or BenchmarkUnavailable saying why."""
+    from unified.execution import BackendUnavailable, get_backend
+
+    try:
+        backend = get_backend(name)
+        backend.require()
+    except BackendUnavailable as exc:
+        raise BenchmarkUnavailable(f"no execution backend: {exc.reason}", exc.how_to_fix) from None
+    return backend
+
+
 # --------------------------------------------------------------------------------------
 # discovery
 
