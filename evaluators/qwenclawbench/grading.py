@@ -45,7 +45,7 @@ with open("/grader/grade.py", encoding="utf-8") as f:
     code = f.read()
 ns = {"__name__": "task_grader"}
 try:
-    exec(compile(code, "automated_checks.py", "exec"), ns)
+    exec(compile(code, "automated_checks.py", "exec"), ns)  # safe: the task file's grade(), in the bwrap sandbox process
     fn = ns.get("grade")
     if not callable(fn):
         res = {"error": "the Automated Checks block defines no grade() function"}

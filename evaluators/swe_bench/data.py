@@ -105,7 +105,7 @@ def _as_list(value: Any, field: str, iid: str) -> list[str]:
     if value in (None, ""):
         return []
     text = str(value)
-    for parse in (json.loads, ast.literal_eval):  # Pro stores Python literals; never eval()
+    for parse in (json.loads, ast.literal_eval):  # safe: Pro stores Python literals; literal_eval only
         try:
             parsed = parse(text)
         except (ValueError, SyntaxError):

@@ -121,8 +121,10 @@ class ExecutionSession(ABC):
         return self.spec.workdir or "/workspace"
 
     @abstractmethod
-    def exec(self, command: str | list[str], timeout_s: float | None = None, stdin: str | bytes | None = None,
-             workdir: str | None = None, env: dict[str, str] | None = None) -> ExecResult:
+    def exec(  # safe: a method name, not the builtin
+        self, command: str | list[str], timeout_s: float | None = None, stdin: str | bytes | None = None,
+        workdir: str | None = None, env: dict[str, str] | None = None,
+    ) -> ExecResult:
         """Run ``command`` (shell string or argv) inside; kill it after ``timeout_s``."""
 
     @abstractmethod

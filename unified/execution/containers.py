@@ -147,7 +147,9 @@ class DockerSession(ExecutionSession):
     def workdir(self) -> str:
         return self.spec.workdir or self.info.get("workdir") or "/"
 
-    def exec(self, command, timeout_s=None, stdin=None, workdir=None, env=None) -> ExecResult:
+    def exec(  # safe: a method name, not the builtin
+        self, command, timeout_s=None, stdin=None, workdir=None, env=None,
+    ) -> ExecResult:
         limit = float(self.spec.timeout_s if timeout_s is None else timeout_s)
         data = stdin.encode() if isinstance(stdin, str) else stdin
         argv = exec_argv(self.engine, self.name, command, limit, workdir, env, interactive=data is not None,
@@ -329,7 +331,9 @@ class ApptainerSession(ExecutionSession):
     def workdir(self) -> str:
         return self.spec.workdir or "/"
 
-    def exec(self, command, timeout_s=None, stdin=None, workdir=None, env=None) -> ExecResult:
+    def exec(  # safe: a method name, not the builtin
+        self, command, timeout_s=None, stdin=None, workdir=None, env=None,
+    ) -> ExecResult:
         limit = float(self.spec.timeout_s if timeout_s is None else timeout_s)
         data = stdin.encode() if isinstance(stdin, str) else stdin
         argv = apptainer_exec_argv(self.binary, self.instance, command, limit, workdir or self.spec.workdir,

@@ -263,7 +263,9 @@ class LocalSession(ExecutionSession):
 
     # -- exec ----------------------------------------------------------------------------
 
-    def exec(self, command, timeout_s=None, stdin=None, workdir=None, env=None) -> ExecResult:
+    def exec(  # safe: a method name, not the builtin
+        self, command, timeout_s=None, stdin=None, workdir=None, env=None,
+    ) -> ExecResult:
         if self._proc is None or self._closed:
             raise ExecutionError("local: the session is not running")
         limit = float(self.spec.timeout_s if timeout_s is None else timeout_s)
