@@ -129,3 +129,29 @@ def test_client_timeout_is_retried_then_reported():
         client = OpenAICompatClient(EndpointConfig(url, "m", timeout_s=0.3, max_retries=1, backoff_s=0.01))
         with pytest.raises(EndpointError, match="ReadTimeout"):
             client.chat([{"role": "user", "content": "hi"}])
+
+
+def test_separate_prefill_matches_padded_prefill(tiny_checkpoint, tiny_tokenizer):
+    import torch
+
+    from unified.models.generation import prefilled_batch_cache
+    from unified.models.tiny import tiny_moe_model
+
+    loaded = load_checkpoint(tiny_checkpoint, device="cpu", experts_implementation="eager")
+    tok = loaded.tokenizer
+    prompts = [tok.apply_chat_template([{"role": "user", "content": t}], tokenize=False, add_generation_prompt=True)
+               for t in ("short", "a much longer question about the files of the workspace and the shell")]
+    params = SamplingParams(max_new_tokens=10)
+    separate = batched_generate(loaded.model, tok, prompts, params, prefill_separately=True)
+    padded = batched_generate(loaded.model, tok, prompts, params, prefill_separately=False)
+    assert [o.token_ids for o in separate] == [o.token_ids for o in padded]
+    tok.padding_side = "left"
+    enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    cache = prefilled_batch_cache(loaded.model, enc["input_ids"], enc["attention_mask"])
+    width = enc["input_ids"].shape[1]
+    assert cache is not None and cache.get_seq_length() == width - 1
+    assert cache.layers[0].keys.shape[0] == 2
+    assert torch.count_nonzero(cache.layers[0].keys[0, :, : width - 1 - (enc["attention_mask"][0].sum() - 1)]) == 0
+    # linear-attention states (Qwen3.5-MoE) cannot be padded this way: the caller falls back
+    linear = tiny_moe_model("qwen3_5_moe", vocab_size=len(tiny_tokenizer))
+    assert prefilled_batch_cache(linear, enc["input_ids"], enc["attention_mask"]) is None
