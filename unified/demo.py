@@ -46,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="runs/demo", help="where the warmup and eval runs go (reruns resume)")
     parser.add_argument("--warmup-steps", type=int, default=2, help="GSPO steps of the demo warmup")
     parser.add_argument("--eval-limit", type=int, default=2, help="tasks per ood benchmark in the demo eval")
+    parser.add_argument("--eval-max-turns", type=int, default=4,
+                        help="policy calls per episode in the demo eval (the eval's own default is 40)")
     parser.add_argument("--skip-warmup", action="store_true", help="stop after the generation turn")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -131,7 +133,8 @@ def _eval_ood(args, final: Path, done: list[str]) -> None:
         done.append("skipped the ood eval (unified.eval not available yet)")
         return
     cmd = [sys.executable, "-m", "unified.eval", "--suite", "ood", "--model", str(final),
-           "--limit", str(args.eval_limit), "--out", str(Path(args.out) / "eval-ood")]
+           "--limit", str(args.eval_limit), "--max-new-tokens", str(args.max_new_tokens),
+           "--max-turns", str(args.eval_max_turns), "--no-thinking", "--out", str(Path(args.out) / "eval-ood")]
     print("[5] " + " ".join(cmd[1:]), flush=True)
     rc = subprocess.run(cmd).returncode
     if rc != 0:
