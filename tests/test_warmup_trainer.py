@@ -192,3 +192,21 @@ def test_bf16_autocast_over_fp32_weights_on_gpu(tmp_path):
     result = run_warmup(cfg, train_dataset=fixture_rl_dataset(), reward_funcs=[token_f1], model=policy.model,
                         tokenizer=policy.tokenizer)
     assert result.global_step == 1 and "memory/peak_cuda_gib" in result.peak_memory
+
+
+@pytest.mark.parametrize("arch", ["qwen3_moe", "qwen3_5_moe"])
+def test_resume_restores_the_experts_and_router(tmp_path, arch):
+    """Checkpoints store MoE weights in the original per-expert layout; resuming must convert them
+    back (the Trainer's plain state-dict load would silently keep the pre-resume experts)."""
+    trainer = build_tiny_trainer(tmp_path / "a", arch=arch, seed=0)
+    saved = build_tiny_trainer(tmp_path / "b", arch=arch, seed=1).model
+    saved.save_pretrained(tmp_path / "checkpoint-1")
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer._load_from_checkpoint(str(tmp_path / "checkpoint-1"))
+    after = dict(trainer.model.named_parameters())
+    expected = dict(saved.named_parameters())
+    moe = [n for n in after if "experts" in n or ".gate." in n]
+    assert moe, "no MoE parameters found"
+    for name in after:
+        assert torch.equal(after[name], expected[name]), name
+    assert any(not torch.equal(before[n], after[n]) for n in moe)

@@ -225,6 +225,22 @@ def _trainer_class():
             with self.accelerator.autocast():
                 return super()._generate_single_turn(*args, **kwargs)
 
+        def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
+            """Restore the weights through transformers' own loading path.
+
+            ``save_pretrained`` writes MoE experts in the original per-expert layout (Mixtral's
+            ``block_sparse_moe.experts.N.w1``, Qwen3-MoE's ``experts.N.gate_proj``), which
+            ``from_pretrained`` fuses back into ``experts.gate_up_proj``; the Trainer's plain
+            state-dict load does not, and would resume with the pre-resume experts and router.
+            DeepSpeed and FSDP checkpoints keep the Trainer's own path.
+            """
+            if self.is_deepspeed_enabled or self.is_fsdp_enabled:
+                return super()._load_from_checkpoint(resume_from_checkpoint, model)
+            target = self.accelerator.unwrap_model(model if model is not None else self.model)
+            dtype = next(target.parameters()).dtype
+            restored = type(target).from_pretrained(resume_from_checkpoint, dtype=dtype)
+            target.load_state_dict(restored.state_dict(), strict=True)
+
     return GSPOTrainer
 
 
