@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -32,23 +31,11 @@ from unified.execution.containers import (
     run_argv,
 )
 from unified.registry import UnknownNameError
+from _process_support import processes_with
 
 local_ok = LocalBackend().unavailable_reason()
 needs_local = pytest.mark.skipif(local_ok is not None, reason=str(local_ok))
 
-
-def _processes_with(marker: str) -> list[str]:
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if marker in cmdline:
-            found.append(f"{pid}: {cmdline}")
-    return found
 
 
 @needs_local
@@ -98,18 +85,18 @@ def test_local_backend_kills_a_runaway_command_at_its_limit_and_leaves_nothing()
         assert res.timed_out and res.exit_code == -9
         assert 1.4 <= elapsed < 5, elapsed
         deadline = time.monotonic() + 5
-        while _processes_with(f"sleep {marker}") and time.monotonic() < deadline:
+        while processes_with(f"sleep {marker}") and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert _processes_with(f"sleep {marker}") == []
+        assert processes_with(f"sleep {marker}") == []
         # the session is still usable after a timeout
         assert s.exec("echo alive").stdout == "alive\n"
         # a process that left the command's group survives the command, not the session
         assert s.exec(f"setsid sleep {marker}2 > /dev/null 2>&1 < /dev/null & echo ok").ok
-        assert _processes_with(f"sleep {marker}2")
+        assert processes_with(f"sleep {marker}2")
     deadline = time.monotonic() + 5
-    while _processes_with(marker) and time.monotonic() < deadline:
+    while processes_with(marker) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _processes_with(marker) == []
+    assert processes_with(marker) == []
 
 
 @needs_local

@@ -12,22 +12,10 @@ from pathlib import Path
 import pytest
 
 from unified.sandbox import Sandbox, SandboxConfig, SandboxError, bwrap_available, throwaway_sandbox
+from _process_support import processes_with
 
 pytestmark = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap missing (.ci/run installs it)")
 
-
-def _processes_with(marker: str) -> list[str]:
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if marker in cmdline:
-            found.append(f"{pid}: {cmdline}")
-    return found
 
 
 def test_runs_in_workspace_and_files_reach_the_host(tmp_path):
@@ -121,7 +109,7 @@ def test_runaway_command_is_killed_at_its_limit_and_leaves_nothing(tmp_path):
     assert res.timed_out and res.exit_code == -9
     assert elapsed < 10
     time.sleep(0.2)
-    assert _processes_with(f"sleep {marker}") == []
+    assert processes_with(f"sleep {marker}") == []
 
 
 def test_background_process_does_not_outlive_its_command(tmp_path):
@@ -130,7 +118,7 @@ def test_background_process_does_not_outlive_its_command(tmp_path):
         res = box.run(f"sleep {marker} & echo started")
     assert res.stdout == "started\n" and not res.timed_out and res.duration_s < 10
     time.sleep(0.2)
-    assert _processes_with(f"sleep {marker}") == []
+    assert processes_with(f"sleep {marker}") == []
 
 
 def test_memory_and_process_limits_bind(tmp_path):
