@@ -2,7 +2,8 @@
 
 See :mod:`unified.rewards.functions` for the reward functions and their logging hooks,
 :mod:`unified.rewards.rubric` for the judge prompt and parser, :mod:`unified.rewards.verifiers`
-for the rule checks and :mod:`unified.rewards.backends` for judge backends and the cache.
+for the binary rule checks, :mod:`unified.rewards.similarity` for the graded rule scores
+(LCS / token F1) and :mod:`unified.rewards.backends` for judge backends and the cache.
 """
 
 from unified.rewards.backends import (
@@ -14,21 +15,25 @@ from unified.rewards.backends import (
     build_backend,
 )
 from unified.rewards.functions import (
+    REWARD_FUNCTIONS,
     RULE_SCALE,
     MixedReward,
     RewardConfig,
     RubricReward,
     RuleReward,
+    SimilarityReward,
     build_judge,
     build_mixed_reward,
     build_reward_functions,
     reward_weights,
 )
 from unified.rewards.rubric import CRITERIA, JUDGE_SYSTEM, JudgeScores, judge_messages, parse_judge_answer
+from unified.rewards.similarity import SIMILARITY_METRICS, lcs_f1, lcs_length, token_f1, tokens
 from unified.rewards.verifiers import Verdict, exact_match, json_agreement, normalise_runtime, verify
 
 __all__ = [
-    "CRITERIA", "JUDGE_SYSTEM", "RULE_SCALE", "CachedJudge", "JudgeBackend", "JudgeCache", "JudgeScores",
+    "CRITERIA", "JUDGE_SYSTEM", "REWARD_FUNCTIONS", "RULE_SCALE", "SIMILARITY_METRICS", "SimilarityReward",
+    "lcs_f1", "lcs_length", "token_f1", "tokens", "CachedJudge", "JudgeBackend", "JudgeCache", "JudgeScores",
     "LocalHFJudgeBackend", "MixedReward", "OpenAIJudgeBackend", "RewardConfig", "RubricReward", "RuleReward", "Verdict",
     "build_backend", "build_judge", "build_mixed_reward", "build_reward_functions", "exact_match", "judge_messages",
     "json_agreement", "normalise_runtime", "parse_judge_answer", "reward_weights", "verify",

@@ -7,7 +7,10 @@ strings or lists of chat messages, ``columns`` the other dataset columns (``refe
 are accepted).
 
 Mixing (Qwen-AgentWorld): r = w_rubric * r_rubric + w_rule * r_rule with r_rubric in {0} U
-[5, 25], r_rule in {0, 25}, and (w_rubric, w_rule) = (0.9, 0.1) by default. Give TRL the list
+[5, 25], r_rule in {0, 25}, and (w_rubric, w_rule) = (0.9, 0.1) by default. A third, graded
+rule reward r_sim = 25 * s(prediction, reference) in [0, 25] (``similarity``, s an LCS or token
+F1 from :mod:`unified.rewards.similarity`) is off by default (w_sim = 0); small policies that
+never pass the binary check need it for any GSPO signal. Give TRL the list
 of :func:`build_reward_functions` with ``reward_weights=reward_weights(cfg)`` (TRL computes the
 weighted sum), or use the single :class:`MixedReward`.
 
@@ -27,8 +30,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from unified.lwm.parsing import completion_text, parse_observation
+from unified.registry import Registry
 from unified.rewards.backends import CachedJudge, JudgeBackend, JudgeCache, build_backend
 from unified.rewards.rubric import CRITERIA, judge_messages, parse_judge_answer
+from unified.rewards.similarity import SIMILARITY_METRICS
 from unified.rewards.verifiers import verify
 from unified.types import RewardBreakdown
 
@@ -48,6 +53,10 @@ class RewardConfig:
     """Weight of the rubric reward (5..25, 0 if unparseable)."""
     rule_weight: float = 0.1
     """Weight of the rule verifier (0 or 25)."""
+    similarity_weight: float = 0.0
+    """Weight of the graded rule reward (25 x similarity, in [0, 25]); 0 = off, as in the paper."""
+    similarity_metric: str = "lcs_f1"
+    """Graded score of :mod:`unified.rewards.similarity`: ``lcs_f1`` (order-aware) or ``token_f1``."""
     cache_dir: str = "~/.cache/unified/judge"
     """On-disk judge answer cache; empty string: no cache."""
     judge_max_tokens: int = 256
@@ -64,12 +73,14 @@ class RewardConfig:
     """Earlier turns shown to the judge."""
 
     def __post_init__(self) -> None:
-        for name in ("rubric_weight", "rule_weight"):
+        for name in ("rubric_weight", "rule_weight", "similarity_weight"):
             value = getattr(self, name)
             if value < 0 or math.isnan(value):
                 raise ValueError(f"RewardConfig.{name} must be >= 0, got {value}")
-        if self.rubric_weight == 0 and self.rule_weight == 0:
-            raise ValueError("RewardConfig: rubric_weight and rule_weight are both 0: no reward left")
+        if self.rubric_weight == 0 and self.rule_weight == 0 and self.similarity_weight == 0:
+            raise ValueError("RewardConfig: rubric_weight and rule_weight are both 0 and similarity_weight is 0: "
+                             "no reward left")
+        SIMILARITY_METRICS.get(self.similarity_metric)  # unknown name: error listing the valid ones
 
 
 def _prompt_parts(prompt: Any) -> tuple[list[tuple[str, str]], str]:
@@ -103,6 +114,10 @@ def _column(columns: dict[str, Any], name: str, n: int, default: Any) -> list[An
     return list(value)
 
 
+REWARD_FUNCTIONS: Registry[type] = Registry("reward function")
+"""The reward-function classes by their TRL name (``rubric``, ``rule``, ``similarity``)."""
+
+
 class _RewardFunction:
     __name__ = "reward"
 
@@ -126,6 +141,7 @@ class _RewardFunction:
         return [b.total for b in breakdowns]
 
 
+@REWARD_FUNCTIONS.register("rubric")
 class RubricReward(_RewardFunction):
     """The rubric judge as a reward: 5 * mean of five 1-5 scores, 0 when unparseable."""
 
@@ -166,6 +182,7 @@ class RubricReward(_RewardFunction):
         return self._report(breakdowns, columns)
 
 
+@REWARD_FUNCTIONS.register("rule")
 class RuleReward(_RewardFunction):
     """Rule verifier as a reward: 25 if the check passes, else 0 (see :mod:`unified.rewards.verifiers`)."""
 
@@ -185,16 +202,53 @@ class RuleReward(_RewardFunction):
         return self._report(breakdowns, columns)
 
 
+@REWARD_FUNCTIONS.register("similarity")
+class SimilarityReward(_RewardFunction):
+    """Graded rule reward: ``25 * s(prediction, reference)`` in [0, 25].
+
+    ``s`` is a similarity of :mod:`unified.rewards.similarity` (``lcs_f1``: ROUGE-L F1
+    ``2 LCS / (n + m)`` over runtime-normalised tokens; ``token_f1``: bag-of-tokens F1), so a
+    normalised exact match is worth the same 25 as a passed :class:`RuleReward` check, and a
+    near miss is worth more than a far one. One value per completion, shape ``(B,)``.
+    """
+
+    __name__ = "similarity"
+
+    def __init__(self, metric: str = "lcs_f1", on_breakdowns=None) -> None:
+        super().__init__(on_breakdowns)
+        self.metric = metric
+        self.score = SIMILARITY_METRICS.get(metric)
+
+    def __call__(self, prompts, completions, **columns) -> list[float]:
+        n = len(completions)
+        references = _column(columns, "reference", n, "")
+        breakdowns = []
+        for completion, reference in zip(completions, references):
+            prediction = parse_observation(completion_text(completion))
+            try:
+                score = float(self.score(prediction, str(reference)))
+            except Exception as exc:  # a reward never raises into the trainer
+                breakdowns.append(RewardBreakdown(total=0.0, components={"similarity": 0.0}, source="similarity",
+                                                  parsed=False, detail=f"{type(exc).__name__}: {exc}"[:300]))
+                continue
+            value = RULE_SCALE * score
+            breakdowns.append(RewardBreakdown(total=value, components={"similarity": value, self.metric: score},
+                                              source="similarity", parsed=True,
+                                              detail=f"{self.metric}={score:.3f}"))
+        return self._report(breakdowns, columns)
+
+
 class MixedReward(_RewardFunction):
-    """w_rubric * rubric + w_rule * rule in one function (breakdown keeps both parts)."""
+    """w_rubric * rubric + w_rule * rule (+ w_sim * similarity) in one function (breakdown keeps every part)."""
 
     __name__ = "lwm_reward"
 
     def __init__(self, rubric: RubricReward | None, rule: RuleReward | None, rubric_weight: float = 0.9,
-                 rule_weight: float = 0.1, on_breakdowns=None) -> None:
+                 rule_weight: float = 0.1, on_breakdowns=None, *, similarity: SimilarityReward | None = None,
+                 similarity_weight: float = 0.0) -> None:
         super().__init__(on_breakdowns)
-        self.rubric, self.rule = rubric, rule
-        self.rubric_weight, self.rule_weight = rubric_weight, rule_weight
+        self.rubric, self.rule, self.similarity = rubric, rule, similarity
+        self.rubric_weight, self.rule_weight, self.similarity_weight = rubric_weight, rule_weight, similarity_weight
 
     def __call__(self, prompts, completions, **columns) -> list[float]:
         quiet = {k: v for k, v in columns.items() if k not in ("log_metric", "log_extra")}
@@ -205,6 +259,9 @@ class MixedReward(_RewardFunction):
         if self.rule is not None and self.rule_weight:
             self.rule(prompts, completions, **quiet)
             parts.append((self.rule_weight, self.rule.last_breakdowns))
+        if self.similarity is not None and self.similarity_weight:
+            self.similarity(prompts, completions, **quiet)
+            parts.append((self.similarity_weight, self.similarity.last_breakdowns))
         breakdowns = []
         for i in range(len(completions)):
             total, components, details, parsed = 0.0, {}, [], True
@@ -230,7 +287,8 @@ def build_judge(cfg: RewardConfig) -> CachedJudge:
 
 def build_reward_functions(cfg: RewardConfig, *, judge: JudgeBackend | CachedJudge | None = None
                            ) -> list[_RewardFunction]:
-    """The reward functions of ``cfg`` with a non-zero weight: [rubric, rule] (see :func:`reward_weights`).
+    """The reward functions of ``cfg`` with a non-zero weight, in the order [rubric, rule, similarity]
+    (see :func:`reward_weights`).
 
     ``judge`` overrides the configured backend (e.g. an already loaded local model).
     """
@@ -240,24 +298,30 @@ def build_reward_functions(cfg: RewardConfig, *, judge: JudgeBackend | CachedJud
                                   max_history=cfg.judge_max_history))
     if cfg.rule_weight:
         funcs.append(RuleReward())
+    if cfg.similarity_weight:
+        funcs.append(SimilarityReward(cfg.similarity_metric))
     return funcs
 
 
 def reward_weights(cfg: RewardConfig) -> list[float]:
     """TRL ``reward_weights`` aligned with :func:`build_reward_functions`."""
-    return [w for w in (cfg.rubric_weight, cfg.rule_weight) if w]
+    return [w for w in (cfg.rubric_weight, cfg.rule_weight, cfg.similarity_weight) if w]
 
 
 def build_mixed_reward(cfg: RewardConfig, *, judge: JudgeBackend | CachedJudge | None = None) -> MixedReward:
     """One function computing the configured mix."""
-    rubric = rule = None
+    rubric = rule = similarity = None
     for fn in build_reward_functions(cfg, judge=judge):
         if isinstance(fn, RubricReward):
             rubric = fn
+        elif isinstance(fn, SimilarityReward):
+            similarity = fn
         else:
             rule = fn
-    return MixedReward(rubric, rule, cfg.rubric_weight, cfg.rule_weight)
+    return MixedReward(rubric, rule, cfg.rubric_weight, cfg.rule_weight, similarity=similarity,
+                       similarity_weight=cfg.similarity_weight)
 
 
-__all__ = ["CRITERIA", "RULE_SCALE", "MixedReward", "RewardConfig", "RubricReward", "RuleReward", "build_judge",
+__all__ = ["CRITERIA", "REWARD_FUNCTIONS", "RULE_SCALE", "MixedReward", "RewardConfig", "RubricReward", "RuleReward",
+           "SimilarityReward", "build_judge",
            "build_mixed_reward", "build_reward_functions", "reward_weights"]
