@@ -133,7 +133,7 @@ def test_killed_run_resumes_from_its_last_checkpoint(tmp_path, tiny_checkpoint):
     resumed_step = int(resumed[0].rsplit("checkpoint-", 1)[1])
     assert 3 <= resumed_step <= killed_at and resumed_step % 3 == 0
     state = json.loads((out / "checkpoint-12" / "trainer_state.json").read_text())
-    assert state["global_step"] == 12
+    assert state["global_step"] == 12 and not list(out.glob("checkpoint-1[3-9]"))  # exactly max_steps
     records = [r for r in read_metrics(out / METRICS_FILE) if "loss" in r]
     second_steps = [r["step"] for r in records[len(first_records):]]
     assert second_steps == list(range(resumed_step + 1, 13))  # picks up right after the checkpoint

@@ -89,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(report, indent=2))
         return 0
     result = run_warmup(cfg)
+    if result.already_finished:
+        return 0
     print(f"unified.warmup: {result.global_step} steps, {result.seconds_per_step:.2f}s/step; "
           f"checkpoint: {result.final_dir}", flush=True)
     return 0

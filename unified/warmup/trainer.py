@@ -342,6 +342,8 @@ class WarmupResult:
     peak_memory: dict[str, float] = field(default_factory=dict)
     kernels: dict[str, str] = field(default_factory=dict)
     last_log: dict[str, Any] = field(default_factory=dict)
+    already_finished: bool = False
+    """True when this call found the run finished (checkpoint at ``max_steps``) and trained nothing."""
 
 
 def save_final(trainer, output_dir: str | os.PathLike[str]) -> Path:
@@ -361,16 +363,45 @@ def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def finished_run(cfg: WarmupConfig) -> WarmupResult | None:
+    """The recorded result when ``cfg.output_dir`` already holds a run finished at ``train.max_steps``.
+
+    Finished means: the checkpoint to resume from is at ``max_steps`` or beyond, and ``run.json``
+    (written atomically after ``final/``) records that step. Resuming such a run would make the
+    HF Trainer take one more step (its stop check runs only after a step), so it is not resumed.
+    """
+    resume = resume_checkpoint(cfg)
+    if resume is None or _checkpoint_step(resume) < cfg.train.max_steps:
+        return None
+    try:
+        record = json.loads((Path(cfg.output_dir) / RUN_RECORD).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    final = Path(record.get("final_dir") or Path(cfg.output_dir) / FINAL_DIR)
+    if record.get("global_step") != _checkpoint_step(resume) or not (final / "config.json").is_file():
+        return None
+    fields = {k: record[k] for k in WarmupResult.__dataclass_fields__ if k in record}
+    return WarmupResult(**{**fields, "already_finished": True})
+
+
 def run_warmup(cfg: WarmupConfig, *, train_dataset=None, reward_funcs: Sequence[Callable] | None = None,
                reward_weights: Sequence[float] | None = None, model=None, tokenizer=None,
                callbacks: Sequence[Any] = ()) -> WarmupResult:
     """Train according to ``cfg`` (resuming if there is a checkpoint) and save ``final/``.
 
-    Data and rewards come from the recipe (:mod:`unified.warmup.data`) unless given.
+    Data and rewards come from the recipe (:mod:`unified.warmup.data`) unless given. A run
+    already finished at ``train.max_steps`` is left as it is (``already_finished``); a run
+    whose last checkpoint is at ``max_steps`` but that died before writing ``final/`` only
+    writes ``final/`` from that checkpoint. Raise ``train.max_steps`` to continue a finished run.
     """
     from unified.warmup.data import load_rewards, load_splits
 
     out = Path(cfg.output_dir)
+    done = finished_run(cfg)
+    if done is not None:
+        print(f"unified.warmup: already finished at step {done.global_step} (train.max_steps="
+              f"{cfg.train.max_steps}); checkpoint: {done.final_dir}", flush=True)
+        return done
     out.mkdir(parents=True, exist_ok=True)
     (out / RESOLVED_RECIPE).write_text(dump_yaml(cfg))
     device = training_device()
@@ -394,15 +425,24 @@ def run_warmup(cfg: WarmupConfig, *, train_dataset=None, reward_funcs: Sequence[
                             device=device, model_init_kwargs=init_kwargs)
     start_step = trainer.state.global_step if resume is None else _checkpoint_step(resume)
     t0 = time.time()
-    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    if resume is not None and start_step >= cfg.train.max_steps:
+        # killed after its last checkpoint, before final/: no step left, only the weights to write
+        print(f"unified.warmup: already trained to step {start_step}; writing {out / FINAL_DIR}", flush=True)
+        from transformers import TrainerState
+
+        trainer._load_from_checkpoint(str(resume))
+        trainer.state = TrainerState.load_from_json(str(Path(resume) / "trainer_state.json"))
+    else:
+        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     seconds = time.time() - t0
     final = save_final(trainer, out)
-    steps_run = max(trainer.state.global_step - start_step, 1)
+    steps_run = trainer.state.global_step - start_step
     logs = [h for h in trainer.state.log_history if "loss" in h]
     result = WarmupResult(
         output_dir=str(out), final_dir=str(final), global_step=trainer.state.global_step,
         resumed_from=str(resume) if resume else None, train_seconds=round(seconds, 3),
-        seconds_per_step=round(seconds / steps_run, 3), peak_memory=peak_memory_gib(), kernels=kernels,
+        seconds_per_step=round(seconds / steps_run, 3) if steps_run > 0 else 0.0, peak_memory=peak_memory_gib(),
+        kernels=kernels,
         last_log=logs[-1] if logs else {},
     )
     if trainer.accelerator.is_main_process:
