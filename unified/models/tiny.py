@@ -63,23 +63,28 @@ def train_tiny_tokenizer(vocab_size: int = 512):
 
 
 def tiny_moe_config(arch: TinyArch = "qwen3_moe", vocab_size: int = 512, *, num_experts: int = 4,
-                    top_k: int = 2, hidden_size: int = 64, num_layers: int = 2):
-    """A config small enough for a forward+backward in milliseconds on CPU."""
+                    top_k: int = 2, hidden_size: int = 64, num_layers: int = 2, **overrides):
+    """A config small enough for a forward+backward in milliseconds on CPU.
+
+    ``overrides`` replace any other config field (e.g. ``num_attention_heads``, ``head_dim``,
+    ``moe_intermediate_size``): the same code then builds the larger random models of
+    :mod:`unified.warmup.scale_bench`.
+    """
     if arch == "qwen3_moe":
         from transformers import Qwen3MoeConfig
 
-        return Qwen3MoeConfig(
+        return Qwen3MoeConfig(**{**dict(
             vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=2 * hidden_size,
             moe_intermediate_size=hidden_size, num_hidden_layers=num_layers, num_attention_heads=4,
             num_key_value_heads=2, head_dim=16, num_experts=num_experts, num_experts_per_tok=top_k,
             decoder_sparse_step=1, norm_topk_prob=True, max_position_embeddings=1024,
             output_router_logits=False, router_aux_loss_coef=0.01, tie_word_embeddings=False,
             eos_token_id=2, pad_token_id=0,
-        )
+        ), **overrides})
     if arch == "qwen3_5_moe":
         from transformers import Qwen3_5MoeTextConfig
 
-        return Qwen3_5MoeTextConfig(
+        return Qwen3_5MoeTextConfig(**{**dict(
             vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=max(num_layers, 2),
             num_attention_heads=4, num_key_value_heads=2, head_dim=16, linear_conv_kernel_dim=4,
             linear_key_head_dim=16, linear_value_head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4,
@@ -87,7 +92,7 @@ def tiny_moe_config(arch: TinyArch = "qwen3_moe", vocab_size: int = 512, *, num_
             num_experts=num_experts, num_experts_per_tok=top_k, max_position_embeddings=1024,
             layer_types=["linear_attention", "full_attention"] * (max(num_layers, 2) // 2),
             router_aux_loss_coef=0.01, eos_token_id=2, pad_token_id=0,
-        )
+        ), **overrides})
     raise ValueError(f"unknown tiny architecture {arch!r}; valid: qwen3_moe, qwen3_5_moe")
 
 
@@ -104,11 +109,14 @@ def tiny_moe_model(arch: TinyArch = "qwen3_moe", *, seed: int = 0, vocab_size: i
     )
 
 
-def save_tiny_checkpoint(directory: str | Path, arch: TinyArch = "qwen3_moe", *, seed: int = 0) -> Path:
-    """Write a tiny MoE model + tokenizer as a HF directory (what ``load_checkpoint`` reads)."""
+def save_tiny_checkpoint(directory: str | Path, arch: TinyArch = "qwen3_moe", *, seed: int = 0,
+                         **config_kwargs) -> Path:
+    """Write a tiny MoE model + tokenizer as a HF directory (what ``load_checkpoint`` reads).
+
+    ``config_kwargs`` go to :func:`tiny_moe_config` (sizes, any config field)."""
     directory = Path(directory)
     tokenizer = train_tiny_tokenizer()
-    model = tiny_moe_model(arch, seed=seed, vocab_size=len(tokenizer))
+    model = tiny_moe_model(arch, seed=seed, vocab_size=len(tokenizer), **config_kwargs)
     model.config.eos_token_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
     model.config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(directory)
