@@ -33,6 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "(data.heldout_size or data.heldout) and write <output_dir>/before_after.json")
     parser.add_argument("--heldout-samples", type=int, default=2,
                         help="completions per held-out prompt for --eval-before-after (default 2)")
+    parser.add_argument("--heldout-temperature", type=float, default=None,
+                        help="sampling temperature of the --eval-before-after scoring (default: the recipe's; "
+                             "0 = greedy, one completion per prompt)")
     parser.add_argument("--print-command", choices=["trainer", "vllm"],
                         help="print the shell command of one role of the launch plan (empty if the layout has "
                              "none) and exit; used by slurm/lwm_warmup.sh")
@@ -85,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.eval_before_after:
         from unified.warmup.benchmark import run_before_after
 
-        report = run_before_after(cfg, samples_per_prompt=args.heldout_samples)
+        report = run_before_after(cfg, samples_per_prompt=args.heldout_samples,
+                                  temperature=args.heldout_temperature)
         print(json.dumps(report, indent=2))
         return 0
     result = run_warmup(cfg)

@@ -10,13 +10,24 @@
 4. reload ``<output_dir>/final`` (the checkpoint the eval would get) and score it the same way.
 
 It writes ``<output_dir>/before_after.json``: both means, per-reward-function means, N, wall
-time per step and peak memory. This is a measurement to run and report, not a unit test.
+time per step and peak memory, and the paired comparison over held-out prompts: with
+``b_j``, ``a_j`` the mean reward of prompt ``j`` before and after, ``d_j = a_j - b_j``,
+``mean(d)`` and its standard error ``sd(d) / sqrt(P)`` over the ``P`` prompts, and how many
+prompts went up, down or stayed. Both passes use the same seed and batches, so with sampling
+the draws are coupled (common random numbers) and with ``temperature=0`` (greedy) the
+difference is due to the weights alone.
+
+The benchmark resumes like the warmup: the "before" scores are written as soon as they are
+measured, and a rerun with the same output dir and held-out set reuses them and resumes the
+training from its last checkpoint (raise ``train.max_steps`` to continue a finished run).
+This is a measurement to run and report, not a unit test.
 """
 
 from __future__ import annotations
 
 import gc
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -84,8 +95,12 @@ def heldout_reward(model, tokenizer, dataset, reward_funcs: Sequence[Callable], 
         vals = torch.tensor([float("nan") if v is None else float(v) for v in values], dtype=torch.float64)
         per_func[_reward_name(func)] = float(torch.nanmean(vals)) if len(vals) else float("nan")
         total += w * torch.nan_to_num(vals, nan=0.0)
+    per_prompt = total.view(len(dataset), samples_per_prompt).mean(dim=1) if len(rows) else total
     return {
         "mean_reward": float(total.mean()) if len(rows) else float("nan"),
+        "per_prompt": [round(float(v), 6) for v in per_prompt],
+        "sample_ids": [str(dataset[i].get("sample_id", i)) for i in range(len(dataset))],
+        "completions_text": completions,
         "std_reward": float(total.std()) if len(rows) > 1 else 0.0,
         "per_function": per_func,
         "prompts": len(dataset),
@@ -95,14 +110,57 @@ def heldout_reward(model, tokenizer, dataset, reward_funcs: Sequence[Callable], 
     }
 
 
-def run_before_after(cfg: WarmupConfig, *, samples_per_prompt: int = 2) -> dict[str, Any]:
-    """Held-out reward of the SFT checkpoint, GSPO warmup, held-out reward of ``final/``."""
+def paired_difference(before: Sequence[float], after: Sequence[float]) -> dict[str, float]:
+    """Paired comparison of per-prompt rewards: mean of ``d_j = a_j - b_j``, its standard error, signs."""
+    if len(before) != len(after):
+        raise ValueError(f"paired_difference: {len(before)} before vs {len(after)} after values")
+    d = [a - b for a, b in zip(after, before)]
+    n = len(d)
+    mean = sum(d) / n if n else float("nan")
+    sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1)) if n > 1 else float("nan")
+    return {"prompts": n, "mean_diff": mean, "sd_diff": sd, "se_diff": sd / math.sqrt(n) if n > 1 else float("nan"),
+            "up": sum(x > 1e-9 for x in d), "down": sum(x < -1e-9 for x in d), "same": sum(abs(x) <= 1e-9 for x in d)}
+
+
+def _step_times(output_dir: Path) -> list[float]:
+    """Wall time of every optimizer step the run logged (across resumed processes)."""
+    from unified.warmup.callbacks import METRICS_FILE, read_metrics
+
+    path = output_dir / METRICS_FILE
+    if not path.is_file():
+        return []
+    seen: dict[int, float] = {}
+    for record in read_metrics(path):
+        if "step_time" in record and record.get("step") is not None:
+            seen[int(record["step"])] = float(record["step_time"])  # a step redone after a crash: the last one
+    return [seen[k] for k in sorted(seen)]
+
+
+def _write_report(path: Path, report: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(report, indent=2))
+    os.replace(tmp, path)
+
+
+def run_before_after(cfg: WarmupConfig, *, samples_per_prompt: int = 2, temperature: float | None = None
+                     ) -> dict[str, Any]:
+    """Held-out reward of the SFT checkpoint, GSPO warmup, held-out reward of ``final/``.
+
+    ``temperature`` overrides the recipe's sampling temperature for the held-out scoring only
+    (0 = greedy, then one completion per prompt is enough).
+    """
     from unified.models import load_checkpoint
     from unified.warmup.data import load_rewards, load_splits
     from unified.warmup.trainer import load_policy, run_warmup, training_device
 
-    if cfg.resume == "auto" and (Path(cfg.output_dir) / "final").exists():
-        raise ValueError(f"{cfg.output_dir} already holds a finished run; use a fresh output_dir for the benchmark")
+    out = Path(cfg.output_dir)
+    path = out / REPORT_FILE
+    previous: dict[str, Any] = {}
+    if path.is_file():
+        previous = json.loads(path.read_text())
+    elif cfg.resume == "auto" and (out / "final").exists():
+        raise ValueError(f"{cfg.output_dir} already holds a finished run without a before/after record; "
+                         "use a fresh output_dir for the benchmark")
     device = training_device()
     policy = load_policy(cfg, device)
     train, heldout = load_splits(cfg, policy.tokenizer)
@@ -110,11 +168,24 @@ def run_before_after(cfg: WarmupConfig, *, samples_per_prompt: int = 2) -> dict[
         raise ValueError("--eval-before-after needs held-out data: set data.heldout_size or data.heldout")
     funcs, weights = load_rewards(cfg)
     gen = cfg.generation
+    temperature = gen.temperature if temperature is None else temperature
+    if temperature <= 0:
+        samples_per_prompt = 1  # greedy: every sample is the same
     score_kwargs = dict(samples_per_prompt=samples_per_prompt, max_new_tokens=gen.max_completion_length,
-                        temperature=gen.temperature, top_p=gen.top_p, seed=cfg.train.seed + 1,
+                        temperature=temperature, top_p=gen.top_p, seed=cfg.train.seed + 1,
                         enable_thinking=gen.enable_thinking,
                         batch_size=max(cfg.train.per_device_train_batch_size, 1))
-    before = heldout_reward(policy.model, policy.tokenizer, heldout, funcs, weights, **score_kwargs)
+    settings = {**score_kwargs, "heldout": [str(r) for r in heldout["sample_id"]],
+                "rewards": [_reward_name(f) for f in funcs], "weights": list(weights)}
+    if previous.get("settings") == settings and "before" in previous:
+        before = previous["before"]
+        print(f"before (from {path}): mean reward {before['mean_reward']:.4f}", flush=True)
+    else:
+        if previous:
+            raise ValueError(f"{path} was measured with other held-out settings; use a fresh output_dir")
+        before = heldout_reward(policy.model, policy.tokenizer, heldout, funcs, weights, **score_kwargs)
+        out.mkdir(parents=True, exist_ok=True)
+        _write_report(path, {"status": "training", "settings": settings, "before": before})
     print(f"before: mean reward {before['mean_reward']:.4f} on {before['completions']} held-out completions", flush=True)
     policy.model.train()
     result = run_warmup(cfg, train_dataset=train, reward_funcs=funcs, reward_weights=weights, model=policy.model,
@@ -123,16 +194,20 @@ def run_before_after(cfg: WarmupConfig, *, samples_per_prompt: int = 2) -> dict[
     gc.collect()
     trained = load_checkpoint(result.final_dir, device=device, dtype=torch.float32)
     after = heldout_reward(trained.model, trained.tokenizer, heldout, funcs, weights, **score_kwargs)
-    print(f"after {result.global_step} steps: mean reward {after['mean_reward']:.4f}", flush=True)
+    paired = paired_difference(before["per_prompt"], after["per_prompt"])
+    print(f"after {result.global_step} steps: mean reward {after['mean_reward']:.4f} (paired difference "
+          f"{paired['mean_diff']:+.4f} +- {paired['se_diff']:.4f} SE over {paired['prompts']} prompts; "
+          f"{paired['up']} up, {paired['down']} down)", flush=True)
+    step_times = _step_times(out)
     report = {
+        "status": "done", "settings": settings,
         "steps": result.global_step, "before": before, "after": after,
-        "delta": after["mean_reward"] - before["mean_reward"],
+        "delta": after["mean_reward"] - before["mean_reward"], "paired": paired,
         "seconds_per_step": result.seconds_per_step, "train_seconds": result.train_seconds,
+        "step_times": step_times,
+        "mean_step_seconds": sum(step_times) / len(step_times) if step_times else result.seconds_per_step,
         "peak_memory": peak_memory_gib(), "kernels": result.kernels, "final_dir": result.final_dir,
         "heldout_size": len(heldout), "train_size": len(train),
     }
-    path = Path(cfg.output_dir) / REPORT_FILE
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(report, indent=2))
-    os.replace(tmp, path)
+    _write_report(path, report)
     return report
