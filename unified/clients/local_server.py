@@ -76,10 +76,14 @@ def _normalise_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 class _Batcher(threading.Thread):
     """Collects jobs for up to ``wait_s`` after the first, then generates them as one batch."""
 
-    def __init__(self, loaded, max_batch: int, wait_s: float) -> None:
+    def __init__(self, loaded, max_batch: int, wait_s: float, prefix_cache_mb: float | None = None) -> None:
+        from unified.models.prefix_cache import PrefixCache
+
         super().__init__(daemon=True)
         self.loaded, self.max_batch, self.wait_s = loaded, max_batch, wait_s
         self.jobs: queue.Queue[_Job] = queue.Queue()
+        # KV reuse across requests (a multi-turn client resends its growing history)
+        self.prefix_cache = PrefixCache(None if prefix_cache_mb is None else int(prefix_cache_mb * (1 << 20)))
 
     def run(self) -> None:
         from unified.models.generation import batched_generate
@@ -98,7 +102,8 @@ class _Batcher(threading.Thread):
             for params, jobs in groups.items():
                 try:
                     outputs = batched_generate(self.loaded.model, self.loaded.tokenizer, [j.prompt for j in jobs],
-                                               params, max_batch_size=self.max_batch)
+                                               params, max_batch_size=self.max_batch,
+                                               prefix_cache=self.prefix_cache)
                     for job, output in zip(jobs, outputs):
                         job.future.set_result(output)
                 except Exception as exc:  # reported to every waiting request
@@ -171,11 +176,12 @@ def make_handler(loaded, batcher: _Batcher, served_name: str, default_max_tokens
 
 
 def serve(model: str, host: str = "127.0.0.1", port: int = 8000, *, served_name: str | None = None,
-          max_batch: int = 8, batch_wait_s: float = 0.05, max_new_tokens: int = 256) -> None:
+          max_batch: int = 8, batch_wait_s: float = 0.05, max_new_tokens: int = 256,
+          prefix_cache_mb: float | None = None) -> None:
     from unified.models import load_checkpoint
 
     loaded = load_checkpoint(model)
-    batcher = _Batcher(loaded, max_batch, batch_wait_s)
+    batcher = _Batcher(loaded, max_batch, batch_wait_s, prefix_cache_mb)
     batcher.start()
     server = ThreadingHTTPServer((host, port), make_handler(loaded, batcher, served_name or model, max_new_tokens))
     print(f"unified local server: {served_name or model} on http://{host}:{port}/v1", flush=True)
@@ -263,10 +269,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-batch", type=int, default=8)
     parser.add_argument("--batch-wait", type=float, default=0.05, help="seconds to gather a batch")
     parser.add_argument("--max-new-tokens", type=int, default=256, help="default when a request gives none")
+    parser.add_argument("--prefix-cache-mb", type=float, default=None,
+                        help="KV prefix-cache budget in MiB (0 = off; default $UNIFIED_PREFIX_CACHE_MB or 1024)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     serve(args.model, args.host, args.port, served_name=args.served_name, max_batch=args.max_batch,
-          batch_wait_s=args.batch_wait, max_new_tokens=args.max_new_tokens)
+          batch_wait_s=args.batch_wait, max_new_tokens=args.max_new_tokens, prefix_cache_mb=args.prefix_cache_mb)
     return 0
 
 

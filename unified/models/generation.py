@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from unified.models.prefix_cache import PrefixCache, is_plain_dynamic_cache
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -53,40 +55,50 @@ def _eos_ids(model, tokenizer) -> list[int]:
     return ids
 
 
-@torch.no_grad()
-def prefilled_batch_cache(model, input_ids: torch.Tensor, attention_mask: torch.Tensor):
-    """Prefill each prompt on its own, then left-pad the KV caches into one batch cache.
+def _cache_kwarg(model) -> str:
+    """``cache`` (transformers >= 5.2x) or ``past_key_values``: the name ``forward`` takes."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
-    Padding a batch to its longest prompt makes the prefill cost ``B * L_max`` tokens instead of
-    ``sum_b L_b``; on a CPU, where prefill is compute-bound, that waste can cancel what batching
-    gains in decoding. Here row ``b`` (true length ``L_b``) is run alone over its first
-    ``L_b - 1`` tokens; its per-layer keys/values (1, H_kv, L_b - 1, D) are left-padded with zeros
-    to (1, H_kv, L_max - 1, D) and concatenated to (B, H_kv, L_max - 1, D). ``generate`` then
-    feeds only the last column of the left-padded ``input_ids`` (B, L_max); the padded cache slots
-    are hidden by ``attention_mask`` and positions come from its cumulative sum, exactly as for a
-    padded prefill. Returns None when the model's cache is not a plain DynamicCache (sliding
-    windows, linear-attention states): the caller then prefills the padded batch.
+
+def _output_cache(output):
+    cache = getattr(output, "cache", None)
+    return cache if cache is not None else getattr(output, "past_key_values", None)
+
+
+@torch.no_grad()
+def prefill_row(model, ids: torch.Tensor, prefix_cache: PrefixCache | None = None):
+    """The KV cache of one unpadded token sequence ``ids`` (1, n), reusing a cached prefix.
+
+    With ``prefix_cache`` the longest cached prefix ``p`` of ``ids`` is taken from it and only
+    ``ids[:, p:]`` is run (positions ``p..n-1``, attending to the cached ``p`` columns); the new
+    sequence is then stored for later calls. Returns ``(cache, p)`` with a ``DynamicCache`` of
+    (1, H_kv, n, D) per layer, or ``(None, 0)`` when the model's cache is not a plain
+    DynamicCache (sliding windows, linear-attention states).
     """
+    n = ids.shape[1]
+    reused, cache = prefix_cache.lookup(ids[0], max_length=n) if prefix_cache is not None else (0, None)
+    if reused < n:
+        kwargs = {_cache_kwarg(model): cache} if cache is not None else {}
+        cache = _output_cache(model(input_ids=ids[:, reused:], use_cache=True, **kwargs))
+    if not is_plain_dynamic_cache(cache):
+        return None, 0
+    if prefix_cache is not None and reused < n:
+        # the tensors were just made by this forward pass (torch.cat): owned by this row only
+        prefix_cache.insert(ids[0], [layer.keys for layer in cache.layers],
+                            [layer.values for layer in cache.layers], copy=False)
+    return cache, reused
+
+
+def left_pad_caches(caches: list, width: int):
+    """Stack per-row caches (1, H_kv, n_b, D) into one (B, H_kv, width, D), zero-padded on the left."""
     from transformers import DynamicCache
 
-    width = input_ids.shape[1]
-    lengths = attention_mask.sum(dim=1).tolist()
-    if width < 2 or min(lengths) < 2:
-        return None
-    caches = []
-    for row, length in enumerate(lengths):
-        ids = input_ids[row:row + 1, width - length:width - 1]
-        output = model(input_ids=ids, use_cache=True)
-        cache = getattr(output, "cache", None) or output.past_key_values  # `cache` since transformers 5.2x
-        if type(cache) is not DynamicCache or any(type(layer).__name__ != "DynamicLayer" for layer in cache.layers):
-            return None
-        caches.append(cache)
     batched = DynamicCache()
     for layer_idx in range(len(caches[0].layers)):
         keys, values = [], []
         for cache in caches:
             layer = cache.layers[layer_idx]
-            pad = (width - 1) - layer.keys.shape[2]
+            pad = width - layer.keys.shape[2]
             keys.append(torch.nn.functional.pad(layer.keys, (0, 0, pad, 0)))
             values.append(torch.nn.functional.pad(layer.values, (0, 0, pad, 0)))
         batched.update(torch.cat(keys), torch.cat(values), layer_idx)
@@ -94,51 +106,130 @@ def prefilled_batch_cache(model, input_ids: torch.Tensor, attention_mask: torch.
 
 
 @torch.no_grad()
+def prefilled_batch_cache(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                          prefix_cache: PrefixCache | None = None):
+    """Prefill each prompt on its own, then left-pad the KV caches into one batch cache.
+
+    Padding a batch to its longest prompt makes the prefill cost ``B * L_max`` tokens instead of
+    ``sum_b L_b``; on a CPU, where prefill is compute-bound, that waste can cancel what batching
+    gains in decoding. Here row ``b`` (true length ``L_b``) is run alone over its first
+    ``L_b - 1`` tokens (only those after its longest cached prefix when ``prefix_cache`` is
+    given, see :func:`prefill_row`); its per-layer keys/values (1, H_kv, L_b - 1, D) are
+    left-padded with zeros to (1, H_kv, L_max - 1, D) and concatenated to (B, H_kv, L_max - 1, D).
+    ``generate`` then feeds only the last column of the left-padded ``input_ids`` (B, L_max); the
+    padded cache slots are hidden by ``attention_mask`` and positions come from its cumulative
+    sum, exactly as for a padded prefill. Returns None when the model's cache is not a plain
+    DynamicCache (sliding windows, linear-attention states): the caller then prefills the padded
+    batch.
+    """
+    width = input_ids.shape[1]
+    lengths = attention_mask.sum(dim=1).tolist()
+    if width < 2 or min(lengths) < 2:
+        return None
+    caches = []
+    for row, length in enumerate(lengths):
+        cache, _ = prefill_row(model, input_ids[row:row + 1, width - length:width - 1], prefix_cache)
+        if cache is None:
+            return None
+        caches.append(cache)
+    return left_pad_caches(caches, width - 1)
+
+
+@dataclass
+class GenerationStats:
+    """Cumulative counters of :func:`batched_generate` calls (pass one to collect them)."""
+
+    calls: int = 0
+    rows: int = 0
+    prompt_tokens: int = 0
+    reused_prompt_tokens: int = 0
+    """Prompt tokens whose KV came from the prefix cache."""
+    completion_tokens: int = 0
+    prefill_seconds: float = 0.0
+    """Separate per-row prefill (0 when the padded batch is prefilled inside ``generate``)."""
+    decode_seconds: float = 0.0
+    """``generate`` (the batched decode, plus the padded prefill when rows are not prefilled apart)."""
+
+
+def _encode_left_padded(tokenizer, prompts: list[str], pad_id: int, device) -> tuple[list[list[int]], dict]:
+    ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    width = max(len(i) for i in ids)
+    input_ids = torch.full((len(ids), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(ids), width), dtype=torch.long)
+    for row, row_ids in enumerate(ids):
+        if row_ids:
+            input_ids[row, width - len(row_ids):] = torch.tensor(row_ids)
+            mask[row, width - len(row_ids):] = 1
+    return ids, {"input_ids": input_ids.to(device), "attention_mask": mask.to(device)}
+
+
+@torch.no_grad()
 def batched_generate(model, tokenizer, prompts: list[str], params: SamplingParams = SamplingParams(),
-                     max_batch_size: int = 16, prefill_separately: bool = True) -> list[GenerationOutput]:
+                     max_batch_size: int = 16, prefill_separately: bool = True,
+                     prefix_cache: PrefixCache | None = None,
+                     stats: GenerationStats | None = None) -> list[GenerationOutput]:
     """Generate a completion for every prompt text (already chat-templated), in batches.
 
     Shapes: each batch is ``input_ids`` (B, L_max) left-padded with ``attention_mask`` (B, L_max);
     ``generate`` returns (B, L_max + T); the completion of row b is ``out[b, L_max:]`` cut at its
     first EOS. With ``prefill_separately`` (default) the prompts are prefilled one by one and only
-    the decoding is batched (see :func:`prefilled_batch_cache`).
+    the decoding is batched (see :func:`prefilled_batch_cache`). With ``prefix_cache`` each
+    prompt's longest cached token prefix is reused, and after decoding each row's prompt +
+    completion KV (columns ``L_max - L_b : L_max + n_b - 1`` of the final cache, the last
+    generated token never having been fed) is stored for the next turn of the same episode.
     """
     outputs: list[GenerationOutput] = []
     eos = _eos_ids(model, tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
-    old_side = tokenizer.padding_side
-    tokenizer.padding_side = "left"
-    try:
-        for start in range(0, len(prompts), max_batch_size):
-            chunk = prompts[start:start + max_batch_size]
-            t0 = time.perf_counter()
-            enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
-            kwargs = dict(max_new_tokens=params.max_new_tokens, eos_token_id=eos, pad_token_id=pad_id)
-            if params.temperature > 0:
-                kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p)
-                if params.seed is not None:
-                    torch.manual_seed(params.seed)
-            else:
-                kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-            if prefill_separately and len(chunk) > 1:
-                cache = prefilled_batch_cache(model, enc["input_ids"], enc["attention_mask"])
-                if cache is not None:
-                    kwargs["cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"] = cache
-            out = model.generate(**enc, **kwargs)
-            seconds = time.perf_counter() - t0
-            width = enc["input_ids"].shape[1]
-            for row in range(len(chunk)):
-                ids = out[row, width:].tolist()
-                cut = next((i for i, t in enumerate(ids) if t in eos), None)
-                finish = "stop" if cut is not None else "length"
-                ids = ids[: cut + 1] if cut is not None else [t for t in ids if t != pad_id]
-                text_ids = ids[:-1] if finish == "stop" else ids
-                text = tokenizer.decode(text_ids, skip_special_tokens=False)
-                outputs.append(GenerationOutput(
-                    text=_strip_padding_tokens(text, tokenizer), token_ids=ids,
-                    prompt_tokens=int(enc["attention_mask"][row].sum()), finish_reason=finish, seconds=seconds))
-    finally:
-        tokenizer.padding_side = old_side
+    caching = prefix_cache is not None and prefix_cache.enabled
+    for start in range(0, len(prompts), max_batch_size):
+        chunk = prompts[start:start + max_batch_size]
+        t0 = time.perf_counter()
+        row_ids, enc = _encode_left_padded(tokenizer, chunk, pad_id, model.device)
+        kwargs = dict(max_new_tokens=params.max_new_tokens, eos_token_id=eos, pad_token_id=pad_id,
+                      return_dict_in_generate=True)
+        if params.temperature > 0:
+            kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p)
+            if params.seed is not None:
+                torch.manual_seed(params.seed)
+        else:
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        cache, reused_before = None, prefix_cache.stats.reused_tokens if caching else 0
+        if caching or (prefill_separately and len(chunk) > 1):
+            cache = prefilled_batch_cache(model, enc["input_ids"], enc["attention_mask"],
+                                          prefix_cache if caching else None)
+            if cache is not None:
+                kwargs[_cache_kwarg(model)] = cache
+        t1 = time.perf_counter()
+        out = model.generate(**enc, **kwargs)
+        t2 = time.perf_counter()
+        sequences = out.sequences
+        final_cache = _output_cache(out)
+        final_cache = cache if final_cache is None else final_cache
+        width = enc["input_ids"].shape[1]
+        for row in range(len(chunk)):
+            ids = sequences[row, width:].tolist()
+            cut = next((i for i, t in enumerate(ids) if t in eos), None)
+            finish = "stop" if cut is not None else "length"
+            ids = ids[: cut + 1] if cut is not None else [t for t in ids if t != pad_id]
+            text_ids = ids[:-1] if finish == "stop" else ids
+            text = tokenizer.decode(text_ids, skip_special_tokens=False)
+            outputs.append(GenerationOutput(
+                text=_strip_padding_tokens(text, tokenizer), token_ids=ids,
+                prompt_tokens=len(row_ids[row]), finish_reason=finish, seconds=t2 - t0))
+            if caching and cache is not None and ids:
+                seq = row_ids[row] + ids[:-1]  # every token fed to the model for this row
+                begin = width - len(row_ids[row])
+                if final_cache is not None and final_cache.get_seq_length() >= begin + len(seq):
+                    prefix_cache.insert_row(seq, final_cache, row, begin)
+        if stats is not None:
+            stats.calls += 1
+            stats.rows += len(chunk)
+            stats.prompt_tokens += sum(len(i) for i in row_ids)
+            stats.reused_prompt_tokens += (prefix_cache.stats.reused_tokens - reused_before) if caching else 0
+            stats.completion_tokens += sum(len(o.token_ids) for o in outputs[-len(chunk):])
+            stats.prefill_seconds += t1 - t0
+            stats.decode_seconds += t2 - t1
     return outputs
 
 
