@@ -141,3 +141,17 @@ def test_throwaway_workspace_is_removed_and_run_needs_context():
     assert not ws.exists()
     with pytest.raises(SandboxError, match="context manager"):
         Sandbox(SandboxConfig(workspace=Path("/tmp/never-used"))).run("true")
+
+
+def test_scratch_sandbox_confines_its_workspace_and_deletes_everything(tmp_path):
+    from unified.sandbox import ScratchSandbox
+
+    scratch = ScratchSandbox(prefix="scratch-test-", scratch_dir=tmp_path)
+    scratch.workspace.mkdir()
+    (scratch.workspace / "given.txt").write_text("from the task")
+    box = scratch.start(timeout_s=20)
+    assert box.run("cat given.txt && echo made > made.txt").stdout == "from the task"
+    assert (scratch.workspace / "made.txt").read_text() == "made\n"
+    scratch.close()
+    scratch.close()  # twice is harmless (stop() may run after a failed start)
+    assert scratch.box is None and not scratch.root.exists() and list(tmp_path.iterdir()) == []

@@ -104,7 +104,6 @@ def _first_calls(episode: Episode) -> list[ToolCall]:
 def score_entry(category: str, payload: dict[str, Any], episode: Episode, allowed: set[str]) -> dict[str, Any]:
     """``{"valid": bool, ...checker details}`` for one episode, by bfcl's rules for ``category``."""
     utils = import_bfcl("bfcl_eval.utils")
-    entry = payload["entry"]
     if utils.is_relevance_or_irrelevance(category):
         has_call = len(decoded_ast(_first_calls(episode))) > 0
         valid = (not has_call) if "irrelevance" in category else has_call

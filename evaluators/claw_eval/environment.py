@@ -17,7 +17,6 @@ from __future__ import annotations
 import base64
 import json
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from typing import Any
 import httpx
 
 from unified.eval.adapter import Environment
-from unified.sandbox import Sandbox, SandboxConfig
+from unified.sandbox import Sandbox, ScratchSandbox
 from unified.types import Episode, Observation, ToolCall, ToolSpec
 
 from evaluators.claw_eval.services import ServiceGroup, ServiceSpec
@@ -95,7 +94,7 @@ class ClawEvalEnvironment(Environment):
         self.user_rounds = 0
         self.user_done = False
         self._box: Sandbox | None = None
-        self._tmp: str | None = None
+        self._scratch: ScratchSandbox | None = None
         self.workspace: Path | None = None
         self.deadline = 0.0
         task_tools = [ToolSpec(t["name"], t["description"], t["parameters"]) for t in task.tools]
@@ -126,16 +125,13 @@ class ClawEvalEnvironment(Environment):
                 raise RuntimeError(f"service reset failed between trials: {failures}")
         self.metadata["services"] = {s.name: self.services.port(s) for s in self.services.specs}
         if self.use_sandbox:
-            self._tmp = tempfile.mkdtemp(prefix=f"claw-{self.task.id[:40]}-")
-            Path(self._tmp).chmod(0o755)
-            self.workspace = Path(self._tmp) / "workspace"
+            self._scratch = ScratchSandbox(prefix=f"claw-{self.task.id[:40]}-")
+            self.workspace = self._scratch.workspace
             self.workspace.mkdir()
             for rel in self.task.sandbox_files:
                 self._inject(rel)
-            box = Sandbox(SandboxConfig(workspace=self.workspace, timeout_s=self.exec_timeout_s,
-                                        memory_mb=self.memory_mb, mount_point=WORKSPACE))
-            box.__enter__()
-            self._box = box
+            self._box = self._scratch.start(timeout_s=self.exec_timeout_s, memory_mb=self.memory_mb,
+                                            mount_point=WORKSPACE)
         self.deadline = time.monotonic() + self.task.timeout_seconds
 
     def _inject(self, rel: str) -> None:
@@ -150,18 +146,12 @@ class ClawEvalEnvironment(Environment):
             shutil.copy2(source, dest)
 
     def stop(self) -> None:
-        box, self._box = self._box, None
-        if box is not None:
-            try:
-                box.__exit__(None, None, None)
-            except Exception:
-                pass
+        scratch, self._scratch, self._box = self._scratch, None, None
+        if scratch is not None:
+            scratch.close()
         if self._own_services and self.services is not None:
             self.services.stop()
             self.services = None
-        tmp, self._tmp = self._tmp, None
-        if tmp:
-            shutil.rmtree(tmp, ignore_errors=True)
 
     # -- tools -----------------------------------------------------------------------------
 

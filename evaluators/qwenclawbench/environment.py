@@ -10,14 +10,12 @@ sandbox ran (``bwrap``), and the results carry it.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from unified.eval.adapter import Environment
-from unified.sandbox import Sandbox, SandboxConfig
+from unified.sandbox import Sandbox, ScratchSandbox
 from unified.types import Episode, Observation, ToolCall, ToolSpec
 
 from evaluators.qwenclawbench.sandbox_ops import run_op, run_shell
@@ -74,7 +72,7 @@ class QwenClawBenchEnvironment(Environment):
         self.tools = list(TOOLS)
         self.system_prompt = SYSTEM_PROMPT.format(mount=WORKSPACE_MOUNT, date=time.strftime("%Y-%m-%d"))
         self.first_user_message = task.prompt
-        self._tmp: str | None = None
+        self._scratch: ScratchSandbox | None = None
         self._box: Sandbox | None = None
         self.workspace: Path | None = None
         self.deadline = 0.0
@@ -84,27 +82,17 @@ class QwenClawBenchEnvironment(Environment):
     # -- lifecycle -----------------------------------------------------------------------
 
     def start(self) -> None:
-        self._tmp = tempfile.mkdtemp(prefix=f"qcb-{self.task.id[:40]}-", dir=self.scratch_dir)
-        Path(self._tmp).chmod(0o755)
-        self.workspace = Path(self._tmp) / "workspace"
+        self._scratch = ScratchSandbox(prefix=f"qcb-{self.task.id[:40]}-", scratch_dir=self.scratch_dir)
+        self.workspace = self._scratch.workspace
         self.metadata["workspace_files"] = len(materialise_workspace(self.task, self.workspace))
-        config = SandboxConfig(workspace=self.workspace, timeout_s=self.exec_timeout_s, memory_mb=self.memory_mb,
-                               max_processes=self.max_processes, mount_point=WORKSPACE_MOUNT)
-        box = Sandbox(config)
-        box.__enter__()
-        self._box = box
+        self._box = self._scratch.start(timeout_s=self.exec_timeout_s, memory_mb=self.memory_mb,
+                                        max_processes=self.max_processes, mount_point=WORKSPACE_MOUNT)
         self.deadline = time.monotonic() + float(self.task.timeout_seconds)
 
     def stop(self) -> None:
-        box, self._box = self._box, None
-        if box is not None:
-            try:
-                box.__exit__(None, None, None)
-            except Exception:
-                pass
-        tmp, self._tmp = self._tmp, None
-        if tmp:
-            shutil.rmtree(tmp, ignore_errors=True)
+        scratch, self._scratch, self._box = self._scratch, None, None
+        if scratch is not None:
+            scratch.close()
 
     # -- tools -----------------------------------------------------------------------------
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass
-from datetime import date, datetime
+from datetime import datetime
 from io import StringIO
 from typing import Any, Callable
 from urllib.parse import urlparse

@@ -9,6 +9,7 @@ from unified.sandbox.bwrap import (
     bwrap_available,
     throwaway_sandbox,
 )
+from unified.sandbox.scratch import ScratchSandbox
 
-__all__ = ["BACKEND", "Sandbox", "SandboxConfig", "SandboxError", "SandboxResult", "bwrap_available",
-           "throwaway_sandbox"]
+__all__ = ["BACKEND", "Sandbox", "SandboxConfig", "SandboxError", "SandboxResult", "ScratchSandbox",
+           "bwrap_available", "throwaway_sandbox"]
