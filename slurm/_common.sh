@@ -37,14 +37,20 @@ unified_run() {
     fi
 }
 
-# Wait until an HTTP URL answers 200 (a server started on another node), or fail after $2 seconds.
+# Wait until an HTTP URL answers 200 (a server started on another node), or fail after $2 seconds;
+# with a PID as $3 (a server started here), fail as soon as that process is gone.
 unified_wait_http() {
-    local url=$1 timeout=${2:-1800}
+    local url=$1 timeout=${2:-1800} pid=${3:-0}
     [ "${DRY_RUN:-0}" = "1" ] && { echo "# wait for $url"; return 0; }
-    "$PYTHON" - "$url" "$timeout" <<'PY' || unified_die "no answer from $url after ${timeout}s"
-import sys, time, urllib.request
-url, deadline = sys.argv[1], time.time() + float(sys.argv[2])
+    "$PYTHON" - "$url" "$timeout" "$pid" <<'PY' || unified_die "no answer from $url (server gone, or ${timeout}s passed)"
+import os, sys, time, urllib.request
+url, deadline, pid = sys.argv[1], time.time() + float(sys.argv[2]), int(sys.argv[3])
 while time.time() < deadline:
+    if pid:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            sys.exit(1)
     try:
         with urllib.request.urlopen(url, timeout=5) as r:
             if r.status == 200:

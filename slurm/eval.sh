@@ -1,0 +1,93 @@
+#!/bin/bash
+# eval.sh: evaluate a checkpoint as a multi-turn agent (python -m unified.eval) behind a model server on one node.
+#SBATCH --job-name=unified-eval
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=1
+#SBATCH --exclusive
+#SBATCH --output=%x-%j.out
+#
+# Submit from the root of the unified checkout:
+#   MODEL=runs/lwm_warmup-1234/final sbatch slurm/eval.sh                   # OOD suite behind vLLM
+#   MODEL=runs/lwm_warmup-1234/final SUITE=in_domain sbatch slurm/eval.sh --limit 50 --runs 3
+#   MODEL=embedded SERVER=local GPUS_PER_NODE=0 sbatch slurm/eval.sh --limit 2   # no GPU, no vLLM
+# Extra arguments go to `python -m unified.eval` unchanged. Partition, account, QoS and time limit
+# are yours to pass to sbatch (-p, -A, -q, -t).
+# SERVER=vllm   `vllm serve MODEL` on this node (tensor parallel over GPUS_PER_NODE, Qwen3.5 tool and
+#               reasoning parsers); the eval talks to it as openai:http://127.0.0.1:PORT/v1#SERVED_NAME,
+#               many episodes concurrently.
+# SERVER=local  unified's own OpenAI-compatible server (python -m unified.clients.local_server), same
+#               protocol, for CPU nodes or a quick check of a small checkpoint.
+# SERVER=none   in-process generation (the hf backend, batched), no server at all.
+# Same weights as the warmup wrote: nothing is converted. Rerunning with the same OUT resumes.
+set -euo pipefail
+
+# ---- user variables (override from the environment: VAR=value sbatch ...) ---------------------------
+MODEL=${MODEL:-embedded}                         # checkpoint dir (e.g. a warmup's final/), hub id or embedded
+SUITE=${SUITE:-ood}                              # ood | in_domain | all (ignored when BENCHMARKS is set)
+BENCHMARKS=${BENCHMARKS:-}                       # e.g. "bfcl_v4 claw_eval" (empty = the whole SUITE)
+PROMPTING=${PROMPTING:-act}                      # act | predict_then_act | predict_then_act_reflect
+OUT=${OUT:-runs/eval-${SLURM_JOB_ID:-local}}     # results JSONL, summary.json/.md; rerun to resume
+SERVER=${SERVER:-vllm}                           # vllm | local | none
+GPUS_PER_NODE=${GPUS_PER_NODE:-8}                # tensor-parallel size of the vLLM server (0 = CPU)
+PORT=${PORT:-8000}                               # server port on this node
+SERVED_NAME=${SERVED_NAME:-policy}               # model name the server answers to
+MAX_MODEL_LEN=${MAX_MODEL_LEN:-131072}           # vLLM context length
+VLLM_ARGS=${VLLM_ARGS:---enable-auto-tool-choice --tool-call-parser qwen3_coder --reasoning-parser qwen3}
+SERVER_TIMEOUT_S=${SERVER_TIMEOUT_S:-1800}       # how long the server may take to load the weights
+PYTHON=${PYTHON:-python}                         # interpreter with unified installed (or set VENV)
+REPO=${REPO:-${SLURM_SUBMIT_DIR:-$PWD}}          # the unified checkout
+DRY_RUN=${DRY_RUN:-0}                            # 1 = print what would run
+# ------------------------------------------------------------------------------------------------------
+
+cd "$REPO"
+# shellcheck source=slurm/_common.sh
+source "$REPO/slurm/_common.sh"
+unified_env
+
+ARGS=(--out "$OUT" --prompting "$PROMPTING")
+if [ -n "$BENCHMARKS" ]; then
+    read -r -a BENCH_LIST <<< "$BENCHMARKS"
+    ARGS+=(--benchmarks "${BENCH_LIST[@]}")
+else
+    ARGS+=(--suite "$SUITE")
+fi
+
+case "$SERVER" in
+    vllm)
+        [ "$GPUS_PER_NODE" -ge 1 ] || unified_die "SERVER=vllm needs GPUS_PER_NODE >= 1 (use SERVER=local or none on CPU)"
+        if [ "$MODEL" = "embedded" ]; then  # vLLM reads a directory: the embedded model's built checkpoint
+            MODEL=$("$PYTHON" -c 'from unified.models.embedded import ensure_embedded_checkpoint as e; print(e())')
+        fi
+        # shellcheck disable=SC2206
+        SERVER_CMD=(vllm serve "$MODEL" --host 127.0.0.1 --port "$PORT" --served-model-name "$SERVED_NAME"
+                    --tensor-parallel-size "$GPUS_PER_NODE" --max-model-len "$MAX_MODEL_LEN" $VLLM_ARGS) ;;
+    local)
+        SERVER_CMD=("$PYTHON" -m unified.clients.local_server --model "$MODEL" --host 127.0.0.1 --port "$PORT"
+                    --served-name "$SERVED_NAME") ;;
+    none)
+        SERVER_CMD=() ;;
+    *)
+        unified_die "SERVER=$SERVER: expected vllm, local or none" ;;
+esac
+if [ "${#SERVER_CMD[@]}" -gt 0 ]; then
+    ARGS+=(--model "openai:http://127.0.0.1:${PORT}/v1#${SERVED_NAME}")
+else
+    ARGS+=(--model "$MODEL")
+fi
+ARGS+=("$@")
+
+echo "unified-eval: job ${SLURM_JOB_ID:-local} on $(hostname -s): model ${MODEL}, server ${SERVER}, out ${OUT}"
+if [ "${#SERVER_CMD[@]}" -gt 0 ]; then
+    if [ "$DRY_RUN" = "1" ]; then
+        unified_run "${SERVER_CMD[@]}"
+    else
+        mkdir -p "$OUT"
+        "${SERVER_CMD[@]}" >"$OUT/server.log" 2>&1 &
+        SERVER_PID=$!
+        trap 'kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true' EXIT
+    fi
+    echo "unified-eval: waiting for the $SERVER server (log: $OUT/server.log)"
+    unified_wait_http "http://127.0.0.1:${PORT}/health" "$SERVER_TIMEOUT_S" "${SERVER_PID:-0}"
+fi
+unified_run "$PYTHON" -m unified.eval "${ARGS[@]}"
+echo "unified-eval: done; results in ${OUT} (summary.md)"

@@ -1,0 +1,105 @@
+"""slurm/eval.sh: its conventions, the server/eval layouts (dry run), and a real sbatch on a one-node Slurm."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from _slurm_cluster import SlurmCluster, missing_binaries
+
+REPO = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).parent
+SCRIPT = REPO / "slurm" / "eval.sh"
+PYTHON = sys.executable
+FIXTURE = "fixture_eval_bench:FixtureAdapter"  # a benchmark in the adapter format, written for tests
+
+
+def run_script(*args: str, check: bool = True, **env: str) -> subprocess.CompletedProcess:
+    full = {**os.environ, "PYTHON": PYTHON, "REPO": str(REPO), "DRY_RUN": "1", **env}
+    out = subprocess.run(["bash", str(SCRIPT), *args], env=full, capture_output=True, text=True, cwd=REPO,
+                         timeout=120)
+    if check:
+        assert out.returncode == 0, out.stderr
+    return out
+
+
+def test_script_conventions():
+    text = SCRIPT.read_text()
+    lines = text.splitlines()
+    assert lines[0] == "#!/bin/bash" and lines[1].startswith("# eval.sh: ")
+    subprocess.run(["bash", "-n", str(SCRIPT)], check=True)
+    for var in ("MODEL", "SUITE", "BENCHMARKS", "PROMPTING", "OUT", "SERVER", "GPUS_PER_NODE", "PORT"):
+        assert re.search(rf"^{var}=\$\{{{var}:-", text, re.M), f"{var} is not a user variable with a default"
+    sbatch = [line for line in lines if line.startswith("#SBATCH")]
+    assert sbatch and not any(re.search(r"--partition|--account|\s-p\s|\s-A\s|--qos", s) for s in sbatch)
+    assert '"$@"' in text
+
+
+def test_vllm_layout_serves_the_checkpoint_and_evaluates_through_it():
+    out = run_script("--limit", "3", MODEL="/ckpt/final", SUITE="in_domain", GPUS_PER_NODE="4", PORT="8123").stdout
+    serve = next(line for line in out.splitlines() if line.startswith("vllm serve"))
+    assert "vllm serve /ckpt/final" in serve and "--tensor-parallel-size 4" in serve and "--port 8123" in serve
+    assert "--tool-call-parser qwen3_coder" in serve
+    assert "# wait for http://127.0.0.1:8123/health" in out
+    evaluation = next(line for line in out.splitlines() if "-m unified.eval" in line)
+    assert "--model openai:http://127.0.0.1:8123/v1#policy" in evaluation
+    assert "--suite in_domain" in evaluation and evaluation.rstrip().endswith("--limit 3")
+
+
+def test_no_server_runs_in_process_with_the_chosen_benchmarks():
+    out = run_script(MODEL="/ckpt/final", SERVER="none", BENCHMARKS="bfcl_v4 claw_eval",
+                     PROMPTING="predict_then_act").stdout
+    assert "vllm" not in out and "local_server" not in out
+    evaluation = next(line for line in out.splitlines() if "-m unified.eval" in line)
+    assert "--benchmarks bfcl_v4 claw_eval" in evaluation and "--suite" not in evaluation
+    assert "--model /ckpt/final" in evaluation and "--prompting predict_then_act" in evaluation
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"SERVER": "triton"}, "SERVER=triton: expected vllm, local or none"),
+    ({"SERVER": "vllm", "GPUS_PER_NODE": "0"}, "SERVER=vllm needs GPUS_PER_NODE >= 1"),
+])
+def test_bad_settings_are_clear_errors(env, message):
+    out = run_script(check=False, **env)
+    assert out.returncode != 0 and message in out.stderr
+
+
+@pytest.mark.slow
+def test_sbatch_serves_a_checkpoint_and_writes_the_results(tmp_path, tiny_checkpoint):
+    missing = missing_binaries()
+    if missing:
+        pytest.skip(f"Slurm/munge not installed ({', '.join(missing)} missing); .ci/run installs them with "
+                    "`apt-get install slurm-wlm munge`")
+    out = tmp_path / "eval"
+    log = tmp_path / "job.log"
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {"PYTHON": PYTHON, "REPO": str(REPO), "MODEL": str(tiny_checkpoint), "SERVER": "local",
+           "GPUS_PER_NODE": "0", "BENCHMARKS": FIXTURE, "OUT": str(out), "PORT": str(port),
+           "SERVER_TIMEOUT_S": "240", "HF_HUB_OFFLINE": "1",
+           "PYTHONPATH": f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    args = ("--limit", "2", "--max-turns", "2", "--max-new-tokens", "8", "--set", f"benchmarks.{FIXTURE}.n=2")
+    with SlurmCluster(tmp_path / "slurm") as cluster:
+        job = cluster.sbatch(SCRIPT, *args, env=env, cwd=REPO,
+                             sbatch_args=("--nodes=1", "--exclusive", f"--output={log}", "--job-name=eval-test"))
+        state = cluster.wait(job, timeout_s=600)
+        text = log.read_text() if log.exists() else ""
+        assert state.get("JobState") == "COMPLETED" and state.get("ExitCode") == "0:0", \
+            f"{state}\n--- job log ---\n{text[-3000:]}\n--- daemons ---\n{cluster.logs()}"
+    assert f"results in {out}" in text
+    results = [json.loads(line) for line in (out / "fixture_echo" / "results.jsonl").read_text().splitlines()]
+    assert sorted(r["task_id"] for r in results) == ["echo_0", "echo_1"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["model"] == f"openai:http://127.0.0.1:{port}/v1#policy"
+    assert summary["benchmarks"][FIXTURE]["status"] == "ok" and summary["benchmarks"][FIXTURE]["errors"] == 0
+    episodes = [json.loads(line) for line in (out / "fixture_echo" / "episodes.jsonl").read_text().splitlines()]
+    assert len(episodes) == 2 and all(e["steps"] and e["error"] is None for e in episodes)  # the server answered
+    assert (out / "server.log").is_file()  # the server wrote its log beside the results
