@@ -32,7 +32,7 @@ def _binary(name: str) -> str:
     return shutil.which(name) or f"/usr/sbin/{name}"
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -93,8 +93,8 @@ SlurmdUser=root
 AuthType=auth/munge
 AuthInfo=socket={self.munge_socket}
 CredType=cred/munge
-SlurmctldPort={_free_port()}
-SlurmdPort={_free_port()}
+SlurmctldPort={free_port()}
+SlurmdPort={free_port()}
 StateSaveLocation={r}/state
 SlurmdSpoolDir={r}/spool
 SlurmctldPidFile={r}/slurmctld.pid
@@ -185,6 +185,19 @@ PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP
             time.sleep(2)
         subprocess.run(["scancel", str(job_id)], env=self.env(), capture_output=True)
         raise TimeoutError(f"job {job_id} still running after {timeout_s}s: {self.job_state(job_id)}")
+
+    def run_job(self, script: str | os.PathLike[str], *args: str, log: Path, name: str,
+                env: dict[str, str] | None = None, cwd: str | os.PathLike[str] | None = None,
+                timeout_s: float = 600.0) -> str:
+        """Submit ``script`` on the one node, wait for it, fail with its log and the daemons' logs unless it
+        COMPLETED with exit code 0; return the job's log text."""
+        job = self.sbatch(script, *args, env=env, cwd=cwd,
+                          sbatch_args=("--nodes=1", "--exclusive", f"--output={log}", f"--job-name={name}"))
+        state = self.wait(job, timeout_s=timeout_s)
+        text = log.read_text() if log.exists() else ""
+        assert state.get("JobState") == "COMPLETED" and state.get("ExitCode") == "0:0", \
+            f"{state}\n--- job log ---\n{text[-3000:]}\n--- daemons ---\n{self.logs()}"
+        return text
 
     def logs(self) -> str:
         parts = []

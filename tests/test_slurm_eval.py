@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _slurm_cluster import SlurmCluster, missing_binaries
+from _slurm_cluster import SlurmCluster, free_port, missing_binaries
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).parent
@@ -76,24 +76,14 @@ def test_sbatch_serves_a_checkpoint_and_writes_the_results(tmp_path, tiny_checkp
         pytest.skip(f"Slurm/munge not installed ({', '.join(missing)} missing); .ci/run installs them with "
                     "`apt-get install slurm-wlm munge`")
     out = tmp_path / "eval"
-    log = tmp_path / "job.log"
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {"PYTHON": PYTHON, "REPO": str(REPO), "MODEL": str(tiny_checkpoint), "SERVER": "local",
            "GPUS_PER_NODE": "0", "BENCHMARKS": FIXTURE, "OUT": str(out), "PORT": str(port),
            "SERVER_TIMEOUT_S": "240", "HF_HUB_OFFLINE": "1",
            "PYTHONPATH": f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     args = ("--limit", "2", "--max-turns", "2", "--max-new-tokens", "8", "--set", f"benchmarks.{FIXTURE}.n=2")
     with SlurmCluster(tmp_path / "slurm") as cluster:
-        job = cluster.sbatch(SCRIPT, *args, env=env, cwd=REPO,
-                             sbatch_args=("--nodes=1", "--exclusive", f"--output={log}", "--job-name=eval-test"))
-        state = cluster.wait(job, timeout_s=600)
-        text = log.read_text() if log.exists() else ""
-        assert state.get("JobState") == "COMPLETED" and state.get("ExitCode") == "0:0", \
-            f"{state}\n--- job log ---\n{text[-3000:]}\n--- daemons ---\n{cluster.logs()}"
+        text = cluster.run_job(SCRIPT, *args, log=tmp_path / "job.log", name="eval-test", env=env, cwd=REPO)
     assert f"results in {out}" in text
     results = [json.loads(line) for line in (out / "fixture_echo" / "results.jsonl").read_text().splitlines()]
     assert sorted(r["task_id"] for r in results) == ["echo_0", "echo_1"]

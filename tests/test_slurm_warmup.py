@@ -76,17 +76,11 @@ def test_sbatch_trains_and_writes_the_checkpoint(tmp_path, tiny_checkpoint):
                     "`apt-get install slurm-wlm munge`")
     data = write_fixture_awb_dir(tmp_path / "data")
     output = tmp_path / "out"
-    log = tmp_path / "job.log"
     env = {"PYTHON": PYTHON, "REPO": str(REPO), "RECIPE": "recipes/warmup/embedded_cpu.yaml", "GPUS_PER_NODE": "0",
            "MODEL": str(tiny_checkpoint), "DATA": str(data), "OUTPUT": str(output), "HF_HUB_OFFLINE": "1"}
     args = tiny_cli_overrides(None, None, None, "train.max_steps=2", "train.save_steps=1")
     with SlurmCluster(tmp_path / "slurm") as cluster:
-        job = cluster.sbatch(SCRIPT, *args, env=env, cwd=REPO,
-                             sbatch_args=("--nodes=1", "--exclusive", f"--output={log}", "--job-name=lwm-test"))
-        state = cluster.wait(job, timeout_s=600)
-        text = log.read_text() if log.exists() else ""
-        assert state.get("JobState") == "COMPLETED" and state.get("ExitCode") == "0:0", \
-            f"{state}\n--- job log ---\n{text[-3000:]}\n--- daemons ---\n{cluster.logs()}"
+        text = cluster.run_job(SCRIPT, *args, log=tmp_path / "job.log", name="lwm-test", env=env, cwd=REPO)
     assert f"the warmed-up checkpoint is {output}/final" in text
     from unified.models import load_checkpoint
 
