@@ -229,3 +229,11 @@ def test_unscored_and_scored_records_have_the_same_fields():
     module = PredictThenAct()
     module.after_observations(step, step.observations)
     assert set(extras["predictions"][0]) == set(step.extras["predictions"][0])
+
+
+def test_parse_records_why_a_block_is_unaligned():
+    _, extras = PredictThenAct().parse("<predicted_observation>\n42\n\nThe answer is 42.")
+    assert extras["predictions"][0]["reason"] == "no tool call in this turn"
+    call = "<tool_call>\n<function=ls>\n</function>\n</tool_call>"
+    _, extras = PredictThenAct().parse(f"<predicted_observation>\na.txt\n</predicted_observation>\n{call}")
+    assert "got no observation" in extras["predictions"][0]["reason"]

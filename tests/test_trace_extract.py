@@ -127,3 +127,46 @@ def test_empty_block_is_not_a_prediction():
     step = episode.steps[0]
     step.completion = step.completion.replace(WEATHER_JSON, "")
     assert [p.kind for p in episode_predictions(episode) if p.step == 0] == ["implicit"]
+
+
+def test_unaligned_and_unverifiable_predictions_say_why():
+    from test_trace_fixtures import fixture_call, fixture_step
+    from unified.trace import score_prediction
+    from unified.types import Episode, Observation
+
+    # a turn without a call: unaligned, reason "no tool call"
+    no_call = fixture_step(0, "", "<predicted_observation>42</predicted_observation>\nThe answer is 42.", [], [])
+    # parallel calls (block, block, call, call): aligned in order; a block after the calls goes to
+    # the last call before it
+    a, b = fixture_call("ls", 0), fixture_call("cat", 1, path="x")
+    parallel = fixture_step(1, "", "<prediction>a.txt</prediction>\n<prediction>hello</prediction>\n"
+                            f"{a.raw}\n{b.raw}\n<prediction>planet</prediction>", [a, b],
+                            [("a.txt b.txt", False), ("hello world", False)])
+    # calls not written in the completion (structured tool calls): blocks take them in order,
+    # a block beyond them has no call left
+    s1, s2 = fixture_call("ls", 0), fixture_call("cat", 1, path="x")
+    s1.raw = s2.raw = ""
+    structured = fixture_step(4, "", "<prediction>a.txt</prediction><prediction>hello</prediction>"
+                              "<prediction>extra</prediction>", [s1, s2], [("a.txt", False), ("hello", False)])
+    # a call the environment recorded but did not execute (BFCL single-turn categories)
+    c = fixture_call("get_weather", 0, city="Paris")
+    not_run = fixture_step(2, "", f"<prediction>18</prediction>\n{c.raw}", [c], [])
+    not_run.observations = [Observation(call_id=c.id, content="(recorded; not executed)",
+                                        metadata={"executed": False})]
+    # a call whose observation never came (the environment step failed)
+    lost = fixture_step(3, "", f"<prediction>18</prediction>\n{c.raw}", [c], [])
+    episode = Episode(benchmark="fixture", task_id="t", trial=0, steps=[no_call, parallel, not_run, lost, structured])
+    preds = [score_prediction(p) for p in episode_predictions(episode)]
+    got = [(p.step, p.text, p.call_index, p.method, p.correct) for p in preds]
+    assert got == [(0, "42", None, "unaligned", None),
+                   (1, "a.txt", 0, "rule:facts", True), (1, "hello", 1, "rule:words", True),
+                   (1, "planet", 1, "rule:words", False),
+                   (2, "18", 0, "unverifiable", None), (3, "18", 0, "unverifiable", None),
+                   (4, "a.txt", 0, "rule:facts", True), (4, "hello", 1, "rule:words", True),
+                   (4, "extra", None, "unaligned", None)]
+    reasons = [p.reason for p in preds]
+    assert reasons[0] == "no tool call in this turn" and reasons[1] == reasons[2] == reasons[3] == ""
+    assert reasons[4].startswith("the environment did not execute call 0 (get_weather)")
+    assert reasons[5] == "no observation came back for call 0 (get_weather)"
+    assert reasons[8] == "every call of this turn already has a prediction"
+    assert all(p.detail == p.reason for p in preds if p.correct is None)

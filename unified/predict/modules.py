@@ -75,15 +75,23 @@ class PredictThenAct(PromptingModule):
         """Strip the blocks; record them (unaligned, unscored) until ``after_observations`` scores them.
 
         A turn without tool calls gets no ``after_observations``: its blocks stay recorded as
-        ``method="unaligned"`` predictions.
+        ``method="unaligned"`` predictions, with the reason (no call in the turn; or calls whose
+        observations never came, when the environment step failed).
         """
+        from unified.agent.parsing import parse_completion
+        from unified.trace.extract import NO_CALL
+
         blocks = find_blocks(completion)
+        visible = strip_blocks(completion) if blocks else completion
+        reason = NO_CALL
+        if blocks and parse_completion(visible).tool_calls:
+            reason = "the turn's tool calls got no observation (the environment step failed or was not run)"
         records = [{"kind": "explicit", "source": "completion", "text": b.text, "claim": b.text, "start": b.start,
                     "end": b.end, "position": b.start / max(len(completion), 1), "cue": "", "call_name": b.call,
                     "call_index": None, "call_id": None, "correct": None, "score": None, "method": "unaligned",
-                    "detail": ""} for b in blocks if b.text]
+                    "detail": reason, "reason": reason} for b in blocks if b.text]
         extras = {"prediction_blocks": len(blocks), "predictions": records}
-        return (strip_blocks(completion) if blocks else completion), extras
+        return visible, extras
 
     def after_observations(self, step: Step, observations: list[Observation]) -> None:
         from unified.trace.extract import step_predictions

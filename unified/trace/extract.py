@@ -16,7 +16,11 @@ Alignment: each prediction is paired with one tool call of the same step and wit
 call's observation. An explicit block goes to the call it names (``call="NAME"``), else to
 the first call written after it, else to the last call before it. An implicit prediction goes
 to the call whose name it mentions, else, in order, to the first, second, ... call of the step.
-A prediction in a step without calls stays unaligned (``call_index is None``).
+A prediction in a step without calls stays unaligned (``call_index is None``), and so does a
+block beyond the step's calls when every call already has one; ``reason`` says which. A
+prediction aligned with a call whose answer is missing, or that the environment did not
+execute (``Observation.metadata["executed"] is False``, e.g. BFCL's single-turn categories),
+keeps ``observation=None`` and a ``reason``: there is nothing to compare it with.
 """
 
 from __future__ import annotations
@@ -71,6 +75,8 @@ class Prediction(Record):
     ``judge``, ``unverifiable`` or ``unaligned``."""
     detail: str = ""
     """What was checked (facts found/missing, judge text)."""
+    reason: str = ""
+    """Why the prediction has no observation to be scored against (empty when it has one)."""
 
 
 def episode_key(episode: Episode) -> str:
@@ -165,12 +171,25 @@ def _named_call(text: str, calls: list[ToolCall], taken: set[int]) -> int | None
     return None
 
 
+NO_CALL = "no tool call in this turn"
+EXTRA_BLOCK = "every call of this turn already has a prediction"
+
+
 def _attach(pred: Prediction, step: Step, index: int) -> None:
     call = step.tool_calls[index]
     obs = _observation_for(step, index, call)
     pred.call_index, pred.call_id, pred.call_name = index, call.id or None, pred.call_name or call.name
-    if obs is not None:
+    if obs is None:
+        pred.reason = f"no observation came back for call {index} ({call.name})"
+    elif obs.metadata.get("executed") is False:
+        pred.reason = f"the environment did not execute call {index} ({call.name}): {_clip(obs.content)}"
+    else:
         pred.observation, pred.observation_is_error = obs.content, obs.is_error
+
+
+def _clip(text: str, limit: int = 80) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def step_predictions(step: Step, key: str = "") -> list[Prediction]:
@@ -198,6 +217,8 @@ def step_predictions(step: Step, key: str = "") -> list[Prediction]:
         if index is not None:
             taken.add(index)
             _attach(pred, step, index)
+        else:
+            pred.reason = EXTRA_BLOCK if calls else NO_CALL
         preds.append(pred)
 
     source, text = ("reasoning", step.reasoning) if step.reasoning else ("content", step.content or "")
@@ -216,6 +237,8 @@ def step_predictions(step: Step, key: str = "") -> list[Prediction]:
         if index is not None:
             implicit_taken.add(index)
             _attach(pred, step, index)
+        else:
+            pred.reason = NO_CALL
         preds.append(pred)
     return preds
 

@@ -247,9 +247,15 @@ def rule_match(claim: str, observation: str, *, is_error: bool | None = None, th
 
 
 def score_prediction(pred: Prediction, *, threshold: float = 0.5) -> Prediction:
-    """Fill ``pred``'s verdict by rule (in place; also returned). Unaligned stays unscored."""
+    """Fill ``pred``'s verdict by rule (in place; also returned).
+
+    Unaligned (``call_index is None``) stays unscored as ``unaligned``; aligned without an
+    observation to compare (missing, or not executed) as ``unverifiable``; ``detail`` then
+    repeats ``pred.reason``.
+    """
     if pred.call_index is None or pred.observation is None:
-        pred.correct, pred.score, pred.method, pred.detail = None, None, "unaligned", ""
+        method = "unaligned" if pred.call_index is None else "unverifiable"
+        pred.correct, pred.score, pred.method, pred.detail = None, None, method, pred.reason
         return pred
     verdict = rule_match(pred.claim, pred.observation, is_error=pred.observation_is_error, threshold=threshold,
                          ignore=(pred.call_name or "",))
