@@ -89,25 +89,66 @@ def prefill_row(model, ids: torch.Tensor, prefix_cache: PrefixCache | None = Non
     return cache, reused
 
 
-def left_pad_caches(caches: list, width: int):
-    """Stack per-row caches (1, H_kv, n_b, D) into one (B, H_kv, width, D), zero-padded on the left."""
+def _preallocated_layer_class():
+    from transformers.cache_utils import DynamicLayer
+
+    class PreallocatedLayer(DynamicLayer):
+        """A DynamicLayer whose keys/values are views of a buffer allocated once, (B, H_kv, capacity, D).
+
+        ``DynamicLayer.update`` concatenates the whole cache at every decoding step (a copy of
+        B x H_kv x L x D per layer and step: for 8 rows of 400 tokens about 12% of a CPU decode
+        step, more for longer prompts); here a step writes only its new column. The buffer
+        doubles when full. It is owned by one batch cache: nothing else reads it.
+        """
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            length, new = self.keys.shape[-2], key_states.shape[-2]
+            if length + new > self.buffer_keys.shape[-2]:
+                grow = max(length + new, 2 * self.buffer_keys.shape[-2]) - self.buffer_keys.shape[-2]
+                self.buffer_keys = torch.nn.functional.pad(self.buffer_keys, (0, 0, 0, grow))
+                self.buffer_values = torch.nn.functional.pad(self.buffer_values, (0, 0, 0, grow))
+            self.buffer_keys[:, :, length:length + new] = key_states
+            self.buffer_values[:, :, length:length + new] = value_states
+            self.keys = self.buffer_keys[:, :, :length + new]
+            self.values = self.buffer_values[:, :, :length + new]
+            return self.keys, self.values
+
+    return PreallocatedLayer
+
+
+def left_pad_caches(caches: list, width: int, capacity: int | None = None):
+    """Stack per-row caches (1, H_kv, n_b, D) into one (B, H_kv, width, D), zero-padded on the left.
+
+    The batch cache's layers are views of buffers of ``capacity`` columns (default ``width``),
+    so ``capacity = width + max_new_tokens`` lets decoding write in place instead of
+    concatenating (see ``PreallocatedLayer``).
+    """
     from transformers import DynamicCache
 
+    layer_class = _preallocated_layer_class()
+    capacity = max(width, capacity or width)
     batched = DynamicCache()
+    batched.layers = []
     for layer_idx in range(len(caches[0].layers)):
-        keys, values = [], []
-        for cache in caches:
-            layer = cache.layers[layer_idx]
-            pad = width - layer.keys.shape[2]
-            keys.append(torch.nn.functional.pad(layer.keys, (0, 0, pad, 0)))
-            values.append(torch.nn.functional.pad(layer.values, (0, 0, pad, 0)))
-        batched.update(torch.cat(keys), torch.cat(values), layer_idx)
+        first = caches[0].layers[layer_idx].keys
+        shape = (len(caches), first.shape[1], capacity, first.shape[3])
+        layer = layer_class()
+        layer.lazy_initialization(first, first)
+        layer.buffer_keys = torch.zeros(shape, dtype=first.dtype, device=first.device)
+        layer.buffer_values = torch.zeros(shape, dtype=first.dtype, device=first.device)
+        for row, cache in enumerate(caches):
+            source = cache.layers[layer_idx]
+            n = source.keys.shape[2]
+            layer.buffer_keys[row, :, width - n:width] = source.keys[0]
+            layer.buffer_values[row, :, width - n:width] = source.values[0]
+        layer.keys, layer.values = layer.buffer_keys[:, :, :width], layer.buffer_values[:, :, :width]
+        batched.layers.append(layer)
     return batched
 
 
 @torch.no_grad()
 def prefilled_batch_cache(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                          prefix_cache: PrefixCache | None = None):
+                          prefix_cache: PrefixCache | None = None, capacity: int | None = None):
     """Prefill each prompt on its own, then left-pad the KV caches into one batch cache.
 
     Padding a batch to its longest prompt makes the prefill cost ``B * L_max`` tokens instead of
@@ -132,7 +173,7 @@ def prefilled_batch_cache(model, input_ids: torch.Tensor, attention_mask: torch.
         if cache is None:
             return None
         caches.append(cache)
-    return left_pad_caches(caches, width - 1)
+    return left_pad_caches(caches, width - 1, capacity)
 
 
 @dataclass
@@ -197,7 +238,8 @@ def batched_generate(model, tokenizer, prompts: list[str], params: SamplingParam
         cache, reused_before = None, prefix_cache.stats.reused_tokens if caching else 0
         if caching or (prefill_separately and len(chunk) > 1):
             cache = prefilled_batch_cache(model, enc["input_ids"], enc["attention_mask"],
-                                          prefix_cache if caching else None)
+                                          prefix_cache if caching else None,
+                                          capacity=enc["input_ids"].shape[1] + params.max_new_tokens)
             if cache is not None:
                 kwargs[_cache_kwarg(model)] = cache
         t1 = time.perf_counter()

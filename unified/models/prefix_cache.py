@@ -38,11 +38,15 @@ ENV_MAX_MB = "UNIFIED_PREFIX_CACHE_MB"
 """Environment override of the default budget in MiB (``0`` turns prefix caching off)."""
 
 
+_PLAIN_LAYERS = ("DynamicLayer", "PreallocatedLayer")
+"""Full-attention layers holding (B, H_kv, L, D) keys/values (``PreallocatedLayer``: generation.py)."""
+
+
 def is_plain_dynamic_cache(cache) -> bool:
     """True for a ``DynamicCache`` made only of full-attention ``DynamicLayer`` layers."""
     from transformers import DynamicCache
 
-    return type(cache) is DynamicCache and all(type(layer).__name__ == "DynamicLayer" for layer in cache.layers)
+    return type(cache) is DynamicCache and all(type(layer).__name__ in _PLAIN_LAYERS for layer in cache.layers)
 
 
 def cache_from_layers(keys: list[torch.Tensor], values: list[torch.Tensor]):
