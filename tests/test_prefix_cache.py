@@ -141,3 +141,23 @@ def test_hf_policy_cache_switch(loaded, monkeypatch):
     assert not off.prefix_cache.enabled and off.stats.reused_prompt_tokens == 0
     on.close()
     assert len(on.prefix_cache) == 0
+
+
+def test_bench_batching_runs_real_bfcl_episodes(tiny_checkpoint, tmp_path, capsys):
+    pytest.importorskip("bfcl_eval")
+    from unified.eval.bench_batching import main
+
+    out = tmp_path / "bench.json"
+    assert main(["--model", str(tiny_checkpoint), "--tasks", "2", "--categories", "simple_python",
+                 "--max-new-tokens", "3", "--max-turns", "1", "--json", str(out)]) == 0
+    import json
+
+    report = json.loads(out.read_text())
+    printed = capsys.readouterr().out
+    assert "batched / sequential" in printed and report["tasks"] == ["simple_python_0", "simple_python_1"]
+    for mode, in_flight in (("batched", 2), ("sequential", 1)):
+        figures = report["modes"][mode]
+        assert figures["max_in_flight"] == in_flight and figures["episodes"] == 2 and figures["errors"] == 0
+        assert figures["completion_tokens"] > 0 and figures["prefill_seconds"] > 0 and figures["decode_seconds"] > 0
+    assert report["modes"]["batched"]["policy_calls"] == 1 and report["modes"]["sequential"]["policy_calls"] == 2
+    assert report["speedup_episodes_per_s"] > 0 and report["episodes_with_identical_completions"] == 2
