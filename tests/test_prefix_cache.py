@@ -161,3 +161,16 @@ def test_bench_batching_runs_real_bfcl_episodes(tiny_checkpoint, tmp_path, capsy
         assert figures["completion_tokens"] > 0 and figures["prefill_seconds"] > 0 and figures["decode_seconds"] > 0
     assert report["modes"]["batched"]["policy_calls"] == 1 and report["modes"]["sequential"]["policy_calls"] == 2
     assert report["speedup_episodes_per_s"] > 0 and report["episodes_with_identical_completions"] == 2
+
+
+def test_sampling_in_the_shrinking_batch_decode(loaded):
+    tok, model = loaded.tokenizer, loaded.model
+    prompts = [_prompt(tok, [{"role": "user", "content": t}]) for t in ("list the files", "hi")]
+    seeded = SamplingParams(max_new_tokens=8, temperature=1.0, seed=3)
+    first = batched_generate(model, tok, prompts, seeded)
+    again = batched_generate(model, tok, prompts, seeded)
+    assert [o.token_ids for o in first] == [o.token_ids for o in again]
+    # a nucleus this small keeps only the most likely token: greedy
+    narrow = batched_generate(model, tok, prompts, SamplingParams(max_new_tokens=8, temperature=1.0, top_p=1e-6, seed=3))
+    greedy = batched_generate(model, tok, prompts, SamplingParams(max_new_tokens=8))
+    assert [o.token_ids for o in narrow] == [o.token_ids for o in greedy]

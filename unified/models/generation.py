@@ -176,6 +176,70 @@ def prefilled_batch_cache(model, input_ids: torch.Tensor, attention_mask: torch.
     return left_pad_caches(caches, width - 1, capacity)
 
 
+def _next_tokens(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """(b, V) logits -> (b,) tokens: argmax, or top-p (nucleus) sampling at ``temperature``."""
+    if params.temperature <= 0:
+        return logits.argmax(dim=-1)
+    probs = torch.softmax(logits.float() / params.temperature, dim=-1)
+    if params.top_p < 1.0:
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        outside = sorted_probs.cumsum(dim=-1) - sorted_probs > params.top_p  # keeps the first token always
+        probs = probs.scatter(-1, order, sorted_probs.masked_fill(outside, 0.0))
+    return torch.multinomial(probs, 1).squeeze(-1)
+
+
+@torch.no_grad()
+def decode_shrinking_batch(model, cache, enc: dict, params: SamplingParams, eos: list[int],
+                           on_row_done=None) -> list[list[int]]:
+    """Batched decoding over a prefilled left-padded cache; a row leaves the batch when it ends.
+
+    ``cache`` holds (B, H_kv, L_max - 1, D) per layer (:func:`prefilled_batch_cache`); step t
+    feeds one token per live row at position ``L_b - 1 + t`` (``L_b``: the row's true length)
+    with a 2-D attention mask (b, L_max + t) that hides the left padding. A row that generates
+    an EOS or reaches ``max_new_tokens`` is dropped from the cache, the mask and the inputs, so
+    later steps cost what the remaining rows need (``generate`` keeps decoding finished rows
+    until the last one ends). ``on_row_done(row, ids, cache, batch_row)`` is called before the
+    row is dropped, while its KV (columns ``L_max - L_b : L_max - 1 + len(ids) - 1``) is in
+    ``cache`` at index ``batch_row``. Returns each row's generated ids (EOS included).
+    """
+    mask = enc["attention_mask"]
+    tokens = enc["input_ids"][:, -1:]
+    positions = mask.sum(dim=1, keepdim=True) - 1
+    live = list(range(tokens.shape[0]))
+    generated: list[list[int]] = [[] for _ in live]
+    name = _cache_kwarg(model)
+    stop = set(eos)
+    for _ in range(params.max_new_tokens):
+        logits = model(input_ids=tokens, attention_mask=mask, position_ids=positions, use_cache=True,
+                       **{name: cache}).logits[:, -1, :]
+        chosen = _next_tokens(logits, params)
+        done = []
+        for i, token in enumerate(chosen.tolist()):
+            generated[live[i]].append(token)
+            if token in stop or len(generated[live[i]]) >= params.max_new_tokens:
+                done.append(i)
+        if done:
+            if on_row_done is not None:
+                for i in done:
+                    on_row_done(live[i], generated[live[i]], cache, i)
+            keep = [i for i in range(len(live)) if i not in done]
+            if not keep:
+                break
+            index = torch.tensor(keep, device=mask.device)
+            for layer in cache.layers:
+                length = layer.keys.shape[-2]
+                if hasattr(layer, "buffer_keys"):
+                    layer.buffer_keys, layer.buffer_values = layer.buffer_keys[index], layer.buffer_values[index]
+                    layer.keys, layer.values = layer.buffer_keys[:, :, :length], layer.buffer_values[:, :, :length]
+                else:
+                    layer.keys, layer.values = layer.keys[index], layer.values[index]
+            mask, chosen, positions = mask[index], chosen[index], positions[index]
+            live = [live[i] for i in keep]
+        mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
+        tokens, positions = chosen[:, None], positions + 1
+    return generated
+
+
 @dataclass
 class GenerationStats:
     """Cumulative counters of :func:`batched_generate` calls (pass one to collect them)."""
@@ -212,9 +276,10 @@ def batched_generate(model, tokenizer, prompts: list[str], params: SamplingParam
     """Generate a completion for every prompt text (already chat-templated), in batches.
 
     Shapes: each batch is ``input_ids`` (B, L_max) left-padded with ``attention_mask`` (B, L_max);
-    ``generate`` returns (B, L_max + T); the completion of row b is ``out[b, L_max:]`` cut at its
-    first EOS. With ``prefill_separately`` (default) the prompts are prefilled one by one and only
-    the decoding is batched (see :func:`prefilled_batch_cache`). With ``prefix_cache`` each
+    the completion of row b is cut at its first EOS. With ``prefill_separately`` (default) the
+    prompts are prefilled one by one (see :func:`prefilled_batch_cache`) and decoded together by
+    :func:`decode_shrinking_batch`; otherwise (or when the model's cache is not a plain
+    DynamicCache) ``generate`` prefills the padded batch and returns (B, L_max + T). With ``prefix_cache`` each
     prompt's longest cached token prefix is reused, and after decoding each row's prompt +
     completion KV (columns ``L_max - L_b : L_max + n_b - 1`` of the final cache, the last
     generated token never having been fed) is stored for the next turn of the same episode.
@@ -228,7 +293,7 @@ def batched_generate(model, tokenizer, prompts: list[str], params: SamplingParam
         t0 = time.perf_counter()
         row_ids, enc = _encode_left_padded(tokenizer, chunk, pad_id, model.device)
         kwargs = dict(max_new_tokens=params.max_new_tokens, eos_token_id=eos, pad_token_id=pad_id,
-                      return_dict_in_generate=True)
+                      return_dict_in_generate=True)  # ``generate`` serves batches without a prefilled cache
         if params.temperature > 0:
             kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p)
             if params.seed is not None:
@@ -240,17 +305,24 @@ def batched_generate(model, tokenizer, prompts: list[str], params: SamplingParam
             cache = prefilled_batch_cache(model, enc["input_ids"], enc["attention_mask"],
                                           prefix_cache if caching else None,
                                           capacity=enc["input_ids"].shape[1] + params.max_new_tokens)
-            if cache is not None:
-                kwargs[_cache_kwarg(model)] = cache
         t1 = time.perf_counter()
-        out = model.generate(**enc, **kwargs)
-        t2 = time.perf_counter()
-        sequences = out.sequences
-        final_cache = _output_cache(out)
-        final_cache = cache if final_cache is None else final_cache
         width = enc["input_ids"].shape[1]
+
+        def store(row: int, ids: list[int], batch_cache, batch_row: int) -> None:
+            seq = row_ids[row] + ids[:-1]  # every token fed to the model for this row
+            begin = width - len(row_ids[row])
+            if batch_cache.get_seq_length() >= begin + len(seq):
+                prefix_cache.insert_row(seq, batch_cache, batch_row, begin)
+
+        if cache is not None:
+            generated = decode_shrinking_batch(model, cache, enc, params, eos,
+                                               on_row_done=store if caching else None)
+        else:
+            sequences = model.generate(**enc, **kwargs).sequences
+            generated = [sequences[row, width:].tolist() for row in range(len(chunk))]
+        t2 = time.perf_counter()
         for row in range(len(chunk)):
-            ids = sequences[row, width:].tolist()
+            ids = generated[row]
             cut = next((i for i, t in enumerate(ids) if t in eos), None)
             finish = "stop" if cut is not None else "length"
             ids = ids[: cut + 1] if cut is not None else [t for t in ids if t != pad_id]
@@ -259,11 +331,6 @@ def batched_generate(model, tokenizer, prompts: list[str], params: SamplingParam
             outputs.append(GenerationOutput(
                 text=_strip_padding_tokens(text, tokenizer), token_ids=ids,
                 prompt_tokens=len(row_ids[row]), finish_reason=finish, seconds=t2 - t0))
-            if caching and cache is not None and ids:
-                seq = row_ids[row] + ids[:-1]  # every token fed to the model for this row
-                begin = width - len(row_ids[row])
-                if final_cache is not None and final_cache.get_seq_length() >= begin + len(seq):
-                    prefix_cache.insert_row(seq, final_cache, row, begin)
         if stats is not None:
             stats.calls += 1
             stats.rows += len(chunk)
