@@ -105,3 +105,28 @@ def test_suite_lwm_dispatches_or_says_not_available(capsys):
     else:
         with pytest.raises(SystemExit):  # its own parser answers --help
             main(["--suite", "lwm", "--help"])
+
+
+def test_select_task_ids_brings_dependencies_in_benchmark_order():
+    from unified.eval.adapter import Task, select_task_ids
+
+    tasks = [Task(id="write_a", benchmark="b", scored=False), Task(id="write_b", benchmark="b", scored=False,
+                                                                   depends_on=["write_a"]),
+             Task(id="q1", benchmark="b", depends_on=["write_b"]), Task(id="q2", benchmark="b"),
+             Task(id="q3", benchmark="b", depends_on=["not_here"])]
+    assert [t.id for t in select_task_ids(tasks, ["q2", "q1", "other_benchmarks_id"])] == \
+        ["write_a", "write_b", "q1", "q2"]
+    assert [t.id for t in select_task_ids(tasks, ["q3"])] == ["q3"]
+    assert select_task_ids(tasks, ["nope"]) == []
+
+
+def test_task_ids_flag_runs_only_those_tasks(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["--benchmarks", FIXTURE, "--model", "gold", "--out", str(out), "--task-ids", "echo_4,echo_1",
+                 "--set", f"benchmarks.{FIXTURE}.n=6"]) == 0
+    assert sorted(r["task_id"] for r in _results(out)) == ["echo_1", "echo_4"]
+    assert main(["--benchmarks", FIXTURE, "--model", "gold", "--out", str(tmp_path / "none"),
+                 "--task-ids", "echo_99"]) == 0
+    summary = json.loads((tmp_path / "none" / "summary.json").read_text())
+    assert summary["benchmarks"][FIXTURE]["status"] == "skipped"
+    assert "none of --task-ids" in capsys.readouterr().err

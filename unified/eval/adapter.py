@@ -214,6 +214,21 @@ def limit_runnable(tasks: list[Task], limit: int | None) -> list[Task]:
     return out
 
 
+def select_task_ids(tasks: list[Task], task_ids: Iterable[str]) -> list[Task]:
+    """The tasks whose id is in ``task_ids``, plus every task they depend on (transitively), in the
+    benchmark's own order, so a chosen BFCL memory question still gets its memory-writing
+    conversations. Ids that name no task here are ignored (they may belong to another benchmark)."""
+    by_id = {task.id: task for task in tasks}
+    keep: set[str] = set()
+    pending = [i for i in task_ids if i in by_id]
+    while pending:
+        task_id = pending.pop()
+        if task_id not in keep:
+            keep.add(task_id)
+            pending += [d for d in by_id[task_id].depends_on if d in by_id]
+    return [task for task in tasks if task.id in keep]
+
+
 def require_execution_backend(name: str | None):
     """The ``unified.execution`` backend ``name`` (``None``: auto), or BenchmarkUnavailable saying why."""
     from unified.execution import BackendUnavailable, get_backend

@@ -26,7 +26,7 @@ from unified.registry import UnknownNameError
 # flag -> config key (flags left at None do not override the recipe)
 _FLAG_KEYS = {
     "suite": "suite", "benchmarks": "benchmarks", "model": "model", "backend": "backend", "prompting": "prompting",
-    "out": "out", "split": "split", "limit": "limit", "runs": "runs", "max_in_flight": "max_in_flight",
+    "out": "out", "split": "split", "limit": "limit", "task_ids": "task_ids", "runs": "runs", "max_in_flight": "max_in_flight",
     "temperature": "sampling.temperature", "top_p": "sampling.top_p", "max_new_tokens": "sampling.max_new_tokens",
     "thinking": "sampling.thinking", "seed": "sampling.seed", "max_turns": "limits.max_turns",
     "max_steps_per_turn": "limits.max_steps_per_user_turn", "max_episode_tokens": "limits.max_completion_tokens",
@@ -45,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", help="run directory (results, summary); rerun to resume")
     parser.add_argument("--split", help="benchmark-specific split/categories")
     parser.add_argument("--limit", type=int, help="tasks per benchmark")
+    parser.add_argument("--task-ids", nargs="+", help="only these task ids (comma or space separated; "
+                        "the tasks they depend on come along)")
     parser.add_argument("--runs", type=int, help="rollouts per task (default: the benchmark's protocol)")
     parser.add_argument("--max-in-flight", type=int, help="episodes generated together (hf batch size)")
     parser.add_argument("--temperature", type=float)
@@ -72,7 +74,7 @@ def load_eval_config(args: argparse.Namespace) -> EvalConfig:
         value = getattr(args, flag, None)
         if value is None:
             continue
-        if flag == "benchmarks":
+        if flag in ("benchmarks", "task_ids"):
             value = [p.strip() for item in value for p in item.split(",") if p.strip()]
         flags.append((key, value))
     # the adapter contract documents per-benchmark config as benchmarks.NAME.KEY

@@ -18,7 +18,8 @@ from typing import Any
 
 from unified.agent.loop import AgentLimits, AgentLoop, Job
 from unified.config import to_dict
-from unified.eval.adapter import SUITES, BenchmarkUnavailable, expand_benchmarks, load_adapter
+from unified.eval.adapter import (SUITES, BenchmarkUnavailable, expand_benchmarks, limit_runnable, load_adapter,
+                                  select_task_ids)
 from unified.eval.report import write_summary
 from unified.eval.store import BenchmarkStore, write_json_atomic
 from unified.policy.base import Policy, SamplingConfig, make_policy
@@ -61,6 +62,8 @@ class EvalConfig:
     """Benchmark-specific split/category selection passed to ``tasks``."""
     limit: int | None = None
     """Tasks per benchmark."""
+    task_ids: list[str] = field(default_factory=list)
+    """Run only these task ids (and the tasks they depend on); ``limit`` then applies to them."""
     runs: int | None = None
     """Rollouts per task (default: each benchmark's protocol)."""
     max_in_flight: int = 8
@@ -127,7 +130,14 @@ def _run_benchmark(name: str, cfg: EvalConfig, out: Path, sampling: SamplingConf
         adapter = load_adapter(name, **cfg.benchmark_config.get(name, {}))
         store = BenchmarkStore(out, adapter.name or name)
         adapter.work_dir = store.work_dir
-        tasks = adapter.tasks(cfg.split, cfg.limit)
+        if cfg.task_ids:
+            tasks = limit_runnable(select_task_ids(adapter.tasks(cfg.split, None), cfg.task_ids), cfg.limit)
+            if not tasks:
+                _log(f"{name}: skipped: none of --task-ids is a task of this benchmark (split {cfg.split!r})")
+                return {"status": "skipped", "reason": "none of the requested task ids is a task of this benchmark",
+                        "how_to_fix": "check the ids against the benchmark's results.jsonl or its data"}
+        else:
+            tasks = adapter.tasks(cfg.split, cfg.limit)
     except BenchmarkUnavailable as exc:
         _log(exc.line(name))
         return {"status": "skipped", "reason": exc.reason, "how_to_fix": exc.how_to_fix}
