@@ -301,7 +301,7 @@ def batched_generate(model, tokenizer, prompts: list[str], params: SamplingParam
         else:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         cache, reused_before = None, prefix_cache.stats.reused_tokens if caching else 0
-        if caching or (prefill_separately and len(chunk) > 1):
+        if caching or prefill_separately:
             cache = prefilled_batch_cache(model, enc["input_ids"], enc["attention_mask"],
                                           prefix_cache if caching else None,
                                           capacity=enc["input_ids"].shape[1] + params.max_new_tokens)
