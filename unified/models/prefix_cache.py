@@ -98,6 +98,12 @@ def common_prefix_length(a: torch.Tensor, b: torch.Tensor) -> int:
     return int(differ[0]) if differ.numel() else n
 
 
+def _host_ids(ids: list[int] | torch.Tensor) -> torch.Tensor:
+    """Token ids as a 1-D CPU tensor: keys are compared on the host whatever device the model is on
+    (a prompt's ids arrive on the GPU with a CUDA model; comparing there would also sync per entry)."""
+    return torch.as_tensor(ids, dtype=torch.long).flatten().cpu()
+
+
 def default_max_bytes() -> int:
     """``$UNIFIED_PREFIX_CACHE_MB`` MiB when set, else :data:`DEFAULT_MAX_BYTES`."""
     text = os.environ.get(ENV_MAX_MB, "").strip()
@@ -142,7 +148,7 @@ class PrefixCache:
         ``cache`` is a new ``DynamicCache`` of length ``p`` (views of the stored tensors, batch 1)
         or None when ``p == 0``. The caller may extend it freely: stored tensors are never written.
         """
-        ids = torch.as_tensor(ids, dtype=torch.long)
+        ids = _host_ids(ids)
         limit = ids.numel() if max_length is None else min(max_length, ids.numel())
         with self._lock:
             self.stats.lookups += 1
@@ -172,7 +178,7 @@ class PrefixCache:
         would otherwise stay alive). Returns False when the entry was not stored (cache off, or the
         entry alone exceeds the budget).
         """
-        ids = torch.as_tensor(ids, dtype=torch.long).flatten()
+        ids = _host_ids(ids)
         n = ids.numel()
         if not self.enabled or n == 0:
             return False
