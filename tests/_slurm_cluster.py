@@ -28,6 +28,16 @@ def missing_binaries() -> list[str]:
     return [name for name, path in found.items() if not path]
 
 
+def require_slurm() -> None:
+    """Skip the calling test, saying how CI gets them, when Slurm or munge is not installed."""
+    missing = missing_binaries()
+    if missing:
+        import pytest
+
+        pytest.skip(f"Slurm/munge not installed ({', '.join(missing)} missing); .ci/run installs them with "
+                    "`apt-get install slurm-wlm munge`")
+
+
 def _binary(name: str) -> str:
     return shutil.which(name) or f"/usr/sbin/{name}"
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _slurm_cluster import SlurmCluster, free_port, missing_binaries
+from _slurm_cluster import SlurmCluster, free_port, require_slurm
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).parent
@@ -71,10 +71,7 @@ def test_bad_settings_are_clear_errors(env, message):
 
 @pytest.mark.slow
 def test_sbatch_serves_a_checkpoint_and_writes_the_results(tmp_path, tiny_checkpoint):
-    missing = missing_binaries()
-    if missing:
-        pytest.skip(f"Slurm/munge not installed ({', '.join(missing)} missing); .ci/run installs them with "
-                    "`apt-get install slurm-wlm munge`")
+    require_slurm()
     out = tmp_path / "eval"
     port = free_port()
     env = {"PYTHON": PYTHON, "REPO": str(REPO), "MODEL": str(tiny_checkpoint), "SERVER": "local",

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _slurm_cluster import SlurmCluster, missing_binaries
+from _slurm_cluster import SlurmCluster, require_slurm
 from _warmup_support import tiny_cli_overrides, write_fixture_awb_dir
 
 REPO = Path(__file__).resolve().parents[1]
@@ -70,10 +70,7 @@ def test_too_few_nodes_is_a_clear_error():
 
 @pytest.mark.slow
 def test_sbatch_trains_and_writes_the_checkpoint(tmp_path, tiny_checkpoint):
-    missing = missing_binaries()
-    if missing:
-        pytest.skip(f"Slurm/munge not installed ({', '.join(missing)} missing); .ci/run installs them with "
-                    "`apt-get install slurm-wlm munge`")
+    require_slurm()
     data = write_fixture_awb_dir(tmp_path / "data")
     output = tmp_path / "out"
     env = {"PYTHON": PYTHON, "REPO": str(REPO), "RECIPE": "recipes/warmup/embedded_cpu.yaml", "GPUS_PER_NODE": "0",
