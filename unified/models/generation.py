@@ -8,6 +8,7 @@ downstream (verl's convention).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import time
 from dataclasses import dataclass, field
@@ -89,6 +90,7 @@ def prefill_row(model, ids: torch.Tensor, prefix_cache: PrefixCache | None = Non
     return cache, reused
 
 
+@functools.cache  # one class for the process (transformers is imported lazily, hence not at module level)
 def _preallocated_layer_class():
     from transformers.cache_utils import DynamicLayer
 
