@@ -1,8 +1,17 @@
-"""The multi-turn agent loop: many episodes in flight, one policy batch per round.
+"""The multi-turn agent loop: many episodes in flight, batched by rounds or continuously.
 
-The orchestrator owns the conversation (tau2-bench's shape: agents are step functions). Each
-round it gathers the next turn of every episode in flight into *one* ``policy.generate``
-call (the ``hf`` backend turns it into one left-padded batch), then, per episode:
+The orchestrator owns the conversation (tau2-bench's shape: agents are step functions). Two
+schedules (``scheduling``, see :data:`SCHEDULING`):
+
+- *rounds*: each round gathers the next turn of every episode in flight into one
+  ``policy.generate`` call (the ``hf`` backend turns it into one left-padded batch); an episode
+  whose turn ended early waits for the slowest one of the round;
+- *continuous*: each episode's request is submitted as soon as it is ready
+  (``policy.submit``), ``policy.poll`` advances generation by one decode step and returns the
+  turns that ended, and those go to their environments at once while the others keep decoding
+  (:class:`unified.models.continuous.ContinuousBatcher` behind the ``hf`` backend).
+
+Either way, per policy output:
 
 1. ``prompting.parse`` strips module blocks; reasoning, answer and tool calls are parsed
    (:mod:`unified.agent.parsing`), server-parsed calls used when the text holds none;
@@ -27,15 +36,22 @@ from __future__ import annotations
 
 import time
 import traceback
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from unified.agent.parsing import calls_from_structured, parse_completion
 from unified.agent.prompting import PromptingModule, make_prompting
 from unified.eval.adapter import Adapter, Environment, Task
-from unified.policy.base import Policy, PolicyRequest
+from unified.policy.base import Policy, PolicyOutput, PolicyRequest
 from unified.types import Episode, EpisodeResult, Message, Observation, Step, ToolCall
+
+
+SCHEDULING = ("auto", "rounds", "continuous")
+"""``rounds``: every episode in flight waits for one batched ``policy.generate`` per round.
+``continuous``: each episode is submitted when it is ready (``policy.submit`` / ``poll``) and its
+next turn starts as soon as its environment step returns (continuous batching).
+``auto``: continuous when the policy supports it (``hf`` on an SDPA model), else rounds."""
 
 
 @dataclass
@@ -83,13 +99,16 @@ class AgentLoop:
                  prompting_options: dict[str, Any] | None = None, limits: AgentLimits = AgentLimits(),
                  max_in_flight: int = 8, env_workers: int = 8, model_name: str = "",
                  on_result: Callable[[EpisodeResult, Episode], None] | None = None,
-                 on_round: Callable[[int, int], None] | None = None) -> None:
+                 on_round: Callable[[int, int], None] | None = None, scheduling: str = "auto") -> None:
         self.adapter, self.policy = adapter, policy
         self.prompting_name, self.prompting_options = prompting, dict(prompting_options or {})
         self.limits, self.max_in_flight, self.env_workers = limits, max(1, max_in_flight), max(1, env_workers)
         self.model_name = model_name or policy.model
         self.on_result = on_result
         self.on_round = on_round
+        if scheduling not in SCHEDULING:
+            raise ValueError(f"scheduling must be one of {', '.join(SCHEDULING)}, got {scheduling!r}")
+        self.scheduling = scheduling
         make_prompting(prompting, **self.prompting_options)  # fail early on an unknown name
 
     # ----------------------------------------------------------------------------------
@@ -103,35 +122,60 @@ class AgentLoop:
             remaining[job.task.id] = remaining.get(job.task.id, 0) + 1
         running: list[_Running] = []
         results: list[EpisodeResult] = []
+        continuous = self.uses_continuous_batching
+        waiting: dict[int, _Running] = {}  # episodes whose next turn the policy is generating
+        stepping: dict[Future, tuple[_Running, Step, list[ToolCall]]] = {}  # environment steps under way
         with ThreadPoolExecutor(max_workers=self.env_workers) as pool:
             while pending or running:
-                # admit jobs whose dependencies are finished (or not part of this run)
-                i = 0
-                while len(running) < self.max_in_flight and i < len(pending):
-                    deps = pending[i].task.depends_on
-                    if all(d in done or d not in scheduled_ids for d in deps):
-                        job = pending.pop(i)
-                        state = self._open(job, results)
-                        if state is None:
-                            self._mark_done(job, remaining, done)
-                        else:
-                            running.append(state)
-                    else:
-                        i += 1
+                admitted = self._admit(pending, running, scheduled_ids, done, remaining, results)
                 if not running:
                     if pending:  # a dependency cycle or a dependency that crashed before opening
                         job = pending.pop(0)
                         job.task.depends_on = []
                         pending.insert(0, job)
                     continue
-                finished = self._round(running, pool)
+                if continuous:
+                    for state in admitted:
+                        self._submit(state, waiting)
+                    finished = self._advance(waiting, stepping, pool)
+                else:
+                    finished = self._round(running, pool)
                 for state in finished:
                     running.remove(state)
                     results.append(self._finish(state))
                     self._mark_done(state.job, remaining, done)
-                if self.on_round:
+                if self.on_round and (finished or not continuous):
                     self.on_round(len(running), len(pending))
         return results
+
+    @property
+    def uses_continuous_batching(self) -> bool:
+        """True when episodes go to the policy one by one as they become ready (``scheduling``)."""
+        if self.scheduling == "rounds":
+            return False
+        supported = bool(getattr(self.policy, "supports_continuous_batching", False))
+        if self.scheduling == "continuous" and not supported:
+            raise ValueError(f"scheduling='continuous' needs a policy that supports it; {self.policy.name!r} does not")
+        return supported
+
+    def _admit(self, pending: list[Job], running: list[_Running], scheduled_ids: set[str], done: set[str],
+               remaining: dict[str, int], results: list[EpisodeResult]) -> list[_Running]:
+        """Open jobs whose dependencies are finished (or not part of this run) up to ``max_in_flight``."""
+        admitted = []
+        i = 0
+        while len(running) < self.max_in_flight and i < len(pending):
+            deps = pending[i].task.depends_on
+            if all(d in done or d not in scheduled_ids for d in deps):
+                job = pending.pop(i)
+                state = self._open(job, results)
+                if state is None:
+                    self._mark_done(job, remaining, done)
+                else:
+                    running.append(state)
+                    admitted.append(state)
+            else:
+                i += 1
+        return admitted
 
     @staticmethod
     def _mark_done(job: Job, remaining: dict[str, int], done: set[str]) -> None:
@@ -184,14 +228,14 @@ class AgentLoop:
             self.on_result(result, episode)
 
     # ----------------------------------------------------------------------------------
+    def _request(self, state: _Running) -> PolicyRequest:
+        view = state.prompting.before_policy(list(state.episode.messages))
+        return PolicyRequest(messages=[m.to_chat() for m in view], tools=[t.to_openai() for t in state.env.tools],
+                             context=state.context, prefix=getattr(state.prompting, "response_prefix", str)())
+
     def _round(self, running: list[_Running], pool: ThreadPoolExecutor) -> list[_Running]:
-        """One policy call for every running episode, then their environment steps."""
-        requests = []
-        for state in running:
-            view = state.prompting.before_policy(list(state.episode.messages))
-            requests.append(PolicyRequest(messages=[m.to_chat() for m in view],
-                                          tools=[t.to_openai() for t in state.env.tools], context=state.context,
-                                          prefix=getattr(state.prompting, "response_prefix", str)()))
+        """Rounds: one policy call for every running episode, then their environment steps."""
+        requests = [self._request(state) for state in running]
         t0 = time.perf_counter()
         try:
             outputs = self.policy.generate(requests)
@@ -200,76 +244,120 @@ class AgentLoop:
         gen_seconds = time.perf_counter() - t0
         finished: list[_Running] = []
         to_step: list[tuple[_Running, Step, list[ToolCall]]] = []
-        for state, request, output in zip(running, requests, outputs):
-            episode = state.episode
-            if isinstance(output, Exception):
-                episode.stop_reason = "error"
-                episode.error = "".join(traceback.format_exception(output)) or repr(output)
+        for state, output in zip(running, outputs):
+            ended, step, calls = self._take_output(state, output, gen_seconds)
+            if ended:
                 finished.append(state)
-                continue
-            raw = output.prefix + output.text
-            visible, extras = state.prompting.parse(raw)
-            if output.prefix:
-                extras = dict(extras, response_prefix=output.prefix)
-            parsed = parse_completion(visible, state.env.tools)
-            calls = parsed.tool_calls
-            if output.tool_calls and not calls:
-                calls = calls_from_structured(output.tool_calls)
-            for i, call in enumerate(calls):
-                call.id = call.id or f"call_{i}"
-            step = Step(index=len(episode.steps), prompt=output.prompt, completion=raw,
-                        reasoning=parsed.reasoning, content=parsed.content, tool_calls=calls,
-                        prompt_tokens=output.prompt_tokens, completion_tokens=output.completion_tokens,
-                        completion_token_ids=list(output.token_ids), generation_seconds=output.seconds or gen_seconds,
-                        extras=dict(extras, finish_reason=output.finish_reason))
-            episode.steps.append(step)
-            episode.messages.append(Message(role="assistant", content=parsed.content, reasoning=parsed.reasoning,
-                                            tool_calls=calls))
-            state.tokens += output.completion_tokens
-            state.steps_in_turn += 1
-            if calls:
+            elif calls:
                 to_step.append((state, step, calls))
-            else:
-                try:
-                    follow_up = state.env.next_user_turn(episode)
-                except Exception:
-                    episode.stop_reason, episode.error = "error", traceback.format_exc()
-                    finished.append(state)
-                    continue
-                if follow_up is None:
-                    episode.stop_reason = "answer"
-                    finished.append(state)
-                    continue
-                episode.messages.append(Message(role="user", content=follow_up))
-                episode.tools = list(state.env.tools)
-                state.steps_in_turn = 0
-            if self._limit_hit(state) and state not in finished and not calls:
-                finished.append(state)
         futures = [(state, step, calls, pool.submit(self._step_env, state, calls)) for state, step, calls in to_step]
         for state, step, calls, future in futures:
-            episode = state.episode
-            try:
-                observations, seconds = future.result()
-            except Exception:
-                episode.stop_reason, episode.error = "error", traceback.format_exc()
-                finished.append(state)
-                continue
-            step.observations = observations
-            step.environment_seconds = seconds
-            for call, obs in zip(calls, observations):
-                episode.messages.append(Message(role="tool", content=obs.content, tool_call_id=call.id, name=call.name))
-            try:
-                state.prompting.after_observations(step, observations)
-            except Exception:
-                episode.stop_reason, episode.error = "error", traceback.format_exc()
-                finished.append(state)
-                continue
-            if state.env.done:
-                episode.stop_reason = "env_done"
-                finished.append(state)
-            elif self._limit_hit(state):
+            if self._take_observations(state, step, calls, future):
                 finished.append(state)
         return finished
+
+    def _submit(self, state: _Running, waiting: dict[int, _Running]) -> None:
+        waiting[id(state)] = state
+        self.policy.submit(id(state), self._request(state))
+
+    def _advance(self, waiting: dict[int, _Running], stepping: dict[Future, tuple[_Running, Step, list[ToolCall]]],
+                 pool: ThreadPoolExecutor) -> list[_Running]:
+        """Continuous batching: one ``policy.poll()`` (one decode step of every waiting episode), then
+        every finished environment step; an episode goes back to the policy as soon as it is ready."""
+        finished: list[_Running] = []
+        if waiting:
+            try:
+                polled = self.policy.poll()
+            except Exception as exc:  # the engine failed: every waiting episode records it
+                polled = [(key, exc) for key in list(waiting)]
+            for key, output in polled:
+                state = waiting.pop(key, None)
+                if state is None:  # a request the policy already reported (it failed in an earlier poll)
+                    continue
+                ended, step, calls = self._take_output(state, output, getattr(output, "seconds", 0.0))
+                if ended:
+                    finished.append(state)
+                elif calls:
+                    stepping[pool.submit(self._step_env, state, calls)] = (state, step, calls)
+                else:
+                    self._submit(state, waiting)
+        if stepping:
+            ready = [f for f in stepping if f.done()]
+            if not ready and not waiting:
+                ready = list(wait(stepping, return_when=FIRST_COMPLETED).done)
+            for future in ready:
+                state, step, calls = stepping.pop(future)
+                if self._take_observations(state, step, calls, future):
+                    finished.append(state)
+                else:
+                    self._submit(state, waiting)
+        return finished
+
+    def _take_output(self, state: _Running, output: PolicyOutput | Exception,
+                     gen_seconds: float) -> tuple[bool, Step | None, list[ToolCall]]:
+        """Record one policy output: ``(ended, step, calls)``; ``calls`` are for ``env.step``, and an
+        episode that neither ended nor called a tool goes straight back to the policy."""
+        episode = state.episode
+        if isinstance(output, Exception):
+            episode.stop_reason = "error"
+            episode.error = "".join(traceback.format_exception(output)) or repr(output)
+            return True, None, []
+        raw = output.prefix + output.text
+        visible, extras = state.prompting.parse(raw)
+        if output.prefix:
+            extras = dict(extras, response_prefix=output.prefix)
+        parsed = parse_completion(visible, state.env.tools)
+        calls = parsed.tool_calls
+        if output.tool_calls and not calls:
+            calls = calls_from_structured(output.tool_calls)
+        for i, call in enumerate(calls):
+            call.id = call.id or f"call_{i}"
+        step = Step(index=len(episode.steps), prompt=output.prompt, completion=raw,
+                    reasoning=parsed.reasoning, content=parsed.content, tool_calls=calls,
+                    prompt_tokens=output.prompt_tokens, completion_tokens=output.completion_tokens,
+                    completion_token_ids=list(output.token_ids), generation_seconds=output.seconds or gen_seconds,
+                    extras=dict(extras, finish_reason=output.finish_reason))
+        episode.steps.append(step)
+        episode.messages.append(Message(role="assistant", content=parsed.content, reasoning=parsed.reasoning,
+                                        tool_calls=calls))
+        state.tokens += output.completion_tokens
+        state.steps_in_turn += 1
+        if calls:
+            return False, step, calls
+        try:
+            follow_up = state.env.next_user_turn(episode)
+        except Exception:
+            episode.stop_reason, episode.error = "error", traceback.format_exc()
+            return True, step, []
+        if follow_up is None:
+            episode.stop_reason = "answer"
+            return True, step, []
+        episode.messages.append(Message(role="user", content=follow_up))
+        episode.tools = list(state.env.tools)
+        state.steps_in_turn = 0
+        return self._limit_hit(state), step, []
+
+    def _take_observations(self, state: _Running, step: Step, calls: list[ToolCall], future: Future) -> bool:
+        """Record the observations of an environment step; True when the episode ended."""
+        episode = state.episode
+        try:
+            observations, seconds = future.result()
+        except Exception:
+            episode.stop_reason, episode.error = "error", traceback.format_exc()
+            return True
+        step.observations = observations
+        step.environment_seconds = seconds
+        for call, obs in zip(calls, observations):
+            episode.messages.append(Message(role="tool", content=obs.content, tool_call_id=call.id, name=call.name))
+        try:
+            state.prompting.after_observations(step, observations)
+        except Exception:
+            episode.stop_reason, episode.error = "error", traceback.format_exc()
+            return True
+        if state.env.done:
+            episode.stop_reason = "env_done"
+            return True
+        return self._limit_hit(state)
 
     def _limit_hit(self, state: _Running) -> bool:
         episode, limits = state.episode, self.limits

@@ -53,10 +53,9 @@ class ModeResult:
 
 def _run_mode(adapter, policy, tasks, mode: str, max_in_flight: int, limits) -> ModeResult:
     from unified.agent.loop import AgentLoop, Job
-    from unified.models.generation import GenerationStats
 
     policy.prefix_cache.clear()
-    policy.stats = GenerationStats()
+    policy.reset_stats()
     completions: dict[str, list[list[int]]] = {}
     errors = 0
 

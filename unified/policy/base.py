@@ -16,7 +16,7 @@ take the batch down). Backends:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Hashable
 
 
 @dataclass(frozen=True)
@@ -82,8 +82,20 @@ class Policy:
         self.model = model
         self.sampling = sampling
 
+    supports_continuous_batching = False
+    """True when :meth:`submit` / :meth:`poll` are implemented (the agent loop then schedules
+    episodes continuously instead of by rounds)."""
+
     def generate(self, requests: list[PolicyRequest]) -> list[PolicyOutput | Exception]:
         raise NotImplementedError
+
+    def submit(self, key: Hashable, request: PolicyRequest) -> None:
+        """Queue one request; its output comes back from a later :meth:`poll` under ``key``."""
+        raise NotImplementedError(f"the {self.name!r} backend has no continuous batching; use generate()")
+
+    def poll(self) -> list[tuple[Hashable, PolicyOutput | Exception]]:
+        """Advance generation (one decode step) and return the requests that finished."""
+        raise NotImplementedError(f"the {self.name!r} backend has no continuous batching; use generate()")
 
     def close(self) -> None:
         """Release resources (engines, servers)."""

@@ -7,12 +7,19 @@ of recent prompts + completions, so an episode's next turn (its previous prompt 
 plus the new observation) and tasks sharing a system prompt prefill only their new tokens.
 ``prefix_cache_mb`` sets its budget (0 turns it off; default ``$UNIFIED_PREFIX_CACHE_MB`` or
 1024). ``stats`` accumulates prefill/decode seconds and token counts over all calls.
+
+Two ways in: ``generate(requests)`` (one batch, the agent loop's *rounds*) and
+``submit`` / ``poll`` (continuous batching through
+:class:`unified.models.continuous.ContinuousBatcher`: requests join the decoding batch when
+they arrive and leave when they end). ``continuous`` (default: when the model supports it, i.e.
+SDPA attention and a plain KV cache) turns the second way on; ``max_batch_size`` bounds the
+rows decoded together in both.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Hashable
 
 from unified.policy.base import Policy, PolicyOutput, PolicyRequest, SamplingConfig
 
@@ -21,8 +28,9 @@ class HFPolicy(Policy):
     name = "hf"
 
     def __init__(self, model: str = "embedded", sampling: SamplingConfig = SamplingConfig(), *,
-                 loaded: Any = None, max_batch_size: int = 16, prefix_cache_mb: float | None = None) -> None:
-        from unified.models.generation import GenerationStats
+                 loaded: Any = None, max_batch_size: int = 16, prefix_cache_mb: float | None = None,
+                 continuous: bool | None = None) -> None:
+        from unified.models.continuous import ContinuousStats, continuous_batching_supported
         from unified.models.prefix_cache import PrefixCache
 
         super().__init__(str(model), sampling)
@@ -33,7 +41,21 @@ class HFPolicy(Policy):
         self.loaded = loaded
         self.max_batch_size = max_batch_size
         self.prefix_cache = PrefixCache(None if prefix_cache_mb is None else int(prefix_cache_mb * (1 << 20)))
-        self.stats = GenerationStats()
+        self.stats = ContinuousStats()
+        supported, why = continuous_batching_supported(loaded.model)
+        if continuous and not supported:
+            raise ValueError(f"continuous batching was asked for but is not supported: {why}")
+        self.supports_continuous_batching = supported if continuous is None else bool(continuous)
+        self._batcher = None
+        self._requests: dict[Hashable, PolicyRequest] = {}
+        self._prompts: dict[Hashable, str] = {}
+        self._ready: list[tuple[Hashable, PolicyOutput | Exception]] = []
+
+    def _sampling_params(self):
+        from unified.models.generation import SamplingParams
+
+        s = self.sampling
+        return SamplingParams(max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p, seed=s.seed)
 
     def render(self, request: PolicyRequest) -> str:
         return self.loaded.tokenizer.apply_chat_template(
@@ -41,7 +63,7 @@ class HFPolicy(Policy):
             enable_thinking=self.sampling.enable_thinking) + request.prefix
 
     def generate(self, requests: list[PolicyRequest]) -> list[PolicyOutput | Exception]:
-        from unified.models.generation import SamplingParams, batched_generate
+        from unified.models.generation import batched_generate
 
         results: list[PolicyOutput | Exception | None] = [None] * len(requests)
         prompts, index = [], []
@@ -51,21 +73,69 @@ class HFPolicy(Policy):
                 index.append(i)
             except Exception as exc:  # a template error belongs to that request only
                 results[i] = exc
-        s = self.sampling
-        params = SamplingParams(max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p, seed=s.seed)
         if prompts:
-            outputs = batched_generate(self.loaded.model, self.loaded.tokenizer, prompts, params,
+            outputs = batched_generate(self.loaded.model, self.loaded.tokenizer, prompts, self._sampling_params(),
                                        max_batch_size=self.max_batch_size, prefix_cache=self.prefix_cache,
                                        stats=self.stats)
             for i, prompt, out in zip(index, prompts, outputs):
-                results[i] = PolicyOutput(text=out.text, prompt=prompt, token_ids=list(out.token_ids),
-                                          prefix=requests[i].prefix,
-                                          prompt_tokens=out.prompt_tokens, completion_tokens=len(out.token_ids),
-                                          finish_reason=out.finish_reason, seconds=out.seconds)
+                results[i] = _policy_output(out, prompt, requests[i])
         return results  # type: ignore[return-value]
+
+    # continuous batching ------------------------------------------------------------------
+    def submit(self, key: Hashable, request: PolicyRequest) -> None:
+        if not self.supports_continuous_batching:
+            return super().submit(key, request)
+        if key in self._requests:
+            raise ValueError(f"request key {key!r} is already being generated")
+        if self._batcher is None:
+            from unified.models.continuous import ContinuousBatcher
+
+            self._batcher = ContinuousBatcher(self.loaded.model, self.loaded.tokenizer, self._sampling_params(),
+                                              max_rows=self.max_batch_size, prefix_cache=self.prefix_cache,
+                                              stats=self.stats)
+        try:
+            prompt = self.render(request)
+            self._batcher.add(key, prompt)
+        except Exception as exc:  # a template error belongs to that request only
+            self._ready.append((key, exc))
+            return
+        self._requests[key], self._prompts[key] = request, prompt
+
+    def poll(self) -> list[tuple[Hashable, PolicyOutput | Exception]]:
+        if not self.supports_continuous_batching:
+            return super().poll()
+        done, self._ready = self._ready, []
+        if self._batcher is None or not self._batcher.busy:
+            return done
+        try:
+            finished = self._batcher.step()
+        except Exception as exc:  # the engine's state is unknown: fail every request in it, start afresh
+            done += [(key, exc) for key in self._requests]
+            self._requests.clear(), self._prompts.clear()
+            self._batcher = None
+            return done
+        for key, out in finished:
+            done.append((key, _policy_output(out, self._prompts.pop(key), self._requests.pop(key))))
+        return done
+
+    def reset_stats(self) -> None:
+        """Start counting afresh (benchmarks measure one mode at a time)."""
+        from unified.models.continuous import ContinuousStats
+
+        self.stats = ContinuousStats()
+        if self._batcher is not None:
+            self._batcher.stats = self.stats
 
     def close(self) -> None:
         self.prefix_cache.clear()
+        self._batcher = None
+
+
+def _policy_output(out, prompt: str, request: PolicyRequest) -> PolicyOutput:
+    """A :class:`GenerationOutput` as the policy's output for ``request``."""
+    return PolicyOutput(text=out.text, prompt=prompt, token_ids=list(out.token_ids), prefix=request.prefix,
+                        prompt_tokens=out.prompt_tokens, completion_tokens=len(out.token_ids),
+                        finish_reason=out.finish_reason, seconds=out.seconds)
 
 
 def request_json(request: PolicyRequest) -> str:
