@@ -89,11 +89,25 @@ def test_next_turn_reuses_the_finished_rows_kv(loaded):
     assert [o.token_ids for o in turn2] == [o.token_ids for o in _alone(loaded, second, params)]
 
 
-def test_seeded_sampling_is_reproducible(loaded):
-    params = SamplingParams(max_new_tokens=8, temperature=1.0, top_p=0.9, seed=7)
-    prompts = _prompts(loaded.tokenizer)
-    runs = [ContinuousBatcher(loaded.model, loaded.tokenizer, params, max_rows=4).run(prompts) for _ in range(2)]
-    assert [o.token_ids for o in runs[0]] == [o.token_ids for o in runs[1]]
+def test_each_row_samples_with_its_own_settings_and_seed(loaded):
+    tok = loaded.tokenizer
+    prompts = _prompts(tok)
+    seeded = SamplingParams(max_new_tokens=8, temperature=1.0, top_p=0.9, seed=7)
+    greedy = SamplingParams(max_new_tokens=5)
+    alone = ContinuousBatcher(loaded.model, tok, seeded).run([prompts[1]])[0]
+    batcher = ContinuousBatcher(loaded.model, tok, greedy, max_rows=4)
+    batcher.add("greedy", prompts[0])
+    batcher.add("seeded", prompts[1], seeded)
+    batcher.add("other", prompts[2], SamplingParams(max_new_tokens=8, temperature=1.0, seed=8))
+    outputs = {}
+    while batcher.busy:
+        outputs.update(batcher.step())
+    # the seeded row drew from its own generator: same tokens as when it ran alone
+    assert outputs["seeded"].token_ids == alone.token_ids
+    assert outputs["greedy"].token_ids == _alone(loaded, [prompts[0]], greedy)[0].token_ids
+    assert len(outputs["greedy"].token_ids) <= 5 and len(outputs["other"].token_ids) <= 8
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        batcher.add("bad", prompts[0], SamplingParams(max_new_tokens=0))
 
 
 def test_unsupported_models_are_refused_with_the_reason(tiny_checkpoint):

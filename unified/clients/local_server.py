@@ -1,10 +1,13 @@
 """A real OpenAI-compatible chat server over a local checkpoint, for tests and laptops.
 
 ``python -m unified.clients.local_server --model SPEC --port 8000`` serves
-``POST /v1/chat/completions``, ``GET /v1/models`` and ``GET /health`` on loopback. Requests
-that arrive together are generated together (dynamic batching through
-:func:`unified.models.generation.batched_generate`), so concurrent clients (the judge, many
-episodes in flight) get real throughput. Prompts are rendered with the checkpoint's own chat
+``POST /v1/chat/completions``, ``GET /v1/models`` and ``GET /health`` on loopback. Concurrent
+requests are generated together by continuous batching
+(:class:`unified.models.continuous.ContinuousBatcher`: a request joins the decoding batch at the
+next step and leaves it when it ends, each with its own sampling settings), so concurrent clients
+(the judge, many episodes in flight) get real throughput. Models the batcher does not support fall
+back to gathering requests for ``--batch-wait`` seconds and generating them as one batch
+(:func:`unified.models.generation.batched_generate`). Prompts are rendered with the checkpoint's own chat
 template; the reasoning before ``</think>`` comes back as ``reasoning_content`` and tool-call
 markup stays in ``content`` (like a vLLM server started without a tool parser).
 
@@ -74,7 +77,7 @@ def _normalise_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 class _Batcher(threading.Thread):
-    """Collects jobs for up to ``wait_s`` after the first, then generates them as one batch."""
+    """The generation thread: continuous batching when the model supports it, else gathered batches."""
 
     def __init__(self, loaded, max_batch: int, wait_s: float, prefix_cache_mb: float | None = None) -> None:
         from unified.models.prefix_cache import PrefixCache
@@ -86,6 +89,44 @@ class _Batcher(threading.Thread):
         self.prefix_cache = PrefixCache(None if prefix_cache_mb is None else int(prefix_cache_mb * (1 << 20)))
 
     def run(self) -> None:
+        from unified.models.continuous import continuous_batching_supported
+
+        supported, _ = continuous_batching_supported(self.loaded.model)
+        self._run_continuous() if supported else self._run_gathered()
+
+    def _run_continuous(self) -> None:
+        from unified.models.continuous import ContinuousBatcher
+
+        def new_engine():
+            return ContinuousBatcher(self.loaded.model, self.loaded.tokenizer, max_rows=self.max_batch,
+                                     prefix_cache=self.prefix_cache)
+
+        engine, futures, count = new_engine(), {}, 0
+        while True:
+            while True:  # wait for work only when nothing is decoding
+                try:
+                    job = self.jobs.get(block=not engine.busy)
+                except queue.Empty:
+                    break
+                count += 1
+                try:
+                    engine.add(count, job.prompt, job.params)
+                    futures[count] = job.future
+                except Exception as exc:
+                    job.future.set_exception(exc)
+            if not engine.busy:
+                continue
+            try:
+                finished = engine.step()
+            except Exception as exc:  # the engine's state is unknown: fail what it held, start afresh
+                for future in futures.values():
+                    future.set_exception(exc)
+                engine, futures = new_engine(), {}
+                continue
+            for key, output in finished:
+                futures.pop(key).set_result(output)
+
+    def _run_gathered(self) -> None:
         from unified.models.generation import batched_generate
 
         while True:

@@ -3,7 +3,8 @@
 ``python -m unified.eval.bench_batching --tasks 8`` runs the same real BFCL v4 episodes
 (round-robin over categories, so multi-turn ones are included) twice through
 :class:`unified.agent.loop.AgentLoop` with one in-process :class:`unified.policy.hf.HFPolicy`:
-once with all N episodes in flight (``max_in_flight=N``: each round's turns are one batch) and
+once with ``--max-in-flight`` episodes in flight (default: all N; ``--scheduling`` continuous
+batching, the default where the model supports it, or rounds) and
 once one episode at a time (``max_in_flight=1``), with the same greedy settings and the same
 prefix-cache setting (the cache is emptied before each mode so both start cold). It prints, per
 mode, episodes/s, generated tokens/s, the split of generation time into per-row prefill and
@@ -48,10 +49,12 @@ class ModeResult:
     other_seconds: float
     """Wall time outside generation: environments, parsing, scoring, rendering prompts."""
     errors: int
+    mean_rows_per_decode_step: float = 0.0
+    """Occupancy of the decoding batch (continuous batching only; 0 with rounds)."""
     completions: dict[str, list[list[int]]] = field(default_factory=dict, repr=False)
 
 
-def _run_mode(adapter, policy, tasks, mode: str, max_in_flight: int, limits) -> ModeResult:
+def _run_mode(adapter, policy, tasks, mode: str, max_in_flight: int, limits, scheduling: str) -> ModeResult:
     from unified.agent.loop import AgentLoop, Job
 
     policy.prefix_cache.clear()
@@ -64,7 +67,8 @@ def _run_mode(adapter, policy, tasks, mode: str, max_in_flight: int, limits) -> 
         errors += int(result.error is not None)
         completions[f"{result.task_id}#{result.trial}"] = [s.completion_token_ids for s in episode.steps]
 
-    loop = AgentLoop(adapter, policy, limits=limits, max_in_flight=max_in_flight, on_result=on_result)
+    loop = AgentLoop(adapter, policy, limits=limits, max_in_flight=max_in_flight, on_result=on_result,
+                     scheduling=scheduling)
     started = time.perf_counter()
     loop.run([Job(t) for t in tasks])
     seconds = time.perf_counter() - started
@@ -75,7 +79,7 @@ def _run_mode(adapter, policy, tasks, mode: str, max_in_flight: int, limits) -> 
         prompt_tokens=s.prompt_tokens, reused_prompt_tokens=s.reused_prompt_tokens,
         tokens_per_s=s.completion_tokens / seconds, prefill_seconds=s.prefill_seconds,
         decode_seconds=s.decode_seconds, other_seconds=seconds - s.prefill_seconds - s.decode_seconds,
-        errors=errors, completions=completions)
+        errors=errors, mean_rows_per_decode_step=s.mean_rows_per_step, completions=completions)
 
 
 def _line(r: ModeResult) -> str:
@@ -83,7 +87,8 @@ def _line(r: ModeResult) -> str:
             f"{r.episodes_per_s:.4f} episodes/s, {r.tokens_per_s:.2f} generated tokens/s "
             f"({r.completion_tokens} tokens, {r.policy_calls} generate calls); prefill {r.prefill_seconds:.1f}s, "
             f"decode {r.decode_seconds:.1f}s, other {r.other_seconds:.1f}s; prompt tokens {r.prompt_tokens}, "
-            f"from prefix cache {r.reused_prompt_tokens}; errors {r.errors}")
+            f"from prefix cache {r.reused_prompt_tokens}; rows per decode step {r.mean_rows_per_decode_step:.2f}; "
+            f"errors {r.errors}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -92,6 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", default="embedded", help="checkpoint spec loaded in-process (hf backend)")
     parser.add_argument("--tasks", type=int, default=8, help="N: BFCL v4 tasks (round-robin over categories)")
     parser.add_argument("--categories", default=None, help="bfcl categories/collections (default: all, round-robin)")
+    parser.add_argument("--max-in-flight", type=int, default=None, help="episodes in flight in the batched mode "
+                        "(default: all tasks)")
+    parser.add_argument("--scheduling", default="auto", choices=["auto", "continuous", "rounds"],
+                        help="how the batched mode shares the model (see unified.agent.loop.SCHEDULING)")
     parser.add_argument("--max-new-tokens", type=int, default=128, help="per policy call")
     parser.add_argument("--max-turns", type=int, default=4, help="policy calls per episode")
     parser.add_argument("--thinking", action=argparse.BooleanOptionalAction, default=False)
@@ -119,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(tasks)} BFCL v4 tasks: {', '.join(t.id for t in tasks)}", file=sys.stderr, flush=True)
     loaded = load_checkpoint(args.model, **({"experts_implementation": args.experts} if args.experts else {}))
     sampling = SamplingConfig(temperature=0.0, max_new_tokens=args.max_new_tokens, enable_thinking=args.thinking)
-    policy = HFPolicy(args.model, sampling, loaded=loaded, max_batch_size=max(1, len(tasks)),
+    in_flight = max(1, args.max_in_flight or len(tasks))
+    policy = HFPolicy(args.model, sampling, loaded=loaded, max_batch_size=in_flight,
                       prefix_cache_mb=args.prefix_cache_mb)
     limits = AgentLimits(max_turns=args.max_turns)
     from unified.models.generation import SamplingParams, batched_generate
@@ -135,11 +145,13 @@ def main(argv: list[str] | None = None) -> int:
     for mode in [m.strip() for m in args.modes.split(",") if m.strip()]:
         if mode not in ("batched", "sequential"):
             raise SystemExit(f"--modes: unknown mode {mode!r} (batched, sequential)")
-        results[mode] = _run_mode(adapter, policy, tasks, mode, len(tasks) if mode == "batched" else 1, limits)
+        results[mode] = _run_mode(adapter, policy, tasks, mode, in_flight if mode == "batched" else 1, limits,
+                                  args.scheduling)
         print(_line(results[mode]), flush=True)
     report: dict[str, Any] = {
         "model": args.model, "tasks": [t.id for t in tasks], "max_new_tokens": args.max_new_tokens,
         "max_turns": args.max_turns, "thinking": args.thinking, "prefix_cache_mb": args.prefix_cache_mb,
+        "max_in_flight": in_flight, "scheduling": args.scheduling,
         "experts": loaded.kernels.experts, "attention": loaded.kernels.attention, "torch_threads": torch.get_num_threads(),
         "load_average": os.getloadavg(), "modes": {k: {kk: vv for kk, vv in asdict(v).items() if kk != "completions"}
                                                    for k, v in results.items()},

@@ -27,6 +27,7 @@ from unified.registry import UnknownNameError
 _FLAG_KEYS = {
     "suite": "suite", "benchmarks": "benchmarks", "model": "model", "backend": "backend", "prompting": "prompting",
     "out": "out", "split": "split", "limit": "limit", "task_ids": "task_ids", "runs": "runs", "max_in_flight": "max_in_flight",
+    "scheduling": "scheduling",
     "temperature": "sampling.temperature", "top_p": "sampling.top_p", "max_new_tokens": "sampling.max_new_tokens",
     "thinking": "sampling.thinking", "seed": "sampling.seed", "max_turns": "limits.max_turns",
     "max_steps_per_turn": "limits.max_steps_per_user_turn", "max_episode_tokens": "limits.max_completion_tokens",
@@ -49,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "the tasks they depend on come along)")
     parser.add_argument("--runs", type=int, help="rollouts per task (default: the benchmark's protocol)")
     parser.add_argument("--max-in-flight", type=int, help="episodes generated together (hf batch size)")
+    parser.add_argument("--scheduling", choices=["auto", "continuous", "rounds"],
+                        help="continuous batching (episodes join the batch when ready; auto: where the backend has it) "
+                             "or rounds (one batch per round)")
     parser.add_argument("--temperature", type=float)
     parser.add_argument("--top-p", type=float)
     parser.add_argument("--max-new-tokens", type=int, help="per policy call")

@@ -68,6 +68,9 @@ class EvalConfig:
     """Rollouts per task (default: each benchmark's protocol)."""
     max_in_flight: int = 8
     """Episodes generated together (the batch size of the ``hf`` backend)."""
+    scheduling: str = "auto"
+    """``auto`` | ``continuous`` | ``rounds``: how episodes share the policy
+    (:data:`unified.agent.loop.SCHEDULING`; auto = continuous batching where the backend has it)."""
     sampling: SamplingSection = field(default_factory=SamplingSection)
     limits: LimitsSection = field(default_factory=LimitsSection)
     benchmark_config: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -165,7 +168,8 @@ def _run_benchmark(name: str, cfg: EvalConfig, out: Path, sampling: SamplingConf
             progress.update(result.error is not None)
 
         loop = AgentLoop(adapter, policy, prompting=cfg.prompting, prompting_options=cfg.prompting_options,
-                         limits=limits, max_in_flight=cfg.max_in_flight, model_name=cfg.model, on_result=on_result)
+                         limits=limits, max_in_flight=cfg.max_in_flight, model_name=cfg.model, on_result=on_result,
+                         scheduling=cfg.scheduling)
         started = time.perf_counter()
         try:
             loop.run(jobs, finished_ids=finished_ids)

@@ -185,8 +185,9 @@ def prefilled_batch_cache(model, input_ids: torch.Tensor, attention_mask: torch.
     return left_pad_caches(caches, width - 1, capacity)
 
 
-def _next_tokens(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """(b, V) logits -> (b,) tokens: argmax, or top-p (nucleus) sampling at ``temperature``."""
+def _next_tokens(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None = None) -> torch.Tensor:
+    """(b, V) logits -> (b,) tokens: argmax, or top-p (nucleus) sampling at ``temperature``
+    (drawn from ``generator`` when given, else from torch's global generator)."""
     if params.temperature <= 0:
         return logits.argmax(dim=-1)
     probs = torch.softmax(logits.float() / params.temperature, dim=-1)
@@ -194,7 +195,7 @@ def _next_tokens(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
         sorted_probs, order = probs.sort(dim=-1, descending=True)
         outside = sorted_probs.cumsum(dim=-1) - sorted_probs > params.top_p  # keeps the first token always
         probs = probs.scatter(-1, order, sorted_probs.masked_fill(outside, 0.0))
-    return torch.multinomial(probs, 1).squeeze(-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
 @torch.no_grad()
