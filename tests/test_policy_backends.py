@@ -22,10 +22,19 @@ def test_openai_backend_runs_episodes_against_local_server(tiny_checkpoint):
         policy = make_policy(server.spec, SamplingConfig(max_new_tokens=8))
         adapter = FixtureAdapter(n=3)
         episodes = []
-        AgentLoop(adapter, policy, limits=AgentLimits(max_turns=2), max_in_flight=3,
-                  on_result=lambda r, e: episodes.append(e)).run([Job(t) for t in adapter.tasks()])
+        loop = AgentLoop(adapter, policy, limits=AgentLimits(max_turns=2), max_in_flight=3,
+                         on_result=lambda r, e: episodes.append(e))
+        assert loop.uses_continuous_batching  # each request goes out when its episode is ready
+        loop.run([Job(t) for t in adapter.tasks()])
         assert len(episodes) == 3 and all(e.error is None for e in episodes)
         assert all(e.steps[0].completion_tokens > 0 and '"messages"' in e.steps[0].prompt for e in episodes)
+        # the same episodes by rounds (one concurrent batch per round) give the same greedy completions
+        by_rounds = []
+        AgentLoop(adapter, policy, limits=AgentLimits(max_turns=2), max_in_flight=3, scheduling="rounds",
+                  on_result=lambda r, e: by_rounds.append(e)).run([Job(t) for t in adapter.tasks()])
+        completions = lambda eps: {e.task_id: [s.completion for s in e.steps] for e in eps}  # noqa: E731
+        assert completions(by_rounds) == completions(episodes)
+        policy.close()
 
 
 def test_openai_backend_reports_unreachable_endpoint_per_request():

@@ -5,13 +5,18 @@ Requests of one batch go out concurrently through
 backoff on 429/5xx/connection errors, per-request timeouts). The server's split-out reasoning
 is put back in front of the answer as ``...</think>`` so that every backend hands the agent
 loop the same raw-completion shape; calls the server already parsed are passed through.
+
+``submit`` / ``poll`` send each request the moment the agent loop has it (a thread pool of
+``max_concurrency`` workers), so an episode's next turn never waits for other episodes' turns:
+the server (vLLM, SGLang, our local server) batches continuously on its side.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-from typing import Any
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import Any, Hashable
 
 from unified.policy.base import Policy, PolicyOutput, PolicyRequest, SamplingConfig
 from unified.policy.hf import request_json
@@ -32,6 +37,9 @@ def to_wire(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 class OpenAIPolicy(Policy):
     name = "openai"
+    supports_continuous_batching = True
+    poll_interval_s = 0.05
+    """Longest wait of one ``poll`` for a request to finish (the loop services environments between polls)."""
 
     def __init__(self, spec: str, sampling: SamplingConfig = SamplingConfig(), *, timeout_s: float = 300.0,
                  max_retries: int = 4, max_concurrency: int = 8, api_key: str | None = None) -> None:
@@ -41,23 +49,47 @@ class OpenAIPolicy(Policy):
         self.config = parse_endpoint_spec(spec, timeout_s=timeout_s, max_retries=max_retries,
                                           max_concurrency=max_concurrency, api_key=api_key)
         self.client = OpenAICompatClient(self.config)
+        self._pool: ThreadPoolExecutor | None = None
+        self._inflight: dict[Future, tuple[Hashable, PolicyRequest]] = {}
+
+    def _payload(self, request: PolicyRequest) -> dict[str, Any]:
+        s = self.sampling
+        return dict(messages=to_wire(request.messages), tools=request.tools or None, max_tokens=s.max_new_tokens,
+                    temperature=s.temperature, top_p=s.top_p, seed=s.seed,
+                    chat_template_kwargs={"enable_thinking": s.enable_thinking})
+
+    @staticmethod
+    def _output(request: PolicyRequest, answer) -> PolicyOutput | Exception:
+        if isinstance(answer, Exception):
+            return answer
+        text = answer.text or ""
+        if answer.reasoning:
+            text = f"{answer.reasoning}\n</think>\n\n{text}"
+        return PolicyOutput(text=text, prompt=request_json(request), prompt_tokens=answer.prompt_tokens,
+                            completion_tokens=answer.completion_tokens, finish_reason=answer.finish_reason,
+                            seconds=answer.latency_s, tool_calls=answer.tool_calls or None)
 
     def generate(self, requests: list[PolicyRequest]) -> list[PolicyOutput | Exception]:
-        s = self.sampling
-        payloads = [dict(messages=to_wire(r.messages), tools=r.tools or None, max_tokens=s.max_new_tokens,
-                         temperature=s.temperature, top_p=s.top_p, seed=s.seed,
-                         chat_template_kwargs={"enable_thinking": s.enable_thinking}) for r in requests]
-        answers = self.client.chat_many(payloads)
-        outputs: list[PolicyOutput | Exception] = []
-        for request, answer in zip(requests, answers):
-            if isinstance(answer, Exception):
-                outputs.append(answer)
-                continue
-            text = answer.text or ""
-            if answer.reasoning:
-                text = f"{answer.reasoning}\n</think>\n\n{text}"
-            outputs.append(PolicyOutput(
-                text=text, prompt=request_json(request), prompt_tokens=answer.prompt_tokens,
-                completion_tokens=answer.completion_tokens, finish_reason=answer.finish_reason,
-                seconds=answer.latency_s, tool_calls=answer.tool_calls or None))
-        return outputs
+        answers = self.client.chat_many([self._payload(r) for r in requests])
+        return [self._output(request, answer) for request, answer in zip(requests, answers)]
+
+    def submit(self, key: Hashable, request: PolicyRequest) -> None:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self.config.max_concurrency, thread_name_prefix="openai-policy")
+        self._inflight[self._pool.submit(self.client.chat, **self._payload(request))] = (key, request)
+
+    def poll(self) -> list[tuple[Hashable, PolicyOutput | Exception]]:
+        if not self._inflight:
+            return []
+        done, _ = wait(self._inflight, timeout=self.poll_interval_s, return_when=FIRST_COMPLETED)
+        finished = []
+        for future in done:
+            key, request = self._inflight.pop(future)
+            error = future.exception()
+            finished.append((key, self._output(request, error if error is not None else future.result())))
+        return finished
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
