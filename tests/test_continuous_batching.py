@@ -231,3 +231,14 @@ def test_row_attention_matches_padded_sdpa(loaded):
         for i, row_ids in enumerate(ids):
             alone = model(input_ids=torch.tensor([row_ids])).logits[0, -1]
             assert torch.allclose(rowwise[i], alone, atol=1e-4, rtol=1e-4)
+
+
+def test_generate_all_keeps_order_with_more_prompts_than_rows(loaded, tiny_checkpoint):
+    from unified.models.continuous import generate_all
+
+    params = SamplingParams(max_new_tokens=6)
+    prompts = _prompts(loaded.tokenizer) * 2
+    outputs = generate_all(loaded.model, loaded.tokenizer, prompts, params, max_batch_size=3)
+    assert [o.token_ids for o in outputs] == [o.token_ids for o in _alone(loaded, prompts, params)]
+    eager = load_checkpoint(tiny_checkpoint, device="cpu", attn_implementation="eager")  # falls back to rounds
+    assert len(generate_all(eager.model, eager.tokenizer, prompts[:2], params)) == 2

@@ -60,3 +60,10 @@ def test_vllm_backend_generates(tiny_checkpoint):
     policy = make_policy(f"vllm:{tiny_checkpoint}", SamplingConfig(max_new_tokens=4))
     out = policy.generate([PolicyRequest(messages=[{"role": "user", "content": "hi"}])])[0]
     assert out.completion_tokens > 0
+
+
+def test_concurrency_reaches_each_backend(tiny_checkpoint):
+    """``--max-in-flight`` is not throttled by a backend's own default (8 requests, 16 rows)."""
+    assert make_policy("openai:http://127.0.0.1:9/v1#none", concurrency=24).config.max_concurrency == 24
+    assert make_policy(str(tiny_checkpoint), concurrency=24).max_batch_size == 24
+    assert make_policy(str(tiny_checkpoint), concurrency=24, max_batch_size=4).max_batch_size == 4

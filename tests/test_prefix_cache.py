@@ -161,6 +161,9 @@ def test_bench_batching_runs_real_bfcl_episodes(tiny_checkpoint, tmp_path, capsy
         assert figures["completion_tokens"] > 0 and figures["prefill_seconds"] > 0 and figures["decode_seconds"] > 0
     assert report["modes"]["batched"]["policy_calls"] == 1 and report["modes"]["sequential"]["policy_calls"] == 2
     assert report["speedup_episodes_per_s"] > 0 and report["episodes_with_identical_completions"] == 2
+    # continuous batching (the default): both episodes decoded together, one at a time in the sequential mode
+    assert report["scheduling"] == "auto" and report["modes"]["batched"]["mean_rows_per_decode_step"] > 1
+    assert report["modes"]["sequential"]["mean_rows_per_decode_step"] == 1
 
 
 def test_sampling_in_the_shrinking_batch_decode(loaded):

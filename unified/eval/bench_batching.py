@@ -85,7 +85,7 @@ def _run_mode(adapter, policy, tasks, mode: str, max_in_flight: int, limits, sch
 def _line(r: ModeResult) -> str:
     return (f"{r.mode:>10} (max_in_flight={r.max_in_flight}): {r.episodes} episodes in {r.seconds:.1f}s = "
             f"{r.episodes_per_s:.4f} episodes/s, {r.tokens_per_s:.2f} generated tokens/s "
-            f"({r.completion_tokens} tokens, {r.policy_calls} generate calls); prefill {r.prefill_seconds:.1f}s, "
+            f"({r.completion_tokens} tokens, {r.policy_calls} generate calls or admissions); prefill {r.prefill_seconds:.1f}s, "
             f"decode {r.decode_seconds:.1f}s, other {r.other_seconds:.1f}s; prompt tokens {r.prompt_tokens}, "
             f"from prefix cache {r.reused_prompt_tokens}; rows per decode step {r.mean_rows_per_decode_step:.2f}; "
             f"errors {r.errors}")

@@ -158,7 +158,7 @@ def _run_benchmark(name: str, cfg: EvalConfig, out: Path, sampling: SamplingConf
     if jobs:
         if policy is None:
             _log(f"loading policy {cfg.model} ...")
-            policy = new_policy = make_policy(cfg.model, sampling, backend=cfg.backend)
+            policy = new_policy = make_policy(cfg.model, sampling, backend=cfg.backend, concurrency=cfg.max_in_flight)
         _log(f"{name}: {len(jobs)} episodes to run ({len(recorded)} already recorded), "
              f"{len(tasks)} tasks x {runs} run(s)")
         progress = _Progress(name, len(jobs))

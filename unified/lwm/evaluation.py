@@ -97,13 +97,14 @@ class WorldModel:
                                              for m in messages])
             return [r if isinstance(r, Exception) else
                     (f"<think>{r.reasoning}</think>" if r.reasoning else "") + r.text for r in results]
-        from unified.models.generation import SamplingParams, batched_generate
+        from unified.models.continuous import generate_all
+        from unified.models.generation import SamplingParams
 
         tok = self.loaded.tokenizer
         prompts = [tok.apply_chat_template(m, tokenize=False, add_generation_prompt=True,
                                            enable_thinking=self.thinking) for m in messages]
-        outs = batched_generate(self.loaded.model, tok, prompts, SamplingParams(max_new_tokens=self.max_new_tokens),
-                                max_batch_size=self.batch_size)
+        outs = generate_all(self.loaded.model, tok, prompts, SamplingParams(max_new_tokens=self.max_new_tokens),
+                            max_batch_size=self.batch_size)
         return [o.text for o in outs]
 
 

@@ -152,7 +152,11 @@ class RowKVCache:
 
 @dataclass
 class ContinuousStats(GenerationStats):
-    """:class:`GenerationStats` plus the occupancy of decode steps."""
+    """:class:`GenerationStats` plus the occupancy of decode steps.
+
+    In continuous batching ``calls`` counts the steps that admitted rows (each admission prefills
+    its rows one by one; ``prefill_seconds`` is their time) and ``decode_seconds`` the decode steps.
+    """
 
     decode_steps: int = 0
     row_steps: int = 0
@@ -303,3 +307,15 @@ class ContinuousBatcher:
         while self.busy:
             outputs.update(self.step())
         return [outputs[i] for i in range(len(prompts))]
+
+
+def generate_all(model, tokenizer, prompts: list[str], params: SamplingParams = SamplingParams(), *,
+                 max_batch_size: int = 16, prefix_cache: PrefixCache | None = None) -> list[GenerationOutput]:
+    """Completions of a list of prompts, in order: continuous batching where the model supports it
+    (a finished row's slot goes to the next prompt at once), else round-based
+    :func:`unified.models.generation.batched_generate`."""
+    if continuous_batching_supported(model)[0]:
+        return ContinuousBatcher(model, tokenizer, params, max_rows=max_batch_size, prefix_cache=prefix_cache).run(prompts)
+    from unified.models.generation import batched_generate
+
+    return batched_generate(model, tokenizer, prompts, params, max_batch_size=max_batch_size, prefix_cache=prefix_cache)

@@ -108,12 +108,14 @@ class Policy:
 
 
 def make_policy(spec: str, sampling: SamplingConfig = SamplingConfig(), *, backend: str | None = None,
-                **options: Any) -> Policy:
+                concurrency: int | None = None, **options: Any) -> Policy:
     """A policy from a ``--model`` spec.
 
     ``gold`` -> the ground-truth replayer; ``openai:URL#MODEL`` -> the OpenAI-compatible
     backend; anything else (``embedded``, a checkpoint dir, a .gguf, a hub id) is loaded
     in-process by ``hf`` unless ``backend="vllm"`` (or the spec starts with ``vllm:``).
+    ``concurrency`` (the agent loop's episodes in flight) becomes ``hf``'s batch rows and
+    ``openai``'s concurrent requests, so neither throttles ``--max-in-flight``.
     """
     if spec == "gold":
         from unified.policy.gold import GoldPolicy
@@ -122,6 +124,8 @@ def make_policy(spec: str, sampling: SamplingConfig = SamplingConfig(), *, backe
     if spec.startswith("openai:") or backend == "openai":
         from unified.policy.openai_backend import OpenAIPolicy
 
+        if concurrency:
+            options.setdefault("max_concurrency", concurrency)
         return OpenAIPolicy(spec, sampling, **options)
     if spec.startswith("vllm:") or backend == "vllm":
         from unified.policy.vllm_backend import VLLMPolicy
@@ -133,4 +137,6 @@ def make_policy(spec: str, sampling: SamplingConfig = SamplingConfig(), *, backe
         raise UnknownNameError("policy backend", str(backend), ["hf", "openai", "vllm", "gold"])
     from unified.policy.hf import HFPolicy
 
+    if concurrency:
+        options.setdefault("max_batch_size", concurrency)
     return HFPolicy(spec, sampling, **options)

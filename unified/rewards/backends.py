@@ -66,14 +66,15 @@ class LocalHFJudgeBackend:
         return self._loaded
 
     def complete(self, requests: list[list[dict[str, str]]]) -> list[str | Exception]:
-        from unified.models.generation import SamplingParams, batched_generate
+        from unified.models.continuous import generate_all
+        from unified.models.generation import SamplingParams
 
         tok = self.loaded.tokenizer
         prompts = [tok.apply_chat_template(m, tokenize=False, add_generation_prompt=True, enable_thinking=False)
                    for m in requests]
         try:
-            outs = batched_generate(self.loaded.model, tok, prompts, SamplingParams(max_new_tokens=self.max_tokens),
-                                    max_batch_size=self.batch_size)
+            outs = generate_all(self.loaded.model, tok, prompts, SamplingParams(max_new_tokens=self.max_tokens),
+                                max_batch_size=self.batch_size)
         except Exception as exc:  # one failure: every request of the call reports it
             return [exc for _ in requests]
         return [strip_reasoning(o.text).strip() for o in outs]
