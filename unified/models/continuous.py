@@ -125,9 +125,6 @@ class RowKVCache:
     Lengths advance once per step (:meth:`advance`), after every layer ran.
     """
 
-    is_compileable = False
-    is_sliding = [False]
-
     def __init__(self, rows: list[_Row]) -> None:
         self.rows = rows
 
