@@ -47,8 +47,7 @@ class HFPolicy(Policy):
             raise ValueError(f"continuous batching was asked for but is not supported: {why}")
         self.supports_continuous_batching = supported if continuous is None else bool(continuous)
         self._batcher = None
-        self._requests: dict[Hashable, PolicyRequest] = {}
-        self._prompts: dict[Hashable, str] = {}
+        self._requests: dict[Hashable, tuple[PolicyRequest, str]] = {}  # submitted: (request, rendered prompt)
         self._ready: list[tuple[Hashable, PolicyOutput | Exception]] = []
 
     def _sampling_params(self):
@@ -99,7 +98,7 @@ class HFPolicy(Policy):
         except Exception as exc:  # a template error belongs to that request only
             self._ready.append((key, exc))
             return
-        self._requests[key], self._prompts[key] = request, prompt
+        self._requests[key] = (request, prompt)
 
     def poll(self) -> list[tuple[Hashable, PolicyOutput | Exception]]:
         if not self.supports_continuous_batching:
@@ -111,11 +110,12 @@ class HFPolicy(Policy):
             finished = self._batcher.step()
         except Exception as exc:  # the engine's state is unknown: fail every request in it, start afresh
             done += [(key, exc) for key in self._requests]
-            self._requests.clear(), self._prompts.clear()
+            self._requests.clear()
             self._batcher = None
             return done
         for key, out in finished:
-            done.append((key, _policy_output(out, self._prompts.pop(key), self._requests.pop(key))))
+            request, prompt = self._requests.pop(key)
+            done.append((key, _policy_output(out, prompt, request)))
         return done
 
     def reset_stats(self) -> None:
