@@ -10,6 +10,8 @@
 #   MODEL=runs/lwm_warmup-1234/final sbatch slurm/eval.sh                   # OOD suite behind vLLM
 #   MODEL=runs/lwm_warmup-1234/final SUITE=in_domain sbatch slurm/eval.sh --limit 50 --runs 3
 #   MODEL=embedded SERVER=local GPUS_PER_NODE=0 sbatch slurm/eval.sh --limit 2   # no GPU, no vLLM
+#   MODEL=runs/lwm_warmup-1234/final SUITE=general,ood sbatch slurm/eval.sh   # + lm-eval general suite
+#   MODEL=runs/lwm_warmup-1234/final SUITE=general SERVER=none sbatch slurm/eval.sh --set general.limit=200
 # Extra arguments go to `python -m unified.eval` unchanged. Partition, account, QoS and time limit
 # are yours to pass to sbatch (-p, -A, -q, -t).
 # SERVER=vllm   `vllm serve MODEL` on this node (tensor parallel over GPUS_PER_NODE, Qwen3.5 tool and
@@ -18,12 +20,15 @@
 # SERVER=local  unified's own OpenAI-compatible server (python -m unified.clients.local_server), same
 #               protocol, for CPU nodes or a quick check of a small checkpoint.
 # SERVER=none   in-process generation (the hf backend, batched), no server at all.
+# SUITE=general runs lm-evaluation-harness tasks (docs/general_suite.md) through the same server (lm-eval's
+#               local-completions class, the checkpoint's tokenizer) or in-process (SERVER=none: lm-eval's HFLM).
 # Same weights as the warmup wrote: nothing is converted. Rerunning with the same OUT resumes.
 set -euo pipefail
 
 # ---- user variables (override from the environment: VAR=value sbatch ...) ---------------------------
 MODEL=${MODEL:-embedded}                         # checkpoint dir (e.g. a warmup's final/), hub id or embedded
-SUITE=${SUITE:-ood}                              # ood | in_domain | all (ignored when BENCHMARKS is set)
+SUITE=${SUITE:-ood}                              # ood | in_domain | all | general, or e.g. general,ood
+                                                 # (BENCHMARKS replaces the agent suites; general is kept)
 BENCHMARKS=${BENCHMARKS:-}                       # e.g. "bfcl_v4 claw_eval" (empty = the whole SUITE)
 PROMPTING=${PROMPTING:-act}                      # act | predict_then_act | predict_then_act_reflect
 OUT=${OUT:-runs/eval-${SLURM_JOB_ID:-local}}     # results JSONL, summary.json/.md; rerun to resume
@@ -45,19 +50,23 @@ source "$REPO/slurm/_common.sh"
 unified_env
 
 ARGS=(--out "$OUT" --prompting "$PROMPTING")
+GENERAL=0
+case ",$SUITE," in *,general,*) GENERAL=1 ;; esac
 if [ -n "$BENCHMARKS" ]; then
     read -r -a BENCH_LIST <<< "$BENCHMARKS"
     ARGS+=(--benchmarks "${BENCH_LIST[@]}")
+    if [ "$GENERAL" = "1" ]; then ARGS+=(--suite general); fi
 else
     ARGS+=(--suite "$SUITE")
 fi
 
+if [ "$MODEL" = "embedded" ] && { [ "$SERVER" = "vllm" ] || { [ "$SERVER" = "local" ] && [ "$GENERAL" = "1" ]; }; }; then
+    # vLLM and lm-eval's tokenizer read a directory: the embedded model's built checkpoint
+    MODEL=$("$PYTHON" -c 'from unified.models.embedded import ensure_embedded_checkpoint as e; print(e())')
+fi
 case "$SERVER" in
     vllm)
         [ "$GPUS_PER_NODE" -ge 1 ] || unified_die "SERVER=vllm needs GPUS_PER_NODE >= 1 (use SERVER=local or none on CPU)"
-        if [ "$MODEL" = "embedded" ]; then  # vLLM reads a directory: the embedded model's built checkpoint
-            MODEL=$("$PYTHON" -c 'from unified.models.embedded import ensure_embedded_checkpoint as e; print(e())')
-        fi
         # shellcheck disable=SC2206
         SERVER_CMD=(vllm serve "$MODEL" --host 127.0.0.1 --port "$PORT" --served-model-name "$SERVED_NAME"
                     --tensor-parallel-size "$GPUS_PER_NODE" --max-model-len "$MAX_MODEL_LEN" $VLLM_ARGS) ;;
@@ -71,6 +80,8 @@ case "$SERVER" in
 esac
 if [ "${#SERVER_CMD[@]}" -gt 0 ]; then
     ARGS+=(--model "openai:http://127.0.0.1:${PORT}/v1#${SERVED_NAME}")
+    # lm-eval's local-completions tokenizes on this side, with the served checkpoint's tokenizer
+    if [ "$GENERAL" = "1" ]; then ARGS+=(--set "general.tokenizer=$MODEL"); fi
 else
     ARGS+=(--model "$MODEL")
 fi

@@ -1,7 +1,10 @@
 """A real OpenAI-compatible chat server over a local checkpoint, for tests and laptops.
 
 ``python -m unified.clients.local_server --model SPEC --port 8000`` serves
-``POST /v1/chat/completions``, ``GET /v1/models`` and ``GET /health`` on loopback. Concurrent
+``POST /v1/chat/completions``, ``POST /v1/completions`` (token-id or text prompts; ``echo`` +
+``logprobs`` for log-likelihood scoring, as lm-evaluation-harness's ``local-completions`` sends),
+vLLM's tokenizer endpoints ``GET /tokenizer_info``, ``POST /tokenize``, ``POST /detokenize``
+(see :mod:`unified.clients.completions`), ``GET /v1/models`` and ``GET /health`` on loopback. Concurrent
 requests are generated together by continuous batching
 (:class:`unified.models.continuous.ContinuousBatcher`: a request joins the decoding batch at the
 next step and leaves it when it ends, each with its own sampling settings), so concurrent clients
@@ -40,9 +43,28 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class _Job:
-    prompt: str
+    prompt: str | list[int]
+    """Chat-templated text, or token ids (``/v1/completions``)."""
     params: Any
     future: Future
+
+
+@dataclass
+class _ScoreJob:
+    """Log-probabilities of prompt ids (``echo``), run on the generation thread between decode steps."""
+
+    ids: list[int]
+    top: int
+    generate: bool
+    future: Future
+
+    def run(self, loaded) -> None:
+        from unified.clients.completions import score_prompt
+
+        try:
+            self.future.set_result(score_prompt(loaded.model, loaded.tokenizer, self.ids, self.top, self.generate))
+        except Exception as exc:  # reported to the request, the thread goes on
+            self.future.set_exception(exc)
 
 
 def split_reasoning(text: str) -> tuple[str | None, str]:
@@ -108,6 +130,9 @@ class _Batcher(threading.Thread):
                     job = self.jobs.get(block=not engine.busy)
                 except queue.Empty:
                     break
+                if isinstance(job, _ScoreJob):
+                    job.run(self.loaded)
+                    continue
                 count += 1
                 try:
                     engine.add(count, job.prompt, job.params)
@@ -137,6 +162,12 @@ class _Batcher(threading.Thread):
                     batch.append(self.jobs.get(timeout=max(0.0, deadline - time.monotonic())))
                 except queue.Empty:
                     break
+            for job in [j for j in batch if isinstance(j, _ScoreJob)]:
+                job.run(self.loaded)
+            batch = [j for j in batch if not isinstance(j, _ScoreJob)]
+            for job in batch:  # batched_generate takes text
+                if isinstance(job.prompt, list):
+                    job.prompt = self.loaded.tokenizer.decode(job.prompt)
             groups: dict[Any, list[_Job]] = {}
             for job in batch:
                 groups.setdefault(job.params, []).append(job)
@@ -172,13 +203,20 @@ def make_handler(loaded, batcher: _Batcher, served_name: str, default_max_tokens
         def do_GET(self):  # noqa: N802 (http.server naming)
             if self.path.rstrip("/") in ("/health", "/v1/health"):
                 self._send(200, {"status": "ok"})
+            elif self.path.rstrip("/") == "/tokenizer_info":
+                from unified.clients.completions import tokenizer_info
+
+                self._send(200, tokenizer_info(loaded.tokenizer))
             elif self.path.rstrip("/") == "/v1/models":
                 self._send(200, {"object": "list", "data": [{"id": served_name, "object": "model"}]})
             else:
                 self._send(404, {"error": {"message": f"no route {self.path}"}})
 
         def do_POST(self):  # noqa: N802
-            if self.path.rstrip("/") != "/v1/chat/completions":
+            route = self.path.rstrip("/")
+            if route in ("/v1/completions", "/tokenize", "/detokenize"):
+                return self._completions_or_tokenizer(route)
+            if route != "/v1/chat/completions":
                 return self._send(404, {"error": {"message": f"no route {self.path}"}})
             try:
                 request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
@@ -211,6 +249,54 @@ def make_handler(loaded, batcher: _Batcher, served_name: str, default_max_tokens
                 "choices": [{"index": 0, "message": message, "finish_reason": output.finish_reason}],
                 "usage": {"prompt_tokens": output.prompt_tokens, "completion_tokens": len(output.token_ids),
                           "total_tokens": output.prompt_tokens + len(output.token_ids)},
+            })
+
+        def _completions_or_tokenizer(self, route: str) -> None:
+            from unified.clients import completions as comp
+
+            tokenizer = loaded.tokenizer
+            try:
+                request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                if route == "/tokenize":
+                    ids = tokenizer(request["prompt"], add_special_tokens=bool(request.get("add_special_tokens")))
+                    return self._send(200, {"tokens": ids["input_ids"], "count": len(ids["input_ids"])})
+                if route == "/detokenize":
+                    return self._send(200, {"prompt": tokenizer.decode([int(t) for t in request["tokens"]])})
+                prompts = [comp.prompt_ids(tokenizer, p) for p in comp.normalise_prompts(request.get("prompt"))]
+                max_tokens = int(request["max_tokens"] if request.get("max_tokens") is not None else 16)
+                echo = bool(request.get("echo"))
+                if echo and max_tokens > 1:
+                    raise ValueError("echo is supported with max_tokens 0 or 1 (log-likelihood scoring)")
+                params = SamplingParams(max_new_tokens=max(1, max_tokens),
+                                        temperature=float(request.get("temperature") or 0.0),
+                                        top_p=float(request.get("top_p") or 1.0), seed=request.get("seed"))
+            except (KeyError, ValueError, TypeError) as exc:
+                return self._send(400, {"error": {"message": f"bad request: {type(exc).__name__}: {exc}"}})
+            jobs = [_ScoreJob(ids, int(request.get("logprobs") or 1), max_tokens == 1, Future()) if echo
+                    else _Job(ids, params, Future()) for ids in prompts]
+            for job in jobs:
+                batcher.jobs.put(job)
+            choices, prompt_tokens, completion_tokens = [], 0, 0
+            for index, (ids, job) in enumerate(zip(prompts, jobs)):
+                try:
+                    output = job.future.result()
+                except Exception as exc:
+                    return self._send(500, {"error": {"message": f"generation failed: {exc}"}})
+                prompt_tokens += len(ids)
+                if echo:
+                    text = output.pop("text")
+                    completion_tokens += len(output.pop("generated_ids"))
+                    choices.append({"index": index, "text": text, "logprobs": output, "finish_reason": "length"})
+                    continue
+                text, stopped = comp.cut_at_stop(output.text, request.get("stop"))
+                completion_tokens += len(output.token_ids)
+                choices.append({"index": index, "text": text, "logprobs": None,
+                                "finish_reason": "stop" if stopped else output.finish_reason})
+            self._send(200, {
+                "id": f"cmpl-{uuid.uuid4().hex[:12]}", "object": "text_completion", "created": int(time.time()),
+                "model": served_name, "choices": choices,
+                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                          "total_tokens": prompt_tokens + completion_tokens},
             })
 
     return Handler

@@ -8,6 +8,8 @@ Examples::
     python -m unified.eval --recipe recipes/eval/ood.yaml --set limit=20
     python -m unified.eval --compare runs/sft runs/lwm
     python -m unified.eval --suite lwm ...        # the world-model eval (unified.lwm.evaluation)
+    python -m unified.eval --suite general --model embedded --set general.limit=50   # lm-eval tasks
+    python -m unified.eval --suite general,ood --model runs/lwm/final --set general.tasks=gsm8k,ifeval
 
 Flags override the recipe; ``--set KEY=VALUE`` reaches any key of :class:`EvalConfig`.
 Rerunning the same command resumes: finished (task, trial) pairs are not run again.
@@ -38,7 +40,9 @@ _FLAG_KEYS = {
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m unified.eval", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--suite", help="ood | in_domain | all | lwm")
+    parser.add_argument("--suite", help="ood | in_domain | all | general | lwm; several comma-separated "
+                        "(general = lm-evaluation-harness tasks, options under --set general.KEY=VALUE; "
+                        "`all` is the agent suites only)")
     parser.add_argument("--benchmarks", nargs="+", help="benchmark names (comma or space separated)")
     parser.add_argument("--model", help="embedded | CHECKPOINT_DIR | FILE.gguf | openai:URL#MODEL | vllm:PATH | gold")
     parser.add_argument("--backend", choices=["hf", "vllm", "openai"], help="backend for a local checkpoint")
@@ -114,11 +118,16 @@ def main(argv: list[str] | None = None) -> int:
         from unified.eval.adapter import expand_benchmarks
 
         print(dump_yaml(cfg))
-        print(f"# would evaluate: {', '.join(expand_benchmarks(cfg.suite, cfg.benchmarks))}")
+        from unified.eval.general import split_suites
+
+        agent_suites, want_general = split_suites(cfg.suite)
+        names = [n for s in agent_suites for n in expand_benchmarks(s)] + expand_benchmarks(None, cfg.benchmarks)
+        names += [f"general (lm-eval: {', '.join(cfg.general.tasks)})"] if want_general else []
+        print(f"# would evaluate: {', '.join(dict.fromkeys(names))}")
         return 0
     try:
         summary = run_eval(cfg)
-    except UnknownNameError as exc:  # a misspelt benchmark/suite/prompting name: "did you mean"
+    except (UnknownNameError, ConfigError) as exc:  # a misspelt name ("did you mean"), options that cannot run
         parser.error(str(exc))
     from unified.eval.report import render_markdown
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from unified.eval.adapter import SUITES
+from unified.eval.general_report import attach_general, general_compare, general_markdown
 from unified.eval.store import write_json_atomic, write_text_atomic
 
 
@@ -79,11 +80,13 @@ def render_markdown(summary: dict[str, Any]) -> str:
                     else:
                         lines.append(f"| {sub} | {_fmt(value)} | |")
                 lines.append("")
+    lines += general_markdown(summary)
     return "\n".join(lines)
 
 
 def write_summary(out: str | Path, cfg: Any, benchmarks: dict[str, dict[str, Any]]) -> dict[str, Any]:
     summary = build_summary(cfg, benchmarks)
+    attach_general(summary, out, cfg)  # the lm-eval general suite, when the run asked for it
     write_json_atomic(Path(out) / "summary.json", summary)
     write_text_atomic(Path(out) / "summary.md", render_markdown(summary))
     return summary
@@ -107,4 +110,5 @@ def compare(run_a: str | Path, run_b: str | Path) -> str:
             sa, sb = _score(a["benchmarks"].get(name, {})), _score(b["benchmarks"].get(name, {}))
             delta = sb - sa if sa is not None and sb is not None else None
             lines.append(f"| {suite} | {name} | {_fmt(sa)} | {_fmt(sb)} | {'' if delta is None else f'{delta:+.2f}'} |")
+    lines += general_compare(a, b)
     return "\n".join(lines)

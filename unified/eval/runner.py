@@ -20,6 +20,7 @@ from unified.agent.loop import AgentLimits, AgentLoop, Job
 from unified.config import to_dict
 from unified.eval.adapter import (SUITES, BenchmarkUnavailable, expand_benchmarks, limit_runnable, load_adapter,
                                   select_task_ids)
+from unified.eval.general import GENERAL_SUITE, GeneralConfig, run_general, split_suites
 from unified.eval.report import write_summary
 from unified.eval.store import BenchmarkStore, write_json_atomic
 from unified.policy.base import Policy, SamplingConfig, make_policy
@@ -48,7 +49,8 @@ class EvalConfig:
     """Everything ``python -m unified.eval`` takes (a recipe holds the same keys)."""
 
     suite: str | None = None
-    """``ood``, ``in_domain``, ``all`` (or ``lwm``: the world-model eval)."""
+    """``ood``, ``in_domain``, ``all``, ``general`` (lm-evaluation-harness; not part of ``all``), or
+    several comma-separated (``general,ood``); ``lwm`` is the world-model eval."""
     benchmarks: list[str] = field(default_factory=list)
     """Benchmark names (or ``module:Factory`` import paths) in addition to the suite."""
     model: str = "embedded"
@@ -75,6 +77,8 @@ class EvalConfig:
     limits: LimitsSection = field(default_factory=LimitsSection)
     benchmark_config: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per-benchmark adapter config, e.g. ``{bfcl_v4: {categories: multi_turn}}``."""
+    general: GeneralConfig = field(default_factory=GeneralConfig)
+    """The ``general`` suite's lm-eval options (:class:`unified.eval.general.GeneralConfig`)."""
 
 
 def _log(message: str) -> None:
@@ -101,10 +105,12 @@ class _Progress:
 
 def run_eval(cfg: EvalConfig, *, policy: Policy | None = None) -> dict[str, Any]:
     """Run (or resume) the evaluation described by ``cfg``; returns the summary."""
-    names = expand_benchmarks(cfg.suite, cfg.benchmarks)
-    if not names:
+    agent_suites, want_general = split_suites(cfg.suite)
+    names = list(dict.fromkeys([n for s in agent_suites for n in expand_benchmarks(s)]
+                               + expand_benchmarks(None, cfg.benchmarks)))
+    if not names and not want_general:
         raise ValueError("nothing to evaluate: give --suite or --benchmarks "
-                         f"(suites: {', '.join(SUITES)})")
+                         f"(suites: {', '.join([*SUITES, GENERAL_SUITE])})")
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "run.json", {"config": to_dict(cfg), "updated_at": time.time()})
@@ -121,6 +127,8 @@ def run_eval(cfg: EvalConfig, *, policy: Policy | None = None) -> dict[str, Any]
                 policy = benchmarks[name].pop("_policy")
             benchmarks[name].pop("_policy", None)
             write_summary(out, cfg, benchmarks)
+        if want_general:  # lm-eval on the same weights (the agent suites' loaded checkpoint when there is one)
+            run_general(cfg.general, cfg.model, out, backend=cfg.backend, loaded=getattr(policy, "loaded", None))
     finally:
         if own_policy and policy is not None:
             policy.close()
