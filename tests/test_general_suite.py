@@ -1,0 +1,274 @@
+"""``--suite general``: lm-evaluation-harness tasks on the same weights, end to end.
+
+Tasks are small fixtures of our own in lm-eval's task format (tests/fixtures/lm_eval_tasks_fixture,
+local JSONL data); lm-eval's own classes, prompts and metrics run them: ``HFLM`` over the checkpoint
+we load (in-process) and ``local-completions`` / ``local-chat-completions`` against our local
+OpenAI-compatible server on loopback (HTTP).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from unified.clients.local_server import LocalOpenAIServer
+from unified.eval import cli
+from unified.eval.general import GeneralConfig, GeneralStore, run_general, split_suites
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURE_TASKS = "tests/fixtures/lm_eval_tasks_fixture"  # data_files are relative to the repository root
+MC, MC_GROUP, GEN, ABSENT = "unified_fixture_mc", "unified_fixture_mc_group", "unified_fixture_gen", "unified_fixture_absent"
+
+
+@pytest.fixture(autouse=True)
+def _repo_cwd(monkeypatch):
+    monkeypatch.chdir(REPO)
+
+
+def _cli(*args: str) -> None:
+    assert cli.main(list(args)) == 0
+
+
+def _general_args(out: Path, model: str, tasks: list[str], *extra: str) -> list[str]:
+    return ["--suite", "general", "--model", model, "--out", str(out),
+            "--set", f"general.include_path={FIXTURE_TASKS}", "--set", f"general.tasks={','.join(tasks)}", *extra]
+
+
+def _samples(run_dir: Path, task: str) -> dict[int, dict]:
+    """lm-eval's own per-sample records of ``task`` (its samples_<task>_*.jsonl beside the results)."""
+    files = sorted((run_dir / "general" / "lm_eval").rglob(f"samples_{task}_*.jsonl"))
+    assert files, f"no lm-eval samples file for {task} under {run_dir}"
+    return {row["doc_id"]: row for row in map(json.loads, files[-1].read_text().splitlines())}
+
+
+def _metric(entry: dict, name: str) -> dict:
+    return next(m for m in entry["metrics"] if m["name"] == name)
+
+
+@pytest.fixture(scope="module")
+def tiny_runs(tiny_checkpoint, tmp_path_factory):
+    """Two in-process runs of the tiny checkpoint: A with the tasks' defaults, B with 1-shot prompts."""
+    root = tmp_path_factory.mktemp("general")
+    cwd = os.getcwd()
+    os.chdir(REPO)
+    try:
+        a, b = root / "a", root / "b"
+        _cli(*_general_args(a, str(tiny_checkpoint), [MC_GROUP, GEN, ABSENT]))
+        _cli(*_general_args(b, str(tiny_checkpoint), [MC_GROUP, GEN], "--set", "general.num_fewshot=1"))
+    finally:
+        os.chdir(cwd)
+    return a, b
+
+
+# ------------------------------------------------------------------------------------------ options
+
+
+def test_suite_names_and_options(capsys):
+    assert split_suites("general,ood") == (["ood"], True)
+    assert split_suites("all") == (["all"], False)
+    cli.main(["--suite", "all", "--dry-run"])
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert "bfcl_v4" in line and "general" not in line  # `all` is the agent suites only
+    cli.main(["--suite", "general,ood", "--set", "general.tasks=gsm8k,ifeval", "--set", "general.num_fewshot=3",
+              "--dry-run"])
+    out = capsys.readouterr().out
+    assert out.splitlines()[-1] == "# would evaluate: claw_eval, qwenclawbench, bfcl_v4, general (lm-eval: gsm8k, ifeval)"
+    args = cli.build_parser().parse_args(["--suite", "general", "--set", "general.tasks=gsm8k,mmlu",
+                                          "--set", "general.limit=0.5", "--set", "general.batch_size=auto"])
+    general = cli.load_eval_config(args).general
+    assert (general.tasks, general.limit, general.batch_size) == (["gsm8k", "mmlu"], 0.5, "auto")
+    with pytest.raises(SystemExit):
+        cli.main(["--suite", "general", "--set", "general.fewshot=3", "--dry-run"])
+    err = capsys.readouterr().err
+    assert "general: unknown key 'fewshot'" in err and "num_fewshot" in err
+
+
+def test_chat_template_over_completions_without_a_tokenizer_is_a_clear_error(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        cli.main(_general_args(tmp_path, "openai:http://127.0.0.1:9/v1#m", [MC],
+                               "--set", "general.apply_chat_template=true"))
+    assert "general.tokenizer=CHECKPOINT_DIR" in capsys.readouterr().err
+
+
+def test_unknown_task_says_did_you_mean(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        cli.main(_general_args(tmp_path, "embedded", ["unified_fixture_mcq"]))
+    assert "unified_fixture_mc" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------ missing data
+
+
+def test_absent_data_is_a_recorded_skip_and_no_model_is_loaded(tmp_path, monkeypatch):
+    local = tmp_path / "tasks"
+    local.mkdir()
+    text = (REPO / FIXTURE_TASKS / "unified_fixture_mc.yaml").read_text()
+    (local / "missing_local.yaml").write_text(
+        text.replace("task: unified_fixture_mc", "task: unified_fixture_missing_local")
+            .replace("data/mc.jsonl", "data/no_such_file.jsonl"))
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was loaded although no task had its data")
+
+    monkeypatch.setattr("unified.eval.general_models.make_lm", no_model)
+    import datasets.config
+
+    keys = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+    env_before, offline_before = {k: os.environ.get(k) for k in keys}, datasets.config.HF_HUB_OFFLINE
+    cfg = GeneralConfig(tasks=[ABSENT, "unified_fixture_missing_local"], include_path=[FIXTURE_TASKS, str(local)])
+    entries = run_general(cfg, "embedded", tmp_path / "run")
+    assert {k: os.environ.get(k) for k in keys} == env_before  # offline only while the suite runs
+    assert datasets.config.HF_HUB_OFFLINE == offline_before
+    hub = entries[ABSENT]
+    assert hub["status"] == "skipped" and "unified-fixture/absent-dataset (main)" in hub["reason"]
+    assert "hf download --repo-type dataset unified-fixture/absent-dataset" in hub["how_to_fix"]
+    from huggingface_hub import constants
+
+    assert constants.HF_HUB_CACHE in hub["how_to_fix"]
+    files = entries["unified_fixture_missing_local"]
+    assert files["status"] == "skipped" and "no_such_file.jsonl" in files["how_to_fix"]
+    assert not files["metrics"] and not hub["metrics"]  # a skip, never a 0
+
+
+# ------------------------------------------------------------------------------------------ in-process (HFLM)
+
+
+def test_tiny_in_process_end_to_end(tiny_runs):
+    a, _ = tiny_runs
+    summary = json.loads((a / "summary.json").read_text())
+    tasks = summary["general"]["tasks"]
+    assert list(tasks) == [MC_GROUP, GEN, ABSENT]
+    group = tasks[MC_GROUP]
+    assert group["status"] == "ok" and group["n_samples"] == 12 and group["seconds"] > 0
+    assert set(group["subtasks"]) == {MC, "unified_fixture_mc_alt"}
+    # lm-eval's own numbers: each subtask's acc is the mean of its per-sample acc, with its stderr
+    for name in group["subtasks"]:
+        per_doc = [row["acc"] for row in _samples(a, name).values()]
+        acc = next(m for m in group["subtasks"][name] if m["name"] == "acc")
+        assert acc["value"] == pytest.approx(sum(per_doc) / len(per_doc)) and acc["stderr"] is not None
+    sub = [next(m for m in group["subtasks"][n] if m["name"] == "acc")["value"] for n in group["subtasks"]]
+    assert _metric(group, "acc")["value"] == pytest.approx(sum(sub) / 2)  # the group's size-weighted mean
+    gen = tasks[GEN]
+    assert gen["status"] == "ok" and _metric(gen, "exact_match")["filter"] == "strip"
+    assert len(_samples(a, GEN)) == 4
+    assert tasks[ABSENT]["status"] == "skipped"
+    results = list((a / "general" / "lm_eval" / MC_GROUP).rglob("results_*.json"))
+    assert results and MC in json.loads(results[0].read_text())["results"]
+    assert all((a / p).is_file() for p in group["outputs"])
+    md = (a / "summary.md").read_text()
+    assert "## general (lm-evaluation-harness)" in md and "skipped: dataset not on this machine" in md
+    assert f"| {MC_GROUP} | acc | none | {_metric(group, 'acc')['value']:.4f} ± " in md
+
+
+def test_rerun_resumes_finished_tasks(tiny_runs, tiny_checkpoint, monkeypatch):
+    a, _ = tiny_runs
+    store = GeneralStore(a)
+    before = [(r.task, r.status) for r in store.records()]
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a finished task was run again")
+
+    monkeypatch.setattr("unified.eval.general_models.make_lm", no_model)
+    _cli(*_general_args(a, str(tiny_checkpoint), [MC_GROUP, GEN, ABSENT]))
+    after = [(r.task, r.status) for r in store.records()]
+    assert after == before + [(ABSENT, "skipped")]  # only the skipped task is tried again
+    assert json.loads((a / "summary.json").read_text())["general"]["tasks"][MC_GROUP]["status"] == "ok"
+
+
+def test_compare_shows_general_deltas_with_stderr(tiny_runs, capsys):
+    a, b = tiny_runs
+    _cli("--compare", str(a), str(b))
+    out = capsys.readouterr().out
+    ta = json.loads((a / "summary.json").read_text())["general"]["tasks"]
+    tb = json.loads((b / "summary.json").read_text())["general"]["tasks"]
+    ma, mb = _metric(ta[MC_GROUP], "acc"), _metric(tb[MC_GROUP], "acc")
+    row = next(line for line in out.splitlines() if line.startswith(f"| {MC_GROUP} | acc |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2] == f"{ma['value']:.4f} ± {ma['stderr']:.4f}" and cells[3] == f"{mb['value']:.4f} ± {mb['stderr']:.4f}"
+    assert cells[4].startswith(f"{mb['value'] - ma['value']:+.4f} ± ")
+    absent = next(line for line in out.splitlines() if line.startswith(f"| {ABSENT} |"))
+    assert "skipped" in absent
+
+
+# ------------------------------------------------------------------------------------------ HTTP (local server)
+
+
+def _loglikelihoods(run_dir: Path, task: str) -> dict[int, list[float]]:
+    return {doc: [float(r[0]) for r in row["filtered_resps"]] for doc, row in _samples(run_dir, task).items()}
+
+
+def test_http_path_through_our_local_server_matches_in_process(tiny_runs, tiny_checkpoint, tmp_path):
+    a, _ = tiny_runs
+    with LocalOpenAIServer(str(tiny_checkpoint), served_name="tiny") as server:
+        _cli(*_general_args(tmp_path / "http", server.spec, [MC_GROUP, GEN]))
+        chat = GeneralConfig(tasks=[MC, GEN], include_path=[FIXTURE_TASKS], api_model="local-chat-completions",
+                             apply_chat_template=True)
+        chat_entries = run_general(chat, server.spec, tmp_path / "chat")
+    tasks = json.loads((tmp_path / "http" / "summary.json").read_text())["general"]["tasks"]
+    assert tasks[MC_GROUP]["status"] == "ok" and tasks[GEN]["status"] == "ok"
+    for name in (MC, "unified_fixture_mc_alt"):  # /v1/completions echo+logprobs == HFLM's own loglikelihoods
+        http, local = _loglikelihoods(tmp_path / "http", name), _loglikelihoods(a, name)
+        assert http.keys() == local.keys()
+        for doc in local:
+            assert http[doc] == pytest.approx(local[doc], abs=1e-3)
+    # generate_until over /v1/completions: same greedy text as in-process
+    assert {d: r["filtered_resps"] for d, r in _samples(tmp_path / "http", GEN).items()} == \
+        {d: r["filtered_resps"] for d, r in _samples(a, GEN).items()}
+    # chat-completions: generation tasks run, loglikelihood tasks are a recorded skip
+    assert chat_entries[GEN]["status"] == "ok"
+    assert chat_entries[MC]["status"] == "skipped" and "local-completions" in chat_entries[MC]["how_to_fix"]
+
+
+# ------------------------------------------------------------------------------------------ embedded model
+
+
+@pytest.mark.slow
+def test_embedded_model_in_process_and_over_http(embedded_dir, tmp_path):
+    local, http = tmp_path / "local", tmp_path / "http"
+    _cli(*_general_args(local, "embedded", [MC, GEN]))
+    with LocalOpenAIServer("embedded", served_name="embedded") as server:
+        _cli(*_general_args(http, server.spec, [MC, GEN]))
+    for run in (local, http):
+        tasks = json.loads((run / "summary.json").read_text())["general"]["tasks"]
+        assert tasks[MC]["status"] == "ok" and tasks[GEN]["status"] == "ok"
+        assert _metric(tasks[MC], "acc")["stderr"] is not None
+    for doc, values in _loglikelihoods(local, MC).items():
+        assert _loglikelihoods(http, MC)[doc] == pytest.approx(values, abs=1e-3)
+
+
+# ------------------------------------------------------------------------------------------ vLLM, slurm
+
+
+@pytest.mark.gpu
+def test_vllm_class_runs_the_fixture_tasks(embedded_dir, tmp_path):
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("vllm is not installed (the gpu extra)")
+    entries = run_general(GeneralConfig(tasks=[MC, GEN], include_path=[FIXTURE_TASKS]), "vllm:embedded", tmp_path)
+    assert entries[MC]["status"] == "ok" and entries[GEN]["status"] == "ok"
+
+
+def _slurm_dry_run(*args: str, **env: str) -> str:
+    full = {**os.environ, "PYTHON": sys.executable, "REPO": str(REPO), "DRY_RUN": "1", **env}
+    out = subprocess.run(["bash", str(REPO / "slurm" / "eval.sh"), *args], env=full, capture_output=True, text=True,
+                         cwd=REPO, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return next(line for line in out.stdout.splitlines() if "-m unified.eval" in line)
+
+
+def test_slurm_eval_runs_the_general_suite():
+    served = _slurm_dry_run("--set", "general.limit=100", MODEL="/ckpt/final", SUITE="general,ood")
+    assert "--suite general\\,ood" in served or "--suite general,ood" in served
+    assert "--model openai:http://127.0.0.1:8000/v1#policy" in served
+    assert "--set general.tokenizer=/ckpt/final" in served and served.rstrip().endswith("--set general.limit=100")
+    in_process = _slurm_dry_run(MODEL="/ckpt/final", SUITE="general", SERVER="none")
+    assert "--suite general" in in_process and "general.tokenizer" not in in_process
+    chosen = _slurm_dry_run(MODEL="/ckpt/final", SUITE="general", BENCHMARKS="bfcl_v4", SERVER="none")
+    assert "--benchmarks bfcl_v4" in chosen and "--suite general" in chosen
+    agent_only = _slurm_dry_run(MODEL="/ckpt/final", SUITE="ood")
+    assert "general" not in agent_only
