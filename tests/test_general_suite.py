@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from unified.clients.local_server import LocalOpenAIServer
-from unified.eval import cli
-from unified.eval.general import GeneralConfig, GeneralStore, run_general, split_suites
+pytest.importorskip("lm_eval", reason="lm-eval is not installed (make setup BENCH=0)")
+
+from unified.clients.local_server import LocalOpenAIServer  # noqa: E402
+from unified.eval import cli  # noqa: E402
+from unified.eval.general import DEFAULT_TASKS, GeneralConfig, GeneralStore, run_general, split_suites  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE_TASKS = "tests/fixtures/lm_eval_tasks_fixture"  # data_files are relative to the repository root
@@ -100,6 +102,18 @@ def test_unknown_task_says_did_you_mean(tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli.main(_general_args(tmp_path, "embedded", ["unified_fixture_mcq"]))
     assert "unified_fixture_mc" in capsys.readouterr().err
+
+
+def test_default_tasks_are_lm_eval_tasks_and_their_dependencies_import():
+    from lm_eval.tasks import TaskManager
+
+    index = TaskManager().task_index
+    assert all(name in index for name in DEFAULT_TASKS)
+    # ifeval's scorer imports langdetect, immutabledict and nltk (requirements/bench.txt)
+    code = "import lm_eval.tasks.ifeval.instructions_registry"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 0, result.stderr[-2000:]
 
 
 # ------------------------------------------------------------------------------------------ missing data
