@@ -141,10 +141,8 @@ def test_absent_data_is_a_recorded_skip_and_no_model_is_loaded(tmp_path, monkeyp
     assert datasets.config.HF_HUB_OFFLINE == offline_before
     hub = entries[ABSENT]
     assert hub["status"] == "skipped" and "unified-fixture/absent-dataset (main)" in hub["reason"]
-    assert "hf download --repo-type dataset unified-fixture/absent-dataset" in hub["how_to_fix"]
-    from huggingface_hub import constants
-
-    assert constants.HF_HUB_CACHE in hub["how_to_fix"]
+    assert "datasets.load_dataset('unified-fixture/absent-dataset', 'main')" in hub["how_to_fix"]
+    assert datasets.config.HF_DATASETS_CACHE in hub["how_to_fix"]  # where datasets reads it offline
     files = entries["unified_fixture_missing_local"]
     assert files["status"] == "skipped" and "no_such_file.jsonl" in files["how_to_fix"]
     assert not files["metrics"] and not hub["metrics"]  # a skip, never a 0

@@ -262,18 +262,25 @@ class DataSource:
     dataset_name: str | None = None
     data_files: Any = None
 
-    def how_to_fix(self) -> str:
+    def how_to_fix(self, configs: list[str | None] | None = None) -> str:
+        """The command that puts this dataset where ``datasets`` reads it offline.
+
+        ``datasets`` (5.x) in offline mode loads a hub dataset only from its own cache
+        (``HF_DATASETS_CACHE``, prepared by an earlier ``load_dataset`` with network), not from
+        files ``hf download`` put in the hub cache, so the fix is a ``load_dataset`` run.
+        """
         if self.data_files is not None or self.dataset_path in ("json", "csv", "parquet", "text", "arrow"):
             return f"the task reads local files {self.data_files!r} (dataset_kwargs.data_files in its YAML): check the paths"
         from datasets import config as datasets_config
 
-        from huggingface_hub import constants as hub_constants
-
-        return (f"where the hub is reachable, `hf download --repo-type dataset {self.dataset_path}` "
-                f"(into the hub cache {hub_constants.HF_HUB_CACHE}; set HF_HOME to share it), or "
-                f"`python -c \"import datasets; datasets.load_dataset('{self.dataset_path}'"
-                f"{', ' + repr(self.dataset_name) if self.dataset_name else ''})\"` "
-                f"(datasets cache {datasets_config.HF_DATASETS_CACHE}); then rerun the same command")
+        names = configs if configs is not None else [self.dataset_name]
+        path = self.dataset_path
+        if len(names) == 1:
+            load = f"datasets.load_dataset({path!r}{', ' + repr(names[0]) if names[0] else ''})"
+        else:
+            load = f"[datasets.load_dataset({path!r}, n) for n in datasets.get_dataset_config_names({path!r})]"
+        return (f"on a machine with network and the same HF_HOME, run `python -c \"import datasets; {load}\"` "
+                f"(it fills the datasets cache {datasets_config.HF_DATASETS_CACHE}), then rerun the same command")
 
 
 def data_sources(task_manager: Any, name: str, _seen: set[str] | None = None) -> list[DataSource]:
@@ -334,7 +341,8 @@ def missing_data_record(task: str, exc: BaseException, sources: list[DataSource]
                               else f" ({len(group)} configs)" if len(group) > 1 else "")
                       for path, group in by_path.items())
     reason = f"dataset not on this machine: {names or 'see the error'} [{type(exc).__name__}: {first_line}]"
-    fix = "; ".join(group[0].how_to_fix() for group in by_path.values()) or "download the task's dataset"
+    fix = "; ".join(group[0].how_to_fix([g.dataset_name for g in group]) for group in by_path.values())
+    fix = fix or "download the task's dataset"
     return TaskRecord(task=task, status="skipped", reason=reason, how_to_fix=fix, **base)
 
 
