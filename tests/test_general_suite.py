@@ -142,7 +142,7 @@ def test_absent_data_is_a_recorded_skip_and_no_model_is_loaded(tmp_path, monkeyp
     hub = entries[ABSENT]
     assert hub["status"] == "skipped" and "unified-fixture/absent-dataset (main)" in hub["reason"]
     assert "datasets.load_dataset('unified-fixture/absent-dataset', 'main')" in hub["how_to_fix"]
-    assert datasets.config.HF_DATASETS_CACHE in hub["how_to_fix"]  # where datasets reads it offline
+    assert str(datasets.config.HF_DATASETS_CACHE) in hub["how_to_fix"]  # where datasets reads it offline
     files = entries["unified_fixture_missing_local"]
     assert files["status"] == "skipped" and "no_such_file.jsonl" in files["how_to_fix"]
     assert not files["metrics"] and not hub["metrics"]  # a skip, never a 0
