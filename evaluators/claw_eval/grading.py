@@ -15,8 +15,10 @@ Over T tasks with k = 3 trials each (missing or crashed trials count as 0)::
 
 The grader is benchmark code run on model output, so it runs in its own process inside
 :class:`unified.sandbox.Sandbox` (read-only root, the checkout and this interpreter mounted
-read-only, scratch workspace); the sandbox keeps the network only so that the grader's LLM
-judge reaches its OpenAI-compatible endpoint. The judge's ``max_tokens`` is capped
+read-only, scratch workspace, ``python -I``, ``$HOME`` in its private ``/tmp``) with no network:
+its LLM judge is reached through a Unix socket that relays to the judge's endpoint only
+(:class:`unified.sandbox.relay.EndpointRelay`, which also adds the API key, so the key never
+enters the grader). The judge's ``max_tokens`` is capped
 (``judge_max_tokens``) and identical temperature-0 requests are answered from a memo, so the
 graders' retry loops (30 attempts with back-off) finish at once when a judge cannot produce
 parseable output; such a trial ends as a grader error with score 0, as in the benchmark.
@@ -24,6 +26,7 @@ parseable output; such a trial ends as a grader error with score 0, as in the be
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import tempfile
@@ -34,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from unified.sandbox import Sandbox, SandboxConfig
+from unified.sandbox.relay import EndpointRelay
 from unified.types import Episode
 
 PASS_THRESHOLD = 0.75
@@ -152,10 +156,13 @@ from claw_eval.models.scoring import compute_task_score
 task = TaskDefinition.from_yaml(args["task_yaml"])
 start, messages, dispatches, media, end, audit = load_trace("/grader/trace.jsonl")
 judge, stats = None, {"requests": 0, "memo_hits": 0, "errors": 0}
-if args.get("judge_base_url"):
+if args.get("judge_relay"):
+    import httpx, openai
     from claw_eval.graders.llm_judge import LLMJudge
-    judge = LLMJudge(model_id=args["judge_model"], api_key=args.get("judge_api_key") or "dummy",
-                     base_url=args["judge_base_url"])
+    judge = LLMJudge(model_id=args["judge_model"], api_key="held-by-the-host-relay", base_url="http://relay")
+    judge.client = openai.OpenAI(api_key="held-by-the-host-relay", base_url="http://relay", max_retries=0,
+                                 http_client=httpx.Client(transport=httpx.HTTPTransport(uds=args["judge_relay"]),
+                                                          timeout=600))
     create, memo = judge.client.chat.completions.create, {}
     def capped(**kw):
         kw["max_tokens"] = min(int(kw.get("max_tokens") or 10**9), int(args["judge_max_tokens"]))
@@ -210,8 +217,7 @@ def run_grader(*, checkout: Path, task_dir: Path, trace: list[dict[str, Any]], e
         args = {"checkout": str(checkout), "task_yaml": str(task_dir / "task.yaml"), "task_dir": str(task_dir),
                 "tasks_dir": str(checkout / "tasks"), "judge_max_tokens": judge_max_tokens}
         if judge_config is not None:
-            args.update(judge_base_url=judge_config.base_url, judge_model=judge_config.model,
-                        judge_api_key=judge_config.api_key)
+            args.update(judge_relay="/grader/judge.sock", judge_model=judge_config.model)
         (inputs / "args.json").write_text(json.dumps(args))
         (inputs / "trace.jsonl").write_text("\n".join(json.dumps(e, ensure_ascii=False, default=str) for e in trace) + "\n")
         if env_snapshot is not None:
@@ -221,10 +227,12 @@ def run_grader(*, checkout: Path, task_dir: Path, trace: list[dict[str, Any]], e
             p.chmod(0o644)
         inputs.chmod(0o755)
         binds = [str(checkout)] + sorted({str(Path(p).resolve()) for p in (sys.prefix, sys.base_prefix)})
-        config = SandboxConfig(workspace=scratch, timeout_s=timeout_s, memory_mb=memory_mb, network=True,
+        config = SandboxConfig(workspace=scratch, timeout_s=timeout_s, memory_mb=memory_mb, home="/tmp",
                                readonly_binds=binds + [(str(inputs), "/grader")],
-                               env={"PYTHONDONTWRITEBYTECODE": "1", "NO_PROXY": "*", "no_proxy": "*"})
-        with Sandbox(config) as box:
+                               env={"PYTHONDONTWRITEBYTECODE": "1"})
+        relay = (EndpointRelay(inputs / "judge.sock", judge_config.base_url, judge_config.api_key)
+                 if judge_config is not None else None)
+        with relay or contextlib.nullcontext(), Sandbox(config) as box:
             result = box.run([sys.executable, "-I", "/grader/run.py"], timeout_s=timeout_s)
     if result.timed_out:
         return {"error": f"grader timed out after {timeout_s:.0f}s", "sandbox": result.backend}

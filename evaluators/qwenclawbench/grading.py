@@ -14,15 +14,21 @@ in percent, with pass@k / pass^k over *perfect* runs (score = 1) and the per-cat
 
 The automated checks are benchmark code that reads model output: they run in a separate
 process inside :class:`unified.sandbox.Sandbox` (no network, read-only root, a *copy* of the
-final workspace as the only writable place), never in our process.
+final workspace as the only writable place), never in our process. Nothing the agent wrote may
+run inside the grader: the interpreter is started isolated (``python3 -I``: no user site
+directory, no ``PYTHON*`` variables, no script or working directory on ``sys.path``), its
+``$HOME`` is the grader's private ``/tmp`` rather than the workspace, and the copy leaves out
+FIFOs, sockets and device files (a grader that opened one would hang).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shutil
+import stat
 import statistics
 import tempfile
 from collections import defaultdict
@@ -82,7 +88,7 @@ def run_automated_checks(code: str, transcript: list[dict[str, Any]], workspace:
     with tempfile.TemporaryDirectory(prefix="qcb-grade-") as tmp:
         tmp_path = Path(tmp)
         copy = tmp_path / "workspace"
-        shutil.copytree(workspace, copy, symlinks=True)
+        shutil.copytree(workspace, copy, symlinks=True, ignore=_special_files)
         inputs = tmp_path / "inputs"
         inputs.mkdir()
         (inputs / "transcript.json").write_text(json.dumps(transcript, ensure_ascii=False), encoding="utf-8")
@@ -90,10 +96,10 @@ def run_automated_checks(code: str, transcript: list[dict[str, Any]], workspace:
         (inputs / "run.py").write_text(_GRADE_RUNNER, encoding="utf-8")
         for p in [tmp_path, inputs, *inputs.iterdir()]:
             p.chmod(0o755 if p.is_dir() else 0o644)
-        config = SandboxConfig(workspace=copy, timeout_s=timeout_s, memory_mb=memory_mb,
+        config = SandboxConfig(workspace=copy, timeout_s=timeout_s, memory_mb=memory_mb, home="/tmp",
                                readonly_binds=[(str(inputs), "/grader")])
         with Sandbox(config) as box:
-            result = box.run(["/usr/bin/python3", "/grader/run.py"], timeout_s=timeout_s)
+            result = box.run(["/usr/bin/python3", "-I", "/grader/run.py"], timeout_s=timeout_s)
     meta = {"duration_s": round(result.duration_s, 3), "sandbox": result.backend}
     if result.timed_out:
         return {"score": 0.0, "breakdown": {}, "error": f"automated checks timed out after {timeout_s:.0f}s", **meta}
@@ -108,6 +114,19 @@ def run_automated_checks(code: str, transcript: list[dict[str, Any]], workspace:
     scores = answer["scores"]
     breakdown = {k: float(v) for k, v in scores.items() if isinstance(v, (int, float))}
     return {"score": average_scores(scores), "breakdown": breakdown, **meta}
+
+
+def _special_files(directory: str, names: list[str]) -> list[str]:
+    """``shutil.copytree`` ignore hook: the FIFOs, sockets and devices among ``names``."""
+    out = []
+    for name in names:
+        try:
+            mode = os.lstat(os.path.join(directory, name)).st_mode
+        except OSError:
+            continue
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+            out.append(name)
+    return out
 
 
 # --------------------------------------------------------------------------------------

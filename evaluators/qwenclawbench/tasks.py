@@ -168,7 +168,9 @@ def materialise_workspace(task: QCBTask, workspace: Path) -> list[str]:
 
     Sources are looked up like the benchmark's Docker runner does: ``assets/<task_id>/<source>``
     first, then ``assets/<source>`` (and the same under ``generated_assets/``); a ``dest`` that
-    would land outside the workspace is an error.
+    would land outside the workspace is an error, and so is a ``source`` that is absolute, climbs
+    out with ``..`` or resolves (through a symlink) outside the dataset's checkout directory: a
+    task file must never copy an arbitrary host file into the workspace the agent reads.
     """
     workspace.mkdir(parents=True, exist_ok=True)
     root = workspace.resolve()
@@ -184,7 +186,13 @@ def materialise_workspace(task: QCBTask, workspace: Path) -> list[str]:
         if "content" in spec:
             dest.write_text(str(spec["content"]), encoding="utf-8")
         else:
-            candidates = [c for d in search for c in (d / task.id / spec["source"], d / spec["source"])]
+            candidates = [c for d in search for c in (d / task.id / str(spec["source"]), d / str(spec["source"]))]
+            checkout = assets.parent.resolve()
+            for c in candidates:
+                resolved = c.resolve()
+                if os.path.isabs(str(spec["source"])) or (c.exists() and checkout not in resolved.parents):
+                    raise TaskFormatError(f"{task.file}: workspace_files source {spec['source']!r} points outside "
+                                          f"the task's checkout directory {checkout}")
             source = next((c for c in candidates if c.is_file()), None)
             if source is None:
                 raise FileNotFoundError(f"{task.file}: asset {spec['source']!r} not found in "

@@ -14,7 +14,10 @@ Verification (``run_verifier``) follows the benchmark: after the agent stops, th
 ``tests/`` folder is copied to ``/tests`` and ``bash /tests/test.sh`` runs in the same
 environment with the task's ``[verifier]`` timeout and env; the reward is the number in
 ``/logs/verifier/reward.txt`` (or ``reward`` in ``reward.json``); a verifier that times out or
-writes no reward scores 0.
+writes no reward scores 0. Before the verifier starts, every process the agent left running is
+killed, and that none is left is checked (otherwise the episode is not verified and scores 0
+with that error); ``/logs/verifier`` is then made a fresh empty directory, so nothing of the
+agent's can write or pre-place the reward.
 """
 
 from __future__ import annotations
@@ -155,7 +158,12 @@ class TerminalBenchEnvironment(Environment):
         """Copy tests in, run ``tests/test.sh``, read the reward (see the module docstring)."""
         assert self.session is not None
         session = self.session
-        session.exec("rm -rf /logs/verifier/* /logs/verifier/.[!.]* 2>/dev/null; true", timeout_s=30, workdir="/")
+        # nothing of the agent's may run during verification or have left a reward behind
+        stopped = session.stop_agent_processes()
+        if not stopped["ok"]:
+            return {"reward": None, "backend": session.backend, "reward_error": "the agent's processes could not all "
+                    f"be stopped before verification ({stopped['detail']}); not verified"}
+        session.fresh_dir("/logs/verifier")
         session.copy_in(Path(self.task.path) / "tests", "/tests")
         res = session.exec(["bash", "/tests/test.sh"], timeout_s=self.task.verifier_timeout_s,
                            env=self.task.verifier_env)

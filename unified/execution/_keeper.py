@@ -9,7 +9,11 @@ Protocol (one JSON object a line): the host writes
 ``{"exit_code", "stdout", "stderr" (base64), "timed_out", "duration_s"}`` from stdout.
 Each command runs in its own process group; on timeout the whole group gets SIGKILL.
 A command's background children may keep its output pipes open: after the command itself
-exits, output is collected for at most a short grace period.
+exits, output is collected for at most a short grace period. Output beyond ``MAX_OUTPUT`` bytes
+a stream is counted and dropped while it streams (a marker says how much).
+
+The keeper makes itself non-dumpable at start: the agent's commands run as the same user, and
+must not reach its pipes through ``/proc/<pid>/fd`` to inject answers the host would trust.
 """
 
 import base64
@@ -26,14 +30,29 @@ MAX_OUTPUT = 4 << 20
 
 
 def _reader(pipe, sink):
+    """Append at most MAX_OUTPUT bytes of ``pipe`` to ``sink``; the last item is the total byte count."""
+    kept = total = 0
     try:
         while True:
             chunk = pipe.read1(65536) if hasattr(pipe, "read1") else pipe.read(65536)
             if not chunk:
                 break
-            if sum(len(c) for c in sink) < MAX_OUTPUT:
-                sink.append(chunk)
+            total += len(chunk)
+            if kept < MAX_OUTPUT:
+                sink.append(chunk[:MAX_OUTPUT - kept])
+                kept += len(sink[-1])
     except (OSError, ValueError):
+        pass
+    if total > kept:
+        sink.append(b"\n[... %d bytes cut: output is capped at %d bytes]\n" % (total - kept, MAX_OUTPUT))
+
+
+def _not_dumpable():
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+    except (OSError, AttributeError):
         pass
 
 
@@ -91,6 +110,7 @@ def _run(req):
 
 
 def main():
+    _not_dumpable()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     out = sys.stdout.buffer
     out.write(b'{"ready": true}\n')

@@ -105,6 +105,32 @@ class ExecResult:
                               if self.stderr else "")
 
 
+REAPER_SCRIPT = r"""
+spare=" 1 $$ $PPID $* "
+round=0
+while :; do
+  left=0
+  for sig in STOP KILL; do
+    for d in /proc/[0-9]*; do
+      p=${d#/proc/}
+      case "$spare" in *" $p "*) continue;; esac
+      line=""
+      read -r line < "$d/stat" 2>/dev/null || continue
+      state=${line##*) }
+      state=${state%% *}
+      [ "$state" = Z ] && continue
+      [ "$state" = X ] && continue
+      if kill -s "$sig" "$p" 2>/dev/null && [ "$sig" = STOP ]; then left=$((left + 1)); fi
+    done
+  done
+  round=$((round + 1))
+  [ "$left" -eq 0 ] && { echo "stopped: $round rounds"; exit 0; }
+  [ "$round" -ge 100 ] && { echo "processes still running after $round rounds"; exit 3; }
+done
+"""
+"""Kills every process but pid 1, itself, its parent and the pids it is given (POSIX sh, builtins only in the loop)."""
+
+
 class ExecutionSession(ABC):
     """A running environment. Use as a context manager; ``close`` always cleans up."""
 
@@ -141,6 +167,34 @@ class ExecutionSession(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # -- the end of the agent's turn -------------------------------------------------------
+
+    def stop_agent_processes(self) -> dict[str, Any]:
+        """Kill every process in the environment that is not the session's own, and confirm none is left.
+
+        Called before verification: a process the agent left running (``nohup``, ``setsid``, a
+        tmux server) must not be able to touch what the verifier writes. Each round stops
+        (SIGSTOP, so nothing can fork any more) then kills (SIGKILL) every process except pid 1,
+        the reaper itself and the session's own (:attr:`own_pids`), until a round finds none.
+        Returns ``{"ok", "rounds", "detail"}``; ``ok`` is False when processes remained.
+        """
+        res = self.exec(["sh", "-c", REAPER_SCRIPT, "reaper", *[str(p) for p in self.own_pids()]],
+                        timeout_s=60, workdir="/")
+        lines = res.stdout.strip().splitlines()
+        return {"ok": res.ok and bool(lines) and lines[-1].startswith("stopped"), "detail":
+                (lines[-1] if lines else "") + res.stderr.strip()[-300:]}
+
+    def own_pids(self) -> list[int]:
+        """Processes inside (their pids there) that belong to the session, not to the agent."""
+        return []
+
+    def fresh_dir(self, path: str) -> None:
+        """Make ``path`` an empty directory, whatever was there (a file, a symlink, a read-only tree)."""
+        res = self.exec(["sh", "-c", 'rm -rf -- "$1" && mkdir -p -- "$1"', "sh", self._abs(path)], timeout_s=60,
+                        workdir="/")
+        if not res.ok:
+            raise ExecutionError(f"{self.backend}: cannot empty {path}: {res.output().strip()[-300:]}")
 
     # -- files (portable defaults over exec) -------------------------------------------
 

@@ -37,15 +37,30 @@ from unified.execution.base import (
     quote,
     shell_join,
 )
+from unified.sandbox.streams import communicate_capped, cut_text
 
 KEEPALIVE = ["sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"]
 LABEL = "unified.session"
 _HOST_GRACE_S = 30.0
+MAX_OUTPUT_BYTES = 64 << 20
+"""A command's stdout/stderr beyond this many bytes are counted and dropped while they stream (``read_file``
+and ``copy_out`` travel through stdout as base64, so this also bounds what they can bring back)."""
+_CHILDREN_OF_INIT = (r'for d in /proc/[0-9]*; do read -r l < "$d/stat" || continue; r=${l##*) }; set -- $r; '
+                     r'[ "$2" = 1 ] && echo "${d#/proc/}"; done; true')
 
 
 def _run(argv: list[str], timeout: float, stdin: bytes | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(argv, input=stdin, capture_output=True, timeout=timeout,
                           stdin=None if stdin is not None else subprocess.DEVNULL)
+
+
+def _run_capped(argv: list[str], timeout: float, stdin: bytes | None = None,
+                cap: int = MAX_OUTPUT_BYTES) -> tuple[int, str, str, bool]:
+    """``(exit_code, stdout, stderr, host_timed_out)`` of an engine CLI call whose output is capped while it streams."""
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err, timed_out = communicate_capped(proc, stdin, timeout, cap, on_timeout=proc.kill)
+    return proc.returncode, cut_text(out), cut_text(err), timed_out
 
 
 def context_hash(context: Path, dockerfile: str = "Dockerfile") -> str:
@@ -127,6 +142,7 @@ class DockerSession(ExecutionSession):
         self._started = False
         self._finalizer = weakref.finalize(self, _force_remove, engine, self.name)
         self._has_timeout = True
+        self._keepalive: list[int] = []
 
     def start(self) -> None:
         argv = run_argv(self.engine, self.spec, self.image, self.name)
@@ -137,6 +153,9 @@ class DockerSession(ExecutionSession):
                                  f"{proc.stderr.decode(errors='replace').strip()}")
         probe = self.exec(["sh", "-c", "command -v timeout >/dev/null"], timeout_s=30)
         self._has_timeout = probe.exit_code == 0
+        # before the agent ever runs, the only child of the container's init is our keep-alive loop
+        self._keepalive = [int(p) for p in self.exec(["sh", "-c", _CHILDREN_OF_INIT], timeout_s=30).stdout.split()
+                           if p.isdigit()]
         wd = self.exec(["pwd"], timeout_s=30)
         if wd.ok and not self.spec.workdir:
             self.info["workdir"] = wd.stdout.strip()
@@ -147,6 +166,9 @@ class DockerSession(ExecutionSession):
     def workdir(self) -> str:
         return self.spec.workdir or self.info.get("workdir") or "/"
 
+    def own_pids(self) -> list[int]:
+        return list(self._keepalive)
+
     def exec(  # safe: a method name, not the builtin
         self, command, timeout_s=None, stdin=None, workdir=None, env=None,
     ) -> ExecResult:
@@ -155,14 +177,11 @@ class DockerSession(ExecutionSession):
         argv = exec_argv(self.engine, self.name, command, limit, workdir, env, interactive=data is not None,
                          has_timeout=self._has_timeout)
         start = time.monotonic()
-        try:
-            proc = _run(argv, timeout=limit + _HOST_GRACE_S, stdin=data)
-        except subprocess.TimeoutExpired as exc:
-            return ExecResult(-9, (exc.stdout or b"").decode(errors="replace"), (exc.stderr or b"").decode(
-                errors="replace"), True, time.monotonic() - start, self.backend)
-        timed_out = self._has_timeout and proc.returncode in (124, 137)
-        return ExecResult(proc.returncode, proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace"),
-                          timed_out, time.monotonic() - start, self.backend)
+        code, out, err, host_timeout = _run_capped(argv, timeout=limit + _HOST_GRACE_S, stdin=data)
+        if host_timeout:
+            return ExecResult(-9, out, err, True, time.monotonic() - start, self.backend)
+        timed_out = self._has_timeout and code in (124, 137)
+        return ExecResult(code, out, err, timed_out, time.monotonic() - start, self.backend)
 
     def copy_in(self, src: Path, dest: str) -> None:
         path = self._abs(dest)
@@ -339,12 +358,10 @@ class ApptainerSession(ExecutionSession):
         argv = apptainer_exec_argv(self.binary, self.instance, command, limit, workdir or self.spec.workdir,
                                    {**self.spec.env, **(env or {})})
         start = time.monotonic()
-        try:
-            proc = _run(argv, timeout=limit + _HOST_GRACE_S, stdin=data)
-        except subprocess.TimeoutExpired:
-            return ExecResult(-9, "", "", True, time.monotonic() - start, self.backend)
-        return ExecResult(proc.returncode, proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace"),
-                          proc.returncode in (124, 137), time.monotonic() - start, self.backend)
+        code, out, err, host_timeout = _run_capped(argv, timeout=limit + _HOST_GRACE_S, stdin=data)
+        if host_timeout:
+            return ExecResult(-9, out, err, True, time.monotonic() - start, self.backend)
+        return ExecResult(code, out, err, code in (124, 137), time.monotonic() - start, self.backend)
 
     def _close(self) -> None:
         self._finalizer()

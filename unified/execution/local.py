@@ -180,10 +180,10 @@ class LocalSession(ExecutionSession):
                                network=spec.network, env=self._env, readonly_binds=binds, mount_point=self._workdir)
         self._box = Sandbox(config)
         self._box.__enter__()
-        argv = self._box.command_line([_system_python(), "-u", "/.unified/keeper.py"])
         self._stderr = open(self._state / "keeper.stderr", "w+b")
-        self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-                                      start_new_session=True)
+        self._proc = self._box.popen([_system_python(), "-I", "-S", "-u", "/.unified/keeper.py"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr)
+        self.info["limits"] = dict(self._box.limits_info)
         self._finalizer = weakref.finalize(self, _kill_group, self._proc.pid)
         threading.Thread(target=_pump, args=(self._proc.stdout, self._lines), daemon=True).start()
         first = self._next_line(30.0)
@@ -281,7 +281,10 @@ class LocalSession(ExecutionSession):
                 raise ExecutionError(f"local: the sandbox is gone: {self._stderr_text()}") from None
             resp = self._next_line(limit + _RESPONSE_GRACE_S)
         if resp is None:
+            hit = self._box.limit_hit(self._proc) if self._box is not None else None
             self.close()
+            if hit:
+                raise ExecutionError(f"local: {hit}")
             raise ExecutionError(f"local: no answer from the sandbox within {limit + _RESPONSE_GRACE_S:.0f}s; "
                                  f"it was killed. {self._stderr_text()}")
         return ExecResult(exit_code=int(resp["exit_code"]),
@@ -328,6 +331,12 @@ class LocalSession(ExecutionSession):
                     os.chmod(p, os.stat(p).st_mode | 0o444)
             return
         super().copy_in(src, dest)
+
+    def fresh_dir(self, path: str) -> None:
+        # a nested extra dir (/logs/verifier) is a read-only symlink into the private /tmp: renew its target
+        path = self._abs(path)
+        inner = f"/tmp/.unified-extra{path}"
+        super().fresh_dir(inner if inner in self._tmp_dirs else path)
 
     # -- stop ----------------------------------------------------------------------------
 

@@ -7,12 +7,18 @@ What a command inside sees and may do:
   unless listed in ``SandboxConfig.readonly_binds``;
 - a private, empty ``/tmp`` (tmpfs) and its own ``/proc`` and minimal ``/dev``;
 - one writable directory: the workspace, mounted at ``SandboxConfig.mount_point``
-  (``/workspace``), which is also the working directory and ``$HOME``;
+  (``/workspace``), which is also the working directory and ``$HOME`` (unless ``home`` says
+  otherwise: graders use ``/tmp`` so that nothing an agent left in the workspace acts as their
+  home);
 - no network (``--unshare-net``: only a loopback of its own) unless ``network=True``;
 - its own PID, IPC and UTS namespaces (hostname ``sandbox``), a user namespace in which it
   runs as ``agent`` (uid 1000), no capabilities;
 - rlimits: address space (``memory_mb``), processes (``max_processes``), file size, no core
-  dumps.
+  dumps; and limits on the whole sandbox (memory of all its processes plus ``/tmp``, process
+  count, workspace disk; cgroup v2 or a watchdog, see :mod:`unified.sandbox.limits`);
+- none of the host's environment: the launcher chain itself starts with a minimal environment
+  (:mod:`unified.sandbox.hostenv`), so not even ``/proc/1/environ`` (bubblewrap) holds a host value;
+- output is capped while it streams (``max_output_bytes`` per stream, the rest counted and dropped).
 
 Timeouts: every run starts in its own process group; on timeout the whole group gets
 SIGKILL, and because the command runs in a private PID namespace whose init is bubblewrap's
@@ -40,6 +46,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from unified.sandbox.hostenv import DEFAULT_PATH, minimal_host_env
+from unified.sandbox.limits import (
+    Cgroup,
+    SandboxLimits,
+    Watchdog,
+    bwrap_supports_size,
+    cgroup_parent,
+    tree_bytes,
+)
+from unified.sandbox.streams import communicate_capped, cut_text
+
 BACKEND = "bwrap"
 
 _SYSTEM_DIRS = ("/usr", "/etc", "/opt")
@@ -47,7 +64,7 @@ _SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _STAGE_SCRIPT = ('while [ "$1" != "--" ]; do mount --bind "$1" "$2" || exit 125; shift 2; done; '
                  'shift; exec "$@"')
 """Run as root in a private mount namespace: bind each host path onto its stage path, then exec."""
-_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+_DEFAULT_PATH = DEFAULT_PATH
 
 
 class SandboxError(RuntimeError):
@@ -63,9 +80,12 @@ class SandboxConfig:
     timeout_s: float = 30
     """Default wall-clock limit of one ``run``."""
     memory_mb: int = 1024
-    """Address-space limit (RLIMIT_AS) of every process, in MiB."""
+    """Memory of the whole sandbox in MiB: all its processes and its ``/tmp`` together (cgroup v2 or
+    watchdog); also the address-space limit (RLIMIT_AS) of each process and the size of ``/tmp``."""
     max_processes: int = 256
-    """RLIMIT_NPROC: processes/threads the sandbox user may have at once."""
+    """Processes the sandbox may have at once (RLIMIT_NPROC, and cgroup v2 or watchdog)."""
+    disk_mb: int | None = 8192
+    """Most the workspace may hold, in MiB (watched while commands run); None: no limit."""
     network: bool = False
     """Share the host network (default: none, only a private loopback)."""
     env: dict = field(default_factory=dict)
@@ -73,7 +93,9 @@ class SandboxConfig:
     readonly_binds: list = field(default_factory=list)
     """Extra host paths to expose read-only: ``"/path"`` (same place) or ``("/src", "/dest")``."""
     mount_point: str = "/workspace"
-    """Where the workspace appears inside (also the working directory and ``$HOME``)."""
+    """Where the workspace appears inside (also the working directory, and ``$HOME`` unless ``home`` is set)."""
+    home: str | None = None
+    """``$HOME`` inside (default: ``mount_point``). Graders set ``/tmp``: nothing the agent wrote is their home."""
     file_size_mb: int = 256
     """RLIMIT_FSIZE: largest file a command may write, in MiB."""
     max_output_bytes: int = 1 << 20
@@ -102,6 +124,8 @@ class SandboxResult:
     """Wall time."""
     backend: str = BACKEND
     """Which sandbox ran it."""
+    limit: str | None = None
+    """The sandbox-wide limit (memory, processes, disk) that stopped the command, as one line; None if none."""
 
 
 def bwrap_available() -> bool:
@@ -123,7 +147,11 @@ class Sandbox:
         self.config = config
         self._state: tempfile.TemporaryDirectory | None = None
         self._live: set[subprocess.Popen] = set()
+        self._watchdogs: dict[int, Watchdog] = {}
         self._drop_to: int | None = None
+        self._cgroup: Cgroup | None = None
+        self.limits_info: dict[str, str] = {}
+        """How the sandbox-wide limits are enforced here (``memory``: cgroup v2 or watchdog, and why)."""
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -146,11 +174,29 @@ class Sandbox:
         if os.geteuid() == 0 and self.config.host_uid is not None:
             self._drop_to = _fresh_uid() if self.config.host_uid == "auto" else int(self.config.host_uid)
             self._give_workspace(ws)
+        self._limits = SandboxLimits(memory_mb=self.config.memory_mb, max_processes=self.config.max_processes,
+                                     disk_mb=self.config.disk_mb, workspace=ws)
+        self._workspace_bytes = tree_bytes(ws) if self.config.disk_mb is not None else 0
+        parent, why = _cgroup_parent()
+        if parent is not None:
+            try:
+                self._cgroup = Cgroup(parent, self._limits)
+                self.limits_info = {"memory": "cgroup v2", "cgroup": str(self._cgroup.path)}
+            except OSError as exc:
+                self.limits_info = {"memory": "watchdog", "why": f"cannot create a cgroup under {parent}: {exc}"}
+        else:
+            self.limits_info = {"memory": "watchdog", "why": why}
         return self
 
     def __exit__(self, *exc: object) -> None:
         for proc in list(self._live):
             self._kill(proc)
+        for dog in self._watchdogs.values():
+            dog.stop()
+        self._watchdogs.clear()
+        if self._cgroup is not None:
+            self._cgroup.remove()
+            self._cgroup = None
         if self._drop_to is not None:  # hand the workspace back to the caller
             _chown_tree(self.workspace, os.getuid(), os.getgid())
         if self._state is not None:
@@ -192,8 +238,9 @@ class Sandbox:
         if not argv:
             raise ValueError("empty command")
         mib = 1024 * 1024
-        cmd = ["prlimit", f"--as={cfg.memory_mb * mib}", f"--nproc={cfg.max_processes}",
-               f"--fsize={cfg.file_size_mb * mib}", "--core=0", "--"]
+        cmd = self._cgroup.enter_argv() if self._cgroup is not None else []
+        cmd += ["prlimit", f"--as={cfg.memory_mb * mib}", f"--nproc={cfg.max_processes}",
+                f"--fsize={cfg.file_size_mb * mib}", "--core=0", "--"]
         workspace = str(self.workspace)
         ro_binds = self._readonly_binds()
         if self._drop_to is not None:
@@ -220,13 +267,15 @@ class Sandbox:
             elif os.path.isdir(link):
                 cmd += ["--ro-bind", link, link]
         cmd += ["--ro-bind", str(state / "passwd"), "/etc/passwd", "--ro-bind", str(state / "group"), "/etc/group"]
-        cmd += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--dir", "/var/tmp",
-                "--bind", workspace, cfg.mount_point]
+        cmd += ["--dev", "/dev", "--proc", "/proc"]
+        if bwrap_supports_size():  # /tmp is memory: never larger than the sandbox's memory limit
+            cmd += ["--size", str(cfg.memory_mb * mib)]
+        cmd += ["--tmpfs", "/tmp", "--dir", "/var/tmp", "--bind", workspace, cfg.mount_point]
         for src, dest in ro_binds:  # after /tmp and the workspace, so they may lie inside those
             cmd += ["--ro-bind", src, dest]
         cmd += ["--chdir", cfg.mount_point,
                 "--remount-ro", "/", "--die-with-parent", "--new-session", "--clearenv",
-                "--setenv", "PATH", _DEFAULT_PATH, "--setenv", "HOME", cfg.mount_point,
+                "--setenv", "PATH", _DEFAULT_PATH, "--setenv", "HOME", cfg.home or cfg.mount_point,
                 "--setenv", "USER", "agent", "--setenv", "LANG", "C.UTF-8", "--setenv", "LC_ALL", "C.UTF-8",
                 "--setenv", "TERM", "dumb", "--setenv", "TMPDIR", "/tmp"]
         for key, value in cfg.env.items():
@@ -235,48 +284,90 @@ class Sandbox:
 
     # -- running -----------------------------------------------------------------------
 
+    def popen(self, command: str | list[str], **popen_args) -> subprocess.Popen:
+        """Start ``command`` in the sandbox (``popen_args``: Popen's stdin/stdout/stderr) and watch its limits.
+
+        The launcher chain gets a minimal environment (never ours) and its own session; the
+        returned process is killed with the sandbox. :meth:`limit_hit` says whether a
+        sandbox-wide limit killed it.
+        """
+        proc = subprocess.Popen(self.command_line(command), env=minimal_host_env(), start_new_session=True,
+                                **popen_args)
+        self._live.add(proc)
+        dog = Watchdog(proc.pid, self._limits, kill=lambda: _kill_group(proc.pid),
+                       watch_memory=self._cgroup is None, workspace_bytes=self._workspace_bytes)
+        self._watchdogs[proc.pid] = dog
+        dog.start()
+        return proc
+
+    def limit_hit(self, proc: subprocess.Popen, cgroup_before: dict[str, int] | None = None) -> str | None:
+        """The sandbox-wide limit that stopped ``proc`` (one line), or None."""
+        dog = self._watchdogs.get(proc.pid)
+        if dog is not None and dog.hit:
+            return dog.hit
+        if self._cgroup is not None and cgroup_before is not None:
+            return self._cgroup.hit(cgroup_before)
+        return None
+
+    def release(self, proc: subprocess.Popen) -> None:
+        """Kill what is left of ``proc`` and stop watching it."""
+        if proc.poll() is None:
+            self._kill(proc)
+        self._live.discard(proc)
+        dog = self._watchdogs.pop(proc.pid, None)
+        if dog is not None:
+            dog.stop()
+
     def run(self, command: str | list[str], timeout_s: float | None = None,
             stdin: str | bytes | None = None) -> SandboxResult:
-        """Run ``command`` (a shell string or an argv list) and wait for it, at most ``timeout_s``."""
+        """Run ``command`` (a shell string or an argv list) and wait for it, at most ``timeout_s``.
+
+        Output is capped while it streams (``max_output_bytes`` a stream); a sandbox-wide limit
+        that kills the command is in ``result.limit`` and on the last line of ``stderr``.
+        """
         limit = self.config.timeout_s if timeout_s is None else timeout_s
         data = stdin.encode() if isinstance(stdin, str) else stdin
         start = time.monotonic()
-        proc = subprocess.Popen(self.command_line(command), stdin=subprocess.PIPE if data is not None else
-                                subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True)
-        self._live.add(proc)
-        timed_out = False
+        before = self._cgroup.events() if self._cgroup is not None else None
+        proc = self.popen(command, stdin=subprocess.PIPE if data is not None else subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
-            try:
-                out, err = proc.communicate(data, timeout=limit)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                self._kill(proc)
-                out, err = proc.communicate()
+            out, err, timed_out = communicate_capped(proc, data, limit, self.config.max_output_bytes,
+                                                     on_timeout=lambda: self._kill(proc))
+            hit = self.limit_hit(proc, before)
         finally:
-            if proc.poll() is None:
-                self._kill(proc)
-            self._live.discard(proc)
-        return SandboxResult(exit_code=proc.returncode, stdout=self._text(out), stderr=self._text(err),
-                             timed_out=timed_out, duration_s=time.monotonic() - start)
-
-    def _text(self, raw: bytes | None) -> str:
-        raw = raw or b""
-        cap = self.config.max_output_bytes
-        if len(raw) > cap:
-            return raw[:cap].decode("utf-8", errors="replace") + f"\n[... {len(raw) - cap} bytes cut]\n"
-        return raw.decode("utf-8", errors="replace")
+            self.release(proc)
+        stderr = cut_text(err)
+        if hit:
+            stderr += ("" if not stderr or stderr.endswith("\n") else "\n") + f"[sandbox: {hit}]\n"
+        return SandboxResult(exit_code=proc.returncode, stdout=cut_text(out), stderr=stderr,
+                             timed_out=timed_out, duration_s=time.monotonic() - start, limit=hit)
 
     @staticmethod
     def _kill(proc: subprocess.Popen) -> None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        _kill_group(proc.pid)
         try:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:  # pragma: no cover - kernel did not reap in time
             pass
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+_CGROUP_PARENT: tuple | None = None
+
+
+def _cgroup_parent() -> tuple:
+    """:func:`unified.sandbox.limits.cgroup_parent`, decided once per process."""
+    global _CGROUP_PARENT
+    if _CGROUP_PARENT is None:
+        _CGROUP_PARENT = cgroup_parent()
+    return _CGROUP_PARENT
 
 
 _uid_counter = itertools.count()
