@@ -7,37 +7,59 @@ Config keys (``--set benchmarks.terminal_bench_2.KEY=VALUE``):
 ``backend``         ``local``, ``docker``, ``podman``, ``apptainer`` or ``auto`` (default
                     ``$UNIFIED_EXEC_BACKEND`` or auto; see :mod:`unified.execution`)
 ``tasks``           only these task ids (comma-separated)
+``network``         ``task`` (default: as the task says, and Harbor's default, on, when it says
+                    nothing), ``off`` (cut it for every task) or ``on``
+``network_off``     task ids whose network is cut whatever the above (comma-separated)
+``build``           ``auto`` (default, as Harbor: the task's prebuilt ``docker_image`` when it names
+                    one, its ``environment/Dockerfile`` otherwise) or ``always`` (build the Dockerfile
+                    when there is one, Harbor's ``--force-build``). The ``local`` backend always
+                    replays the Dockerfile (it has no images) and skips, with the reason, the tasks
+                    whose build or verifier needs root or the network (:mod:`.local_support`)
 ``exec_timeout_s``  limit of one tmux/exec call (default 180)
 ``agent_timeout_s`` override every task's ``[agent] timeout_sec`` (default: the task's)
 
 Score: the verifier's reward (1 = tests pass, 0 = not); the official protocol is 5 runs a
 task, aggregate = mean reward in percent (per-task mean over runs, then mean over tasks, which
-equals the mean over all runs when every task has 5). Results record the backend that ran.
+equals the mean over all runs when every task has 5). Results record the backend, image and
+network that ran; the aggregate says when the run is not comparable with published numbers
+(``comparable``, ``not_comparable_because``).
 """
 
 from __future__ import annotations
 
+import math
+import shlex
 import statistics
 from pathlib import Path
 from typing import Any
 
-from unified.eval.adapter import Adapter, BenchmarkUnavailable, Environment, Task, config_list, require_execution_backend
+from unified.eval.adapter import (
+    Adapter,
+    BenchmarkUnavailable,
+    Environment,
+    Task,
+    config_list,
+    limit_runnable,
+    require_execution_backend,
+)
 from unified.types import Episode, EpisodeResult, ToolCall
 
-from evaluators.terminal_bench.environment import TerminalBenchEnvironment
+from evaluators.terminal_bench.environment import MAX_WAIT_S, TerminalBenchEnvironment
+from evaluators.terminal_bench.local_support import local_blockers
 from evaluators.terminal_bench.tasks import TBTask, load_tasks, resolve_root
 
 __all__ = ["TerminalBench2Adapter", "aggregate_rewards"]
 
 
 
-def aggregate_rewards(results: list[EpisodeResult]) -> dict[str, Any]:
+def aggregate_rewards(results: list[EpisodeResult], runs_protocol: int = 5) -> dict[str, Any]:
     """Mean reward in percent: per task over its runs, then over tasks; plus per-run means.
 
     ``score = 100 * mean_t( mean_r reward[t, r] )`` over scored tasks; ``per_run[r]`` is the
     mean over tasks of run ``r`` (its spread is what "mean over 5 runs" averages out).
+    ``not_comparable_because`` lists what separates this run from the published protocol.
     """
-    scored = [r for r in results if r.skipped is None]
+    scored = [r for r in results if r.skipped is None and r.error is None]
     by_task: dict[str, list[float]] = {}
     by_run: dict[int, list[float]] = {}
     for r in scored:
@@ -45,11 +67,32 @@ def aggregate_rewards(results: list[EpisodeResult]) -> dict[str, Any]:
         by_run.setdefault(r.trial, []).append(r.score)
     task_means = [statistics.fmean(v) for v in by_task.values()]
     per_run = {str(k): 100.0 * statistics.fmean(v) for k, v in sorted(by_run.items())}
+    skipped_tasks = sorted({r.task_id for r in results if r.skipped is not None})
+    errored = [r for r in results if r.skipped is None and r.error is not None]
+    backends = sorted({str(r.details.get("backend")) for r in scored if r.details.get("backend")})
+    reasons = []
+    if "local" in backends:
+        reasons.append("local sandbox instead of the task's Docker image")
+    cut = sorted({r.task_id for r in scored if r.details.get("network") is False
+                  and r.details.get("task_network") is not False})
+    if cut:
+        reasons.append(f"network off for {len(cut)} task(s) that have it under Harbor")
+    runs = max((len(v) for v in by_task.values()), default=0)
+    if by_task and min(len(v) for v in by_task.values()) < runs_protocol:
+        reasons.append(f"fewer runs than the protocol ({min(len(v) for v in by_task.values())} < {runs_protocol})")
+    if skipped_tasks:
+        reasons.append(f"{len(skipped_tasks)} task(s) skipped")
+    if errored:
+        reasons.append(f"{len(errored)} episode(s) failed to run")
+    if not scored:
+        reasons.append("no task ran")
     return {"score": 100.0 * statistics.fmean(task_means) if task_means else 0.0,
             "metric": "accuracy (%), mean over runs", "n_tasks": len(by_task), "n_episodes": len(scored),
-            "per_run": per_run, "run_std": statistics.pstdev(per_run.values()) if len(per_run) > 1 else 0.0,
-            "skipped": len(results) - len(scored),
-            "backends": sorted({str(r.details.get("backend")) for r in scored if r.details.get("backend")})}
+            "runs": runs, "per_run": per_run,
+            "run_std": statistics.pstdev(per_run.values()) if len(per_run) > 1 else 0.0,
+            "skipped": len(results) - len(scored) - len(errored), "skipped_tasks": skipped_tasks,
+            "errored": len(errored), "backends": backends,
+            "comparable": not reasons, "not_comparable_because": reasons}
 
 
 class TerminalBench2Adapter(Adapter):
@@ -65,6 +108,15 @@ class TerminalBench2Adapter(Adapter):
         self.only = config_list(config.get("tasks"))
         self.exec_timeout_s = float(config.get("exec_timeout_s", 180))
         self.agent_timeout_s = config.get("agent_timeout_s")
+        self.network = str(config.get("network", "task")).lower()
+        if self.network not in ("task", "on", "off"):
+            raise ValueError(f"terminal_bench_2: network must be task, on or off, got {self.network!r}")
+        self.network_off = set(config_list(config.get("network_off")))
+        self.build = str(config.get("build", "auto")).lower()
+        if self.build not in ("auto", "always"):
+            raise ValueError(f"terminal_bench_2: build must be auto or always, got {self.build!r}")
+        self.oracle_tasks: set[str] = set()
+        """Tasks whose gold solution was asked for: their environments get ``solution/`` copied in."""
 
     def _backend(self):
         return require_execution_backend(self.backend_name)
@@ -72,21 +124,25 @@ class TerminalBench2Adapter(Adapter):
     def tasks(self, split: str | None = None, limit: int | None = None) -> list[Task]:
         root = resolve_root(self.root)
         parsed, broken = load_tasks(root)
-        self._backend()
+        backend = self._backend()
         out = []
         for t in parsed:
             if self.only and t.id not in self.only:
                 continue
             if split not in (None, "", "all") and split not in (t.category, t.difficulty, t.id):
                 continue
+            reason = t.skip_reason
+            if reason is None and backend.name == "local":
+                reason = local_blockers(t.path, t.build_context is not None, t.docker_image)
+                reason = f"local backend cannot run it: {reason}" if reason else None
             out.append(Task(id=t.id, benchmark=self.name, split=t.category, group=t.difficulty,
-                            payload=t.to_payload()))
+                            payload=t.to_payload(), skip_reason=reason))
         if not self.only:
             out += [Task(id=name, benchmark=self.name, split="unparseable", skip_reason=err) for name, err in broken]
         if not out and not broken:
             raise BenchmarkUnavailable(f"no task folders (with task.toml) under {root}",
                                        "point root/$TERMINAL_BENCH_ROOT at the task repository")
-        return out[:limit] if limit else out
+        return limit_runnable(out, limit)
 
     def _task(self, task: Task) -> TBTask:
         t = TBTask(**task.payload)
@@ -94,37 +150,67 @@ class TerminalBench2Adapter(Adapter):
             t.agent_timeout_s = float(self.agent_timeout_s)
         return t
 
+    def network_for(self, t: TBTask) -> tuple[bool, str]:
+        """(network on?, why): the task's (Harbor's default: on), cut by ``network``/``network_off``."""
+        if t.id in self.network_off:
+            return False, "cut by the adapter's network_off"
+        if self.network == "off":
+            return False, "cut by the adapter's network=off"
+        if self.network == "on":
+            return True, "forced on by the adapter's network=on"
+        return t.network, t.network_source
+
+    def image_for(self, t: TBTask, backend_name: str) -> tuple[str | None, str | None]:
+        """(image, build context) to start: the prebuilt image unless building is asked or needed."""
+        if backend_name == "local":
+            return t.docker_image, t.build_context
+        if t.docker_image and not (self.build == "always" and t.build_context):
+            return t.docker_image, None
+        return None, t.build_context
+
     def open(self, task: Task) -> Environment:
-        return TerminalBenchEnvironment(self._task(task), self._backend(), exec_timeout_s=self.exec_timeout_s)
+        t = self._task(task)
+        backend = self._backend()
+        image, context = self.image_for(t, backend.name)
+        network, why = self.network_for(t)
+        return TerminalBenchEnvironment(t, backend, exec_timeout_s=self.exec_timeout_s, image=image,
+                                        build_context=context, network=network, network_source=why,
+                                        oracle_requested=lambda: task.id in self.oracle_tasks)
 
     def score(self, task: Task, episode: Episode, env: Environment) -> EpisodeResult:
         assert isinstance(env, TerminalBenchEnvironment)
         details = env.run_verifier()
         details["task_complete_called"] = env.completed
         details["agent_timed_out"] = bool(env.metadata.get("agent_timed_out"))
+        details["task_network"] = env.task.network
+        details["image"], details["built_from"] = env.image, env.build_context
         reward = details.get("reward")
         score = float(reward) if reward is not None else 0.0
         return EpisodeResult(benchmark=self.name, task_id=task.id, trial=episode.trial, score=score,
                              passed=score >= 1.0, details=details)
 
     def aggregate(self, results: list[EpisodeResult]) -> dict[str, Any]:
-        return aggregate_rewards(results)
+        return aggregate_rewards(results, self.runs_default)
 
     # -- gold: type the reference solution into the terminal -----------------------------
 
     def gold_turns(self, task: Task) -> list[list[ToolCall]]:
+        """The oracle: ``solution/`` is copied to ``/solution`` (see the environment), then ``solve.sh``
+        runs from the terminal with ``[solution] env``, its output in ``/logs/agent/oracle.txt``."""
         t = TBTask(**task.payload)
-        solve = Path(t.path) / "solution" / "solve.sh"
-        if not solve.is_file():
+        if not (Path(t.path) / "solution" / "solve.sh").is_file():
             raise NotImplementedError(f"{t.id}: no solution/solve.sh")
-        script = solve.read_text()
-        marker = "UNIFIED_GOLD_EOF"
-        if marker in script:
-            raise NotImplementedError(f"{t.id}: solve.sh contains {marker}")
-        keys = f"bash <<'{marker}'\n{script.rstrip()}\n{marker}\n"
-        return [[ToolCall(name="send_keys", arguments={"keystrokes": keys, "duration": 60}, id="gold_0"),
-                 ToolCall(name="task_complete", arguments={}, id="gold_1")]]
+        self.oracle_tasks.add(task.id)
+        env = {"DEBIAN_FRONTEND": "noninteractive", **t.solution_env}
+        assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+        keys = f"env {assignments} bash /solution/solve.sh > /logs/agent/oracle.txt 2>&1 < /dev/null\n"
+        timeout = float(self.agent_timeout_s) if self.agent_timeout_s is not None else t.agent_timeout_s
+        calls = [ToolCall(name="send_keys", arguments={"keystrokes": keys, "duration": MAX_WAIT_S}, id="gold_0")]
+        for i in range(max(0, math.ceil(timeout / MAX_WAIT_S) - 1)):  # keep waiting while solve.sh runs
+            calls.append(ToolCall(name="send_keys", arguments={"keystrokes": "", "duration": MAX_WAIT_S,
+                                                               "press_enter": False}, id=f"gold_wait_{i}"))
+        calls.append(ToolCall(name="task_complete", arguments={}, id="gold_done"))
+        return [calls]
 
     def gold_answer(self, task: Task) -> str | None:
         return "Done."
-

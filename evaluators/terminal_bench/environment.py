@@ -3,21 +3,32 @@
 Terminus-2 (the benchmark's reference agent) drives one tmux session: the model sends
 keystrokes, waits a chosen number of seconds, and sees the terminal screen. Here that is two
 tools: ``send_keys(keystrokes, duration, press_enter)`` (every ``\\n`` presses Enter; a bare tmux key
-name such as ``C-c`` presses that key; the wait ends early once the shell is idle again) and
+name such as ``C-c`` presses that key; the wait ends early once the typed command has finished) and
 ``task_complete()``. One deviation from Terminus-2, where the model must end a command with
 ``\\n``: tool-call formats that strip a parameter's surrounding whitespace (the Qwen3.5 XML
 form does) cannot carry that newline, so Enter is pressed after the keystrokes unless
 ``press_enter`` is false (never after a bare key name). The observation is the visible
 screen. The task's ``[agent] timeout_sec`` bounds the whole episode.
 
-Verification (``run_verifier``) follows the benchmark: after the agent stops, the task's
+A command's end is told by the terminal's completion marker (see
+:mod:`unified.execution.tmux`): a ``send_keys`` call returns as soon as the command line it
+typed has finished (its exit code goes into the observation's metadata), never because the
+pane's foreground process happens to be a shell; otherwise after ``duration`` seconds.
+
+Verification (``run_verifier``) follows Harbor's verifier: after the agent stops, the task's
 ``tests/`` folder is copied to ``/tests`` and ``bash /tests/test.sh`` runs in the same
-environment with the task's ``[verifier]`` timeout and env; the reward is the number in
-``/logs/verifier/reward.txt`` (or ``reward`` in ``reward.json``); a verifier that times out or
-writes no reward scores 0. Before the verifier starts, every process the agent left running is
-killed, and that none is left is checked (otherwise the episode is not verified and scores 0
-with that error); ``/logs/verifier`` is then made a fresh empty directory, so nothing of the
-agent's can write or pre-place the reward.
+environment (output to ``/logs/verifier/test-stdout.txt`` as well) with the task's
+``[verifier]`` timeout and env. The reward is read in Harbor's order: ``reward.json`` first
+(its numeric ``reward``; the other numeric keys are kept as ``rewards``; when it has no
+``reward`` key, ``reward.txt`` supplies it), else ``reward.txt``. A verifier that times out or
+writes no reward scores 0 with ``reward_error`` saying so. Before the verifier starts, every
+process the agent left running is killed, and that none is left is checked (otherwise the
+episode is not verified and scores 0 with that error); ``/logs/verifier`` is then made a fresh
+empty directory, so nothing of the agent's can write or pre-place the reward.
+
+The oracle (``gold``) gets the task's whole ``solution/`` folder at ``/solution``, as Harbor's
+oracle agent uploads it, and runs ``solve.sh`` from the terminal with ``[solution] env``; the
+folder is copied in only for an episode whose adapter was asked for the gold solution.
 """
 
 from __future__ import annotations
@@ -33,6 +44,11 @@ from unified.types import Observation, ToolCall, ToolSpec
 
 from evaluators.terminal_bench.tasks import TBTask
 
+INSTALL_TMUX = ("(command -v apt-get && (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y tmux)) "
+                "|| (command -v apk && apk add --no-cache tmux bash) || (command -v dnf && dnf install -y tmux) "
+                "|| (command -v yum && yum install -y tmux)")
+"""Best effort at start, when the task's image has no tmux and the network is on."""
+
 MAX_WAIT_S = 300.0
 """Longest single wait a ``send_keys`` call may ask for (Terminus-2 caps durations too)."""
 
@@ -42,7 +58,7 @@ SEND_KEYS = ToolSpec(
                  "return the screen. Every newline in `keystrokes` presses Enter, and Enter is pressed at the end unless "
                  "press_enter is false. "
                  "A value that is exactly a tmux key name (C-c, C-d, Escape, Up, Tab ...) presses that key. "
-                 "The wait ends early once the shell prompt is back."),
+                 "The wait ends early once the command has finished."),
     parameters={"type": "object", "properties": {
         "keystrokes": {"type": "string", "description": "Text to type, e.g. \"ls -la\\n\", or a key name like C-c."},
         "duration": {"type": "number", "description": "Seconds to wait for the output (default 1; at most 300)."},
@@ -70,7 +86,8 @@ class TerminalBenchEnvironment(Environment):
     """One task in one execution session with a tmux terminal."""
 
     def __init__(self, task: TBTask, backend: ExecutionBackend, exec_timeout_s: float = 180.0,
-                 width: int = 160, height: int = 40) -> None:
+                 width: int = 160, height: int = 40, *, image: str | None = None, build_context: str | None = None,
+                 network: bool = True, network_source: str = "", oracle_requested=None) -> None:
         super().__init__()
         self.task, self.backend = task, backend
         self.exec_timeout_s, self.width, self.height = exec_timeout_s, width, height
@@ -80,25 +97,40 @@ class TerminalBenchEnvironment(Environment):
         self.system_prompt = SYSTEM_PROMPT
         self._started_at = 0.0
         self.completed = False
+        self.image, self.build_context = image, build_context
+        self.network, self.network_source = network, network_source
+        self.oracle_requested = oracle_requested or (lambda: False)
+        self.solution_installed = False
 
     def spec(self) -> EnvironmentSpec:
         t = self.task
-        return EnvironmentSpec(image=t.docker_image, build_context=Path(t.build_context) if t.build_context else None,
-                               network=t.allow_internet, cpus=t.cpus, memory_mb=t.memory_mb,
-                               timeout_s=self.exec_timeout_s, build_timeout_s=t.build_timeout_s,
-                               extra_dirs=["/tests", "/logs/verifier", "/logs/agent"], name=t.id)
+        extra = ["/tests", "/logs/verifier", "/logs/agent"] + (["/solution"] if self.backend.name == "local" else [])
+        return EnvironmentSpec(image=self.image, build_context=Path(self.build_context) if self.build_context else None,
+                               workdir=t.workdir, env=dict(t.environment_env), network=self.network, cpus=t.cpus,
+                               memory_mb=t.memory_mb, timeout_s=self.exec_timeout_s, build_timeout_s=t.build_timeout_s,
+                               extra_dirs=extra, name=t.id)
 
     def start(self) -> None:
         self.session = self.backend.start(self.spec())
+        self._ensure_tmux()
         self.terminal = TmuxTerminal(self.session, width=self.width, height=self.height)
         self.terminal.start()
-        self.terminal.wait(2.0)
+        self.terminal.wait(5.0)
         self._started_at = time.monotonic()
         self.metadata.update({"backend": self.session.backend, "execution": dict(self.session.info),
-                              "agent_timeout_s": self.task.agent_timeout_s})
+                              "agent_timeout_s": self.task.agent_timeout_s, "network": self.network,
+                              "network_source": self.network_source, "image": self.image,
+                              "built_from": self.build_context, "task_warnings": list(self.task.warnings)})
         self.first_user_message = (f"Task:\n{self.task.instruction}\n\nCurrent terminal screen:\n"
                                    f"{self.terminal.capture()}")
 
+    def _ensure_tmux(self) -> None:
+        """Install tmux when the image lacks it and the network is on (Harbor's agents do the same)."""
+        assert self.session is not None
+        if self.session.exec(["sh", "-c", "command -v tmux"], timeout_s=30).ok or not self.network:
+            return
+        res = self.session.exec(["sh", "-c", INSTALL_TMUX], timeout_s=600, workdir="/")
+        self.metadata["tmux_installed"] = res.ok
     def stop(self) -> None:
         if self.session is not None:
             try:
@@ -110,6 +142,8 @@ class TerminalBenchEnvironment(Environment):
     # -- agent actions -------------------------------------------------------------------
 
     def step(self, tool_calls: list[ToolCall]) -> list[Observation]:
+        if not self.solution_installed and self.oracle_requested():
+            self.install_solution()
         out = []
         for call in tool_calls:
             out.append(self._one(call))
@@ -150,7 +184,20 @@ class TerminalBenchEnvironment(Environment):
         self.terminal.send_keys(keys)
         waited = self.terminal.wait(duration)
         screen = self.terminal.capture()
-        return Observation(call.id, f"Current terminal screen:\n{screen}", metadata={"waited_s": round(waited, 2)})
+        return Observation(call.id, f"Current terminal screen:\n{screen}",
+                           metadata={"waited_s": round(waited, 2), "exit_code": self.terminal.last_exit_code})
+
+    def install_solution(self) -> None:
+        """Copy the task's whole ``solution/`` to ``/solution`` (the oracle's upload, as Harbor does it)."""
+        assert self.session is not None
+        source = Path(self.task.path) / "solution"
+        if not source.is_dir():
+            raise FileNotFoundError(f"{self.task.id}: no solution/ folder")
+        if self.backend.name != "local":
+            self.session.exec(["mkdir", "-p", "/solution"], timeout_s=30, workdir="/")
+        self.session.copy_in(source, "/solution")
+        self.solution_installed = True
+        self.metadata["oracle"] = True
 
     # -- grading -------------------------------------------------------------------------
 
@@ -165,20 +212,53 @@ class TerminalBenchEnvironment(Environment):
                     f"be stopped before verification ({stopped['detail']}); not verified"}
         session.fresh_dir("/logs/verifier")
         session.copy_in(Path(self.task.path) / "tests", "/tests")
-        res = session.exec(["bash", "/tests/test.sh"], timeout_s=self.task.verifier_timeout_s,
+        res = session.exec(["bash", "-c", "bash /tests/test.sh 2>&1 | tee /logs/verifier/test-stdout.txt; "
+                            "exit ${PIPESTATUS[0]}"], timeout_s=self.task.verifier_timeout_s,
                            env=self.task.verifier_env)
         details: dict[str, Any] = {"verifier_exit_code": res.exit_code, "verifier_timed_out": res.timed_out,
                                    "verifier_seconds": round(res.duration_s, 2),
-                                   "verifier_output": res.output()[-4000:], "backend": session.backend}
-        reward = None
-        try:
-            reward = float(session.read_file("/logs/verifier/reward.txt").decode().strip().split()[0])
-        except (FileNotFoundError, ValueError, IndexError):
-            try:
-                data = json.loads(session.read_file("/logs/verifier/reward.json"))
-                reward = float(data["reward"])
-                details["reward_details"] = data.get("details")
-            except (FileNotFoundError, ValueError, KeyError, TypeError):
-                details["reward_error"] = "no readable /logs/verifier/reward.txt or reward.json"
-        details["reward"] = reward
+                                   "verifier_output": res.output()[-4000:], "backend": session.backend,
+                                   "network": self.network}
+        details.update(read_reward(session))
         return details
+
+
+def read_reward(session: ExecutionSession) -> dict[str, Any]:
+    """``{"reward", "rewards", "reward_source"}`` or ``{"reward": None, "reward_error"}``, in Harbor's order.
+
+    ``reward.json`` first: an object whose numeric values are the rewards (``rewards``), with
+    ``reward`` the headline; without a ``reward`` key, ``reward.txt`` supplies it. Then
+    ``reward.txt`` alone (one number).
+    """
+    def text_reward() -> float:
+        raw = session.read_file("/logs/verifier/reward.txt").decode(errors="replace").strip()
+        if not raw:
+            raise ValueError("reward.txt is empty")
+        return float(raw)
+
+    try:
+        raw_json = session.read_file("/logs/verifier/reward.json")
+    except FileNotFoundError:
+        raw_json = None
+    if raw_json is not None:
+        try:
+            parsed = json.loads(raw_json)
+        except ValueError as exc:
+            return {"reward": None, "reward_error": f"reward.json is not JSON: {exc}"}
+        if not isinstance(parsed, dict):
+            return {"reward": None, "reward_error": "reward.json must be an object"}
+        rewards = {k: float(v) for k, v in parsed.items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        if "reward" not in rewards:
+            try:
+                rewards["reward"] = text_reward()
+            except (FileNotFoundError, ValueError):
+                return {"reward": None, "rewards": rewards,
+                        "reward_error": "reward.json has no numeric 'reward' and reward.txt gives none"}
+        return {"reward": rewards["reward"], "rewards": rewards, "reward_source": "reward.json"}
+    try:
+        return {"reward": text_reward(), "reward_source": "reward.txt"}
+    except FileNotFoundError:
+        return {"reward": None, "reward_error": "no /logs/verifier/reward.json or reward.txt"}
+    except ValueError as exc:
+        return {"reward": None, "reward_error": f"reward.txt: {exc}"}

@@ -81,6 +81,15 @@ def image_tag(spec: EnvironmentSpec) -> str:
     return f"unified-{safe[:60]}:{context_hash(Path(spec.build_context), spec.dockerfile)}"
 
 
+def qualify_image(image: str) -> str:
+    """``image`` with its registry spelled out (``alexgshaw/x:1`` -> ``docker.io/alexgshaw/x:1``,
+    ``ubuntu`` -> ``docker.io/library/ubuntu``): podman without search registries refuses short names."""
+    first, _, rest = image.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        return image
+    return f"docker.io/{image}" if rest else f"docker.io/library/{image}"
+
+
 # --------------------------------------------------------------------------------------
 # docker / podman
 
@@ -249,15 +258,16 @@ class DockerBackend(ExecutionBackend):
             return tag
         if not spec.image:
             raise ExecutionError(f"{self.engine}: the environment names neither an image nor a build context")
-        if _run([self.engine, "image", "inspect", spec.image], timeout=60).returncode != 0:
+        image = qualify_image(spec.image) if self.engine == "podman" else spec.image
+        if _run([self.engine, "image", "inspect", image], timeout=60).returncode != 0:
             try:
-                proc = _run([self.engine, "pull", spec.image], timeout=spec.build_timeout_s)
+                proc = _run([self.engine, "pull", image], timeout=spec.build_timeout_s)
             except subprocess.TimeoutExpired:
-                raise ExecutionError(f"{self.engine}: pulling {spec.image} timed out") from None
+                raise ExecutionError(f"{self.engine}: pulling {image} timed out") from None
             if proc.returncode != 0:
-                raise ExecutionError(f"{self.engine}: cannot pull {spec.image}: "
+                raise ExecutionError(f"{self.engine}: cannot pull {image}: "
                                      f"{proc.stderr.decode(errors='replace').strip()[-1000:]}")
-        return spec.image
+        return image
 
     def start(self, spec: EnvironmentSpec) -> DockerSession:
         self.require()
@@ -397,9 +407,12 @@ class ApptainerBackend(ExecutionBackend):
         if spec.build_context:
             builder = next((b for b in ("docker", "podman") if DockerBackend(b).available()), None)
             if builder is None:
+                hint = (f"this environment also names the prebuilt image {spec.image}: run it without forcing a build"
+                        if spec.image else
+                        "give the task a prebuilt image (task.toml [environment] docker_image) or install podman")
                 raise BackendUnavailable(
                     "apptainer", "apptainer cannot build a Dockerfile and no docker/podman is available to build it",
-                    "give the task a prebuilt image (task.toml [environment] docker_image) or install podman")
+                    hint)
             tag = DockerBackend(builder).prepare_image(spec)
             sif = sif_path(tag)
             source = f"{'docker-daemon' if builder == 'docker' else 'podman-daemon'}://{tag}"

@@ -6,19 +6,31 @@ what the screen then looks like. :class:`TmuxTerminal` does that through
 (the environment needs ``tmux``; Terminal-Bench images install it).
 
 Keystrokes: text is typed literally and every ``\\n`` presses Enter; a string that is exactly a
-tmux key name (``C-c``, ``C-d``, ``Escape``, ``Up``, ``Tab``, ``M-x`` ...) presses that key.
+tmux key name (``C-c``, ``C-d``, ``Escape``, ``Up``, ``Tab``, ``M-x`` ...) presses that key. Text
+longer than a tmux command may carry goes through a paste buffer (as Harbor's Terminus-2 does).
+
+When a command has finished is told by a completion marker, not by guessing from the pane's
+foreground process (a script run as ``bash x.sh`` shows ``bash`` in the foreground while it
+runs): the bash in the pane gets ``PS0`` (expanded after a command line is read, before it runs)
+and ``PROMPT_COMMAND`` (run before each prompt) that write ``busy PID N`` and
+``idle PID N EXIT_CODE`` to a state file. :meth:`TmuxTerminal.wait` returns early only once a
+new ``idle`` line has appeared since the keys were sent and stayed for one more poll (so a
+second queued command line has had its chance to start); the exit code comes with it. In a
+pane without bash (or where the agent replaced the shell) there is no marker and ``wait``
+waits the whole duration it was given, as Terminus-2 does.
 """
 
 from __future__ import annotations
 
 import re
+import shlex
 import time
+import uuid
 
 from unified.execution.base import ExecutionError, ExecutionSession
 
 _KEY_NAME = re.compile(r"^(?:[CMS]-.+|Enter|Escape|Tab|BTab|Space|BSpace|Up|Down|Left|Right|Home|End|"
                        r"PageUp|PageDown|PPage|NPage|IC|DC|F\d{1,2})$")
-_SHELLS = {"bash", "sh", "dash", "zsh", "ash"}
 
 
 class TmuxTerminal:
@@ -28,6 +40,11 @@ class TmuxTerminal:
                  socket: str = "/tmp/.unified-tmux.sock", history_limit: int = 10000) -> None:
         self.session, self.name, self.width, self.height = session, name, width, height
         self.socket, self.history_limit = socket, history_limit
+        self.state_file = f"/tmp/.unified-tmux-{name}.state"
+        self._sent_from: str | None = None
+        self._sent_enter = False
+        self.last_exit_code: int | None = None
+        """Exit status of the last command line the shell finished (from the completion marker)."""
 
     def _tmux(self, *args: str) -> list[str]:
         return ["tmux", "-S", self.socket, *args]
@@ -45,14 +62,30 @@ class TmuxTerminal:
                          "-c", workdir or self.session.workdir, *args)
         cmd += [";", "set-option", "-g", "history-limit", str(self.history_limit), ";", "set-option", "-g",
                 "status", "off"]
-        res = self.session.exec(cmd, timeout_s=30, env={"TERM": "xterm-256color", "PS1": "$ "})
+        state = shlex.quote(self.state_file)
+        markers = {"PS0": f'$(printf "busy %s %s\\n" "$$" "${{__unified_n:-0}}" > {state})',
+                   "PROMPT_COMMAND": (f'__unified_rc=$?; __unified_n=$((${{__unified_n:-0}}+1)); '
+                                      f'printf "idle %s %s %s\\n" "$$" "$__unified_n" "$__unified_rc" > {state}')}
+        res = self.session.exec(cmd, timeout_s=30, env={"TERM": "xterm-256color", "PS1": "$ ", **markers})
         if not res.ok:
             raise ExecutionError(f"{self.session.backend}: cannot start tmux: {res.output().strip()}")
+        deadline = time.monotonic() + 10.0  # the first prompt's marker, so the first command has a "before"
+        while shell.endswith("bash") and self.shell_state() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+    PASTE_OVER = 2000
+    """Text longer than this (characters) is pasted from a buffer instead of sent as keys."""
 
     def send_keys(self, keystrokes: str) -> None:
-        """Type ``keystrokes`` (see the module docstring) in one tmux call."""
+        """Type ``keystrokes`` (see the module docstring); long text goes through a paste buffer."""
+        sequence = self.key_sequence(keystrokes)
+        self._sent_from = self.shell_state()
+        self._sent_enter = any(kind == "key" for kind, _ in sequence)
+        if len(keystrokes) > self.PASTE_OVER and not self.is_key_name(keystrokes):
+            self._paste(keystrokes)
+            return
         argv = self._tmux()
-        for part in self.key_sequence(keystrokes):
+        for part in sequence:
             kind, value = part
             if len(argv) > 3:
                 argv.append(";")
@@ -62,6 +95,23 @@ class TmuxTerminal:
         res = self.session.exec(argv, timeout_s=30)
         if not res.ok:
             raise ExecutionError(f"tmux send-keys failed: {res.output().strip()}")
+
+    def _paste(self, text: str) -> None:
+        """Deliver ``text`` through a tmux paste buffer (newlines become Enter)."""
+        token = uuid.uuid4().hex[:12]
+        path = f"/tmp/.unified-paste-{token}"
+        self.session.write_file(path, text.encode(), mode=0o600)
+        res = self.session.exec(self._tmux("load-buffer", "-b", token, path, ";", "paste-buffer", "-d", "-b", token,
+                                           "-t", self.name), timeout_s=60)
+        self.session.exec(["rm", "-f", path], timeout_s=30)
+        if not res.ok:
+            raise ExecutionError(f"tmux paste-buffer failed: {res.output().strip()}")
+
+    def shell_state(self) -> str | None:
+        """The completion marker's last line (``idle PID N EXIT`` or ``busy PID N``); None if there is none."""
+        res = self.session.exec(["cat", self.state_file], timeout_s=30)
+        line = res.stdout.strip() if res.ok else ""
+        return line if line.startswith(("idle ", "busy ")) else None
 
     @staticmethod
     def is_key_name(keystrokes: str) -> bool:
@@ -96,18 +146,26 @@ class TmuxTerminal:
         return res.stdout.strip()
 
     def wait(self, duration_s: float, min_s: float = 0.1, poll_s: float = 0.25) -> float:
-        """Wait up to ``duration_s`` for the typed commands; return early once the shell is idle.
+        """Wait up to ``duration_s`` for what the last ``send_keys`` started; return the seconds waited.
 
-        Idle: the pane's foreground process is a shell again and the screen did not change
-        between two polls. Returns the seconds waited.
+        Returns early when the completion marker (see the module docstring) shows a prompt that
+        appeared after the keys were sent and is still the latest one a poll later; typed text
+        without Enter at an idle prompt returns after ``min_s``. Without a marker, the whole
+        ``duration_s``. ``last_exit_code`` is then the finished command's exit status.
         """
         start = time.monotonic()
         time.sleep(min(min_s, duration_s))
+        before, enter = self._sent_from, self._sent_enter
+        self._sent_from, self._sent_enter = None, False
         previous = None
         while time.monotonic() - start < duration_s:
-            screen = self.capture()
-            if screen == previous and self.current_command() in _SHELLS:
-                break
-            previous = screen
-            time.sleep(poll_s)
+            state = self.shell_state()
+            if state is not None and state.startswith("idle "):
+                finished = state != before or (not enter and (before or "").startswith("idle "))
+                if finished and state == previous:
+                    parts = state.split()
+                    self.last_exit_code = int(parts[3]) if len(parts) > 3 and parts[3].lstrip("-").isdigit() else None
+                    break
+            previous = state
+            time.sleep(max(0.0, min(poll_s, duration_s - (time.monotonic() - start))))
         return time.monotonic() - start
