@@ -12,11 +12,10 @@ from evaluators.claw_eval.grading import aggregate_trials, is_pass, task_score
 from evaluators.claw_eval.services import ServiceGroup, ServiceSpec, ServiceStartError, port_is_free, shift_url
 from evaluators.claw_eval.tasks import ClawTask
 from unified.eval.adapter import BenchmarkUnavailable
-from unified.sandbox import bwrap_available
 from unified.types import Episode, Message, Step, ToolCall
+from _requires import needs_bwrap
 
 CHECKOUT = Path(__file__).parent / "fixtures" / "claw_eval" / "fixture_checkout"
-needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap is not installed (apt-get install bubblewrap)")
 
 
 def _alive(pid: int) -> bool:

@@ -10,6 +10,8 @@ import uuid
 import pytest
 
 from unified.execution import (
+    AUTO_ORDER,
+    BACKENDS,
     BackendUnavailable,
     EnvironmentSpec,
     ExecutionError,
@@ -32,9 +34,8 @@ from unified.execution.containers import (
 )
 from unified.registry import UnknownNameError
 from _process_support import processes_with
+from _requires import needs_local
 
-local_ok = LocalBackend().unavailable_reason()
-needs_local = pytest.mark.skipif(local_ok is not None, reason=str(local_ok))
 
 
 
@@ -209,6 +210,10 @@ def test_get_backend_by_name_env_and_auto(monkeypatch):
     monkeypatch.setenv("UNIFIED_EXEC_BACKEND", "local")
     assert get_backend().name == "local"
     monkeypatch.delenv("UNIFIED_EXEC_BACKEND")
+    if not any(BACKENDS.get(name)().available() for name in AUTO_ORDER):  # a fresh machine: nothing installed
+        with pytest.raises(BackendUnavailable, match="apt-get install -y bubblewrap"):
+            get_backend("auto")
+        return
     backend = get_backend("auto")
     assert backend.available()
 

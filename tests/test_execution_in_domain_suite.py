@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from unified.execution import LocalBackend
+from _requires import needs_local, needs_tmux
 
 pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(LocalBackend().unavailable_reason() is not None, reason="bubblewrap missing")]
+              needs_local, needs_tmux]
 
 
 def test_in_domain_suite_runs_all_four_benchmarks_on_the_fixtures(tmp_path):

@@ -11,8 +11,8 @@ import pytest
 from unified.lwm import load_records, rl_dataset
 from unified.lwm.harvest import harvest, records_from_episodes
 from unified.lwm.harvest_mcp import execute_call, load_backend, run_calls
-from unified.sandbox import bwrap_available
 from unified.types import Episode, Message, Observation, Step, ToolCall, ToolSpec
+from _requires import needs_bwrap
 
 SHIPPED = Path(__file__).resolve().parents[1] / "data" / "lwm"
 
@@ -38,7 +38,7 @@ def test_shipped_dataset_is_valid_small_and_matches_its_manifest():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not bwrap_available(), reason="bubblewrap missing (.ci/run installs it)")
+@needs_bwrap
 def test_regenerate_command_reproduces_the_shipped_data_bit_for_bit(tmp_path):
     manifest = json.loads((SHIPPED / "MANIFEST.json").read_text())
     settings = manifest["settings"]

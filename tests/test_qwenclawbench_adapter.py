@@ -11,11 +11,10 @@ from evaluators.qwenclawbench.environment import transcript_from_episode
 from evaluators.qwenclawbench.grading import aggregate_runs, combine, parse_judge_answer, summarize_transcript
 from evaluators.qwenclawbench.tasks import TaskFormatError, parse_task_file
 from unified.eval.adapter import BenchmarkUnavailable
-from unified.sandbox import bwrap_available
 from unified.types import Episode, Message, Step, ToolCall
+from _requires import needs_bwrap
 
 CHECKOUT = Path(__file__).parent / "fixtures" / "qwenclawbench" / "fixture_checkout"
-needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap is not installed (apt-get install bubblewrap)")
 
 
 @pytest.fixture

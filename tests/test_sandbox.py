@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from unified.sandbox import Sandbox, SandboxConfig, SandboxError, bwrap_available, throwaway_sandbox
+from unified.sandbox import Sandbox, SandboxConfig, SandboxError, throwaway_sandbox
 from _process_support import processes_with
+from _requires import needs_bwrap
 
-pytestmark = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap missing (.ci/run installs it)")
+pytestmark = needs_bwrap
 
 
 

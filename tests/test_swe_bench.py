@@ -12,12 +12,12 @@ import pytest
 from evaluators.swe_bench import SWEBenchProAdapter, SWEBenchVerifiedAdapter
 from unified.agent.loop import AgentLoop, Job
 from unified.eval.adapter import BenchmarkUnavailable
-from unified.execution import LocalBackend
 from unified.policy.gold import GoldPolicy
 from unified.types import Episode, ToolCall
+from _requires import needs_local
 
 FIXTURES = Path(__file__).parent / "fixtures" / "swe_bench"
-pytestmark = pytest.mark.skipif(LocalBackend().unavailable_reason() is not None, reason="bubblewrap missing")
+pytestmark = needs_local
 pytest.importorskip("swebench", reason="swebench is in the bench extra (make setup)")
 
 VARIANTS = [(SWEBenchVerifiedAdapter, "fixture_verified.jsonl"), (SWEBenchProAdapter, "fixture_pro.jsonl")]

@@ -16,9 +16,10 @@ from unified.eval.adapter import BenchmarkUnavailable
 from unified.execution import LocalBackend
 from unified.policy.gold import GoldPolicy
 from unified.types import Episode, ToolCall
+from _requires import needs_local, needs_tmux
 
 FIXTURES = Path(__file__).parent / "fixtures" / "terminal_bench"
-pytestmark = pytest.mark.skipif(LocalBackend().unavailable_reason() is not None, reason="bubblewrap missing")
+pytestmark = [needs_local, needs_tmux]
 
 
 def _adapter(**kw):

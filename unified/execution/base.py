@@ -191,8 +191,8 @@ class ExecutionSession(ABC):
 
     def fresh_dir(self, path: str) -> None:
         """Make ``path`` an empty directory, whatever was there (a file, a symlink, a read-only tree)."""
-        res = self.exec(["sh", "-c", 'rm -rf -- "$1" && mkdir -p -- "$1"', "sh", self._abs(path)], timeout_s=60,
-                        workdir="/")
+        script = '{ [ -L "$1" ] || chmod -R u+rwX -- "$1"; } 2>/dev/null; rm -rf -- "$1" && mkdir -p -- "$1"'
+        res = self.exec(["sh", "-c", script, "sh", self._abs(path)], timeout_s=60, workdir="/")
         if not res.ok:
             raise ExecutionError(f"{self.backend}: cannot empty {path}: {res.output().strip()[-300:]}")
 

@@ -158,6 +158,14 @@ class Sandbox:
     def __enter__(self) -> Sandbox:
         if not bwrap_available():
             raise SandboxError("bubblewrap (bwrap) is not installed: apt-get install -y bubblewrap")
+        try:
+            return self._enter()
+        except BaseException:
+            self.__exit__(None, None, None)  # no state dir, cgroup or lent workspace is left behind
+            raise
+
+    def _enter(self) -> Sandbox:
+        self._readonly_binds()  # a bad bind is an error before anything is created or lent
         ws = Path(self.config.workspace).resolve()
         ws.mkdir(parents=True, exist_ok=True)
         self.workspace = ws

@@ -1,0 +1,102 @@
+"""Promise: a sandbox cannot take more host memory, disk or processes than its limits.
+
+Attacks, each of which went through before the fix:
+
+- print a lot: ``Sandbox.run`` read all output before cutting it (2 GiB of host memory per GiB
+  printed); now output is capped while it streams and the host's memory stays flat;
+- several processes, each under the per-process address-space limit, together far above it;
+- fill the private ``/tmp`` (a tmpfs: host memory) with several files, each under the file-size
+  limit;
+- stay root (``host_uid=None``, where the kernel does not apply ``RLIMIT_NPROC``) and start more
+  processes than the limit;
+- fill the workspace with files, each under the file-size limit.
+
+A limit that is hit is recorded as one line (``SandboxResult.limit`` and the end of stderr).
+How the limits are enforced (cgroup v2 or the watchdog) is in ``Sandbox.limits_info``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from security._support import needs_bwrap, needs_local
+from unified.execution import EnvironmentSpec, LocalBackend
+from unified.sandbox import throwaway_sandbox
+
+MIB = 1 << 20
+
+
+@needs_bwrap
+def test_output_is_capped_while_it_streams_not_after():
+    """The host reads 256 MiB of output with a 1 MiB cap: its peak memory stays far below what was printed."""
+    script = textwrap.dedent("""
+        import re
+        from unified.sandbox import throwaway_sandbox
+        with throwaway_sandbox(max_output_bytes=1 << 20, timeout_s=120) as box:
+            res = box.run("head -c 268435456 /dev/zero | tr '\\\\0' a")
+        assert len(res.stdout) < (1 << 20) + 200 and "268435456" not in res.stdout, len(res.stdout)
+        assert "267386880 bytes cut" in res.stdout, res.stdout[-200:]
+        status = open("/proc/self/status").read()
+        print(int(re.search(r"VmHWM:\\s+(\\d+) kB", status).group(1)) // 1024)   # peak resident memory, MiB
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    peak_mib = int(out.stdout.split()[-1])
+    assert peak_mib < 200, f"host peak memory {peak_mib} MiB while reading 256 MiB of output"
+
+
+@needs_bwrap
+def test_memory_limit_covers_all_processes_together():
+    with throwaway_sandbox(memory_mb=256, timeout_s=60) as box:
+        res = box.run("for i in 1 2 3 4; do python3 -c 'import time; b = bytearray(150 << 20); time.sleep(20)' & done; "
+                      "wait; echo survived")
+        assert "survived" not in res.stdout
+        assert res.limit and res.limit.startswith("memory limit of 256 MiB"), (res.limit, res.stderr[-500:])
+        assert res.stderr.rstrip().endswith(f"[sandbox: {res.limit}]")
+        assert box.limits_info["memory"] in ("cgroup v2", "watchdog")
+
+
+@needs_bwrap
+def test_tmp_counts_against_the_memory_limit():
+    with throwaway_sandbox(memory_mb=256, timeout_s=60) as box:
+        res = box.run("for i in 1 2 3; do head -c 150M /dev/zero > /tmp/f$i; done; sleep 1; du -sm /tmp")
+        held = int(res.stdout.split()[0]) if res.stdout.split() else 0
+        assert held <= 256 and (res.limit or "No space left" in res.stderr), (res.stdout, res.stderr[-300:])
+
+
+@needs_bwrap
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can keep a sandbox at host uid 0")
+def test_process_limit_holds_even_when_the_sandbox_stays_root():
+    with throwaway_sandbox(host_uid=None, max_processes=20, timeout_s=60) as box:
+        res = box.run("for i in $(seq 60); do sleep 20 & done; wait; echo survived")
+        assert "survived" not in res.stdout
+        assert res.limit and res.limit.startswith("process limit of 20"), (res.limit, res.stderr[-300:])
+
+
+@needs_bwrap
+def test_disk_limit_of_the_workspace():
+    with throwaway_sandbox(disk_mb=150, timeout_s=60) as box:
+        res = box.run("for i in 1 2 3 4; do head -c 100M /dev/zero > f$i; done; sleep 3; echo survived")
+        assert "survived" not in res.stdout
+        assert res.limit and res.limit.startswith("disk limit of 150 MiB"), (res.limit, res.stderr[-300:])
+
+
+@needs_local
+def test_local_backend_output_is_capped_with_a_marker():
+    with LocalBackend().start(EnvironmentSpec()) as session:
+        res = session.exec("head -c 20M /dev/zero | tr '\\0' b")
+        assert len(res.stdout) < 5 * MIB and "bytes cut" in res.stdout[-200:]
+        assert session.info["limits"]["memory"] in ("cgroup v2", "watchdog")
+
+
+def test_container_engine_calls_are_capped_while_they_stream():
+    from unified.execution.containers import _run_capped
+
+    code, out, err, timed_out = _run_capped(["sh", "-c", "head -c 50000000 /dev/zero | tr '\\0' c"], timeout=60,
+                                            cap=MIB)
+    assert code == 0 and not timed_out and len(out) < MIB + 200 and "48951424 bytes cut" in out

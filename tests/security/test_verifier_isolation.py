@@ -1,0 +1,68 @@
+"""Promise: verification starts only after every process the agent started is gone.
+
+Attack (Terminal-Bench, ``local`` backend): a do-nothing agent starts a ``setsid`` loop that
+keeps writing ``1`` into ``/logs/verifier/reward.txt`` and makes it read-only. Before the fix
+the loop survived into verification, the verifier could not overwrite the file, and the agent
+scored 1.0 in 3 of 3 runs. Now the session kills every process but its own (stop, then kill,
+until a round finds none) and makes ``/logs/verifier`` a fresh directory before the verifier
+runs. Also: the agent cannot forge the local backend's answers by writing into the command
+runner's pipes through ``/proc/<pid>/fd``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+from security._support import needs_local, needs_tmux
+from unified.execution import EnvironmentSpec, LocalBackend
+from unified.types import Episode, ToolCall
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "terminal_bench"
+FORGER = ("(setsid sh -c 'while :; do rm -f /logs/verifier/reward.txt; echo 1 > /logs/verifier/reward.txt; "
+          "chmod 444 /logs/verifier/reward.txt; sleep 0.01; done' >/dev/null 2>&1 &); echo started")
+
+
+@needs_local
+@needs_tmux
+def test_a_background_process_cannot_forge_a_terminal_bench_reward():
+    from evaluators.terminal_bench import TerminalBench2Adapter
+
+    adapter = TerminalBench2Adapter(root=str(FIXTURES), backend="local", tasks="fixture_hello_file")
+    task = adapter.tasks()[0]
+    with adapter.open(task) as env:
+        env.step([ToolCall("send_keys", {"keystrokes": FORGER, "duration": 1}, "c0"),
+                  ToolCall("task_complete", {}, "c1")])
+        assert env.session.read_file("/logs/verifier/reward.txt") == b"1\n"  # the forger is at work
+        result = adapter.score(task, Episode(benchmark=adapter.name, task_id=task.id), env)
+    assert result.score == 0.0 and not result.passed, result.details
+
+
+@needs_local
+def test_every_agent_process_is_gone_before_verification():
+    with LocalBackend().start(EnvironmentSpec(extra_dirs=["/logs/verifier"], max_processes=64)) as s:
+        s.exec("nohup sleep 300 >/dev/null 2>&1 & (setsid sleep 301 &) ; (sh -c 'sleep 302 &' &); "
+               "echo x > /logs/verifier/reward.txt; chmod 444 /logs/verifier/reward.txt /logs/verifier; echo ok")
+        assert "sleep 302" in s.exec("ps -eo args").stdout
+        # last, a fork loop that fills the process table: not even a command could start now
+        s.exec("(setsid sh -c 'while :; do sleep 303 & done' >/dev/null 2>&1 &); sleep 2; echo ok")
+        stopped = s.stop_agent_processes()
+        assert stopped["ok"], stopped
+        left = s.exec("ps -eo pid=,args=").stdout.splitlines()
+        assert [line for line in left if "sleep" in line] == [], left
+        s.fresh_dir("/logs/verifier")
+        assert s.exec("ls -A /logs/verifier; echo y > /logs/verifier/reward.txt && cat /logs/verifier/reward.txt").stdout == "y\n"
+        assert s.exec("echo still usable").stdout == "still usable\n"  # the session itself survived
+
+
+@needs_local
+def test_the_agent_cannot_inject_answers_into_the_local_command_runner():
+    fake = json.dumps({"exit_code": 0, "stdout": base64.b64encode(b"FORGED").decode(), "stderr": "",
+                       "timed_out": False, "duration_s": 0})
+    inject = ("me=$$; for d in /proc/[0-9]*; do p=${d#/proc/}; [ \"$p\" = \"$me\" ] && continue; "
+              f"printf '%s\\n' '{fake}' > $d/fd/1 2>/dev/null && echo injected $p; done; echo tried")
+    with LocalBackend().start(EnvironmentSpec()) as s:
+        res = s.exec(inject)
+        assert res.stdout.endswith("tried\n") and "injected" not in res.stdout, res.stdout
+        assert s.exec("echo honest").stdout == "honest\n"
