@@ -159,7 +159,10 @@ def test_grpo_config_mapping(tmp_path):
     assert colocate.vllm_mode == "colocate"
 
 
-def test_precision_bf16_requires_cuda(tmp_path):
+def test_precision_bf16_requires_cuda_or_a_bf16_cpu(tmp_path, monkeypatch):
+    from unified.warmup import trainer as trainer_mod
+
+    monkeypatch.setattr(trainer_mod, "cpu_has_bf16", lambda: False)
     cfg = load_warmup_config(None, [f"output_dir={tmp_path}", "model.precision=bf16"])
     with pytest.raises(ValueError, match="CUDA"):
         build_grpo_config(cfg, device=torch.device("cpu"))

@@ -171,10 +171,13 @@ def run_before_after(cfg: WarmupConfig, *, samples_per_prompt: int = 2, temperat
     temperature = gen.temperature if temperature is None else temperature
     if temperature <= 0:
         samples_per_prompt = 1  # greedy: every sample is the same
+    # rows generated together: the training's generation batch (its memory is already budgeted), not the
+    # loss micro-batch, which a memory-lean recipe sets to 1. Greedy scoring does not depend on the seed,
+    # so runs that differ only in train.seed share (and can reuse) the "before" measurement.
     score_kwargs = dict(samples_per_prompt=samples_per_prompt, max_new_tokens=gen.max_completion_length,
-                        temperature=temperature, top_p=gen.top_p, seed=cfg.train.seed + 1,
+                        temperature=temperature, top_p=gen.top_p, seed=0 if temperature <= 0 else cfg.train.seed + 1,
                         enable_thinking=gen.enable_thinking,
-                        batch_size=max(cfg.train.per_device_train_batch_size, 1))
+                        batch_size=max(cfg.train.per_device_train_batch_size * cfg.train.gradient_accumulation_steps, 1))
     settings = {**score_kwargs, "heldout": [str(r) for r in heldout["sample_id"]],
                 "rewards": [_reward_name(f) for f in funcs], "weights": list(weights)}
     if previous.get("settings") == settings and "before" in previous:

@@ -33,9 +33,14 @@ class ModelSection:
     experts_implementation: str | None = None
     """``None``: ``grouped_mm`` where it runs, else ``eager``."""
     precision: Precision = "auto"
-    """``auto`` = bf16 on CUDA, fp32 on CPU."""
+    """``auto`` = bf16 on CUDA, fp32 on CPU; ``bf16`` = bf16 autocast over fp32 master weights, also on a
+    CPU with native bf16 instructions (AVX512-BF16/AMX), where it halves the saved activations."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (memory for ~20-30% more compute)."""
+    trainable_layers: int | None = None
+    """Train only the last N decoder layers and the final norm; the embeddings (tied to the LM head in
+    the embedded model) and the lower layers stay frozen, so the backward stops at layer L-N and
+    gradients, optimizer state and saved activations exist for those N layers only. ``None``: all."""
     router_aux_loss_coef: float | None = None
     """MoE load-balancing loss weight; ``None`` keeps the checkpoint's own value, 0 turns it off."""
     trust_remote_code: bool = False
@@ -117,6 +122,9 @@ class TrainSection:
     warmup_steps: int = 0
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
+    optim: str = "adamw_torch"
+    """HF ``TrainingArguments.optim``: ``adamw_torch`` (8 bytes of state a parameter), ``adafactor``
+    (factored second moment, no first moment), ``sgd``, ..."""
     per_device_train_batch_size: int = 8
     """Completions per device per micro-step (must hold whole groups across the generation batch)."""
     gradient_accumulation_steps: int = 1
@@ -191,6 +199,8 @@ class WarmupConfig:
                 f"{self.gspo.num_generations} (a generation batch holds whole groups)")
         if self.resume not in ("auto", "never") and not Path(self.resume).is_dir():
             raise ConfigError(f"resume: expected auto, never or an existing checkpoint dir, got {self.resume!r}")
+        if self.model.trainable_layers is not None and self.model.trainable_layers < 1:
+            raise ConfigError(f"model.trainable_layers: expected >= 1 or null, got {self.model.trainable_layers}")
         if self.launch.nodes < 1:
             raise ConfigError(f"launch.nodes: expected >= 1, got {self.launch.nodes}")
         return self

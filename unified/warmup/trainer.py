@@ -54,13 +54,30 @@ def training_device() -> torch.device:
     return torch.device("cpu")
 
 
+def cpu_has_bf16() -> bool:
+    """Whether this CPU has native bf16 matrix instructions (AVX512-BF16 or AMX-BF16)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            flags = next((line.split(":", 1)[1].split() for line in fh if line.startswith("flags")), [])
+    except OSError:  # not Linux
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
 def use_bf16(cfg: WarmupConfig, device: torch.device | None = None) -> bool:
-    """bf16 autocast on CUDA (``auto``/``bf16``), fp32 on CPU or when asked."""
+    """bf16 autocast over fp32 master weights: on CUDA for ``auto``/``bf16``; on a CPU only for ``bf16``.
+
+    ``auto`` stays fp32 on a CPU (without native bf16 instructions autocast is slower than fp32);
+    ``bf16`` on a CPU without AVX512-BF16/AMX is refused.
+    """
     device = device or training_device()
     if cfg.model.precision == "fp32":
         return False
     if cfg.model.precision == "bf16" and device.type != "cuda":
-        raise ValueError("model.precision=bf16 needs a CUDA device; on CPU use auto or fp32")
+        if not cpu_has_bf16():
+            raise ValueError("model.precision=bf16 needs a CUDA device or a CPU with AVX512-BF16/AMX; "
+                             "use auto or fp32 here")
+        return True
     return device.type == "cuda"
 
 
@@ -110,7 +127,7 @@ def build_grpo_config(cfg: WarmupConfig, *, device: torch.device | None = None, 
         output_dir=str(cfg.output_dir),
         run_name=cfg.logging.run_name or Path(cfg.output_dir).name,
         # schedule
-        max_steps=t.max_steps, learning_rate=t.learning_rate, lr_scheduler_type=t.lr_scheduler_type,
+        max_steps=t.max_steps, learning_rate=t.learning_rate, optim=t.optim, lr_scheduler_type=t.lr_scheduler_type,
         warmup_steps=t.warmup_steps, weight_decay=t.weight_decay, max_grad_norm=t.max_grad_norm,
         per_device_train_batch_size=t.per_device_train_batch_size,
         gradient_accumulation_steps=t.gradient_accumulation_steps, seed=t.seed, data_seed=cfg.data.seed,
@@ -259,6 +276,10 @@ def build_trainer(cfg: WarmupConfig, *, train_dataset, reward_funcs: Sequence[Ca
     if tokenizer is None:
         raise ValueError("build_trainer: a model was given without its tokenizer")
     tokenizer.padding_side = "left"
+    if cfg.model.trainable_layers is not None:
+        if isinstance(model, str):
+            raise ValueError("model.trainable_layers needs the model in this process (single-process training)")
+        freeze_lower_layers(model, cfg.model.trainable_layers)
     args = build_grpo_config(cfg, device=device, reward_weights=reward_weights)
     if isinstance(model, str):
         args.model_init_kwargs = init_kwargs
@@ -270,6 +291,37 @@ def build_trainer(cfg: WarmupConfig, *, train_dataset, reward_funcs: Sequence[Ca
     )
     _check_router_loss(cfg, trainer)
     return trainer
+
+
+def decoder_layers(model) -> torch.nn.ModuleList:
+    """The decoder's list of transformer blocks (``model.model.layers`` in Llama/Mixtral/Qwen-MoE)."""
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else getattr(model, "model", model)
+    layers = getattr(decoder, "layers", None)
+    if not isinstance(layers, torch.nn.ModuleList):
+        raise ValueError(f"{type(model).__name__}: no decoder layer list found (expected model.model.layers)")
+    return layers
+
+
+def freeze_lower_layers(model, trainable: int) -> dict[str, int]:
+    """Keep ``requires_grad`` only on the last ``trainable`` decoder layers and the final norm.
+
+    Everything else (embeddings, a tied or untied LM head, the lower layers) is frozen: no
+    gradient, no optimizer state, and autograd saves no activation below the first trainable
+    layer, since nothing there needs a gradient. Returns parameter counts.
+    """
+    layers = decoder_layers(model)
+    if not 1 <= trainable <= len(layers):
+        raise ValueError(f"model.trainable_layers={trainable}: the model has {len(layers)} decoder layers")
+    keep = {id(p) for layer in layers[len(layers) - trainable:] for p in layer.parameters()}
+    norm = getattr(model.get_decoder() if hasattr(model, "get_decoder") else model.model, "norm", None)
+    if norm is not None:
+        keep |= {id(p) for p in norm.parameters()}
+    for p in model.parameters():
+        p.requires_grad_(id(p) in keep)
+    counts = {"trainable": sum(p.numel() for p in model.parameters() if p.requires_grad),
+              "total": sum(p.numel() for p in model.parameters())}
+    log.info("trainable_layers=%d: %d of %d parameters train", trainable, counts["trainable"], counts["total"])
+    return counts
 
 
 def _check_router_loss(cfg: WarmupConfig, trainer) -> None:
