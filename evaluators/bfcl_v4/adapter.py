@@ -72,17 +72,34 @@ class BFCLAdapter(Adapter):
                 errors += 1
             by_category[category].append(r.score)
         per_category = {c: (sum(v) / len(v), len(v)) for c, v in by_category.items()}
-        sizes = data.dataset_sizes([c for c in data.resolve_categories("all") if c not in per_category])
+        sizes = data.dataset_sizes(data.resolve_categories("all"))
         official = scoring.aggregate_categories(per_category, sizes)
+        n = sum(k for _, k in per_category.values())
+        reasons = []
+        if not official["complete"]:
+            missing = official["incomplete_categories"]
+            listed = ", ".join(f"{c} ({v})" for c, v in list(missing.items())[:6]) + (" ..." if len(missing) > 6 else "")
+            reasons.append(f"partial: bfcl's overall needs every category in full; incomplete: {listed}")
+        if skipped_web := sum(1 for r in results if r.skipped is not None and "web search" in r.skipped):
+            reasons.append(f"key missing: web search (SERPAPI_API_KEY), {skipped_web} tasks skipped")
+        if official["complete"]:
+            score, metric = official["overall"], "BFCL v4 overall (%), official weights"
+        else:
+            score = 100.0 * sum(a * k for a, k in per_category.values()) / n if n else 0.0
+            metric = (f"accuracy over the {n} tasks run (%); not BFCL's overall, which needs every category "
+                      "(N/A here)")
         return {
-            "score": official["overall"],
-            "metric": "BFCL v4 overall (%), official weights; categories not run count as 0",
-            "overall_evaluated_only": scoring.evaluated_only_overall(per_category),
+            "score": score,
+            "metric": metric,
+            "overall": official["overall"] if official["complete"] else "N/A",
             "complete": official["complete"],
+            "comparable": official["complete"],
+            "not_comparable_because": reasons,
             "groups": official["groups"],
             "subgroups": official["subgroups"],
-            "categories": {c: {"accuracy": 100 * a, "n": n} for c, (a, n) in sorted(per_category.items())},
-            "n": sum(n for _, n in per_category.values()),
+            "categories": {c: {"accuracy": 100 * a, "n": k, "size": sizes.get(c), "complete": k >= sizes.get(c, 0)}
+                           for c, (a, k) in sorted(per_category.items())},
+            "n": n,
             "errors": errors,
             "skipped": skipped,
         }

@@ -13,6 +13,7 @@ language-specific hints, as its inference does) and the one its checker reads (w
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from typing import Any
@@ -126,6 +127,10 @@ def select_tasks(categories: list[str], limit: int | None, order: str = "round_r
 
 def dataset_sizes(categories: list[str]) -> dict[str, int]:
     """Scored entries per category (what bfcl counts for a category it did not evaluate)."""
+    return {c: _dataset_size(c) for c in categories}
+
+
+@functools.lru_cache(maxsize=None)
+def _dataset_size(category: str) -> int:
     utils = import_bfcl("bfcl_eval.utils")
-    return {c: len(utils.load_dataset_entry(c, include_prereq=False, include_language_specific_hint=False))
-            for c in categories}
+    return len(utils.load_dataset_entry(category, include_prereq=False, include_language_specific_hint=False))

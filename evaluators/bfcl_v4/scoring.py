@@ -21,9 +21,10 @@ parallel_multiple); live = count-weighted mean of the four live AST categories; 
 unweighted mean of (irrelevance, live_irrelevance); multi-turn = unweighted mean of its four;
 agentic = unweighted mean of (web search = mean of base/no_snippet, memory = mean of
 kv/vector/rec_sum); overall = ``calculate_percentage_weighted_accuracy`` with weights
-[10, 10, 10, 30, 40] over (non-live, live, irrelevance, multi-turn, agentic). A category not
-evaluated counts as 0 with its full size, as in bfcl (``get_category_score``); the summary also
-gives the overall over the evaluated groups only.
+[10, 10, 10, 30, 40] over (non-live, live, irrelevance, multi-turn, agentic). A category is
+evaluated only when all its entries were; any other is N/A, as in bfcl (``get_category_score``),
+and so is each group it belongs to; the overall is given only when no group is N/A (bfcl would
+count the missing categories as 0, which on a partial run reads as a low score).
 """
 
 from __future__ import annotations
@@ -164,74 +165,69 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
+GROUP_MEMBERS: dict[str, list[str]] = {
+    "non_live": ["simple_python", "simple_java", "simple_javascript", "multiple", "parallel", "parallel_multiple"],
+    "live": ["live_simple", "live_multiple", "live_parallel", "live_parallel_multiple"],
+    "irrelevance": ["irrelevance", "live_irrelevance"],
+    "multi_turn": ["multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context"],
+    "agentic": ["web_search_base", "web_search_no_snippet", "memory_kv", "memory_vector", "memory_rec_sum"],
+}
+"""The categories behind each weighted group of the overall (``generate_leaderboard_csv``)."""
+
+
 def aggregate_categories(per_category: dict[str, tuple[float, int]], sizes: dict[str, int]) -> dict[str, Any]:
-    """bfcl's leaderboard arithmetic over ``{category: (accuracy, count)}`` (accuracies 0..1)."""
+    """bfcl's leaderboard arithmetic over ``{category: (accuracy, count)}`` (accuracies 0..1).
 
-    def acc(c: str) -> tuple[float, int, bool]:
-        if c in per_category:
-            a, n = per_category[c]
-            return a, n, True
-        return 0.0, sizes.get(c, 0), False
+    ``sizes``: scored entries per category in the dataset. A category counts as evaluated only
+    when all its entries were (bfcl refuses a partial category unless ``--partial-eval``); any
+    other is "N/A" as in bfcl's ``get_category_score``, and so is every group it belongs to.
+    The overall (weights ``OVERALL_WEIGHTS``) is given only when every group is complete;
+    otherwise it is None: bfcl would count the missing categories as 0, which reads as a
+    (meaningless) low score on a partial run.
+    """
 
-    def unweighted(cats_or_values: list[tuple[float, bool]]) -> tuple[float, bool]:
-        return _mean([a for a, _ in cats_or_values]), all(p for _, p in cats_or_values)
+    def full(c: str) -> bool:
+        return c in per_category and per_category[c][1] >= sizes.get(c, 0) > 0
 
-    def cat(c: str) -> tuple[float, bool]:
-        a, _, present = acc(c)
-        return a, present
+    def cat(c: str) -> tuple[float | None, int]:
+        return (per_category[c][0], sizes[c]) if full(c) else (None, sizes.get(c, 0))
+
+    def unweighted(parts: list[tuple[float | None, int]]) -> tuple[float | None, int]:
+        n = sum(k for _, k in parts)
+        if any(a is None for a, _ in parts):
+            return None, n
+        return _mean([a for a, _ in parts]), n  # type: ignore[misc]
+
+    def weighted(parts: list[tuple[float | None, int]]) -> tuple[float | None, int]:
+        n = sum(k for _, k in parts)
+        if any(a is None for a, _ in parts) or not n:
+            return None, n
+        return sum(a * k for a, k in parts) / n, n  # type: ignore[operator]
 
     simple = unweighted([cat("simple_python"), cat("simple_java"), cat("simple_javascript")])
     non_live = unweighted([simple, cat("multiple"), cat("parallel"), cat("parallel_multiple")])
-    live_cats = ["live_simple", "live_multiple", "live_parallel", "live_parallel_multiple"]
-    live_parts = [acc(c) for c in live_cats]
-    live_total = sum(n for _, n, _ in live_parts)
-    live = (sum(a * n for a, n, _ in live_parts) / live_total if live_total else 0.0,
-            all(p for _, _, p in live_parts))
+    live = weighted([cat(c) for c in GROUP_MEMBERS["live"]])
     irrelevance = unweighted([cat("irrelevance"), cat("live_irrelevance")])
-    multi_turn = unweighted([cat(c) for c in
-                             ["multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context"]])
+    multi_turn = unweighted([cat(c) for c in GROUP_MEMBERS["multi_turn"]])
     web = unweighted([cat("web_search_base"), cat("web_search_no_snippet")])
     memory = unweighted([cat("memory_kv"), cat("memory_vector"), cat("memory_rec_sum")])
     agentic = unweighted([web, memory])
     groups = {"non_live": non_live, "live": live, "irrelevance": irrelevance, "multi_turn": multi_turn,
               "agentic": agentic}
-    weight_sum = sum(OVERALL_WEIGHTS.values())
-    overall = sum(groups[g][0] * w for g, w in OVERALL_WEIGHTS.items()) / weight_sum
+    complete = all(a is not None for a, _ in groups.values())
+    overall = (sum(groups[g][0] * w for g, w in OVERALL_WEIGHTS.items()) / sum(OVERALL_WEIGHTS.values())  # type: ignore[operator]
+               if complete else None)
 
-    def touched(g: str) -> bool:
-        members = {"non_live": ["simple_python", "simple_java", "simple_javascript", "multiple", "parallel",
-                                "parallel_multiple"], "live": live_cats, "irrelevance": ["irrelevance", "live_irrelevance"],
-                   "multi_turn": ["multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param",
-                                  "multi_turn_long_context"],
-                   "agentic": ["web_search_base", "web_search_no_snippet", "memory_kv", "memory_vector", "memory_rec_sum"]}
-        return any(c in per_category for c in members[g])
+    def shown(value: float | None) -> dict[str, Any]:
+        return {"accuracy": None if value is None else 100 * value,
+                "display_accuracy": "N/A" if value is None else 100 * value, "complete": value is not None}
 
-    evaluated = [g for g in OVERALL_WEIGHTS if touched(g)]
+    incomplete = [c for cats in GROUP_MEMBERS.values() for c in cats if not full(c)]
     return {
-        "overall": 100 * overall,
-        "complete": all(groups[g][1] for g in groups),
-        "groups": {g: {"accuracy": 100 * a, "complete": p} for g, (a, p) in groups.items()},
-        "subgroups": {"simple": 100 * simple[0], "web_search": 100 * web[0], "memory": 100 * memory[0]},
-        "evaluated_groups": evaluated,
+        "overall": None if overall is None else 100 * overall,
+        "complete": complete,
+        "groups": {g: shown(a) for g, (a, _) in groups.items()},
+        "subgroups": {"simple": shown(simple[0]), "web_search": shown(web[0]), "memory": shown(memory[0])},
+        "evaluated_groups": [g for g, (a, _) in groups.items() if a is not None],
+        "incomplete_categories": {c: f"{per_category.get(c, (0, 0))[1]} of {sizes.get(c, 0)}" for c in incomplete},
     }
-
-
-def evaluated_only_overall(per_category: dict[str, tuple[float, int]]) -> float | None:
-    """The same weights, over the groups that were evaluated, each group's mean over its
-    evaluated categories (a descriptive number for partial runs, not bfcl's official one)."""
-    aggregates = {}
-    members = {"non_live": ["simple_python", "simple_java", "simple_javascript", "multiple", "parallel",
-                            "parallel_multiple"],
-               "live": ["live_simple", "live_multiple", "live_parallel", "live_parallel_multiple"],
-               "irrelevance": ["irrelevance", "live_irrelevance"],
-               "multi_turn": ["multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param",
-                              "multi_turn_long_context"],
-               "agentic": ["web_search_base", "web_search_no_snippet", "memory_kv", "memory_vector", "memory_rec_sum"]}
-    for group, cats in members.items():
-        present = [per_category[c][0] for c in cats if c in per_category]
-        if present:
-            aggregates[group] = _mean(present)
-    if not aggregates:
-        return None
-    weight = sum(OVERALL_WEIGHTS[g] for g in aggregates)
-    return 100 * sum(OVERALL_WEIGHTS[g] * a for g, a in aggregates.items()) / weight

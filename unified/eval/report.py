@@ -1,30 +1,176 @@
 """Summaries of a run (``summary.json`` + ``summary.md``) and ``--compare RUN_A RUN_B``.
 
+A summary never says more than the run measured. Per benchmark it gives the tasks that ran,
+were skipped and errored, a status, and whether the number can be put next to the official
+leaderboard / the paper, with the reasons when it cannot.
+
 ``summary.json``::
 
     {"model": ..., "prompting": ..., "updated_at": ...,
-     "benchmarks": {NAME: {"status": "ok"|"skipped"|"error", "aggregate": {"score": ..., "metric": ...},
-                           "tasks", "runs", "results", "errors", "skipped", "reason", "how_to_fix"}},
+     "benchmarks": {NAME: {
+         "status": "ok" | "partial" | "skipped" | "error",
+         "aggregate": {"score": ..., "metric": ..., ...},      # the adapter's own aggregate
+         "tasks": N,                # scored tasks selected for this run
+         "tasks_run": n, "tasks_skipped": n, "tasks_errored": n, "tasks_not_recorded": n,
+         "skip_reasons": {REASON: n_tasks}, "error_reasons": {FIRST LINE: n_tasks},
+         "tasks_in_benchmark": N or null,   # known when --limit / --task-ids / --split cut it
+         "runs": k, "runs_protocol": k,
+         "results": n, "errors": n, "skipped": n,     # episodes (results.jsonl lines)
+         "comparable": bool, "not_comparable_because": [str, ...],
+         "reason", "how_to_fix"}},                     # when the benchmark did not run at all
      "suites": {SUITE: {NAME: score or null}}}
 
-The markdown has one table per suite (like the paper's table) and, per benchmark, its
-group/category breakdown when the aggregate has one.
+Status (per scored task: *skipped* when all its results are skipped, *errored* when one of its
+results has ``error`` or ``details["grader_error"]``, *run* when it has every trial and none
+errored, *not recorded* when trials are missing):
+
+- ``ok``      every selected task ran;
+- ``partial`` some ran, some were skipped, errored or not recorded (the score is shown, marked);
+- ``error``   none ran and at least one errored (no score is shown);
+- ``skipped`` none ran and none errored, or the benchmark itself could not run (no score).
+
+**Contract for adapters** (read by :func:`benchmark_entry`):
+
+``aggregate(...)["comparable"]: bool``
+    True when the adapter's number, on a full run, is computed as the official leaderboard /
+    paper computes it. An aggregate that does not say is treated as not comparable ("the
+    adapter does not state ..."), so nothing is shown as comparable by default.
+``aggregate(...)["not_comparable_because"]: list[str]``
+    Why not, one short reason each, e.g. ``"partial: 5 of 300 tasks"``, ``"key missing: web
+    search"``, ``"local sandbox instead of Docker"``, ``"simulated search"``, ``"fewer trials
+    than the protocol's 3"``.
+``EpisodeResult.details["grader_error"]: str``
+    A grader that timed out or crashed while the episode's score stands as the benchmark
+    gives it (e.g. 0): the task counts as errored in the summary.
+
+The runner adds the generic reasons itself: ``--limit`` / ``--task-ids`` / ``--split`` (partial),
+skipped, errored or unrecorded tasks, and fewer trials than ``runs_default``. ``comparable`` is
+true only when the adapter says so and no reason, the adapter's or the runner's, applies.
+
+The markdown has one table per suite (tasks run / skipped / errored, status, comparable, the
+paper's SFT -> +LWM RL numbers beside ours where the study reports the benchmark), the reasons
+under it, and per benchmark its group/category breakdown when the aggregate has one.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from unified.eval.adapter import SUITES
 from unified.eval.general_report import attach_general, general_compare, general_markdown
 from unified.eval.store import write_json_atomic, write_text_atomic
 
+STATUSES = ("ok", "partial", "skipped", "error")
+"""Benchmark statuses: see the module docstring."""
+
+PAPER_NUMBERS: dict[str, tuple[str, float, float]] = {
+    "terminal_bench_2": ("Terminal-Bench 2.0 (5 runs)", 33.25, 39.55),
+    "swe_bench_verified": ("SWE-bench Verified (3 rollouts)", 64.47, 67.86),
+    "swe_bench_pro": ("SWE-bench Pro (3 rollouts)", 42.18, 47.42),
+    "widesearch": ("WideSearch, F1 by item", 33.38, 46.17),
+    "claw_eval": ("Claw-Eval (Avg@3)", 53.60, 64.88),
+    "qwenclawbench": ("QwenClawBench (3 rollouts)", 39.76, 49.43),
+    "bfcl_v4": ("BFCL v4, overall (1 rollout)", 62.29, 71.25),
+}
+"""The Qwen-AgentWorld report's Paradigm II table (SFT, +LWM RL), as in ARCHITECTURE.md."""
+
+NOT_STATED = "the adapter does not state whether its number is computed as the official one"
+
+
+def _is_errored(result: Any) -> bool:
+    return result.error is not None or bool((result.details or {}).get("grader_error"))
+
+
+def _first_line(text: str, width: int = 120) -> str:
+    """The line that says what happened: the first one, or a traceback's last (the exception)."""
+    lines = [line for line in str(text).strip().splitlines() if line.strip()] or [""]
+    line = lines[-1] if "Traceback (most recent call last)" in text else lines[0]
+    return line.strip()[:width]
+
+
+def benchmark_entry(*, tasks: Iterable[Any], results: Iterable[Any], runs: int, runs_protocol: int,
+                    aggregate: dict[str, Any], tasks_in_benchmark: int | None = None,
+                    subset: str | None = None) -> dict[str, Any]:
+    """One benchmark's summary entry: counts by task, status, comparability (module docstring).
+
+    ``tasks``: the scored tasks selected for the run; ``results``: their EpisodeResults (all
+    trials); ``tasks_in_benchmark``: how many scored tasks the whole benchmark has, when the
+    selection was cut (``--limit``, ``--task-ids``); ``subset``: a description of a ``--split``.
+    """
+    tasks = list(tasks)
+    by_task: dict[str, list[Any]] = {t.id: [] for t in tasks}
+    results = [r for r in results if r.task_id in by_task]
+    for r in results:
+        by_task[r.task_id].append(r)
+    run = skipped = errored = missing = 0
+    skip_reasons: Counter[str] = Counter()
+    error_reasons: Counter[str] = Counter()
+    for task in tasks:
+        rows = by_task[task.id]
+        live = [r for r in rows if r.skipped is None]
+        if rows and not live:
+            skipped += 1
+            skip_reasons[_first_line(rows[0].skipped)] += 1
+        elif any(_is_errored(r) for r in live):
+            errored += 1
+            bad = next(r for r in live if _is_errored(r))
+            error_reasons[_first_line(bad.error or f"grader: {bad.details.get('grader_error')}")] += 1
+        elif len({r.trial for r in rows}) < runs:
+            missing += 1
+        else:
+            run += 1
+    total = len(tasks)
+    if total and run == total:
+        status = "ok"
+    elif run:
+        status = "partial"
+    elif errored:
+        status = "error"
+    else:
+        status = "skipped"
+
+    reasons: list[str] = []
+    if "comparable" not in aggregate:
+        reasons.append(NOT_STATED)
+    reasons += [str(r) for r in aggregate.get("not_comparable_because") or []]
+    if subset:
+        reasons.append(f"subset: {subset}")
+    if tasks_in_benchmark is not None and total < tasks_in_benchmark:
+        reasons.append(f"partial: {total} of {tasks_in_benchmark} tasks selected")
+    if skipped:
+        why = "; ".join(f"{n} {reason}" for reason, n in skip_reasons.most_common(3))
+        reasons.append(f"{skipped} of {total} tasks skipped ({why})")
+    if errored:
+        reasons.append(f"{errored} of {total} tasks errored")
+    if missing:
+        reasons.append(f"{missing} of {total} tasks have fewer recorded trials than {runs} (interrupted run?)")
+    if runs < runs_protocol:
+        reasons.append(f"fewer trials than the protocol's {runs_protocol} ({runs})")
+    reasons = list(dict.fromkeys(reasons))
+    comparable = bool(aggregate.get("comparable")) and not reasons and status == "ok"
+    entry: dict[str, Any] = {
+        "status": status, "aggregate": aggregate, "tasks": total, "tasks_run": run, "tasks_skipped": skipped,
+        "tasks_errored": errored, "tasks_not_recorded": missing, "skip_reasons": dict(skip_reasons),
+        "error_reasons": dict(error_reasons), "tasks_in_benchmark": tasks_in_benchmark, "runs": runs,
+        "runs_protocol": runs_protocol, "results": len(results), "errors": sum(_is_errored(r) for r in results),
+        "skipped": sum(r.skipped is not None for r in results), "comparable": comparable,
+        "not_comparable_because": reasons,
+    }
+    if status in ("skipped", "error"):
+        entry["reason"] = (f"every task was skipped ({'; '.join(skip_reasons)})" if status == "skipped" and skipped
+                           else "no task was selected" if not total and status == "skipped"
+                           else f"no task ran: {errored} errored, {skipped} skipped" if status == "error"
+                           else "no task has a result yet")
+    return entry
+
 
 def _score(entry: dict[str, Any]) -> float | None:
-    if entry.get("status") != "ok":
+    """The headline number, only for a benchmark whose tasks (some or all) ran."""
+    if entry.get("status") not in ("ok", "partial"):
         return None
     value = (entry.get("aggregate") or {}).get("score")
     return float(value) if isinstance(value, (int, float)) else None
@@ -36,6 +182,28 @@ def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.2f}"
     return str(value)
+
+
+def _comparable_cell(entry: dict[str, Any]) -> str:
+    if entry.get("status") in ("skipped", "error"):
+        return "no"
+    return "yes" if entry.get("comparable") else "no"
+
+
+def _status_cell(entry: dict[str, Any]) -> str:
+    status = entry.get("status", "")
+    if status in ("skipped", "error") and entry.get("reason"):
+        status = f"{status}: {entry['reason']}"
+        if entry.get("how_to_fix"):
+            status += f" ({entry['how_to_fix']})"
+    return status
+
+
+def _counts_cell(entry: dict[str, Any]) -> tuple[str, str, str]:
+    if "tasks_run" not in entry:  # a benchmark that could not even list its tasks
+        return "—", "—", "—"
+    return (f"{entry['tasks_run']}/{entry.get('tasks', 0)}", str(entry.get("tasks_skipped", 0)),
+            str(entry.get("tasks_errored", 0)))
 
 
 def build_summary(cfg: Any, benchmarks: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -51,35 +219,55 @@ def build_summary(cfg: Any, benchmarks: dict[str, dict[str, Any]]) -> dict[str, 
             "updated_at": time.time(), "benchmarks": benchmarks, "suites": suites}
 
 
+def _breakdown_lines(name: str, agg: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    for key in ("groups", "categories"):
+        table = agg.get(key)
+        if not (isinstance(table, dict) and table):
+            continue
+        lines += [f"### {name}: {key}", "", "| name | accuracy | n | complete |", "|---|---:|---:|---|"]
+        for sub, value in table.items():
+            if isinstance(value, dict):
+                acc = value.get("display_accuracy", value.get("accuracy"))
+                size = value.get("size")
+                n = _fmt(value.get("n", "")) + (f" of {size}" if size is not None else "")
+                complete = value.get("complete")
+                lines.append(f"| {sub} | {_fmt(acc)} | {n} | {'' if complete is None else ('yes' if complete else 'no')} |")
+            else:
+                lines.append(f"| {sub} | {_fmt(value)} | | |")
+        lines.append("")
+    return lines
+
+
 def render_markdown(summary: dict[str, Any]) -> str:
     lines = [f"# Eval run: model `{summary.get('model')}`, prompting `{summary.get('prompting')}`", ""]
     benchmarks = summary["benchmarks"]
     for suite, members in summary["suites"].items():
-        lines += [f"## {suite}", "", "| benchmark | score | metric | results | errors | status |",
-                  "|---|---:|---|---:|---:|---|"]
+        lines += [f"## {suite}", "",
+                  "| benchmark | score | metric | tasks run | skipped | errored | status | comparable | "
+                  "paper SFT → +LWM RL |",
+                  "|---|---:|---|---:|---:|---:|---|---|---|"]
+        notes: list[str] = []
         for name in members:
             entry = benchmarks[name]
             agg = entry.get("aggregate") or {}
-            status = entry.get("status", "")
-            if status != "ok":
-                status = f"{status}: {entry.get('reason', '')}"
-                if entry.get("how_to_fix"):
-                    status += f" ({entry['how_to_fix']})"
-            lines.append(f"| {name} | {_fmt(_score(entry))} | {agg.get('metric', '')} | {entry.get('results', 0)} | "
-                         f"{entry.get('errors', 0)} | {status} |")
+            score = _score(entry)
+            shown = _fmt(score) + ("*" if score is not None and entry.get("status") == "partial" else "")
+            paper = PAPER_NUMBERS.get(name)
+            paper_cell = (f"{paper[1]:.2f} → {paper[2]:.2f}" + ("" if entry.get("comparable") else " (not comparable)")
+                          if paper else "")
+            run, skipped, errored = _counts_cell(entry)
+            lines.append(f"| {name} | {shown} | {agg.get('metric', '')} | {run} | {skipped} | {errored} | "
+                         f"{_status_cell(entry)} | {_comparable_cell(entry)} | {paper_cell} |")
+            if entry.get("not_comparable_because") and entry.get("status") in ("ok", "partial"):
+                notes.append(f"- **{name}** not comparable: " + "; ".join(entry["not_comparable_because"]))
         lines.append("")
+        if any(benchmarks[n].get("status") == "partial" for n in members):
+            lines += ["\\* partial: computed over the tasks that ran only.", ""]
+        if notes:
+            lines += notes + [""]
     for name, entry in benchmarks.items():
-        agg = entry.get("aggregate") or {}
-        for key in ("groups", "categories"):
-            table = agg.get(key)
-            if isinstance(table, dict) and table:
-                lines += [f"### {name}: {key}", "", "| name | accuracy | n |", "|---|---:|---:|"]
-                for sub, value in table.items():
-                    if isinstance(value, dict):
-                        lines.append(f"| {sub} | {_fmt(value.get('accuracy'))} | {_fmt(value.get('n', ''))} |")
-                    else:
-                        lines.append(f"| {sub} | {_fmt(value)} | |")
-                lines.append("")
+        lines += _breakdown_lines(name, entry.get("aggregate") or {})
     lines += general_markdown(summary)
     return "\n".join(lines)
 
@@ -99,16 +287,42 @@ def load_summary(run_dir: str | Path) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+def _compare_cell(entry: dict[str, Any]) -> str:
+    if not entry:
+        return "—"
+    score = _score(entry)
+    status = entry.get("status", "?")
+    run, skipped, errored = _counts_cell(entry)
+    return (f"{_fmt(score)} ({status}; {run} run, {skipped} skipped, {errored} errored; "
+            f"{'comparable' if entry.get('comparable') else 'not comparable'})")
+
+
 def compare(run_a: str | Path, run_b: str | Path) -> str:
-    """Markdown delta table of two runs (B - A), per benchmark and per suite mean."""
+    """Markdown delta table of two runs (B - A), per benchmark, with each side's status and counts.
+
+    The delta is given only when both sides have a score; it is marked ``*`` when either side is
+    partial or the two sides ran different numbers of tasks."""
     a, b = load_summary(run_a), load_summary(run_b)
     names = list(dict.fromkeys([*a["benchmarks"], *b["benchmarks"]]))
-    lines = [f"| suite | benchmark | A: {a.get('model')} | B: {b.get('model')} | Δ (B−A) |", "|---|---|---:|---:|---:|"]
+    lines = [f"| suite | benchmark | A: {a.get('model')} | B: {b.get('model')} | Δ (B−A) |", "|---|---|---|---|---:|"]
+    notes: list[str] = []
     for suite in ("in_domain", "ood", "other"):
         members = [n for n in names if (n in SUITES.get(suite, [])) or (suite == "other" and n not in SUITES["all"])]
         for name in members:
-            sa, sb = _score(a["benchmarks"].get(name, {})), _score(b["benchmarks"].get(name, {}))
-            delta = sb - sa if sa is not None and sb is not None else None
-            lines.append(f"| {suite} | {name} | {_fmt(sa)} | {_fmt(sb)} | {'' if delta is None else f'{delta:+.2f}'} |")
+            ea, eb = a["benchmarks"].get(name, {}), b["benchmarks"].get(name, {})
+            sa, sb = _score(ea), _score(eb)
+            delta = ""
+            if sa is not None and sb is not None:
+                delta = f"{sb - sa:+.2f}"
+                if "partial" in (ea.get("status"), eb.get("status")) or ea.get("tasks_run") != eb.get("tasks_run"):
+                    delta += "*"
+            lines.append(f"| {suite} | {name} | {_compare_cell(ea)} | {_compare_cell(eb)} | {delta} |")
+            for side, entry in (("A", ea), ("B", eb)):
+                if entry.get("not_comparable_because") and entry.get("status") in ("ok", "partial"):
+                    notes.append(f"- {name} ({side}) not comparable: " + "; ".join(entry["not_comparable_because"]))
+    if any(line.rstrip().endswith("* |") for line in lines):
+        lines += ["", "\\* a side is partial or the sides ran different tasks: the delta compares different sets."]
+    if notes:
+        lines += [""] + notes
     lines += general_compare(a, b)
     return "\n".join(lines)

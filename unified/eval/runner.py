@@ -21,7 +21,7 @@ from unified.config import to_dict
 from unified.eval.adapter import (SUITES, BenchmarkUnavailable, expand_benchmarks, limit_runnable, load_adapter,
                                   select_task_ids)
 from unified.eval.general import GENERAL_SUITE, GeneralConfig, run_general, split_suites
-from unified.eval.report import write_summary
+from unified.eval.report import benchmark_entry, write_summary
 from unified.eval.store import BenchmarkStore, write_json_atomic
 from unified.policy.base import Policy, SamplingConfig, make_policy
 from unified.registry import UnknownNameError
@@ -146,17 +146,19 @@ def _run_benchmark(name: str, cfg: EvalConfig, out: Path, sampling: SamplingConf
             if not tasks:
                 _log(f"{name}: skipped: none of --task-ids is a task of this benchmark (split {cfg.split!r})")
                 return {"status": "skipped", "reason": "none of the requested task ids is a task of this benchmark",
-                        "how_to_fix": "check the ids against the benchmark's results.jsonl or its data"}
+                        "how_to_fix": "check the ids against the benchmark's results.jsonl or its data",
+                        "comparable": False}
         else:
             tasks = adapter.tasks(cfg.split, cfg.limit)
     except BenchmarkUnavailable as exc:
         _log(exc.line(name))
-        return {"status": "skipped", "reason": exc.reason, "how_to_fix": exc.how_to_fix}
+        return {"status": "skipped", "reason": exc.reason, "how_to_fix": exc.how_to_fix, "comparable": False}
     except UnknownNameError:
         raise
     except Exception as exc:  # an adapter that cannot even list its tasks: recorded, the run goes on
         _log(f"{name}: failed before any episode: {type(exc).__name__}: {exc}")
-        return {"status": "error", "reason": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+        return {"status": "error", "reason": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(),
+                "comparable": False}
     runs = cfg.runs or adapter.runs_default
     recorded = store.load()
     jobs = [Job(task, trial) for task in tasks for trial in range(runs) if (task.id, trial) not in recorded]
@@ -189,10 +191,21 @@ def _run_benchmark(name: str, cfg: EvalConfig, out: Path, sampling: SamplingConf
     scored_ids = {t.id for t in tasks if t.scored}
     results = [r for key, r in store.load().items() if key in wanted]
     aggregate = adapter.aggregate([r for r in results if r.task_id in scored_ids or r.details.get("prereq")])
-    summary = {
-        "status": "ok", "aggregate": aggregate, "tasks": len(tasks), "runs": runs, "results": len(results),
-        "errors": sum(r.error is not None for r in results), "skipped": sum(r.skipped is not None for r in results),
-        "runs_dir": str(store.dir),
-    }
+    summary = benchmark_entry(tasks=[t for t in tasks if t.scored], results=results, runs=runs,
+                              runs_protocol=adapter.runs_default, aggregate=aggregate,
+                              tasks_in_benchmark=_tasks_in_benchmark(adapter, cfg),
+                              subset=f"--split {cfg.split}" if cfg.split else None)
+    summary["runs_dir"] = str(store.dir)
     summary["_policy"] = new_policy
     return summary
+
+
+def _tasks_in_benchmark(adapter: Any, cfg: EvalConfig) -> int | None:
+    """Scored tasks of the whole (split of the) benchmark when ``--limit``/``--task-ids`` cut the
+    selection, so the summary can say "5 of 300"; None when nothing was cut or listing fails."""
+    if not cfg.limit and not cfg.task_ids:
+        return None
+    try:
+        return sum(1 for t in adapter.tasks(cfg.split, None) if t.scored)
+    except Exception:  # the selection itself listed fine; the count is only informative
+        return None
