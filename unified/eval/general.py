@@ -27,6 +27,7 @@ lm-eval's standard errors (:mod:`unified.eval.general_report`).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -162,7 +163,7 @@ class TaskRecord:
     n_samples: int | None = None
     """Documents evaluated (after ``limit``), summed over subtasks."""
     seconds: float = 0.0
-    """Wall time of this task (model load excluded)."""
+    """Wall time of lm-eval's evaluation of this task (model load and dataset load excluded)."""
     reason: str = ""
     how_to_fix: str = ""
     outputs: list[str] = field(default_factory=list)
@@ -340,7 +341,9 @@ def missing_data_record(task: str, exc: BaseException, sources: list[DataSource]
     names = ", ".join(path + (f" ({group[0].dataset_name})" if len(group) == 1 and group[0].dataset_name
                               else f" ({len(group)} configs)" if len(group) > 1 else "")
                       for path, group in by_path.items())
-    reason = f"dataset not on this machine: {names or 'see the error'} [{type(exc).__name__}: {first_line}]"
+    local = bool(sources) and all(s.data_files is not None for s in sources)
+    what = "local data files not found" if local else f"dataset not on this machine: {names or 'see the error'}"
+    reason = f"{what} [{type(exc).__name__}: {first_line}]"
     fix = "; ".join(group[0].how_to_fix([g.dataset_name for g in group]) for group in by_path.values())
     fix = fix or "download the task's dataset"
     return TaskRecord(task=task, status="skipped", reason=reason, how_to_fix=fix, **base)
@@ -391,7 +394,15 @@ def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def _unknown_tasks(task_manager: Any, names: list[str], include_path: list[str]) -> list[str]:
+@functools.lru_cache(maxsize=4)
+def _task_manager(include_path: tuple[str, ...]) -> Any:
+    """lm-eval's TaskManager (its index of ~10k task YAMLs takes seconds to build: once per process)."""
+    from lm_eval.tasks import TaskManager
+
+    return TaskManager(include_path=list(include_path) or None)
+
+
+def _unknown_tasks(task_manager: Any, names: list[str]) -> list[str]:
     return [n for n in names if n not in task_manager.task_index and not Path(n).is_file()]
 
 
@@ -400,22 +411,20 @@ def run_general(cfg: GeneralConfig, model: str, out: str | os.PathLike[str], *, 
     """Run (or resume) every task of ``cfg.tasks`` on ``model``; returns ``{task: summary entry}``.
 
     ``loaded`` reuses a :class:`unified.models.LoadedCheckpoint` already in memory (the agent
-    suites' policy); ``lm`` an lm-eval ``LM`` built by the caller (tests).
+    suites' policy); ``lm`` is an lm-eval ``LM`` the caller built (then ``model`` only names it).
     """
     from lm_eval import simple_evaluate
     from lm_eval.loggers import EvaluationTracker
-    from lm_eval.tasks import TaskManager
-
-    from unified.registry import UnknownNameError
 
     from unified.eval.general_models import check_options
+    from unified.registry import UnknownNameError
 
     check_options(model, cfg, backend)
     store = GeneralStore(out)
     fp = fingerprint(model, cfg)
     base = {"model": model, "fingerprint": fp, "settings": cfg.settings()}
-    task_manager = TaskManager(include_path=cfg.include_path or None)
-    unknown = _unknown_tasks(task_manager, cfg.tasks, cfg.include_path)
+    task_manager = _task_manager(tuple(cfg.include_path))
+    unknown = _unknown_tasks(task_manager, cfg.tasks)
     if unknown:
         raise UnknownNameError("lm-eval task", unknown[0], task_manager.all_tasks)
     done = {t: r for t, r in store.latest(fp).items() if r.status == "ok"}
@@ -424,7 +433,6 @@ def run_general(cfg: GeneralConfig, model: str, out: str | os.PathLike[str], *, 
         _log(f"general: {len(done)} task(s) already recorded with these settings: {', '.join(sorted(done))}")
     holder: dict[str, Any] = {"lm": lm}
     for task in todo:
-        started = time.perf_counter()
         with offline_datasets(cfg.offline):
             try:
                 loaded_tasks = task_manager.load([task])
@@ -434,17 +442,17 @@ def run_general(cfg: GeneralConfig, model: str, out: str | os.PathLike[str], *, 
                 _log(f"general: {task}: {record.status}: {record.reason}" +
                      (f" -> {record.how_to_fix}" if record.how_to_fix else ""))
                 continue
-            if holder["lm"] is None:
-                from unified.eval.general_models import make_lm
+        if holder["lm"] is None:  # the first task with data; the model is not subject to `offline`
+            from unified.eval.general_models import make_lm
 
-                _log(f"general: loading {model} for lm-eval ...")
-                holder["lm"] = make_lm(model, cfg, backend=backend, loaded=loaded)
-            objects = ([loaded_tasks["groups"][task]] if task in loaded_tasks["groups"]
-                       else list(loaded_tasks["tasks"].values()))
-            tracker_dir = store.outputs_dir(task)
-            tracker = EvaluationTracker(output_path=str(tracker_dir))
-            _log(f"general: {task}: running ({len(loaded_tasks['tasks'])} lm-eval task(s))")
-            started = time.perf_counter()
+            _log(f"general: loading {model} for lm-eval ...")
+            holder["lm"] = make_lm(model, cfg, backend=backend, loaded=loaded)
+        objects = ([loaded_tasks["groups"][task]] if task in loaded_tasks["groups"]
+                   else list(loaded_tasks["tasks"].values()))
+        tracker = EvaluationTracker(output_path=str(store.outputs_dir(task)))
+        _log(f"general: {task}: running ({len(loaded_tasks['tasks'])} lm-eval task(s))")
+        started = time.perf_counter()
+        with offline_datasets(cfg.offline):
             try:
                 results = simple_evaluate(
                     model=holder["lm"], tasks=objects, num_fewshot=cfg.num_fewshot, limit=cfg.limit,
@@ -453,7 +461,7 @@ def run_general(cfg: GeneralConfig, model: str, out: str | os.PathLike[str], *, 
                     apply_chat_template=cfg.apply_chat_template, fewshot_as_multiturn=cfg.fewshot_as_multiturn,
                     gen_kwargs=cfg.gen_kwargs, task_manager=task_manager, random_seed=cfg.seed,
                     numpy_random_seed=cfg.seed, torch_random_seed=cfg.seed, fewshot_random_seed=cfg.seed)
-            except Exception as exc:
+            except Exception as exc:  # one failing task is recorded; the others run
                 record = _run_failure(task, exc, task_manager, base, cfg)
                 record.seconds = time.perf_counter() - started
                 store.append(record)
