@@ -209,6 +209,27 @@ def test_compare_shows_general_deltas_with_stderr(tiny_runs, capsys):
     assert "skipped" in absent
 
 
+def test_agent_benchmark_and_general_suite_in_one_run_share_the_loaded_weights(tiny_checkpoint, tmp_path, monkeypatch):
+    import unified.models
+
+    loads = []
+    real = unified.models.load_checkpoint
+
+    def counting(*args, **kwargs):
+        loads.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(unified.models, "load_checkpoint", counting)
+    agent = "fixture_eval_bench:FixtureAdapter"  # a benchmark in the adapter format, written for tests
+    _cli("--benchmarks", agent, "--set", f"benchmarks.{agent}.n=2", "--max-turns", "1", "--max-new-tokens", "4",
+         *_general_args(tmp_path, str(tiny_checkpoint), [MC]))
+    assert len(loads) == 1  # the agent policy's checkpoint is the one lm-eval's HFLM wraps
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["benchmarks"][agent]["results"] == 2 and summary["general"]["tasks"][MC]["status"] == "ok"
+    md = (tmp_path / "summary.md").read_text()
+    assert f"| {agent} |" in md and f"| {MC} | acc |" in md
+
+
 # ------------------------------------------------------------------------------------------ HTTP (local server)
 
 
