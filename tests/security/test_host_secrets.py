@@ -19,7 +19,6 @@ from unified.eval.adapter import Adapter, Environment, Task
 from unified.execution import EnvironmentSpec, LocalBackend
 from unified.policy.gold import GoldPolicy
 from unified.sandbox import throwaway_sandbox
-from unified.sandbox.hostenv import redact_host_secrets
 from unified.types import EpisodeResult, Observation, ToolCall, ToolSpec
 
 READ_EVERY_DOOR = ("env; cat /proc/self/environ; for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline "
@@ -72,6 +71,8 @@ def test_a_grader_sees_no_host_secret(canaries, tmp_path):
 
 
 def test_secret_looking_host_values_are_redacted_from_text(canaries, monkeypatch):
+    from unified.sandbox.hostenv import redact_host_secrets
+
     monkeypatch.setenv("HARMLESS_PORT", "8080")
     text = f"key={canaries['OPENAI_API_KEY']} hf={canaries['HF_TOKEN']} port=8080"
     assert redact_host_secrets(text) == "key=[redacted $OPENAI_API_KEY] hf=[redacted $HF_TOKEN] port=8080"
