@@ -12,13 +12,21 @@ Config keys (``--set benchmarks.widesearch.KEY=VALUE``): ``data``; ``search`` = 
 ``corpus``, ``simulated`` or ``auto`` (default ``$WIDESEARCH_SEARCH`` or auto: a corpus file next
 to the data, else bing with a key, else simulated when ``search_model`` is set); ``corpus``;
 ``search_model`` (``openai:URL#MODEL`` or a checkpoint spec: the world model that plays the web);
-``judge`` (``openai:URL#MODEL``; the LLM used by the official evaluator for ``llm_judge`` columns
-and key alignment; none: exact fallbacks, recorded); ``instances``.
+``judge``: the LLM the official evaluator asks to align key values and column names and to grade
+``llm_judge`` columns, resolved like the other benchmarks' judges (``openai:URL#MODEL`` or a local
+checkpoint served on loopback; default ``$WIDESEARCH_JUDGE``, else ``embedded``; ``none`` turns
+it off: exact fallbacks); ``judge_max_tokens`` (default 1024); ``checkout`` (default
+``$WIDESEARCH_ROOT``): a clone of github.com/ByteDance-Seed/WideSearch whose judge and agent
+prompts are then used (:mod:`.official`); ``instances``.
 
 Score of an episode: F1 by item of the final answer's table (the study's headline); details
-hold F1 by row, precision/recall and success. Aggregate: per-instance mean over runs, then mean
-over instances, of each metric (the official ``avg_n``), plus ``max_n``. Every result says which
-search backend ran (``search_backend``: ``real``, ``local_corpus`` or ``simulated``).
+hold F1 by row, precision/recall and success, the judge and where its prompts came from.
+Aggregate (the official ``run_infer_and_eval_batching.py`` summary): for every metric, the
+per-instance mean, max and min over the N runs, then the mean over instances (``avg_n``,
+``max_n``, ``min_n``); headline ``score`` = F1 by item Avg@N, ``pass_at_n`` = success Max@N (an
+instance counts when any run succeeds). Every result says which search backend ran
+(``search_backend``: ``real``, ``local_corpus`` or ``simulated``), and the aggregate lists what
+separates the run from the published protocol (``comparable``, ``not_comparable_because``).
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from unified.eval.adapter import Adapter, BenchmarkUnavailable, Environment, Tas
 from unified.types import Episode, EpisodeResult, Observation, ToolCall, ToolSpec
 
 from evaluators.widesearch.metrics import evaluate_table
+from evaluators.widesearch.official import OfficialPrompts, load_official_prompts
 from evaluators.widesearch.search import SearchBackend, SearchUnavailable, make_backend
 
 __all__ = ["WideSearchAdapter", "aggregate_widesearch", "load_widesearch"]
@@ -121,31 +130,59 @@ def gold_table(csv: str, evaluation: dict[str, Any]) -> pd.DataFrame:
 
 
 def aggregate_widesearch(results: list[EpisodeResult]) -> dict[str, Any]:
-    """Official aggregate: for each metric, per-instance mean (and max) over runs, then mean over instances."""
-    scored = [r for r in results if r.skipped is None]
+    """The official summary over runs (see the module docstring), with the comparability labels."""
+    scored = [r for r in results if r.skipped is None and r.error is None]
     by_task: dict[str, list[dict[str, float]]] = {}
     for r in scored:
         by_task.setdefault(r.task_id, []).append({m: float(r.details.get(m, 0.0)) for m in METRICS})
     summary: dict[str, Any] = {}
     for m in METRICS:
         if by_task:
-            summary[m] = {"avg_n": 100 * statistics.fmean(statistics.fmean(t[m] for t in runs) for runs in by_task.values()),
-                          "max_n": 100 * statistics.fmean(max(t[m] for t in runs) for runs in by_task.values())}
+            summary[m] = {stat: 100 * statistics.fmean(fn(t[m] for t in runs) for runs in by_task.values())
+                          for stat, fn in (("avg_n", statistics.fmean), ("max_n", max), ("min_n", min))}
     labels = sorted({str(r.details.get("search_backend")) for r in scored if r.details.get("search_backend")})
-    return {"score": summary.get("f1_by_item", {}).get("avg_n", 0.0), "metric": "F1 by item (%), avg over runs",
-            "f1_by_row": summary.get("f1_by_row", {}).get("avg_n", 0.0),
-            "success_rate": summary.get("score", {}).get("avg_n", 0.0), "metrics": summary,
-            "n_instances": len(by_task), "skipped": len(results) - len(scored), "search_backends": labels,
-            "simulated": "simulated" in labels}
+    judges = sorted({str(r.details.get("judge")) for r in scored if r.details.get("judge")})
+    prompt_sources = sorted({str(r.details.get("judge_prompts")) for r in scored if r.details.get("judge_prompts")})
+    runs = sorted({len(v) for v in by_task.values()})
+    reasons = []
+    if "simulated" in labels:
+        reasons.append("simulated search (a world model plays the web)")
+    if "local_corpus" in labels:
+        reasons.append("local corpus search instead of the live web")
+    if any(j.startswith("none") for j in judges):
+        reasons.append("no judge: key aliases not matched, llm_judge columns compared exactly")
+    if any(j.startswith("embedded") for j in judges):
+        reasons.append("judge is the embedded default model, not the evaluator's hosted LLM")
+    if any(p.startswith("own wording") for p in prompt_sources):
+        reasons.append("judge prompts are not the official ones (no WideSearch checkout)")
+    if len(runs) > 1:
+        reasons.append(f"unequal numbers of runs per instance ({runs})")
+    skipped = sorted({r.task_id for r in results if r.skipped is not None})
+    if skipped:
+        reasons.append(f"{len(skipped)} instance(s) skipped")
+    errored = [r for r in results if r.skipped is None and r.error is not None]
+    if errored:
+        reasons.append(f"{len(errored)} episode(s) failed to run")
+    if not scored:
+        reasons.append("no instance ran")
+    get = lambda m, stat: summary.get(m, {}).get(stat, 0.0)  # noqa: E731
+    return {"score": get("f1_by_item", "avg_n"), "metric": "F1 by item (%), Avg@N",
+            "f1_by_row": get("f1_by_row", "avg_n"), "success_rate": get("score", "avg_n"),
+            "pass_at_n": get("score", "max_n"), "f1_by_item_max_at_n": get("f1_by_item", "max_n"),
+            "f1_by_item_min_at_n": get("f1_by_item", "min_n"), "metrics": summary, "runs": runs[0] if runs else 0,
+            "n_instances": len(by_task), "skipped": len(results) - len(scored) - len(errored),
+            "errored": len(errored), "search_backends": labels, "simulated": "simulated" in labels,
+            "judges": judges, "judge_prompts": prompt_sources,
+            "comparable": not reasons, "not_comparable_because": reasons}
 
 
 class WideSearchEnvironment(Environment):
-    def __init__(self, task: dict[str, Any], backend_factory) -> None:
+    def __init__(self, task: dict[str, Any], backend_factory, system_prompt: str = SYSTEM_PROMPT) -> None:
         super().__init__()
         self.task, self.backend_factory = task, backend_factory
         self.backend: SearchBackend | None = None
         self.tools = [SEARCH, OPEN_PAGE]
-        self.system_prompt = SYSTEM_PROMPT
+        self.system_prompt = system_prompt
         self.first_user_message = task["query"]
 
     def start(self) -> None:
@@ -194,9 +231,19 @@ class WideSearchAdapter(Adapter):
         self.search = str(config.get("search") or os.environ.get("WIDESEARCH_SEARCH") or "auto")
         self.corpus = config.get("corpus")
         self.search_model = config.get("search_model")
-        self.judge_spec = config.get("judge")
+        self.judge_spec = str(config.get("judge") or os.environ.get("WIDESEARCH_JUDGE") or "embedded")
+        self.judge_max_tokens = int(config.get("judge_max_tokens", 1024))
+        self.checkout = config.get("checkout")
         self.only = [s.strip() for s in str(config.get("instances") or "").split(",") if s.strip()]
         self._judge = None
+        self._judge_name = ""
+        self._prompts: OfficialPrompts | None = None
+
+    @property
+    def prompts(self) -> OfficialPrompts:
+        if self._prompts is None:
+            self._prompts = load_official_prompts(self.checkout)
+        return self._prompts
 
     def _search_choice(self, corpus: Path | None) -> tuple[str, dict[str, Any]]:
         corpus_path = self.corpus or (str(corpus) if corpus else None)
@@ -211,6 +258,10 @@ class WideSearchAdapter(Adapter):
 
     def tasks(self, split: str | None = None, limit: int | None = None) -> list[Task]:
         rows, broken, corpus = load_widesearch(_source(self.data))
+        try:
+            self.prompts
+        except (OSError, ValueError) as exc:
+            raise BenchmarkUnavailable(f"WideSearch checkout unusable: {exc}", "fix checkout/$WIDESEARCH_ROOT") from None
         try:
             name, options = self._search_choice(corpus)
             if name == "corpus":
@@ -233,26 +284,35 @@ class WideSearchAdapter(Adapter):
 
     def open(self, task: Task) -> Environment:
         payload = task.payload
-        return WideSearchEnvironment(payload, lambda: make_backend(payload["search"], **payload["search_options"]))
+        system = self.prompts.system.get("zh" if payload.get("language") == "zh" else "en", SYSTEM_PROMPT)
+        return WideSearchEnvironment(payload, lambda: make_backend(payload["search"], **payload["search_options"]),
+                                     system_prompt=system)
 
     def _judge_fn(self):
-        if not self.judge_spec:
+        """The judge as ``prompt -> text`` (None when ``judge=none``), resolved once, like the other judges."""
+        if self.judge_spec.lower() == "none":
+            self._judge_name = "none (exact-match fallbacks)"
             return None
         if self._judge is None:
-            from unified.clients.openai_compat import OpenAICompatClient, parse_endpoint_spec
+            from evaluators.qwenclawbench.endpoints import resolve_endpoint
 
-            client = OpenAICompatClient(parse_endpoint_spec(str(self.judge_spec)))
-            self._judge = lambda prompt: client.chat([{"role": "user", "content": prompt}], temperature=0.0).text
+            endpoint = resolve_endpoint(self.judge_spec, max_new_tokens=self.judge_max_tokens)
+            client = endpoint.client
+            self._judge_name = endpoint.describe()
+            self._judge = lambda prompt: client.chat([{"role": "user", "content": prompt}], temperature=0.0,
+                                                     max_tokens=self.judge_max_tokens).text
         return self._judge
 
     def score(self, task: Task, episode: Episode, env: Environment) -> EpisodeResult:
         payload = task.payload
         answer = next((m.content for m in reversed(episode.messages) if m.role == "assistant" and m.content), "")
+        judge = self._judge_fn()
         result = evaluate_table(answer, gold_table(payload["gold_csv"], payload["evaluation"]), payload["evaluation"],
-                                judge=self._judge_fn())
+                                judge=judge, prompts=self.prompts.judge)
         details = result.to_dict()
         details.update({"search_backend": env.metadata.get("search_backend"),
-                        "judge": self.judge_spec or "none (exact-match fallbacks)"})
+                        "judge": self.judge_spec if judge is not None else "none (exact-match fallbacks)",
+                        "judge_endpoint": self._judge_name, "judge_prompts": self.prompts.describe()})
         return EpisodeResult(self.name, task.id, episode.trial, result.f1_by_item, passed=result.score == 1.0,
                              details=details)
 
@@ -266,5 +326,6 @@ class WideSearchAdapter(Adapter):
         table = gold_table(task.payload["gold_csv"], task.payload["evaluation"])
         header = "| " + " | ".join(table.columns) + " |"
         lines = [header, "|" + "---|" * len(table.columns)]
-        lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in table.itertuples(index=False)]
+        lines += ["| " + " | ".join("" if pd.isna(v) else str(v) for v in row) + " |"
+                  for row in table.itertuples(index=False)]
         return "```markdown\n" + "\n".join(lines) + "\n```"

@@ -19,11 +19,18 @@ Given the gold table G (rows g, required columns C, key columns K ⊆ C) and the
    ``|R|`` and ``|G|``; ``F1 = 2PR / (P + R)`` (0 when P + R = 0);
 5. success = 1 when the sorted tables are equal or every P/R/F1 is 1.
 
+Cells are compared as the official evaluator sees them under the pandas it was released with
+(2.x): both tables are read with pandas' default missing-value detection and every cell becomes
+``str(value)``, so a blank cell is the string ``"nan"`` on both sides (a blank gold cell matches
+a blank answer cell). Under pandas 3, ``astype(str)`` keeps missing values as NaN, which the
+string metrics cannot take; :func:`as_official_str` restores the released behaviour.
+
 ``llm_judge`` columns and the semantic alignment of keys and column names need an LLM judge
-(``judge`` callable: prompt -> text). Without one, keys and names align only when equal after
+(``judge`` callable: prompt -> text), asked with the official prompts when a WideSearch checkout
+supplies them (:mod:`.official`). Without a judge, keys and names align only when equal after
 normalisation and ``llm_judge`` cells are compared with ``norm_str`` equality; the result then
-says ``judge: none``. Dates are parsed with ``dateparser`` when it is installed, else with a
-small set of common formats.
+says so. Dates are parsed with ``dateparser`` (the official evaluator's parser, a dependency), with
+``PREFER_DAY_OF_MONTH = first`` as there.
 """
 
 from __future__ import annotations
@@ -57,31 +64,26 @@ def norm_str(content: Any) -> str:
     return str(content).lower().strip().replace(" ", "").replace("*", "")
 
 
-_DATE_FORMATS = ("%Y-%m-%d", "%Y/%m/%d", "%d.%m.%Y", "%B %d, %Y", "%b %d, %Y", "%d %B %Y", "%d %b %Y", "%B %Y",
-                 "%b %Y", "%Y-%m", "%Y/%m", "%Y")
-
-
 def parse_date(text: Any) -> datetime | None:
-    """A date from free text (``dateparser`` if installed, else common formats; day defaults to 1)."""
-    text = str(text).strip()
-    try:
-        import dateparser  # type: ignore
+    """A date from free text, as the official evaluator parses it (``dateparser``, day defaults to 1)."""
+    import dateparser
 
-        return dateparser.parse(text, settings={"PREFER_DAY_OF_MONTH": "first"})
-    except ImportError:
-        pass
-    cleaned = re.sub(r"(\d)(st|nd|rd|th)\b", r"\1", text)
-    for fmt in _DATE_FORMATS:
-        try:
-            return datetime.strptime(cleaned, fmt)
-        except ValueError:
-            continue
-    return None
+    try:
+        return dateparser.parse(str(text), settings={"PREFER_DAY_OF_MONTH": "first"})
+    except Exception:  # the official date_near treats a parser error as "not a date"
+        return None
 
 
 def norm_date(content: Any) -> str:
-    parsed = parse_date(content)
-    return parsed.strftime("%Y-%m-%d") if parsed else str(content)
+    import dateparser
+
+    parsed = dateparser.parse(content, settings={"PREFER_DAY_OF_MONTH": "first"})
+    return parsed.strftime("%Y-%m-%d") if parsed else content
+
+
+def as_official_str(series: pd.Series) -> pd.Series:
+    """Cells as the released evaluator's ``astype(str)`` gave them under pandas 2: missing -> ``"nan"``."""
+    return series.map(lambda v: "nan" if v is None or (not isinstance(v, str) and pd.isna(v)) else str(v)).astype(object)
 
 
 PREPROCESS = {"extract_number": extract_number, "norm_str": norm_str, "norm_date": norm_date}
@@ -152,8 +154,8 @@ def extract_table(response: str) -> pd.DataFrame | None:
             if "|" in line and not set(line).issubset(set("|- :"))]
     if not rows:
         return None
-    try:
-        df = pd.read_csv(StringIO("\n".join(rows)), sep="|", dtype=str, keep_default_na=False)
+    try:  # the official reader: pandas' default type and missing-value inference
+        df = pd.read_csv(StringIO("\n".join(rows)), sep="|")
     except (pd.errors.ParserError, pd.errors.EmptyDataError):
         return None
     return df.loc[:, ~df.columns.str.startswith("Unnamed")]
@@ -183,60 +185,79 @@ def _f1(p: float, r: float) -> float:
     return 2 * p * r / (p + r) if p + r > 1e-9 else 0.0
 
 
-def _align(values: list[str], reference: list[str], judge: Judge | None) -> dict[str, str]:
-    """Map response strings onto reference strings (the LLM alignment step; identity without a judge)."""
+def _markdown_json(text: str | None) -> dict | None:
+    match = re.findall(r"```json\s*(\{.*?\})\s*```", text or "", re.S)
+    try:
+        value = json.loads(match[-1]) if match else None
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+_ALIGN_PROMPT = ("Align two vocabularies by meaning (not position). For each value of the first list that denotes "
+                 "the same entity as a value of the reference list, map it to that reference value. Answer with a "
+                 "```json object {{\"value\": \"reference value\"}}``` and nothing else.\n\n"
+                 "Values: {response}\nReference: {reference}")
+_COLUMN_PROMPT = ("Grade each response against its target under this criterion; each score is 0 or 1. Answer with "
+                  "a ```json object {{\"idx_0\": score, ...}}```.\n\nCriterion:\n{criterion}\n\nPairs:\n{response}")
+
+
+def _align(values: list[str], reference: list[str], judge: Judge | None, prompt: str | None = None) -> dict[str, Any]:
+    """Map response strings onto reference strings (the official primary-key/column alignment; {} without a judge)."""
     if judge is None:
         return {}
-    prompt = ("Align two vocabularies by meaning (not position). For each value of the first list that denotes "
-              "the same entity as a value of the reference list, map it to that reference value. Answer with a "
-              "```json object {\"value\": \"reference value\"}``` and nothing else.\n\n"
-              f"Values: {values}\nReference: {reference}")
-    match = re.findall(r"```json\s*(\{.*?\})\s*```", judge(prompt) or "", re.S)
     try:
-        mapping = json.loads(match[-1]) if match else {}
-    except json.JSONDecodeError:
+        answer = judge((prompt or _ALIGN_PROMPT).format(response=values, reference=reference))
+    except Exception:  # the official evaluator maps nothing when the LLM call fails
         return {}
-    return {str(k): str(v) for k, v in mapping.items()} if isinstance(mapping, dict) else {}
+    return _markdown_json(answer) or {}
 
 
-def _judge_column(responses: list[str], targets: list[str], criterion: Any, judge: Judge | None) -> list[float]:
+def _judge_column(responses: list[str], targets: list[str], criterion: Any, judge: Judge | None,
+                  prompt: str | None = None) -> list[float]:
     if judge is None:
         return [1.0 if norm_str(r) == norm_str(t) else 0.0 for r, t in zip(responses, targets)]
     pairs = {f"idx_{i}": {"response": r, "target": t} for i, (r, t) in enumerate(zip(responses, targets))}
-    prompt = ("Grade each response against its target under this criterion; each score is 0 or 1. Answer with "
-              "a ```json object {\"idx_0\": score, ...}```.\n\nCriterion:\n" f"{criterion}\n\nPairs:\n{pairs}")
-    match = re.findall(r"```json\s*(\{.*?\})\s*```", judge(prompt) or "", re.S)
     try:
-        scores = json.loads(match[-1]) if match else {}
-    except json.JSONDecodeError:
-        scores = {}
-    return [float(scores.get(f"idx_{i}", 0) in (1, 1.0, "1")) for i in range(len(responses))]
+        scores = _markdown_json(judge((prompt or _COLUMN_PROMPT).format(criterion=criterion, response=pairs)))
+    except Exception:
+        scores = None
+    if scores is None:  # official: a failed or unparsable judge answer scores the column 0
+        return [0.0] * len(responses)
+    values = [scores.get(f"idx_{i}", 0) for i in range(len(responses))]
+    return [float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0.0 for v in values]
 
 
 def evaluate_table(response: str, gold: pd.DataFrame, evaluation: dict[str, Any],
-                   judge: Judge | None = None) -> TableScore:
-    """Score the final answer ``response`` against the gold table (see the module docstring)."""
+                   judge: Judge | None = None, prompts: dict[str, str] | None = None) -> TableScore:
+    """Score the final answer ``response`` against the gold table (see the module docstring).
+
+    ``prompts``: the official ``primary_key_preprocess_prompt`` and ``eval_column_prompt`` texts
+    (from a WideSearch checkout); without them the judge gets this module's own wording.
+    """
+    prompts = prompts or {}
+    align_prompt, column_prompt = prompts.get("primary_key_preprocess_prompt"), prompts.get("eval_column_prompt")
     required = [norm_column(c) for c in evaluation["required"]]
     keys = [norm_column(c) for c in evaluation["unique_columns"]]
     pipeline = {norm_column(k): v for k, v in evaluation.get("eval_pipeline", {}).items()}
     answer = gold.copy()
     answer.columns = [norm_column(c) for c in answer.columns]
-    answer = answer[required].astype(str)
+    answer = answer[required].apply(as_official_str)
     table = extract_table(response)
     if table is None:
         return TableScore(msg="no Markdown table in the answer")
     table.columns = [norm_column(c) for c in table.columns]
     if set(table.columns) != set(required):
-        table = table.rename(columns=_align(list(table.columns), required, judge))
+        table = table.rename(columns=_align(list(table.columns), required, judge, align_prompt))
     if set(table.columns) != set(required):
         return TableScore(msg=f"columns {list(table.columns)} != required {required}")
-    table = table[required].astype(str)
+    table = table[required].apply(as_official_str)
     table = table.drop_duplicates(subset=keys)
     answer = answer.drop_duplicates(subset=keys)
     for col in keys:
         metrics = pipeline.get(col, {}).get("metric", [])
         if "llm_judge" in metrics or "exact_match" in metrics:
-            mapping = _align(table[col].tolist(), answer[col].tolist(), judge)
+            mapping = _align(table[col].tolist(), answer[col].tolist(), judge, align_prompt)
             table[col] = table[col].map(lambda x: mapping.get(x, x))
     for col, item in pipeline.items():
         for name in item.get("preprocess", []):
@@ -258,7 +279,7 @@ def evaluate_table(response: str, gold: pd.DataFrame, evaluation: dict[str, Any]
         for name in item.get("metric", []):
             resp, targ = inner[f"{col}_response"].tolist(), inner[f"{col}_query"].tolist()
             if name == "llm_judge":
-                values = _judge_column(resp, targ, item.get("criterion"), judge)
+                values = _judge_column(resp, targ, item.get("criterion"), judge, column_prompt)
             else:
                 values = [METRICS[name](r, t, item.get("criterion")) for r, t in zip(resp, targ)]
             scores[f"{col}_{name}"] = values
