@@ -27,6 +27,7 @@ import pytest
 from security._support import needs_bwrap, needs_local
 from unified.execution import EnvironmentSpec, LocalBackend
 from unified.sandbox import throwaway_sandbox
+from unified.sandbox.limits import cgroup_parent
 
 MIB = 1 << 20
 
@@ -59,6 +60,16 @@ def test_memory_limit_covers_all_processes_together():
         assert res.limit and res.limit.startswith("memory limit of 256 MiB"), (res.limit, res.stderr[-500:])
         assert res.stderr.rstrip().endswith(f"[sandbox: {res.limit}]")
         assert box.limits_info["memory"] in ("cgroup v2", "watchdog")
+
+
+@needs_bwrap
+@pytest.mark.skipif(cgroup_parent()[0] is None, reason=f"no usable cgroup v2 here: {cgroup_parent()[1]}")
+def test_memory_limit_is_a_cgroup_where_cgroup_v2_is_usable():
+    with throwaway_sandbox(memory_mb=256, timeout_s=60) as box:
+        assert box.limits_info["memory"] == "cgroup v2"
+        res = box.run("python3 -c 'b = bytearray(150 << 20); c = bytearray(150 << 20)' & "
+                      "head -c 200M /dev/zero > /tmp/fill; wait; echo survived")
+        assert res.limit and "cgroup v2" in res.limit, (res.limit, res.stderr[-300:])
 
 
 @needs_bwrap

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 from security._support import needs_local, needs_tmux
-from unified.execution import EnvironmentSpec, LocalBackend
+from unified.execution import EnvironmentSpec, ExecutionSession, LocalBackend
 from unified.types import Episode, ToolCall
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "terminal_bench"
@@ -66,3 +66,14 @@ def test_the_agent_cannot_inject_answers_into_the_local_command_runner():
         res = s.exec(inject)
         assert res.stdout.endswith("tried\n") and "injected" not in res.stdout, res.stdout
         assert s.exec("echo honest").stdout == "honest\n"
+
+
+@needs_local
+def test_the_portable_reaper_of_the_container_backends_leaves_only_the_session():
+    """Docker, Podman and Apptainer sessions stop the agent with a POSIX sh script; run it here for real."""
+    with LocalBackend().start(EnvironmentSpec()) as s:
+        s.exec("nohup sleep 310 >/dev/null 2>&1 & (setsid sleep 311 &); (sh -c 'sleep 312 &' &); "
+               "(setsid sh -c 'while :; do sleep 313 & sleep 0.01; done' >/dev/null 2>&1 &); echo ok")
+        stopped = ExecutionSession.stop_agent_processes(s)  # the base-class (container) implementation
+        assert stopped["ok"], stopped
+        assert [line for line in s.exec("ps -eo args=").stdout.splitlines() if "sleep" in line] == []

@@ -309,12 +309,16 @@ class Sandbox:
         return proc
 
     def limit_hit(self, proc: subprocess.Popen, cgroup_before: dict[str, int] | None = None) -> str | None:
-        """The sandbox-wide limit that stopped ``proc`` (one line), or None."""
+        """The sandbox-wide limit that stopped ``proc`` (one line), or None.
+
+        ``cgroup_before``: the cgroup's events when ``proc`` started (default: none, i.e. any hit
+        since the sandbox was entered counts).
+        """
         dog = self._watchdogs.get(proc.pid)
         if dog is not None and dog.hit:
             return dog.hit
-        if self._cgroup is not None and cgroup_before is not None:
-            return self._cgroup.hit(cgroup_before)
+        if self._cgroup is not None:
+            return self._cgroup.hit(cgroup_before or {})
         return None
 
     def release(self, proc: subprocess.Popen) -> None:
