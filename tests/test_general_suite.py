@@ -237,9 +237,45 @@ def _loglikelihoods(run_dir: Path, task: str) -> dict[int, list[float]]:
     return {doc: [float(r[0]) for r in row["filtered_resps"]] for doc, row in _samples(run_dir, task).items()}
 
 
+def _post(server: LocalOpenAIServer, route: str, body: dict) -> tuple[int, dict]:
+    import urllib.error
+    import urllib.request
+
+    url = server.base_url.removesuffix("/v1") + route
+    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def _check_completions_endpoint(server: LocalOpenAIServer) -> None:
+    """/v1/completions and the tokenizer endpoints, as lm-eval and OpenAI clients use them."""
+    status, tokens = _post(server, "/tokenize", {"prompt": "The agent calls a tool", "add_special_tokens": False})
+    assert status == 200 and tokens["tokens"]
+    assert _post(server, "/detokenize", {"tokens": tokens["tokens"]})[1]["prompt"] == "The agent calls a tool"
+    full = _post(server, "/v1/completions", {"prompt": tokens["tokens"], "max_tokens": 8, "temperature": 0})[1]
+    text = full["choices"][0]["text"]
+    stop = next(text[i:i + 2] for i in range(1, len(text) - 1) if text[i:i + 2].strip())
+    # the same greedy completion, cut before the first stop string (OpenAI semantics)
+    cut = _post(server, "/v1/completions", {"prompt": tokens["tokens"], "max_tokens": 8, "stop": [stop]})[1]
+    assert cut["choices"][0]["text"] == text[:text.index(stop)] and cut["choices"][0]["finish_reason"] == "stop"
+    echo = _post(server, "/v1/completions", {"prompt": [tokens["tokens"]] * 2, "echo": True, "logprobs": 1,
+                                             "max_tokens": 1})[1]
+    assert [c["index"] for c in echo["choices"]] == [0, 1]
+    logprobs = echo["choices"][0]["logprobs"]
+    assert len(logprobs["token_logprobs"]) == len(tokens["tokens"]) + 1 and logprobs["token_logprobs"][0] is None
+    assert all(lp <= max(top.values()) + 1e-6 for lp, top in zip(logprobs["token_logprobs"][1:], logprobs["top_logprobs"][1:]))
+    for bad in ({"prompt": tokens["tokens"], "echo": True, "max_tokens": 5}, {"prompt": [10 ** 9], "max_tokens": 1}):
+        status, body = _post(server, "/v1/completions", bad)
+        assert status == 400 and "bad request" in body["error"]["message"]
+
+
 def test_http_path_through_our_local_server_matches_in_process(tiny_runs, tiny_checkpoint, tmp_path):
     a, _ = tiny_runs
     with LocalOpenAIServer(str(tiny_checkpoint), served_name="tiny") as server:
+        _check_completions_endpoint(server)
         _cli(*_general_args(tmp_path / "http", server.spec, [MC_GROUP, GEN]))
         chat = GeneralConfig(tasks=[MC, GEN], include_path=[FIXTURE_TASKS], api_model="local-chat-completions",
                              apply_chat_template=True)
