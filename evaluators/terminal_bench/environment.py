@@ -211,6 +211,7 @@ class TerminalBenchEnvironment(Environment):
             return {"reward": None, "backend": session.backend, "reward_error": "the agent's processes could not all "
                     f"be stopped before verification ({stopped['detail']}); not verified"}
         session.fresh_dir("/logs/verifier")
+        session.fresh_dir("/tests")  # in a container the agent could have left a conftest.py there
         session.copy_in(Path(self.task.path) / "tests", "/tests")
         res = session.exec(["bash", "-c", "bash /tests/test.sh 2>&1 | tee /logs/verifier/test-stdout.txt; "
                             "exit ${PIPESTATUS[0]}"], timeout_s=self.task.verifier_timeout_s,

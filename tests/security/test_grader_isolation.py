@@ -121,3 +121,51 @@ def test_a_claw_eval_grader_has_no_network(tmp_path):
     assert "error" not in graded, json.dumps(graded)[:2000]
     assert graded["scores"]["completion"] == 0.0 and listener.hits == 0  # the host's loopback is out of reach
     assert graded["scores"]["robustness"] == 1.0  # python -I, HOME outside the workspace
+
+
+@needs_bwrap
+def test_the_judge_relay_forwards_only_completions_and_keeps_the_key(tmp_path):
+    """A sandbox without network reaches the judge through the relay; the key is added outside it."""
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from unified.sandbox import Sandbox, SandboxConfig
+    from unified.sandbox.relay import EndpointRelay
+
+    seen = []
+
+    class Judge(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            seen.append((self.path, self.headers.get("Authorization")))
+            body = b'{"choices": [{"message": {"content": "{\\"score\\": 1}"}}]}'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    judge = HTTPServer(("127.0.0.1", 0), Judge)
+    threading.Thread(target=judge.serve_forever, daemon=True).start()
+    ask = ("import socket, sys\n"
+           "def post(path):\n"
+           "    s = socket.socket(socket.AF_UNIX); s.connect('/grader/judge.sock')\n"
+           "    s.sendall(('POST %s HTTP/1.1\\r\\nHost: relay\\r\\nContent-Length: 2\\r\\nConnection: close\\r\\n\\r\\n{}' % path).encode())\n"
+           "    out = b''\n"
+           "    while True:\n"
+           "        chunk = s.recv(65536)\n"
+           "        if not chunk: return out.decode()\n"
+           "        out += chunk\n"
+           "print(post('/chat/completions').split()[1], post('/files').split()[1])\n")
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    inputs.chmod(0o755)
+    try:
+        with EndpointRelay(inputs / "judge.sock", f"http://127.0.0.1:{judge.server_port}/v1", api_key="sk-judge-key-123"), \
+                Sandbox(SandboxConfig(workspace=tmp_path / "ws", readonly_binds=[(str(inputs), "/grader")])) as box:
+            res = box.run(["/usr/bin/python3", "-I", "-c", ask], timeout_s=60)
+    finally:
+        judge.shutdown()
+    assert res.stdout.split() == ["200", "403"], (res.stdout, res.stderr[-500:])
+    assert seen == [("/v1/chat/completions", "Bearer sk-judge-key-123")]

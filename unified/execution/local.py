@@ -344,8 +344,14 @@ class LocalSession(ExecutionSession):
         return {"ok": res.ok and res.stdout.startswith("stopped"), "detail": (res.stdout + res.stderr).strip()[-300:]}
 
     def fresh_dir(self, path: str) -> None:
-        # a nested extra dir (/logs/verifier) is a read-only symlink into the private /tmp: renew its target
         path = self._abs(path)
+        host_top = self._host_dirs.get(path.rstrip("/"))
+        if host_top is not None:  # a top-level extra dir (/tests): read-only inside, emptied on the host
+            for child in host_top.iterdir():
+                if not child.is_symlink():  # the symlinks there are ours (nested extra dirs)
+                    shutil.rmtree(child) if child.is_dir() else child.unlink()
+            return
+        # a nested extra dir (/logs/verifier) is a read-only symlink into the private /tmp: renew its target
         inner = f"/tmp/.unified-extra{path}"
         super().fresh_dir(inner if inner in self._tmp_dirs else path)
 

@@ -3,8 +3,9 @@
 A grader that must ask an LLM judge (Claw-Eval's) would otherwise need the host network, and
 with it every port on the host's loopback and the internet. Instead the sandbox keeps no
 network and gets a Unix socket, bind-mounted in: :class:`EndpointRelay` accepts plain HTTP
-requests on it and forwards them to one base URL only (``<base_url><path>``), adding the API
-key on the host side, so the key never enters the sandbox either. Inside, an HTTP client points
+requests on it and forwards them to one base URL only (``<base_url><path>``, and only the
+paths in :data:`ALLOWED`), adding the API key on the host side, so the key never enters the
+sandbox either. Inside, an HTTP client points
 at ``http://relay`` through the socket (``httpx.HTTPTransport(uds=...)``).
 """
 
@@ -18,6 +19,8 @@ from pathlib import Path
 
 import httpx
 
+ALLOWED = {("POST", "/chat/completions"), ("POST", "/completions"), ("GET", "/models")}
+"""What a grader may ask of the judge's endpoint (paths relative to its base URL); anything else is refused."""
 _HOP_HEADERS = {"host", "connection", "content-length", "transfer-encoding", "authorization", "keep-alive",
                 "proxy-authorization", "te", "trailer", "upgrade", "accept-encoding"}
 
@@ -50,6 +53,14 @@ class EndpointRelay:
             def _forward(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
+                if (self.command, self.path.split("?")[0].rstrip("/")) not in ALLOWED:
+                    data = b'{"error": "relay: only chat/completions, completions and models are forwarded"}'
+                    self.send_response(403)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_HEADERS}
                 if relay.api_key:
                     headers["Authorization"] = f"Bearer {relay.api_key}"
