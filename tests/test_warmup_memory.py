@@ -74,3 +74,25 @@ def test_kv_cache_size_from_the_config():
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
     expected = 2 * c.num_hidden_layers * 3 * c.num_key_value_heads * 10 * head_dim * 4
     assert kv_cache_bytes(c, rows=3, tokens=10, dtype=torch.float32) == expected
+
+
+def test_generation_runs_on_the_configured_cpu_threads(tmp_path, monkeypatch):
+    """generation.cpu_threads applies while the trainer generates, and the training keeps its threads."""
+    from trl import GRPOTrainer
+
+    seen: list[int] = []
+    original = GRPOTrainer._generate_single_turn
+
+    def spy(self, *args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(GRPOTrainer, "_generate_single_turn", spy)
+    threads = torch.get_num_threads()
+    trainer = build_tiny_trainer(tmp_path, "generation.cpu_threads=1", "train.max_steps=1",
+                                 reward_funcs=[completion_length_reward])
+    trainer.train()
+    assert seen and set(seen) == {1}
+    assert torch.get_num_threads() == threads
+    with pytest.raises(ConfigError, match="cpu_threads"):
+        load_warmup_config(None, ["generation.cpu_threads=0"])

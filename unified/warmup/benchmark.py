@@ -52,9 +52,13 @@ def _reward_name(func: Callable) -> str:
 @torch.no_grad()
 def heldout_reward(model, tokenizer, dataset, reward_funcs: Sequence[Callable], weights: Sequence[float] | None = None,
                    *, samples_per_prompt: int = 2, max_new_tokens: int = 128, temperature: float = 1.0,
-                   top_p: float = 1.0, batch_size: int = 8, seed: int = 0, enable_thinking: bool = False
-                   ) -> dict[str, Any]:
-    """Mean weighted reward of sampled completions on ``dataset`` (TRL reward-function protocol)."""
+                   top_p: float = 1.0, batch_size: int = 8, seed: int = 0, enable_thinking: bool = False,
+                   cpu_threads: int | None = None) -> dict[str, Any]:
+    """Mean weighted reward of sampled completions on ``dataset`` (TRL reward-function protocol).
+
+    ``cpu_threads``: torch threads while generating on a CPU (``generation.cpu_threads``)."""
+    from unified.warmup.trainer import torch_threads
+
     weights = list(weights) if weights is not None else [1.0] * len(reward_funcs)
     model.eval()
     device = next(model.parameters()).device
@@ -71,9 +75,10 @@ def heldout_reward(model, tokenizer, dataset, reward_funcs: Sequence[Callable], 
             texts = [tokenizer.apply_chat_template(r["prompt"], tokenize=False, add_generation_prompt=True,
                                                    enable_thinking=enable_thinking) for r in batch]
             enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
-            out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=temperature > 0,
-                                 temperature=temperature if temperature > 0 else None, top_p=top_p,
-                                 pad_token_id=tokenizer.pad_token_id)
+            with torch_threads(cpu_threads, device):
+                out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=temperature > 0,
+                                     temperature=temperature if temperature > 0 else None, top_p=top_p,
+                                     pad_token_id=tokenizer.pad_token_id)
             for seq in out[:, enc["input_ids"].shape[1]:]:
                 ids = seq.tolist()
                 eos = tokenizer.eos_token_id
@@ -142,12 +147,14 @@ def _write_report(path: Path, report: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def run_before_after(cfg: WarmupConfig, *, samples_per_prompt: int = 2, temperature: float | None = None
-                     ) -> dict[str, Any]:
+def run_before_after(cfg: WarmupConfig, *, samples_per_prompt: int = 2, temperature: float | None = None,
+                     policy=None) -> dict[str, Any]:
     """Held-out reward of the SFT checkpoint, GSPO warmup, held-out reward of ``final/``.
 
     ``temperature`` overrides the recipe's sampling temperature for the held-out scoring only
-    (0 = greedy, then one completion per prompt is enough).
+    (0 = greedy, then one completion per prompt is enough). ``policy``: a
+    :class:`~unified.warmup.trainer.Policy` already in memory (trained in place), instead of
+    loading ``model.name_or_path`` again.
     """
     from unified.models import load_checkpoint
     from unified.warmup.data import load_rewards, load_splits
@@ -162,7 +169,7 @@ def run_before_after(cfg: WarmupConfig, *, samples_per_prompt: int = 2, temperat
         raise ValueError(f"{cfg.output_dir} already holds a finished run without a before/after record; "
                          "use a fresh output_dir for the benchmark")
     device = training_device()
-    policy = load_policy(cfg, device)
+    policy = policy if policy is not None else load_policy(cfg, device)
     train, heldout = load_splits(cfg, policy.tokenizer)
     if heldout is None or len(heldout) == 0:
         raise ValueError("--eval-before-after needs held-out data: set data.heldout_size or data.heldout")
@@ -178,6 +185,7 @@ def run_before_after(cfg: WarmupConfig, *, samples_per_prompt: int = 2, temperat
                         temperature=temperature, top_p=gen.top_p, seed=0 if temperature <= 0 else cfg.train.seed + 1,
                         enable_thinking=gen.enable_thinking,
                         batch_size=max(cfg.train.per_device_train_batch_size * cfg.train.gradient_accumulation_steps, 1))
+    threads = {"cpu_threads": gen.cpu_threads}  # how fast, not what is generated: not part of the settings
     settings = {**score_kwargs, "heldout": [str(r) for r in heldout["sample_id"]],
                 "rewards": [_reward_name(f) for f in funcs], "weights": list(weights)}
     if previous.get("settings") == settings and "before" in previous:
@@ -186,7 +194,7 @@ def run_before_after(cfg: WarmupConfig, *, samples_per_prompt: int = 2, temperat
     else:
         if previous:
             raise ValueError(f"{path} was measured with other held-out settings; use a fresh output_dir")
-        before = heldout_reward(policy.model, policy.tokenizer, heldout, funcs, weights, **score_kwargs)
+        before = heldout_reward(policy.model, policy.tokenizer, heldout, funcs, weights, **score_kwargs, **threads)
         out.mkdir(parents=True, exist_ok=True)
         _write_report(path, {"status": "training", "settings": settings, "before": before})
     print(f"before: mean reward {before['mean_reward']:.4f} on {before['completions']} held-out completions", flush=True)
@@ -196,7 +204,7 @@ def run_before_after(cfg: WarmupConfig, *, samples_per_prompt: int = 2, temperat
     del policy
     gc.collect()
     trained = load_checkpoint(result.final_dir, device=device, dtype=torch.float32)
-    after = heldout_reward(trained.model, trained.tokenizer, heldout, funcs, weights, **score_kwargs)
+    after = heldout_reward(trained.model, trained.tokenizer, heldout, funcs, weights, **score_kwargs, **threads)
     paired = paired_difference(before["per_prompt"], after["per_prompt"])
     print(f"after {result.global_step} steps: mean reward {after['mean_reward']:.4f} (paired difference "
           f"{paired['mean_diff']:+.4f} +- {paired['se_diff']:.4f} SE over {paired['prompts']} prompts; "

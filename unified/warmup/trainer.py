@@ -25,9 +25,10 @@ import os
 import re
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -79,6 +80,20 @@ def use_bf16(cfg: WarmupConfig, device: torch.device | None = None) -> bool:
                              "use auto or fp32 here")
         return True
     return device.type == "cuda"
+
+
+@contextmanager
+def torch_threads(n: int | None, device: torch.device | str | None = None) -> Iterator[None]:
+    """Run the block with ``n`` torch intra-op threads on a CPU (no-op for ``None`` or another device)."""
+    if n is None or torch.device(device or "cpu").type != "cpu":
+        yield
+        return
+    previous = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 def configure_wandb(cfg: WarmupConfig) -> dict[str, str]:
@@ -238,8 +253,11 @@ def _trainer_class():
             logs.update(peak_memory_gib())
             super().log(logs, start_time)
 
+        generation_cpu_threads: int | None = None
+        """``generation.cpu_threads``: torch threads while generating on a CPU."""
+
         def _generate_single_turn(self, *args, **kwargs):
-            with self.accelerator.autocast():
+            with self.accelerator.autocast(), torch_threads(self.generation_cpu_threads, self.accelerator.device):
                 return super()._generate_single_turn(*args, **kwargs)
 
         def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
@@ -289,6 +307,7 @@ def build_trainer(cfg: WarmupConfig, *, train_dataset, reward_funcs: Sequence[Ca
         processing_class=tokenizer,
         callbacks=[JsonlMetricsCallback(Path(cfg.output_dir) / METRICS_FILE), *callbacks],
     )
+    trainer.generation_cpu_threads = cfg.generation.cpu_threads
     _check_router_loss(cfg, trainer)
     return trainer
 
