@@ -21,7 +21,7 @@ from unified.policy import make_policy  # noqa: E402
 from unified.policy.base import Policy, PolicyOutput  # noqa: E402
 from unified.types import ToolCall  # noqa: E402
 
-from evaluators.bfcl_v4.scoring import canonical_call  # noqa: E402
+from evaluators.bfcl_v4.scoring import checker_call, step_call_strings  # noqa: E402
 
 
 def _run(adapter, tasks, policy):
@@ -152,13 +152,20 @@ def test_scores_agree_with_bfcl_eval_runner(tmp_path):
     assert float(row["Overall Acc"].rstrip("%")) == pytest.approx(ours["score"], abs=0.006)
 
 
-def test_canonical_call_only_passes_whitelisted_literals():
-    allowed = {"cd", "ls"}
-    assert canonical_call(ToolCall(name="cd", arguments={"folder": "a'b"}), allowed) == 'cd(folder="a\'b")'
-    assert canonical_call(ToolCall(name="__import__", arguments={"name": "os"}), allowed) is None
-    assert canonical_call(ToolCall(name="cd", arguments={"folder); import os; (": 1}), allowed) is None
-    assert canonical_call(ToolCall(name="ls", arguments={"a": float("nan")}), allowed) is None
-    assert canonical_call(ToolCall(name="ls", arguments={}, parse_error="bad"), allowed) is None
+def test_checker_only_receives_strings_that_cannot_run_anything_else():
+    methods = {"cd", "ls"}
+    assert step_call_strings([ToolCall(name="cd", arguments={"folder": "a'b"})], methods) == (['cd(folder="a\'b")'], 0)
+    # a builtin would run under bfcl's eval: replaced by an undefined name (counted as approximated)
+    text, exact = checker_call("__import__(name='os')", methods)
+    assert not exact and text.startswith("_unified_undefined")
+    assert not checker_call("open(file='x', mode='w')", methods)[1]
+    assert not checker_call("ls(a=os.system('id'))", methods)[1]
+    # cannot compile (nothing runs): passed as bfcl would, it records the SyntaxError itself
+    assert checker_call("cd(folder); import os; (=1)", methods) == ("cd(folder); import os; (=1)", True)
+    # an unknown name that resolves to nothing: bfcl's NameError, exactly
+    assert checker_call("frobnicate(x=1)", methods) == ("frobnicate(x=1)", True)
+    assert checker_call("ls(a=nan)", methods) == ("ls(a=nan)", True)
+    assert step_call_strings([ToolCall(name="ls", arguments={}, parse_error="bad")], methods) == ([], 0)
 
 
 def test_unknown_tool_is_never_executed(tmp_path):

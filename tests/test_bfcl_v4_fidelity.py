@@ -56,3 +56,154 @@ def test_web_search_without_key_is_not_ok(adapter, monkeypatch):
     agg = adapter.aggregate(results)
     assert any(r.startswith("key missing: web search") for r in agg["not_comparable_because"])
     assert agg["comparable"] is False
+
+
+# --------------------------------------------------------------------------------------
+# inference under bfcl's rules, and scoring agreement with bfcl's own handler + checker
+
+import copy  # noqa: E402
+import json  # noqa: E402
+
+from unified.agent.loop import AgentLimits, AgentLoop, Job  # noqa: E402
+from unified.policy.base import Policy, PolicyOutput  # noqa: E402
+from unified.types import ToolCall  # noqa: E402
+
+DONE = "</think>\n\nDone."
+
+
+def _qwen_call(name, arguments) -> str:
+    """A tool call in the format bfcl's Qwen FC handler extracts (``<tool_call>\\n{json}\\n</tool_call>``)."""
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+
+
+def _step(*calls: str) -> str:
+    return "</think>\n\n" + "\n".join(calls)
+
+
+class ScriptedPolicy(Policy):
+    """Per task id, per user turn, the completions of its steps; then "Done." (ends the turn)."""
+
+    name = "scripted"
+    needs_context = True
+
+    def __init__(self, scripts):
+        super().__init__("scripted")
+        self.scripts = scripts
+
+    def generate(self, requests):
+        outs = []
+        for request in requests:
+            messages = request.messages
+            turn = sum(1 for m in messages if m["role"] == "user") - 1
+            last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
+            step = sum(1 for m in messages[last_user:] if m["role"] == "assistant")
+            script = self.scripts.get(request.context["task"].id, [])
+            steps = script[turn] if turn < len(script) else []
+            outs.append(PolicyOutput(text=steps[step] if step < len(steps) else DONE))
+        return outs
+
+
+def _run_scripted(adapter, tasks, scripts, tmp_path, limits=None):
+    adapter.work_dir = tmp_path
+    results, episodes = {}, {}
+
+    def keep(result, episode):
+        results[result.task_id] = result
+        episodes[episode.task_id] = episode
+
+    AgentLoop(adapter, ScriptedPolicy(scripts), max_in_flight=4, on_result=keep,
+              limits=adapter.agent_limits(limits or AgentLimits())).run([Job(t) for t in tasks])
+    return results, episodes
+
+
+def _gold_steps(adapter, task):
+    return [[_step(*[_qwen_call(c.name, c.arguments) for c in turn])] if turn else [] for turn in adapter.gold_turns(task)]
+
+
+@pytest.fixture(scope="module")
+def multi_turn():
+    adapter = load_adapter("bfcl_v4", categories="multi_turn_base", limit_order="per_category")
+    return adapter, adapter.tasks(limit=6)
+
+
+def test_a_20_step_turn_is_accepted_and_no_40_call_cap(multi_turn, tmp_path):
+    adapter, tasks = multi_turn
+    task = tasks[0]
+    turns = len(task.payload["entry"]["question"])
+    script = {task.id: [[_step(_qwen_call("pwd", {}))] * 20 for _ in range(turns)]}
+    results, episodes = _run_scripted(adapter, [task], script, tmp_path)
+    episode = episodes[task.id]
+    assert episode.stop_reason == "answer", episode.stop_reason  # the run's 20-step / 40-call limits did not cut it
+    assert len(episode.steps) == 21 * turns > 40
+    assert results[task.id].details["error_type"] != "multi_turn:force_terminated"
+    # 21 executed steps in one turn: bfcl force-quits the entry (fewer turns than the ground truth)
+    script = {task.id: [[_step(_qwen_call("pwd", {}))] * 21]}
+    results, episodes = _run_scripted(adapter, [task], script, tmp_path / "b")
+    assert episodes[task.id].stop_reason == "max_steps_per_turn" and len(episodes[task.id].steps) == 21
+    assert results[task.id].details["error_type"] == "multi_turn:force_terminated"
+
+
+def test_a_step_of_malformed_calls_ends_the_turn(multi_turn, tmp_path):
+    adapter, tasks = multi_turn
+    task = tasks[0]
+    bad = _step("<tool_call>\n{\"name\": \"ls\", \"arguments\": {oops}\n</tool_call>")
+    results, episodes = _run_scripted(adapter, [task], {task.id: [[bad, _step(_qwen_call("pwd", {}))]]}, tmp_path)
+    messages = episodes[task.id].messages
+    first_assistant = next(i for i, m in enumerate(messages) if m.role == "assistant")
+    assert messages[first_assistant + 1].role == "user"  # no error observation, no second step in this turn
+    assert episodes[task.id].steps[0].extras["turn_ended_by"] == "malformed_calls"
+    unified = load_adapter("bfcl_v4", categories="multi_turn_base", limit_order="per_category", inference="unified")
+    _, episodes = _run_scripted(unified, [task], {task.id: [[bad, _step(_qwen_call("pwd", {}))]]}, tmp_path / "u")
+    messages = episodes[task.id].messages
+    first_assistant = next(i for i, m in enumerate(messages) if m.role == "assistant")
+    assert messages[first_assistant + 1].role == "tool" and "could not parse" in messages[first_assistant + 1].content
+
+
+def _bfcl_verdict(task, episode) -> dict:
+    """bfcl's own scoring of our transcript: its Qwen FC handler decodes each step's completion and
+    ``eval_runner._evaluate_single_multi_turn_entry`` checks it (private model name)."""
+    from evaluators.bfcl_v4.isolation import import_bfcl, private_checker_namespace
+
+    qwen = import_bfcl("bfcl_eval.model_handler.local_inference.qwen_fc")
+    runner = import_bfcl("bfcl_eval.eval_checker.eval_runner")
+    handler = qwen.QwenFCHandler("Qwen/Qwen3-8B-FC", 0.0, "Qwen/Qwen3-8B-FC", True)
+    turns, steps = [], iter(episode.steps)
+    for message in episode.messages:
+        if message.role == "user":
+            turns.append([])
+        elif message.role == "assistant":
+            turns[-1].append(next(steps).completion.split("</think>")[-1].lstrip("\n"))
+    with private_checker_namespace() as model_name:
+        return runner._evaluate_single_multi_turn_entry(
+            handler, task.id, turns, task.payload["ground_truth"], copy.deepcopy(task.payload["entry"]), model_name,
+            task.payload["category"])
+
+
+def test_same_transcripts_same_verdicts_as_bfcl(multi_turn, tmp_path):
+    """Unknown functions (alone in a step, or beside gold calls), a Python keyword as an argument
+    name, a held-out method called, a malformed step: ours == bfcl's handler + checker."""
+    adapter, tasks = multi_turn
+    scripts = {}
+    for i, task in enumerate(tasks):
+        gold = _gold_steps(adapter, task)
+        first = next(k for k, turn in enumerate(gold) if turn)
+        if i == 0:
+            gold[first][0] += "\n" + _qwen_call("frobnicate", {"x": 1})
+        elif i == 1:
+            gold[first].insert(0, _step(_qwen_call("ls", {"class": 1})))
+        elif i == 2:
+            gold[first] = [_step(_qwen_call("frobnicate", {}))]
+        elif i == 3:
+            gold[first].insert(0, _step(_qwen_call("frobnicate", {"lambda": "x", "y": 2})))
+        elif i == 4:
+            gold[first].insert(0, _step("<tool_call>\n{\"name\": \"ls\", \"arguments\": {oops}\n</tool_call>"))
+        scripts[task.id] = gold
+    results, episodes = _run_scripted(adapter, tasks, scripts, tmp_path)
+    assert not [r.error for r in results.values() if r.error]  # a keyword argument name no longer crashes scoring
+    for task in tasks:
+        theirs = _bfcl_verdict(task, episodes[task.id])
+        ours = results[task.id]
+        assert ours.passed == theirs["valid"], (task.id, ours.details, theirs.get("error"))
+        if not theirs["valid"]:
+            assert ours.details["error_type"] == theirs["error"]["error_type"], task.id
+    assert {results[t.id].passed for t in tasks} == {True, False}  # both verdicts occur

@@ -6,7 +6,17 @@ Config (``--set benchmarks.bfcl_v4.KEY=VALUE`` or a recipe):
   ``multi_turn``, ``live``, ``non_live``, ``memory``, ``web_search``, ``agentic``, ...);
   ``split`` (``--split``) does the same;
 - ``limit_order``: ``round_robin`` (default: ``--limit N`` takes N tasks across categories)
-  or ``per_category`` (N per category).
+  or ``per_category`` (N per category);
+- ``inference``: ``bfcl`` (default) runs episodes under bfcl's own rules
+  (``model_handler/base_handler.py``, ``inference_multi_turn_FC``): up to
+  ``MAXIMUM_STEP_LIMIT`` (read from bfcl-eval, 20) executed steps per user turn, the episode
+  force-quit at the next one, no cap on steps per episode; a step whose calls are all malformed
+  ends the turn; calls to functions not offered are executed like bfcl does (a method of the
+  involved classes runs, anything else is bfcl's "not defined" error). ``unified`` keeps the
+  run's ``--max-turns``/``--max-steps-per-turn`` and the loop's parse-error observations.
+  Still different from bfcl: the run's per-episode token and wall-time limits apply (episodes
+  they cut are counted in the aggregate), and in a step mixing malformed and well-formed calls
+  the agent sees an error for the malformed ones where bfcl's Qwen handler drops them silently.
 
 Web-search tasks need ``SERPAPI_API_KEY`` (bfcl's WebSearchAPI calls SerpAPI); without it
 they are recorded as skipped with that reason.
@@ -15,6 +25,7 @@ they are recorded as skipped with that reason.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import inspect
 from collections import defaultdict
 from typing import Any
@@ -26,23 +37,40 @@ from unified.eval.adapter import Adapter, Task
 from unified.types import Episode, EpisodeResult, ToolCall
 
 
+INFERENCE_RULES = ("bfcl", "unified")
+NO_EPISODE_CAP = 10**9
+"""bfcl has no per-episode cap on policy calls (only the per-turn step limit)."""
+
+
 class BFCLAdapter(Adapter):
     name = "bfcl_v4"
     runs_default = 1
 
     def __init__(self, categories: str | list[str] | None = None, limit_order: str = "round_robin",
-                 **config: Any) -> None:
-        super().__init__(categories=categories, limit_order=limit_order, **config)
+                 inference: str = "bfcl", **config: Any) -> None:
+        super().__init__(categories=categories, limit_order=limit_order, inference=inference, **config)
         import_bfcl("bfcl_eval.utils")  # fails as BenchmarkUnavailable when bfcl-eval is missing
         self.categories = data.resolve_categories(categories)
         self.limit_order = limit_order
+        if inference not in INFERENCE_RULES:
+            raise ValueError(f"bfcl_v4: inference must be one of {', '.join(INFERENCE_RULES)}, got {inference!r}")
+        self.inference = inference
+
+    def agent_limits(self, limits: Any) -> Any:
+        """bfcl's limits (``inference=bfcl``): MAXIMUM_STEP_LIMIT executed steps per user turn (the
+        step after the limit is still asked and executed, then the episode is force-quit, so
+        ``MAXIMUM_STEP_LIMIT + 1`` policy calls), no cap on calls per episode."""
+        if self.inference != "bfcl":
+            return limits
+        step_limit = import_bfcl("bfcl_eval.constants.default_prompts").MAXIMUM_STEP_LIMIT
+        return dataclasses.replace(limits, max_steps_per_user_turn=step_limit + 1, max_turns=NO_EPISODE_CAP)
 
     def tasks(self, split: str | None = None, limit: int | None = None) -> list[Task]:
         categories = data.resolve_categories(split) if split else self.categories
         return data.select_tasks(categories, limit, self.limit_order)
 
     def open(self, task: Task) -> BFCLEnvironment:
-        return BFCLEnvironment(task, self.work_dir)
+        return BFCLEnvironment(task, self.work_dir, bfcl_inference=self.inference == "bfcl")
 
     def score(self, task: Task, episode: Episode, env: BFCLEnvironment) -> EpisodeResult:  # type: ignore[override]
         category = task.payload["category"]
@@ -80,8 +108,13 @@ class BFCLAdapter(Adapter):
             missing = official["incomplete_categories"]
             listed = ", ".join(f"{c} ({v})" for c, v in list(missing.items())[:6]) + (" ..." if len(missing) > 6 else "")
             reasons.append(f"partial: bfcl's overall needs every category in full; incomplete: {listed}")
+        cut = sum(1 for r in results if r.details.get("stop_reason") in ("max_tokens", "timeout", "max_turns"))
+        if cut:
+            reasons.append(f"{cut} episodes cut by our token/time/turn limits, which bfcl does not have")
         if skipped_web := sum(1 for r in results if r.skipped is not None and "web search" in r.skipped):
             reasons.append(f"key missing: web search (SERPAPI_API_KEY), {skipped_web} tasks skipped")
+        if self.inference != "bfcl":
+            reasons.append("inference=unified: our loop's turn/step limits and parse-error rule, not bfcl's")
         if official["complete"]:
             score, metric = official["overall"], "BFCL v4 overall (%), official weights"
         else:
@@ -93,7 +126,8 @@ class BFCLAdapter(Adapter):
             "metric": metric,
             "overall": official["overall"] if official["complete"] else "N/A",
             "complete": official["complete"],
-            "comparable": official["complete"],
+            "comparable": official["complete"] and self.inference == "bfcl",
+            "inference": self.inference,
             "not_comparable_because": reasons,
             "groups": official["groups"],
             "subgroups": official["subgroups"],

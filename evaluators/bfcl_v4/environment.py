@@ -55,9 +55,16 @@ def _turn_messages(turn: list[dict[str, Any]]) -> tuple[list[str], str]:
     return systems, "\n\n".join(users)
 
 
+BFCL_REFUSED_NAMES = ("kill", "exit", "quit", "remove", "unlink", "popen", "Popen", "run")
+"""Names ``multi_turn_utils.execute_multi_turn_func_call`` refuses before evaluating a call."""
+
+
 class BFCLEnvironment(Environment):
-    def __init__(self, task: Task, work_dir: Path | None) -> None:
+    def __init__(self, task: Task, work_dir: Path | None, bfcl_inference: bool = True) -> None:
         super().__init__()
+        self.bfcl_inference = bfcl_inference
+        # bfcl's handler: nothing decodable ends the turn; every decoded call is executed
+        self.malformed_call_ends_turn = self.steps_unoffered_calls = bfcl_inference  # type: ignore[misc]
         self.task = task
         self.category: str = task.payload["category"]
         self.entry: dict[str, Any] = copy.deepcopy(task.payload["entry"])
@@ -126,7 +133,12 @@ class BFCLEnvironment(Environment):
         observations = []
         for call in tool_calls:
             method = self.methods.get(call.name)
-            if method is None or call.name not in offered:
+            if self.bfcl_inference and call.name in BFCL_REFUSED_NAMES:
+                observations.append(Observation(call_id=call.id, is_error=True, content=(
+                    f"Error during execution: Function call {call.name} is not allowed.")))
+                continue
+            # bfcl executes any public method of the involved classes, offered in this turn or not
+            if method is None or (call.name not in offered and not self.bfcl_inference):
                 observations.append(Observation(call_id=call.id, is_error=True,
                                                 content=f"Error during execution: name '{call.name}' is not defined"))
                 continue

@@ -10,10 +10,12 @@ Per episode (mirroring ``bfcl_eval/eval_checker/eval_runner.py``):
 - agentic (memory, web search): the last answer without calls through ``agentic_checker``
   (``_evaluate_single_agentic_entry``).
 
-``multi_turn_checker`` executes call strings with ``eval``. It only ever receives
-:func:`canonical_call` strings: rebuilt by us from a whitelisted method name and ``repr`` of
-JSON values, then re-parsed with ``ast`` and checked to be exactly ``name(key=literal, ...)``.
-Model text itself never reaches ``eval``.
+``multi_turn_checker`` executes call strings with ``eval``. It receives the strings bfcl's own
+``convert_to_function_call`` builds from the parsed calls (:func:`step_call_strings`), each
+passed through :func:`checker_call`: one that cannot compile (nothing runs), or exactly
+``name(key=literal, ...)`` with ``name`` a backend method or a name that resolves to nothing;
+anything else is replaced by a call of an undefined name. Model text never reaches ``eval``
+as code that could run.
 
 Aggregate (``eval_runner_helper.generate_leaderboard_csv``): per category accuracy; non-live
 = unweighted mean of (simple = unweighted mean of python/java/javascript, multiple, parallel,
@@ -30,7 +32,6 @@ count the missing categories as 0, which on a partial run reads as a low score).
 from __future__ import annotations
 
 import ast
-import math
 from typing import Any
 
 from evaluators.bfcl_v4.isolation import import_bfcl, private_checker_namespace
@@ -45,33 +46,87 @@ OVERALL_WEIGHTS = {"non_live": 10, "live": 10, "irrelevance": 10, "multi_turn": 
 """``generate_leaderboard_csv``: ``calculate_percentage_weighted_accuracy(..., [10, 10, 10, 30, 40])``."""
 
 
-def _literal_ok(value: Any) -> bool:
-    if isinstance(value, float):
-        return math.isfinite(value)
-    if value is None or isinstance(value, (str, int, bool)):
+_INERT_NODES = (ast.Constant, ast.List, ast.Tuple, ast.Dict, ast.Set, ast.UnaryOp, ast.USub, ast.UAdd, ast.Load)
+_UNDEFINED = "_unified_undefined_function_"
+"""What a call bfcl would have evaluated to something we must not run becomes (see ``checker_call``)."""
+
+
+def _resolvable(name: str) -> bool:
+    """Would ``eval`` inside bfcl's ``multi_turn_utils`` find ``name`` (a module global, one of the
+    backend instances our private model names create, or a builtin)?"""
+    import builtins
+
+    utils = import_bfcl("bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils")
+    return name in vars(utils) or name.startswith("unified_") or hasattr(builtins, name)
+
+
+def _inert(value: ast.AST) -> bool:
+    """A keyword value made of literals only (``nan``/``inf`` as bfcl's ``repr`` writes them: names
+    that fail to resolve, as in bfcl)."""
+    for node in ast.walk(value):
+        if isinstance(node, ast.Name):
+            if node.id not in ("nan", "inf") or _resolvable(node.id):
+                return False
+        elif not isinstance(node, _INERT_NODES):
+            return False
+    return True
+
+
+def _compiles(text: str) -> bool:
+    try:
+        compile(text, "<bfcl-call>", "eval")
         return True
-    if isinstance(value, list):
-        return all(_literal_ok(v) for v in value)
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and _literal_ok(v) for k, v in value.items())
-    return False
+    except (SyntaxError, ValueError):
+        return False
 
 
-def canonical_call(call: ToolCall, allowed: set[str]) -> str | None:
-    """``name(key=repr(value), ...)`` for a well-formed call to an allowed name; None otherwise."""
-    if call.parse_error is not None or call.name not in allowed or not call.name.isidentifier():
-        return None
-    if not all(isinstance(k, str) and k.isidentifier() for k in call.arguments) or not _literal_ok(call.arguments):
-        return None
-    text = f"{call.name}({', '.join(f'{k}={v!r}' for k, v in call.arguments.items())})"
-    tree = ast.parse(text, mode="eval")
-    node = tree.body
-    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == call.name
-            and not node.args):
-        return None
-    for keyword in node.keywords:
-        ast.literal_eval(keyword.value)  # raises on anything but a literal
-    return text
+def checker_call(text: str, methods: set[str]) -> tuple[str, bool]:
+    """``(string for bfcl's multi_turn_checker, exact)`` for one call string bfcl decoded.
+
+    bfcl ``eval``s every decoded call (``execute_multi_turn_func_call``), after prefixing the
+    involved classes' method names with their instance. We hand it the very string bfcl would
+    (``exact=True``) when evaluating it can only do what bfcl's scoring of it does without running
+    anything else: it does not compile (bfcl records the SyntaxError, e.g. a Python keyword as an
+    argument name), or it is ``name(key=literal, ...)`` where ``name`` is a method of the involved
+    classes (executed on the backend) or resolves to nothing (bfcl records ``name '...' is not
+    defined``). Anything else (a builtin such as ``open``, a dotted name, nested calls) would run
+    arbitrary code under bfcl, so it becomes a call of an undefined name (``exact=False``): bfcl's
+    checker then records a NameError for it, where bfcl itself may have got another error or
+    executed something.
+    """
+    utils = import_bfcl("bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils")
+    try:
+        node = ast.parse(text, mode="eval").body
+    except (SyntaxError, ValueError):
+        processed = utils._process_method_calls(text, {m: "bfcl_instance" for m in methods})
+        if not _compiles(processed):
+            return text, True
+        return f"{_UNDEFINED}()", False
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.args
+            and all(k.arg is not None and _inert(k.value) for k in node.keywords)
+            and (node.func.id in methods or not _resolvable(node.func.id))):
+        return text, True
+    return f"{_UNDEFINED}()", False
+
+
+def step_call_strings(calls: list[ToolCall], methods: set[str]) -> tuple[list[str], int]:
+    """One step's calls as bfcl's checker receives them, and how many had to be approximated.
+
+    Like bfcl's Qwen FC handler (``qwen_fc.py``: ``_extract_tool_calls`` keeps the calls whose JSON
+    parsed, ``decode_execute`` -> ``convert_to_function_call``): malformed calls are left out;
+    if converting raises, bfcl's decoding of the step fails and the step is ignored (``[]``).
+    Calls to functions that are not offered are kept: bfcl executes them and records the error.
+    """
+    decodable = [c for c in calls if c.parse_error is None]
+    if not decodable:
+        return [], 0
+    convert = import_bfcl("bfcl_eval.model_handler.utils").convert_to_function_call
+    try:
+        strings = convert([{c.name: dict(c.arguments)} for c in decodable])
+    except Exception:
+        return [], 0
+    checked = [checker_call(text, methods) for text in strings]
+    return [text for text, _ in checked], sum(1 for _, exact in checked if not exact)
 
 
 def decoded_ast(call_lists: list[ToolCall]) -> list[dict[str, Any]]:
@@ -130,22 +185,24 @@ def score_entry(category: str, payload: dict[str, Any], episode: Episode, allowe
             "decoded": decoded}
 
 
-def multi_turn_decoded(episode: Episode, allowed: set[str]) -> list[list[list[str]]]:
-    """Per user turn, per step with calls, the canonical call strings (bfcl's decoded form)."""
-    out = []
+def multi_turn_decoded(episode: Episode, methods: set[str]) -> tuple[list[list[list[str]]], int]:
+    """Per user turn, per step with decodable calls, the call strings bfcl's checker receives
+    (:func:`step_call_strings`), and the number of calls approximated for safety."""
+    out, approximated = [], 0
     for turn in turns_of(episode):
         steps = []
         for calls in turn:
-            strings = [s for s in (canonical_call(c, allowed) for c in calls) if s is not None]
+            strings, n = step_call_strings(calls, methods)
+            approximated += n
             if strings:
                 steps.append(strings)
         out.append(steps)
-    return out
+    return out, approximated
 
 
 def _score_multi_turn(category: str, payload: dict[str, Any], episode: Episode, allowed: set[str]) -> dict[str, Any]:
     truth = payload["ground_truth"]
-    decoded = multi_turn_decoded(episode, allowed)
+    decoded, approximated = multi_turn_decoded(episode, allowed)
     if len(decoded) != len(truth):
         return {"valid": False, "error_type": "multi_turn:force_terminated",
                 "error": f"{len(decoded)} turns recorded, ground truth has {len(truth)}"}
@@ -154,7 +211,7 @@ def _score_multi_turn(category: str, payload: dict[str, Any], episode: Episode, 
     with private_checker_namespace() as model_name:
         result = checker.multi_turn_checker(decoded, truth, entry, category, model_name)
     return {"valid": bool(result["valid"]), "error_type": result.get("error_type"),
-            "error": result.get("error_message"), "decoded": decoded}
+            "error": result.get("error_message"), "decoded": decoded, "approximated_calls": approximated or None}
 
 
 # --------------------------------------------------------------------------------------

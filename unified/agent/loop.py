@@ -323,7 +323,9 @@ class AgentLoop:
                                         tool_calls=calls))
         state.tokens += output.completion_tokens
         state.steps_in_turn += 1
-        if calls:
+        if calls and state.env.malformed_call_ends_turn and all(c.parse_error is not None for c in calls):
+            step.extras["turn_ended_by"] = "malformed_calls"  # the benchmark's rule (e.g. bfcl's handlers)
+        elif calls:
             return False, step, calls
         try:
             follow_up = state.env.next_user_turn(episode)
@@ -380,6 +382,8 @@ class AgentLoop:
     def _step_env(state: _Running, calls: list[ToolCall]) -> tuple[list[Observation], float]:
         t0 = time.perf_counter()
         offered = {t.name for t in state.env.tools}
+        if state.env.steps_unoffered_calls:  # the environment answers unknown names itself (bfcl executes them)
+            offered |= {c.name for c in calls}
         valid = [c for c in calls if c.parse_error is None and c.name in offered]
         answers = state.env.step(valid) if valid else []
         if len(answers) != len(valid):

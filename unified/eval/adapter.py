@@ -114,6 +114,14 @@ class Environment:
     tools: list[ToolSpec]
     system_prompt: str
     first_user_message: str
+    malformed_call_ends_turn: ClassVar[bool] = False
+    """When every call of a step is malformed, the user turn ends there (``next_user_turn``)
+    instead of the agent seeing parse errors and trying again: bfcl's inference handlers do
+    this (a response with nothing decodable ends the turn)."""
+    steps_unoffered_calls: ClassVar[bool] = False
+    """Well-formed calls to names that are not among ``tools`` go to ``step`` too (which must
+    answer each one), instead of the agent loop answering "no tool named ...": bfcl executes
+    every call and records the error itself."""
 
     def __init__(self) -> None:
         self.tools = []
@@ -177,6 +185,12 @@ class Adapter:
         scored = [r for r in results if r.skipped is None]
         mean = 100.0 * sum(r.score for r in scored) / len(scored) if scored else 0.0
         return {"score": mean, "metric": "mean score (%)", "n": len(scored)}
+
+    def agent_limits(self, limits: Any) -> Any:
+        """The :class:`unified.agent.loop.AgentLimits` this benchmark runs under, given the run's.
+        Default: the run's; an adapter whose protocol fixes its own limits (BFCL's step limit)
+        returns those."""
+        return limits
 
     work_dir: Path | None = None
     """Set by the runner before ``tasks``: a per-benchmark directory inside the run's output

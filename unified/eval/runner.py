@@ -178,7 +178,7 @@ def _run_benchmark(name: str, cfg: EvalConfig, out: Path, sampling: SamplingConf
             progress.update(result.error is not None)
 
         loop = AgentLoop(adapter, policy, prompting=cfg.prompting, prompting_options=cfg.prompting_options,
-                         limits=limits, max_in_flight=cfg.max_in_flight, model_name=cfg.model, on_result=on_result,
+                         limits=adapter.agent_limits(limits), max_in_flight=cfg.max_in_flight, model_name=cfg.model, on_result=on_result,
                          scheduling=cfg.scheduling)
         started = time.perf_counter()
         try:
