@@ -73,11 +73,15 @@ def test_memory_limit_is_a_cgroup_where_cgroup_v2_is_usable():
 
 
 @needs_bwrap
-def test_tmp_counts_against_the_memory_limit():
+@pytest.mark.parametrize("where", ["/tmp", "/dev/shm"])
+def test_tmpfs_counts_against_the_memory_limit(where):
     with throwaway_sandbox(memory_mb=256, timeout_s=60) as box:
-        res = box.run("for i in 1 2 3; do head -c 150M /dev/zero > /tmp/f$i; done; sleep 1; du -sm /tmp")
-        held = int(res.stdout.split()[0]) if res.stdout.split() else 0
+        res = box.run(f"for i in 1 2 3; do head -c 150M /dev/zero > {where}/f$i; done; sleep 1; du -smc /tmp /dev/shm")
+        held = int(res.stdout.split()[-2]) if res.stdout.split() else 0
         assert held <= 256 and (res.limit or "No space left" in res.stderr), (res.stdout, res.stderr[-300:])
+        assert box.run("head -c 1M /dev/zero > /dev/big").exit_code != 0  # the rest of /dev is read-only
+        # /dev/shm still works as shared memory (Python's multiprocessing locks live there)
+        assert box.run(["python3", "-c", "import multiprocessing as m; m.Lock(); print('ok')"]).stdout == "ok\n"
 
 
 @needs_bwrap

@@ -5,7 +5,8 @@ What a command inside sees and may do:
 - a read-only root assembled from the host's system directories (``/usr``, ``/etc``, the
   ``/bin``-style links); nothing else of the host is visible (no ``/root``, ``/home``, ``/work``)
   unless listed in ``SandboxConfig.readonly_binds``;
-- a private, empty ``/tmp`` (tmpfs) and its own ``/proc`` and minimal ``/dev``;
+- a private, empty ``/tmp`` and ``/dev/shm`` (tmpfs, sized to the memory limit and counted in it)
+  and its own ``/proc`` and minimal, read-only ``/dev``;
 - one writable directory: the workspace, mounted at ``SandboxConfig.mount_point``
   (``/workspace``), which is also the working directory and ``$HOME`` (unless ``home`` says
   otherwise: graders use ``/tmp`` so that nothing an agent left in the workspace acts as their
@@ -275,10 +276,11 @@ class Sandbox:
             elif os.path.isdir(link):
                 cmd += ["--ro-bind", link, link]
         cmd += ["--ro-bind", str(state / "passwd"), "/etc/passwd", "--ro-bind", str(state / "group"), "/etc/group"]
-        cmd += ["--dev", "/dev", "--proc", "/proc"]
-        if bwrap_supports_size():  # /tmp is memory: never larger than the sandbox's memory limit
-            cmd += ["--size", str(cfg.memory_mb * mib)]
-        cmd += ["--tmpfs", "/tmp", "--dir", "/var/tmp", "--bind", workspace, cfg.mount_point]
+        # /tmp and /dev/shm are memory (tmpfs): each never larger than the sandbox's memory limit, both
+        # counted in it; the rest of /dev (a tmpfs of host RAM) is read-only
+        size = ["--size", str(cfg.memory_mb * mib)] if bwrap_supports_size() else []
+        cmd += ["--dev", "/dev", *size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev", "--proc", "/proc"]
+        cmd += [*size, "--tmpfs", "/tmp", "--dir", "/var/tmp", "--bind", workspace, cfg.mount_point]
         for src, dest in ro_binds:  # after /tmp and the workspace, so they may lie inside those
             cmd += ["--ro-bind", src, dest]
         cmd += ["--chdir", cfg.mount_point,

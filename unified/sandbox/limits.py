@@ -202,20 +202,27 @@ def _anon_bytes(pid: int) -> int:
 
 
 def _private_tmp_bytes(pids: list[int]) -> int:
-    """What the sandbox's own /tmp (a tmpfs, seen through one of its processes) holds."""
-    try:
-        host_dev = os.stat("/tmp").st_dev
-    except OSError:
-        host_dev = -1
-    for pid in reversed(pids):
+    """What the sandbox's own /tmp and /dev/shm (tmpfs, seen through one of its processes) hold."""
+    host_dev = {}
+    for sub in ("tmp", "dev/shm"):
         try:
-            where = f"/proc/{pid}/root/tmp"
-            if os.stat(where).st_dev == host_dev:
-                continue
-            st = os.statvfs(where)
+            host_dev[sub] = os.stat(f"/{sub}").st_dev
         except OSError:
-            continue
-        return (st.f_blocks - st.f_bfree) * st.f_frsize
+            host_dev[sub] = -1
+    for pid in reversed(pids):
+        total, found = 0, False
+        for sub in ("tmp", "dev/shm"):
+            try:
+                where = f"/proc/{pid}/root/{sub}"
+                if os.stat(where).st_dev == host_dev[sub]:  # a launcher process: the host's own
+                    continue
+                st = os.statvfs(where)
+            except OSError:
+                continue
+            found = True
+            total += (st.f_blocks - st.f_bfree) * st.f_frsize
+        if found:
+            return total
     return 0
 
 
