@@ -19,7 +19,7 @@ here re-implements a task or a metric. Only the model object and the bookkeeping
 Layout under ``--out DIR``::
 
     DIR/general/results.jsonl              one line per task attempt (TaskRecord), appended
-    DIR/general/lm_eval/<task>/...         lm-eval's own results_*.json and samples_<task>_*.jsonl
+    DIR/general/lm_eval/<task>/<model>/    lm-eval's own results_*.json and samples_<task>_*.jsonl
 
 ``summary.json`` gets a ``general`` section and ``summary.md`` / ``--compare`` a table with
 lm-eval's standard errors (:mod:`unified.eval.general_report`).
@@ -455,7 +455,8 @@ def run_general(cfg: GeneralConfig, model: str, out: str | os.PathLike[str], *, 
         with offline_datasets(cfg.offline):
             try:
                 results = simple_evaluate(
-                    model=holder["lm"], tasks=objects, num_fewshot=cfg.num_fewshot, limit=cfg.limit,
+                    model=holder["lm"], model_args={"pretrained": model},  # names lm-eval's output folder
+                    tasks=objects, num_fewshot=cfg.num_fewshot, limit=cfg.limit,
                     batch_size=cfg.batch_size, bootstrap_iters=cfg.bootstrap_iters, log_samples=True,
                     evaluation_tracker=tracker, system_instruction=cfg.system_instruction,
                     apply_chat_template=cfg.apply_chat_template, fewshot_as_multiturn=cfg.fewshot_as_multiturn,
