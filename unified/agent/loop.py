@@ -21,14 +21,18 @@ Either way, per policy output:
 3. a turn without calls ends the user turn: ``env.next_user_turn`` gives the next user
    message or ends the episode (``answer``);
 4. limits (policy calls, steps per user turn, generated tokens, wall time) end the episode
-   with their name as ``stop_reason``.
+   with their name as ``stop_reason``; the wall-time limit also reaches generation: each
+   request carries the episode's deadline (``PolicyRequest.deadline``), the backends stop
+   generating there (``finish_reason="timeout"``) and the episode ends as ``timeout``.
 
 Episodes are recorded whole (:class:`unified.types.Episode`): every prompt, raw completion,
 reasoning, call, observation, token count and timing. Earlier turns' reasoning stays in the
 recorded messages; the chat template drops it from later prompts (Qwen3.5 behaviour).
 
-A crash in one episode (environment, scorer, policy error for that request) is recorded as
-that episode's error and the others go on. Tasks with ``depends_on`` start only after their
+A crash in one episode (environment, scorer, policy error for that request, a prompting
+module, a completion nothing can parse, a record that cannot be written) is recorded as that
+episode's error and the others go on: no exception raised while handling one episode's model
+output leaves :meth:`AgentLoop.run`. Tasks with ``depends_on`` start only after their
 dependencies finished.
 """
 
@@ -40,7 +44,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from unified.agent.parsing import calls_from_structured, parse_completion
+from unified.agent.parsing import calls_from_structured, clean_text, parse_completion
 from unified.agent.prompting import PromptingModule, make_prompting
 from unified.eval.adapter import Adapter, Environment, Task
 from unified.policy.base import Policy, PolicyOutput, PolicyRequest
@@ -136,9 +140,8 @@ class AgentLoop:
                         pending.insert(0, job)
                     continue
                 if continuous:
-                    for state in admitted:
-                        self._submit(state, waiting)
-                    finished = self._advance(waiting, stepping, pool)
+                    unsent = [state for state in admitted if not self._submit(state, waiting)]
+                    finished = unsent + self._advance(waiting, stepping, pool)
                 else:
                     finished = self._round(running, pool)
                 for state in finished:
@@ -224,28 +227,61 @@ class AgentLoop:
                              passed=False, error=error)
 
     def _emit(self, result: EpisodeResult, episode: Episode, results: list[EpisodeResult]) -> None:
-        results.append(result)
-        if self.on_result:
+        results.append(self._deliver(result, episode))
+
+    def _deliver(self, result: EpisodeResult, episode: Episode) -> EpisodeResult:
+        """Hand a finished episode to ``on_result`` (the run directory). When that fails (a record
+        that cannot be serialised, say), the episode is recorded again as an error with its steps
+        left out, so the run goes on and a rerun does not meet the same episode again."""
+        if not self.on_result:
+            return result
+        try:
             self.on_result(result, episode)
+            return result
+        except Exception:
+            error = "recording the episode failed:\n" + traceback.format_exc()
+        crash = EpisodeResult(benchmark=self.adapter.name, task_id=episode.task_id, trial=episode.trial, score=0.0,
+                              passed=False, error=error)
+        stripped = Episode(benchmark=episode.benchmark, task_id=episode.task_id, trial=episode.trial,
+                           model=episode.model, started_at=episode.started_at, stop_reason="error", error=error,
+                           wall_seconds=episode.wall_seconds)
+        self.on_result(crash, stripped)
+        return crash
 
     # ----------------------------------------------------------------------------------
     def _request(self, state: _Running) -> PolicyRequest:
         view = state.prompting.before_policy(list(state.episode.messages))
         return PolicyRequest(messages=[m.to_chat() for m in view], tools=[t.to_openai() for t in state.env.tools],
-                             context=state.context, prefix=getattr(state.prompting, "response_prefix", str)())
+                             context=state.context, prefix=getattr(state.prompting, "response_prefix", str)(),
+                             deadline=state.started + self.limits.max_seconds)
+
+    @staticmethod
+    def _crashed(state: _Running, where: str) -> None:
+        """Record the exception being handled as the episode's error (the episode then ends)."""
+        state.episode.stop_reason = "error"
+        state.episode.error = f"{where}:\n{traceback.format_exc()}"
 
     def _round(self, running: list[_Running], pool: ThreadPoolExecutor) -> list[_Running]:
         """Rounds: one policy call for every running episode, then their environment steps."""
-        requests = [self._request(state) for state in running]
+        finished: list[_Running] = []
+        asking, requests = [], []
+        for state in running:
+            try:
+                requests.append(self._request(state))
+                asking.append(state)
+            except Exception:
+                self._crashed(state, "building the policy request failed")
+                finished.append(state)
         t0 = time.perf_counter()
         try:
-            outputs = self.policy.generate(requests)
+            outputs = self.policy.generate(requests) if requests else []
+            if len(outputs) != len(requests):
+                raise RuntimeError(f"the policy returned {len(outputs)} outputs for {len(requests)} requests")
         except Exception as exc:  # the whole batch failed: every episode records it
             outputs = [exc] * len(requests)
         gen_seconds = time.perf_counter() - t0
-        finished: list[_Running] = []
         to_step: list[tuple[_Running, Step, list[ToolCall]]] = []
-        for state, output in zip(running, outputs):
+        for state, output in zip(asking, outputs):
             ended, step, calls = self._take_output(state, output, gen_seconds)
             if ended:
                 finished.append(state)
@@ -257,9 +293,17 @@ class AgentLoop:
                 finished.append(state)
         return finished
 
-    def _submit(self, state: _Running, waiting: dict[int, _Running]) -> None:
-        waiting[id(state)] = state
-        self.policy.submit(id(state), self._request(state))
+    def _submit(self, state: _Running, waiting: dict[int, _Running]) -> bool:
+        """Queue the episode's next turn; False (the episode ended with its error) when that fails."""
+        try:
+            request = self._request(state)
+            waiting[id(state)] = state
+            self.policy.submit(id(state), request)
+        except Exception:
+            waiting.pop(id(state), None)
+            self._crashed(state, "submitting the policy request failed")
+            return False
+        return True
 
     def _advance(self, waiting: dict[int, _Running], stepping: dict[Future, tuple[_Running, Step, list[ToolCall]]],
                  pool: ThreadPoolExecutor) -> list[_Running]:
@@ -280,30 +324,39 @@ class AgentLoop:
                     finished.append(state)
                 elif calls:
                     stepping[pool.submit(self._step_env, state, calls)] = (state, step, calls)
-                else:
-                    self._submit(state, waiting)
+                elif not self._submit(state, waiting):
+                    finished.append(state)
         if stepping:
             ready = [f for f in stepping if f.done()]
             if not ready and not waiting:
                 ready = list(wait(stepping, return_when=FIRST_COMPLETED).done)
             for future in ready:
                 state, step, calls = stepping.pop(future)
-                if self._take_observations(state, step, calls, future):
+                if self._take_observations(state, step, calls, future) or not self._submit(state, waiting):
                     finished.append(state)
-                else:
-                    self._submit(state, waiting)
         return finished
 
     def _take_output(self, state: _Running, output: PolicyOutput | Exception,
                      gen_seconds: float) -> tuple[bool, Step | None, list[ToolCall]]:
         """Record one policy output: ``(ended, step, calls)``; ``calls`` are for ``env.step``, and an
-        episode that neither ended nor called a tool goes straight back to the policy."""
+        episode that neither ended nor called a tool goes straight back to the policy. Whatever the
+        output holds, an exception raised here ends this episode only (recorded as its error)."""
+        try:
+            return self._record_output(state, output, gen_seconds)
+        except Exception:
+            self._crashed(state, "handling the policy output failed")
+            return True, None, []
+
+    def _record_output(self, state: _Running, output: PolicyOutput | Exception,
+                       gen_seconds: float) -> tuple[bool, Step | None, list[ToolCall]]:
         episode = state.episode
         if isinstance(output, Exception):
             episode.stop_reason = "error"
             episode.error = "".join(traceback.format_exception(output)) or repr(output)
             return True, None, []
-        raw = output.prefix + output.text
+        if not isinstance(output, PolicyOutput):
+            raise TypeError(f"the policy returned a {type(output).__name__}, not a PolicyOutput")
+        raw = clean_text(output.prefix) + clean_text(output.text)
         visible, extras = state.prompting.parse(raw)
         if output.prefix:
             extras = dict(extras, response_prefix=output.prefix)
@@ -321,8 +374,12 @@ class AgentLoop:
         episode.steps.append(step)
         episode.messages.append(Message(role="assistant", content=parsed.content, reasoning=parsed.reasoning,
                                         tool_calls=calls))
-        state.tokens += output.completion_tokens
+        state.tokens += int(output.completion_tokens or 0)
         state.steps_in_turn += 1
+        if output.finish_reason == "timeout":  # the backend stopped generating at the episode's deadline
+            episode.stop_reason = "timeout"
+            episode.metadata["limit_hit"] = "timeout"
+            return True, step, []
         if calls and state.env.malformed_call_ends_turn and all(c.parse_error is not None for c in calls):
             step.extras["turn_ended_by"] = "malformed_calls"  # the benchmark's rule (e.g. bfcl's handlers)
         elif calls:
@@ -348,11 +405,12 @@ class AgentLoop:
         except Exception:
             episode.stop_reason, episode.error = "error", traceback.format_exc()
             return True
-        step.observations = observations
-        step.environment_seconds = seconds
-        for call, obs in zip(calls, observations):
-            episode.messages.append(Message(role="tool", content=obs.content, tool_call_id=call.id, name=call.name))
         try:
+            step.observations = observations
+            step.environment_seconds = seconds
+            for call, obs in zip(calls, observations):
+                episode.messages.append(Message(role="tool", content=clean_text(obs.content), tool_call_id=call.id,
+                                                name=call.name))
             state.prompting.after_observations(step, observations)
         except Exception:
             episode.stop_reason, episode.error = "error", traceback.format_exc()
@@ -413,6 +471,9 @@ class AgentLoop:
             else:
                 try:
                     result = self.adapter.score(job.task, episode, state.env)
+                    if not isinstance(result, EpisodeResult):
+                        raise TypeError(f"{type(self.adapter).__name__}.score returned {type(result).__name__}, "
+                                        "not an EpisodeResult")
                     result.trial = job.trial
                 except Exception:
                     result = self._crash_result(job, "scoring failed:\n" + traceback.format_exc())
@@ -421,6 +482,4 @@ class AgentLoop:
                 state.env.__exit__(None, None, None)
             except Exception:
                 episode.metadata["stop_error"] = traceback.format_exc()
-        if self.on_result:
-            self.on_result(result, episode)
-        return result
+        return self._deliver(result, episode)

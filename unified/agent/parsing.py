@@ -20,18 +20,117 @@ Every ``<tool_call>`` block becomes one :class:`ToolCall`; a block that cannot b
 becomes a ToolCall with ``parse_error`` set (never dropped), which the agent loop turns into
 an error observation. An unterminated final block (the model ran out of tokens) is parsed too
 and flagged. Nothing here evaluates model text as code.
+
+Model output is untrusted, and nothing it contains may escape as an exception (one malformed
+completion would otherwise stop a whole eval, and its rerun, at the same episode).
+:func:`load_untrusted_json` is the one JSON reader for model-written text: nesting deeper
+than :data:`MAX_JSON_DEPTH`, integers longer than :data:`MAX_INT_DIGITS` digits (Python's own
+int/str limit), ``NaN``/``Infinity`` and numbers that overflow to them, and lone UTF-16
+surrogates (``"\\ud800"``, which no UTF-8 file can hold) are a :class:`UntrustedJSONError`
+naming the problem, never ``RecursionError``/``ValueError`` from deep inside ``json``. Text
+itself goes through :func:`clean_text` (lone surrogates -> U+FFFD, bytes decoded with
+replacement). :func:`parse_completion` never raises: whatever it meets becomes a
+``parse_error`` on a call.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from unified.types import ToolCall, ToolSpec
 
-_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
+MAX_JSON_DEPTH = 64
+"""Deepest nesting of arrays/objects accepted in model-written JSON (tool arguments). Deeper
+values would overflow recursive code downstream (``copy.deepcopy``, ``dataclasses.asdict``,
+chat templates)."""
+MAX_INT_DIGITS = 4300
+"""Longest integer literal accepted (Python's default ``sys.get_int_max_str_digits()``: a longer
+int can be parsed by nothing downstream that prints it)."""
+
+
+class UntrustedJSONError(ValueError):
+    """Model-written JSON that is malformed or unsafe to pass on; the message says why."""
+
+
+def clean_text(value: Any) -> str:
+    """Any completion-like value as valid Unicode text: bytes decoded as UTF-8 with U+FFFD for
+    invalid sequences, lone surrogates replaced by U+FFFD (pairs kept), None -> ``""``."""
+    if value is None:
+        return ""
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", errors="replace")
+    if not isinstance(value, str):
+        value = str(value)
+    try:
+        value.encode("utf-8")
+        return value
+    except UnicodeEncodeError:
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def _reject_constant(name: str) -> Any:
+    raise UntrustedJSONError(f"{name} is not a JSON number")
+
+
+def _checked_int(text: str) -> int:
+    digits = len(text.lstrip("-"))
+    if digits > MAX_INT_DIGITS:
+        raise UntrustedJSONError(f"an integer with {digits} digits (at most {MAX_INT_DIGITS})")
+    return int(text)
+
+
+def _checked_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise UntrustedJSONError(f"the number {text[:40]} overflows to {value}")
+    return value
+
+
+def _check_value(value: Any) -> None:
+    """Depth and text checks of a parsed value, iteratively (a deep value cannot overflow the stack)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > MAX_JSON_DEPTH:
+                raise UntrustedJSONError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+            children = item.items() if isinstance(item, dict) else ((None, v) for v in item)
+            for key, child in children:
+                if key is not None:
+                    stack.append((key, depth))
+                stack.append((child, depth + 1))
+        elif isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise UntrustedJSONError("a string holds a lone UTF-16 surrogate (e.g. \\ud800), which is not "
+                                         "valid Unicode") from None
+
+
+def load_untrusted_json(text: Any) -> Any:
+    """``json.loads`` for model-written text; any problem is an :class:`UntrustedJSONError`."""
+    if not isinstance(text, (str, bytes, bytearray)):
+        raise UntrustedJSONError(f"expected JSON text, got {type(text).__name__}")
+    try:
+        value = json.loads(text, parse_int=_checked_int, parse_float=_checked_float,
+                           parse_constant=_reject_constant)
+    except UntrustedJSONError:
+        raise
+    except RecursionError:
+        raise UntrustedJSONError(f"nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except json.JSONDecodeError as exc:
+        raise UntrustedJSONError(str(exc)) from None
+    except (ValueError, TypeError, OverflowError, MemoryError) as exc:
+        raise UntrustedJSONError(f"{type(exc).__name__}: {str(exc)[:200]}") from None
+    _check_value(value)
+    return value
+
+
+_OPEN, _CLOSE = "<tool_call>", "</tool_call>"
 _FUNCTION = re.compile(r"<function=([^>\n]*)>(.*?)(?:</function>|\Z)", re.DOTALL)
 _PARAM = re.compile(r"<parameter=([^>\n]*)>(.*?)(?:</parameter>|(?=<parameter=)|\Z)", re.DOTALL)
 
@@ -78,8 +177,8 @@ def _convert_value(raw: str, schema: dict[str, Any] | None) -> Any:
     if declared == "string" or (isinstance(declared, list) and declared == ["string"]):
         return text
     try:
-        return json.loads(text)
-    except (json.JSONDecodeError, ValueError):
+        return load_untrusted_json(text)
+    except UntrustedJSONError:
         lowered = text.strip()
         if lowered in ("True", "False"):  # Python-style booleans, common in small models
             return lowered == "True"
@@ -106,8 +205,8 @@ def _parse_xml_call(body: str, index: int, schemas: dict[str, dict[str, Any]]) -
 
 def _parse_json_call(body: str, index: int) -> ToolCall:
     try:
-        data = json.loads(body)
-    except json.JSONDecodeError as exc:
+        data = load_untrusted_json(body)
+    except UntrustedJSONError as exc:
         return ToolCall(name="", id=f"call_{index}", raw=body, parse_error=f"tool call is not valid JSON: {exc}")
     if not isinstance(data, dict) or not isinstance(data.get("name"), str):
         return ToolCall(name="", id=f"call_{index}", raw=body,
@@ -115,56 +214,98 @@ def _parse_json_call(body: str, index: int) -> ToolCall:
     args = data.get("arguments", data.get("parameters", {}))
     if isinstance(args, str):
         try:
-            args = json.loads(args or "{}")
-        except json.JSONDecodeError:
-            return ToolCall(name=data["name"], id=f"call_{index}", raw=body, parse_error="arguments are not valid JSON")
+            args = load_untrusted_json(args or "{}")
+        except UntrustedJSONError as exc:
+            return ToolCall(name=data["name"], id=f"call_{index}", raw=body,
+                            parse_error=f"arguments are not valid JSON: {exc}")
     if not isinstance(args, dict):
         return ToolCall(name=data["name"], id=f"call_{index}", raw=body, parse_error="arguments must be an object")
     return ToolCall(name=data["name"], arguments=args, id=f"call_{index}", raw=body)
+
+
+def _blocks(text: str):
+    """``(start, end, closed)`` of every ``<tool_call>`` block: from an opener to the first closer
+    after it, or to the end of the text (what the regex ``<tool_call>(.*?)(?:</tool_call>|\\Z)``
+    finds, with ``str.find``: linear and fast on giant completions)."""
+    pos = 0
+    while (start := text.find(_OPEN, pos)) >= 0:
+        end = text.find(_CLOSE, start + len(_OPEN))
+        if end < 0:
+            yield start, len(text), False
+            return
+        pos = end + len(_CLOSE)
+        yield start, pos, True
 
 
 def parse_tool_calls(text: str, tools: list[ToolSpec] | None = None) -> tuple[list[ToolCall], str]:
     """All calls in ``text`` (order kept) and the text with the call blocks removed."""
     schemas = _schema_types(tools)
     calls: list[ToolCall] = []
-    for i, match in enumerate(_BLOCK.finditer(text)):
-        body = match.group(1).strip()
-        closed = match.group(0).endswith("</tool_call>")
+    outside: list[str] = []
+    pos = 0
+    for i, (start, end, closed) in enumerate(_blocks(text)):
+        outside.append(text[pos:start])
+        pos = end
+        raw = text[start:end]
+        body = raw[len(_OPEN):len(raw) - len(_CLOSE) if closed else len(raw)].strip()
         if body.startswith("{"):
             call = _parse_json_call(body, i)
         else:
             call = _parse_xml_call(body, i, schemas)
         if not closed and call.parse_error is None:
             call.parse_error = "unterminated <tool_call> block (the completion was cut off?)"
-        call.raw = match.group(0)
+        call.raw = raw
         calls.append(call)
-    visible = _BLOCK.sub("", text).strip()
-    return calls, visible
+    outside.append(text[pos:])
+    return calls, "".join(outside).strip()
 
 
 def parse_completion(text: str, tools: list[ToolSpec] | None = None) -> ParsedCompletion:
-    """Reasoning, visible content and tool calls of one raw completion."""
-    reasoning, answer = split_reasoning(text)
-    calls, visible = parse_tool_calls(answer, tools)
+    """Reasoning, visible content and tool calls of one raw completion. Never raises: text that
+    defeats the parser becomes a call with ``parse_error`` (or plain content when it has no
+    ``<tool_call>``)."""
+    text = clean_text(text)
+    try:
+        reasoning, answer = split_reasoning(text)
+        calls, visible = parse_tool_calls(answer, tools)
+    except Exception as exc:  # defensive: the cases above are handled; anything new is still an observation
+        error = f"the completion could not be parsed ({type(exc).__name__}: {str(exc)[:200]})"
+        if "<tool_call>" not in text:
+            return ParsedCompletion(reasoning=None, content=text.strip())
+        return ParsedCompletion(reasoning=None, content="", tool_calls=[
+            ToolCall(name="", id="call_0", raw=text, parse_error=error)])
     return ParsedCompletion(reasoning=reasoning or None, content=visible, tool_calls=calls)
 
 
 def calls_from_structured(raw_calls: list[dict[str, Any]]) -> list[ToolCall]:
     """Server-parsed calls (``{"id","name","arguments"}``, arguments dict or raw string) -> ToolCalls."""
     calls = []
-    for i, raw in enumerate(raw_calls):
+    for i, raw in enumerate(raw_calls if isinstance(raw_calls, list) else []):
+        if not isinstance(raw, dict):
+            calls.append(ToolCall(name="", id=f"call_{i}", raw=clean_text(repr(raw))[:2000],
+                                  parse_error=f"a tool call must be an object, got {type(raw).__name__}"))
+            continue
         args = raw.get("arguments", {})
+        name = raw.get("name")
         error = None
-        if isinstance(args, str):
-            try:
-                args = json.loads(args or "{}")
-            except json.JSONDecodeError:
-                error, args = "arguments are not valid JSON", {}
-        if not isinstance(args, dict):
+        try:
+            if isinstance(args, str):
+                args = load_untrusted_json(args or "{}")
+            else:
+                _check_value(args)
+        except UntrustedJSONError as exc:
+            error, args = f"arguments are not valid JSON: {exc}", {}
+        if error is None and not isinstance(args, dict):
             error, args = "arguments must be an object", {}
-        calls.append(ToolCall(name=str(raw.get("name") or ""), arguments=args, id=str(raw.get("id") or f"call_{i}"),
-                              raw=json.dumps(raw, default=str), parse_error=error or (None if raw.get("name") else
-                                                                                      "empty function name")))
+        if not isinstance(name, str):
+            error = error or f"the function name must be a string, got {type(name).__name__}"
+            name = ""
+        try:
+            raw_text = json.dumps(raw, default=str)
+        except (ValueError, TypeError, RecursionError):
+            raw_text = f"<unprintable tool call {i}>"
+        calls.append(ToolCall(name=clean_text(name), arguments=args, id=clean_text(raw.get("id") or f"call_{i}"),
+                              raw=raw_text, parse_error=error or (None if name else "empty function name")))
     return calls
 
 

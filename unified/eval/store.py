@@ -109,9 +109,21 @@ class BenchmarkStore:
         return out
 
 
-def _append_line(path: Path, data: dict[str, Any]) -> None:
+def json_line(data: dict[str, Any]) -> bytes:
+    """One record as a UTF-8 JSON line. Text that is not valid Unicode (a lone surrogate from a
+    model or a tool) is written \\u-escaped, so the file stays valid UTF-8 and reads back the same."""
     line = json.dumps(data, default=str, ensure_ascii=False) + "\n"
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write(line)
+    try:
+        return line.encode("utf-8")
+    except UnicodeEncodeError:
+        return (json.dumps(data, default=str, ensure_ascii=True) + "\n").encode("ascii")
+
+
+def _append_line(path: Path, data: dict[str, Any]) -> None:
+    """Append :func:`json_line` of ``data``, encoded whole before anything is written (a value that
+    cannot be written leaves the file untouched), flushed and fsync'ed."""
+    encoded = json_line(data)
+    with open(path, "ab") as handle:
+        handle.write(encoded)
         handle.flush()
         os.fsync(handle.fileno())
