@@ -4,7 +4,11 @@ Used by the ``openai`` policy backend, the rubric judge and the simulated users.
 plain HTTP API (``POST {base_url}/chat/completions``) so that any server works: vLLM, SGLang,
 ``transformers serve`` or :mod:`unified.clients.local_server`. Concurrency is bounded by a
 semaphore; 429, 5xx, connection errors and timeouts are retried with exponential backoff and
-jitter; other 4xx answers fail at once with the server's message.
+jitter; other 4xx answers fail at once with the server's message. A request may carry a
+``deadline`` (``time.monotonic()``): no attempt or backoff outlasts it, and passing it raises
+:class:`DeadlineExceeded`. An answer's ``content`` that is not text (a number, an object: a
+broken or hostile server) is never handed on as such: text parts are joined, anything else
+becomes its JSON text.
 
 A model endpoint is written ``openai:URL#MODEL`` on command lines, e.g.
 ``openai:http://127.0.0.1:8000/v1#Qwen/Qwen3.5-35B-A3B``.
@@ -32,6 +36,25 @@ class EndpointError(RuntimeError):
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+
+
+class DeadlineExceeded(EndpointError):
+    """The request's deadline passed before an answer came."""
+
+
+def _content_text(content: Any) -> str:
+    """``message.content`` as text: a string as is, a list of ``{"type": "text", "text"}`` parts
+    joined, None empty, anything else (a number, an object) as its JSON text."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(p, dict) and isinstance(p.get("text"), str) for p in content):
+        return "".join(p["text"] for p in content)
+    try:
+        return json.dumps(content)
+    except (TypeError, ValueError, RecursionError):
+        return repr(type(content))
 
 
 @dataclass(frozen=True)
@@ -86,25 +109,39 @@ def _parse_response(body: dict[str, Any], latency: float) -> ChatResult:
     try:
         choice = body["choices"][0]
         message = choice.get("message") or {}
-    except (KeyError, IndexError, TypeError):
-        raise EndpointError(f"malformed chat completion (no choices[0]): {json.dumps(body)[:500]}") from None
+        if not isinstance(message, dict):
+            raise TypeError
+    except (KeyError, IndexError, TypeError, AttributeError):
+        raise EndpointError(f"malformed chat completion (no choices[0].message): {str(body)[:500]}") from None
+    from unified.agent.parsing import UntrustedJSONError, load_untrusted_json
+
     calls = []
-    for i, call in enumerate(message.get("tool_calls") or []):
-        fn = call.get("function") or {}
+    raw_calls = message.get("tool_calls")
+    for i, call in enumerate(raw_calls if isinstance(raw_calls, list) else []):
+        if not isinstance(call, dict):
+            calls.append({"id": f"call_{i}", "name": "", "arguments": _content_text(call)})
+            continue
+        fn = call.get("function") if isinstance(call.get("function"), dict) else {}
         args: Any = fn.get("arguments", {})
         if isinstance(args, str):
             try:
-                args = json.loads(args) if args.strip() else {}
-            except json.JSONDecodeError:
+                args = load_untrusted_json(args) if args.strip() else {}
+            except UntrustedJSONError:
                 pass  # kept as the raw string; the agent turns it into an error observation
         calls.append({"id": call.get("id") or f"call_{i}", "name": fn.get("name", ""), "arguments": args})
-    usage = body.get("usage") or {}
+    usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+    reasoning = message.get("reasoning_content") or message.get("reasoning")
     return ChatResult(
-        text=message.get("content") or "",
-        reasoning=message.get("reasoning_content") or message.get("reasoning"),
-        tool_calls=calls, finish_reason=choice.get("finish_reason") or "",
-        prompt_tokens=int(usage.get("prompt_tokens") or 0), completion_tokens=int(usage.get("completion_tokens") or 0),
+        text=_content_text(message.get("content")),
+        reasoning=_content_text(reasoning) if reasoning else None,
+        tool_calls=calls, finish_reason=str(choice.get("finish_reason") or ""),
+        prompt_tokens=_count(usage.get("prompt_tokens")), completion_tokens=_count(usage.get("completion_tokens")),
         latency_s=latency, raw=body)
+
+
+def _count(value: Any) -> int:
+    """A token count from a server's usage block (anything that is not a sane count is 0)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 40 else 0
 
 
 class OpenAICompatClient:
@@ -133,33 +170,51 @@ class OpenAICompatClient:
         return body
 
     async def achat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
-                    *, client: httpx.AsyncClient | None = None, **sampling: Any) -> ChatResult:
-        """One chat completion; ``sampling`` holds OpenAI fields (max_tokens, temperature, seed, ...)."""
+                    *, client: httpx.AsyncClient | None = None, deadline: float | None = None,
+                    **sampling: Any) -> ChatResult:
+        """One chat completion; ``sampling`` holds OpenAI fields (max_tokens, temperature, seed, ...);
+        ``deadline`` (``time.monotonic()``) bounds every attempt and backoff (:class:`DeadlineExceeded`)."""
         if client is None:
             async with httpx.AsyncClient(timeout=self.config.timeout_s) as own:
-                return await self.achat(messages, tools, client=own, **sampling)
+                return await self.achat(messages, tools, client=own, deadline=deadline, **sampling)
         url = f"{self.config.base_url}/chat/completions"
         body = self.payload(messages, tools, **sampling)
         last_error = ""
+
+        def time_left() -> float:
+            if deadline is None:
+                return self.config.timeout_s
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise DeadlineExceeded(f"{url}: the request's deadline passed"
+                                       + (f" (last error: {last_error})" if last_error else ""))
+            return min(self.config.timeout_s, left)
+
         async with self._semaphore():
             for attempt in range(self.config.max_retries + 1):
                 start = time.perf_counter()
                 try:
-                    response = await client.post(url, json=body, headers=self._headers(), timeout=self.config.timeout_s)
+                    response = await client.post(url, json=body, headers=self._headers(), timeout=time_left())
                 except (httpx.TimeoutException, httpx.TransportError) as exc:
                     last_error = f"{type(exc).__name__}: {exc}"
+                    time_left()  # a timeout cut short by the deadline is the deadline's
                 else:
                     if response.status_code == 200:
                         try:
                             data = response.json()
-                        except ValueError:
+                        except (ValueError, RecursionError):
                             raise EndpointError(f"{url}: answer is not JSON: {response.text[:300]}") from None
+                        if not isinstance(data, dict):
+                            raise EndpointError(f"{url}: answer is not a JSON object: {response.text[:300]}")
                         return _parse_response(data, time.perf_counter() - start)
                     last_error = f"HTTP {response.status_code}: {response.text[:500]}"
                     if response.status_code not in RETRYABLE_STATUS:
                         raise EndpointError(f"{url}: {last_error}", status=response.status_code)
                 if attempt < self.config.max_retries:
                     delay = min(30.0, self.config.backoff_s * 2 ** attempt) * random.uniform(0.75, 1.25)
+                    if deadline is not None and time.monotonic() + delay >= deadline:
+                        await asyncio.sleep(max(0.0, deadline - time.monotonic()))
+                        time_left()
                     await asyncio.sleep(delay)
         raise EndpointError(f"{url}: gave up after {self.config.max_retries + 1} attempts; last error: {last_error}")
 
@@ -171,9 +226,9 @@ class OpenAICompatClient:
             return await asyncio.gather(*tasks, return_exceptions=True)
 
     def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
-             **sampling: Any) -> ChatResult:
+             *, deadline: float | None = None, **sampling: Any) -> ChatResult:
         """Synchronous ``achat``."""
-        return run_sync(self.achat(messages, tools, **sampling))
+        return run_sync(self.achat(messages, tools, deadline=deadline, **sampling))
 
     def chat_many(self, requests: list[dict[str, Any]]) -> list[ChatResult | Exception]:
         """Synchronous ``achat_many``; failures come back as the Exception in their slot."""

@@ -12,7 +12,8 @@ transformers model on one device:
   depend on which rows it shared steps with); every :meth:`ContinuousBatcher.step` first admits queued
   rows (up to ``max_rows`` live), prefilling each one alone (its longest cached prefix reused,
   see :func:`unified.models.generation.prefill_row`), then runs **one** decode step over every
-  live row and returns the rows that ended (EOS or ``max_new_tokens``).
+  live row and returns the rows that ended (EOS, ``max_new_tokens``, or the row's ``deadline``,
+  a ``time.monotonic()`` value given to ``add``: ``finish_reason="timeout"``).
 - Each row owns its KV buffers, ``(H_kv, capacity, D)`` per layer with ``capacity = n - 1 +
   max_new_tokens`` for a prompt of ``n`` tokens, so joining and leaving move no other row's KV
   and nothing is padded: row ``b`` at length ``L_b`` writes its new key/value at column
@@ -115,6 +116,8 @@ class _Row:
     generator: torch.Generator | None = None
     """Per-row sampler state when ``params.seed`` is set (sampling only)."""
     generated: list[int] = field(default_factory=list)
+    deadline: float | None = None
+    """``time.monotonic()`` after which the row ends with ``finish_reason="timeout"``."""
 
 
 class RowKVCache:
@@ -188,7 +191,7 @@ class ContinuousBatcher:
         self.pad_id = tokenizer.pad_token_id
         self._layers, self._kv_heads, self._head_dim = _kv_shape(model.config)
         self._cache_kwarg = _cache_kwarg(model)
-        self._queue: deque[tuple[Hashable, list[int], SamplingParams]] = deque()
+        self._queue: deque[tuple[Hashable, list[int], SamplingParams, float | None]] = deque()
         self._live: list[_Row] = []
 
     @property
@@ -199,17 +202,19 @@ class ContinuousBatcher:
     def live_rows(self) -> int:
         return len(self._live)
 
-    def add(self, key: Hashable, prompt: str | list[int], params: SamplingParams | None = None) -> None:
+    def add(self, key: Hashable, prompt: str | list[int], params: SamplingParams | None = None,
+            deadline: float | None = None) -> None:
         ids = prompt if isinstance(prompt, list) else self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
         if not ids:
             raise ValueError(f"empty prompt for {key!r}")
         params = params or self.params
         if params.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1 for {key!r}, got {params.max_new_tokens}")
-        self._queue.append((key, list(ids), params))
+        self._queue.append((key, list(ids), params, deadline))
 
     @torch.no_grad()
-    def _admit(self, key: Hashable, ids: list[int], params: SamplingParams | None = None) -> _Row:
+    def _admit(self, key: Hashable, ids: list[int], params: SamplingParams | None = None,
+               deadline: float | None = None) -> _Row:
         device = self.model.device
         params = params or self.params
         n = len(ids)
@@ -236,7 +241,7 @@ class ContinuousBatcher:
         if params.temperature > 0 and params.seed is not None:
             generator = torch.Generator(device=device).manual_seed(params.seed)
         return _Row(key=key, prompt_ids=ids, keys=keys, values=values, length=n - 1, next_token=ids[-1],
-                    started=time.perf_counter(), params=params, generator=generator)
+                    started=time.perf_counter(), params=params, generator=generator, deadline=deadline)
 
     @torch.no_grad()
     def step(self) -> list[tuple[Hashable, GenerationOutput]]:
@@ -266,13 +271,15 @@ class ContinuousBatcher:
         self.stats.decode_steps += 1
         self.stats.row_steps += len(rows)
         finished: list[tuple[Hashable, GenerationOutput]] = []
+        now = time.monotonic()
         for row, token in zip(rows, chosen):
             row.generated.append(token)
             row.next_token = token
-            ended = token in self.eos
-            if ended or len(row.generated) >= row.params.max_new_tokens:
+            reason = ("stop" if token in self.eos else "length" if len(row.generated) >= row.params.max_new_tokens
+                      else "timeout" if row.deadline is not None and now >= row.deadline else "")
+            if reason:
                 self._live.remove(row)
-                finished.append((row.key, self._finish(row, "stop" if ended else "length")))
+                finished.append((row.key, self._finish(row, reason)))
         self.stats.decode_seconds += time.perf_counter() - t0
         return finished
 

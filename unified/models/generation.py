@@ -40,7 +40,8 @@ class GenerationOutput:
     """Generated ids, EOS included when generated, padding excluded."""
     prompt_tokens: int = 0
     finish_reason: str = "stop"
-    """``stop`` (EOS generated) or ``length`` (max_new_tokens reached)."""
+    """``stop`` (EOS generated), ``length`` (max_new_tokens reached) or ``timeout`` (the row's
+    deadline passed; the text generated until then is kept)."""
     seconds: float = 0.0
     """Wall time of the batch this output was generated in."""
 
@@ -198,9 +199,32 @@ def _next_tokens(logits: torch.Tensor, params: SamplingParams, generator: torch.
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
+def past_deadline(deadline: float | None) -> bool:
+    """True when ``deadline`` (a ``time.monotonic()`` value) has passed; None never passes."""
+    return deadline is not None and time.monotonic() >= deadline
+
+
+class DeadlineCriteria:
+    """A transformers ``StoppingCriteria``: row b stops once ``deadlines[b]`` (monotonic) has passed."""
+
+    def __init__(self, deadlines: list[float | None]) -> None:
+        self.deadlines = deadlines
+
+    def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.BoolTensor:
+        return torch.tensor([past_deadline(d) for d in self.deadlines], dtype=torch.bool, device=input_ids.device)
+
+
+def finish_reason(ids: list[int], eos, max_new_tokens: int) -> str:
+    """``stop`` (an EOS was generated), ``length`` (``max_new_tokens`` reached), else ``timeout``
+    (only a deadline ends a row earlier)."""
+    if any(t in eos for t in ids):
+        return "stop"
+    return "length" if len(ids) >= max_new_tokens else "timeout"
+
+
 @torch.no_grad()
 def decode_shrinking_batch(model, cache, enc: dict, params: SamplingParams, eos: list[int],
-                           on_row_done=None) -> list[list[int]]:
+                           on_row_done=None, deadlines: list[float | None] | None = None) -> list[list[int]]:
     """Batched decoding over a prefilled left-padded cache; a row leaves the batch when it ends.
 
     ``cache`` holds (B, H_kv, L_max - 1, D) per layer (:func:`prefilled_batch_cache`); step t
@@ -208,7 +232,8 @@ def decode_shrinking_batch(model, cache, enc: dict, params: SamplingParams, eos:
     with a 2-D attention mask (b, L_max + t) that hides the left padding. A row that generates
     an EOS or reaches ``max_new_tokens`` is dropped from the cache, the mask and the inputs, so
     later steps cost what the remaining rows need (``generate`` keeps decoding finished rows
-    until the last one ends). ``on_row_done(row, ids, cache, batch_row)`` is called before the
+    until the last one ends); so is a row whose ``deadlines[row]`` (``time.monotonic()``) has
+    passed. ``on_row_done(row, ids, cache, batch_row)`` is called before the
     row is dropped, while its KV (columns ``L_max - L_b : L_max - 1 + len(ids) - 1``) is in
     ``cache`` at index ``batch_row``. Returns each row's generated ids (EOS included).
     """
@@ -224,9 +249,12 @@ def decode_shrinking_batch(model, cache, enc: dict, params: SamplingParams, eos:
                        **{name: cache}).logits[:, -1, :]
         chosen = _next_tokens(logits, params)
         done = []
+        now = time.monotonic()
         for i, token in enumerate(chosen.tolist()):
             generated[live[i]].append(token)
-            if token in stop or len(generated[live[i]]) >= params.max_new_tokens:
+            deadline = deadlines[live[i]] if deadlines else None
+            if token in stop or len(generated[live[i]]) >= params.max_new_tokens or (
+                    deadline is not None and now >= deadline):
                 done.append(i)
         if done:
             if on_row_done is not None:
@@ -282,7 +310,8 @@ def _encode_left_padded(tokenizer, prompts: list[str], pad_id: int, device) -> t
 def batched_generate(model, tokenizer, prompts: list[str], params: SamplingParams = SamplingParams(),
                      max_batch_size: int = 16, prefill_separately: bool = True,
                      prefix_cache: PrefixCache | None = None,
-                     stats: GenerationStats | None = None) -> list[GenerationOutput]:
+                     stats: GenerationStats | None = None,
+                     deadlines: list[float | None] | None = None) -> list[GenerationOutput]:
     """Generate a completion for every prompt text (already chat-templated), in batches.
 
     Shapes: each batch is ``input_ids`` (B, L_max) left-padded with ``attention_mask`` (B, L_max);
@@ -293,6 +322,8 @@ def batched_generate(model, tokenizer, prompts: list[str], params: SamplingParam
     prompt's longest cached token prefix is reused, and after decoding each row's prompt +
     completion KV (columns ``L_max - L_b : L_max + n_b - 1`` of the final cache, the last
     generated token never having been fed) is stored for the next turn of the same episode.
+    ``deadlines`` (one ``time.monotonic()`` value or None per prompt) end a row's generation
+    when they pass, with ``finish_reason="timeout"`` and the tokens generated so far.
     """
     outputs: list[GenerationOutput] = []
     eos = _eos_ids(model, tokenizer)
@@ -300,6 +331,7 @@ def batched_generate(model, tokenizer, prompts: list[str], params: SamplingParam
     caching = prefix_cache is not None and prefix_cache.enabled
     for start in range(0, len(prompts), max_batch_size):
         chunk = prompts[start:start + max_batch_size]
+        chunk_deadlines = list(deadlines[start:start + max_batch_size]) if deadlines else None
         t0 = time.perf_counter()
         row_ids, enc = _encode_left_padded(tokenizer, chunk, pad_id, model.device)
         kwargs = dict(max_new_tokens=params.max_new_tokens, eos_token_id=eos, pad_token_id=pad_id,
@@ -310,6 +342,10 @@ def batched_generate(model, tokenizer, prompts: list[str], params: SamplingParam
                 torch.manual_seed(params.seed)
         else:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        if chunk_deadlines and any(d is not None for d in chunk_deadlines):
+            from transformers import StoppingCriteriaList
+
+            kwargs["stopping_criteria"] = StoppingCriteriaList([DeadlineCriteria(chunk_deadlines)])
         cache, reused_before = None, prefix_cache.stats.reused_tokens if caching else 0
         if caching or prefill_separately:
             cache = prefilled_batch_cache(model, enc["input_ids"], enc["attention_mask"],
@@ -326,7 +362,7 @@ def batched_generate(model, tokenizer, prompts: list[str], params: SamplingParam
 
         if cache is not None:
             generated = decode_shrinking_batch(model, cache, enc, params, eos,
-                                               on_row_done=store if caching else None)
+                                               on_row_done=store if caching else None, deadlines=chunk_deadlines)
         else:
             sequences = model.generate(**enc, **kwargs).sequences
             generated = [sequences[row, width:].tolist() for row in range(len(chunk))]
@@ -334,8 +370,8 @@ def batched_generate(model, tokenizer, prompts: list[str], params: SamplingParam
         for row in range(len(chunk)):
             ids = generated[row]
             cut = next((i for i, t in enumerate(ids) if t in eos), None)
-            finish = "stop" if cut is not None else "length"
             ids = ids[: cut + 1] if cut is not None else [t for t in ids if t != pad_id]
+            finish = finish_reason(ids, eos, params.max_new_tokens)
             text_ids = ids[:-1] if finish == "stop" else ids
             text = tokenizer.decode(text_ids, skip_special_tokens=False)
             outputs.append(GenerationOutput(

@@ -46,6 +46,10 @@ class PolicyRequest:
     prefix: str = ""
     """Text to prefill after the generation prompt (a prompting module's ``response_prefix``);
     backends that cannot prefill ignore it and leave ``PolicyOutput.prefix`` empty."""
+    deadline: float | None = None
+    """``time.monotonic()`` by which the episode must end (its ``--max-seconds``): ``hf`` stops the
+    row there, ``openai`` bounds the request's timeout and retries by it; either way the output
+    comes back with ``finish_reason="timeout"`` and the text generated so far. None: no deadline."""
 
 
 @dataclass
@@ -61,7 +65,7 @@ class PolicyOutput:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     finish_reason: str = ""
-    """``stop`` or ``length``."""
+    """``stop``, ``length``, or ``timeout`` (generation stopped at ``PolicyRequest.deadline``)."""
     seconds: float = 0.0
     """Wall time of the call (of the batch, for batched backends)."""
     tool_calls: list[dict[str, Any]] | None = None

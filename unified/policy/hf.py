@@ -13,7 +13,9 @@ Two ways in: ``generate(requests)`` (one batch, the agent loop's *rounds*) and
 :class:`unified.models.continuous.ContinuousBatcher`: requests join the decoding batch when
 they arrive and leave when they end). ``continuous`` (default: when the model supports it, i.e.
 SDPA attention and a plain KV cache) turns the second way on; ``max_batch_size`` bounds the
-rows decoded together in both.
+rows decoded together in both. A request's ``deadline`` ends its row when it passes
+(``finish_reason="timeout"``, the text so far kept); a request whose deadline has already
+passed is answered at once with no text.
 """
 
 from __future__ import annotations
@@ -62,11 +64,14 @@ class HFPolicy(Policy):
             enable_thinking=self.sampling.enable_thinking) + request.prefix
 
     def generate(self, requests: list[PolicyRequest]) -> list[PolicyOutput | Exception]:
-        from unified.models.generation import batched_generate
+        from unified.models.generation import batched_generate, past_deadline
 
         results: list[PolicyOutput | Exception | None] = [None] * len(requests)
         prompts, index = [], []
         for i, request in enumerate(requests):
+            if past_deadline(request.deadline):
+                results[i] = _timed_out(request)
+                continue
             try:
                 prompts.append(self.render(request))
                 index.append(i)
@@ -75,7 +80,7 @@ class HFPolicy(Policy):
         if prompts:
             outputs = batched_generate(self.loaded.model, self.loaded.tokenizer, prompts, self._sampling_params(),
                                        max_batch_size=self.max_batch_size, prefix_cache=self.prefix_cache,
-                                       stats=self.stats)
+                                       stats=self.stats, deadlines=[requests[i].deadline for i in index])
             for i, prompt, out in zip(index, prompts, outputs):
                 results[i] = _policy_output(out, prompt, requests[i])
         return results  # type: ignore[return-value]
@@ -92,9 +97,14 @@ class HFPolicy(Policy):
             self._batcher = ContinuousBatcher(self.loaded.model, self.loaded.tokenizer, self._sampling_params(),
                                               max_rows=self.max_batch_size, prefix_cache=self.prefix_cache,
                                               stats=self.stats)
+        from unified.models.generation import past_deadline
+
+        if past_deadline(request.deadline):
+            self._ready.append((key, _timed_out(request)))
+            return
         try:
             prompt = self.render(request)
-            self._batcher.add(key, prompt)
+            self._batcher.add(key, prompt, deadline=request.deadline)
         except Exception as exc:  # a template error belongs to that request only
             self._ready.append((key, exc))
             return
@@ -129,6 +139,11 @@ class HFPolicy(Policy):
     def close(self) -> None:
         self.prefix_cache.clear()
         self._batcher = None
+
+
+def _timed_out(request: PolicyRequest) -> PolicyOutput:
+    """The answer to a request whose deadline passed before generation started."""
+    return PolicyOutput(text="", prefix=request.prefix, finish_reason="timeout")
 
 
 def _policy_output(out, prompt: str, request: PolicyRequest) -> PolicyOutput:

@@ -9,6 +9,9 @@ loop the same raw-completion shape; calls the server already parsed are passed t
 ``submit`` / ``poll`` send each request the moment the agent loop has it (a thread pool of
 ``max_concurrency`` workers), so an episode's next turn never waits for other episodes' turns:
 the server (vLLM, SGLang, our local server) batches continuously on its side.
+
+A request's ``deadline`` bounds its HTTP timeout and retries; when it passes the output is empty
+with ``finish_reason="timeout"`` (the agent loop then ends the episode as ``timeout``).
 """
 
 from __future__ import annotations
@@ -56,10 +59,14 @@ class OpenAIPolicy(Policy):
         s = self.sampling
         return dict(messages=to_wire(request.messages), tools=request.tools or None, max_tokens=s.max_new_tokens,
                     temperature=s.temperature, top_p=s.top_p, seed=s.seed,
-                    chat_template_kwargs={"enable_thinking": s.enable_thinking})
+                    chat_template_kwargs={"enable_thinking": s.enable_thinking}, deadline=request.deadline)
 
     @staticmethod
     def _output(request: PolicyRequest, answer) -> PolicyOutput | Exception:
+        from unified.clients.openai_compat import DeadlineExceeded
+
+        if isinstance(answer, DeadlineExceeded):
+            return PolicyOutput(text="", prompt=request_json(request), finish_reason="timeout")
         if isinstance(answer, Exception):
             return answer
         text = answer.text or ""
