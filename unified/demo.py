@@ -4,9 +4,14 @@
    parity against the dense source);
 2-3. one tool-calling turn rendered through the Qwen3.5-style chat template and generated;
 4. a short GSPO world-model warmup of the same weights (``recipes/warmup/embedded_cpu.yaml`` on
-   the shipped ``data/lwm`` samples, a couple of steps), written as a Hugging Face directory;
-5. ``python -m unified.eval --suite ood`` on that checkpoint (a few tasks per benchmark).
+   the shipped ``data/lwm`` samples, a few steps), written as a Hugging Face directory, with the
+   held-out world-model reward (rule-based: 25 x LCS-F1 against the real next observation,
+   greedy) measured on the same prompts before and after (:mod:`unified.warmup.benchmark`);
+5. ``python -m unified.eval --suite ood`` on that checkpoint (a few tasks per benchmark);
+6. a before/after table: the held-out reward with its paired standard error, and the agent
+   suite's result with what ran, what was skipped and why.
 
+It first prints the memory and time it needs (:data:`DEMO_NEEDS`) and the memory available.
 Everything lands under ``--out`` (default ``runs/demo``); rerunning resumes both the warmup and
 the eval where they stopped.
 """
@@ -33,6 +38,9 @@ DEMO_TOOLS = [{
                        "required": ["path"]},
     },
 }]
+DEMO_NEEDS = {"peak_rss_gib": 8.0, "minutes_2_cores": 10}
+"""What ``make demo`` needs on a 2-core laptop CPU (docs/warmup_memory.md): the warmup's peak RSS, rounded up."""
+
 DEMO_MESSAGES = [
     {"role": "system", "content": "You are a careful assistant that uses tools."},
     {"role": "user", "content": "Which file in /tmp is the largest?"},
@@ -44,7 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="embedded", help="checkpoint spec (default: embedded)")
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--out", default="runs/demo", help="where the warmup and eval runs go (reruns resume)")
-    parser.add_argument("--warmup-steps", type=int, default=2, help="GSPO steps of the demo warmup")
+    parser.add_argument("--warmup-steps", type=int, default=3, help="GSPO steps of the demo warmup")
+    parser.add_argument("--heldout", type=int, default=8,
+                        help="held-out prompts scored before and after the warmup (greedy, rule-based reward)")
     parser.add_argument("--eval-limit", type=int, default=2, help="tasks per ood benchmark in the demo eval")
     parser.add_argument("--eval-max-turns", type=int, default=4,
                         help="policy calls per episode in the demo eval (the eval's own default is 40)")
@@ -55,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     from unified.models import ensure_embedded_checkpoint, load_checkpoint
     from unified.models.embedded import BUILD_RECORD
 
+    print(memory_notice(skip_warmup=args.skip_warmup), flush=True)
     done: list[str] = []
     if args.model == "embedded":
         start = time.time()
@@ -90,48 +101,115 @@ def main(argv: list[str] | None = None) -> int:
     done.append("rendered a tool-use prompt through the Qwen3.5-style chat template and generated one turn")
 
     if not args.skip_warmup:
-        final = _warmup(args, loaded, done)
+        report = _warmup(args, loaded, done)
         del loaded
-        _eval_ood(args, final, done)
+        final = Path(report["final_dir"])
+        summary = _eval_ood(args, final, done)
+        print("\n" + before_after_table(report, summary))
 
     print("\nmake demo did:\n" + "\n".join(f"  - {item}" for item in done))
     return 0
 
 
+def available_memory_gib() -> float | None:
+    """``MemAvailable`` of /proc/meminfo in GiB (None where there is no /proc)."""
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return None
+
+
+def memory_notice(*, skip_warmup: bool = False) -> str:
+    """What the demo needs, what this machine has, and a warning when it is short."""
+    need = 2.0 if skip_warmup else DEMO_NEEDS["peak_rss_gib"]
+    have = available_memory_gib()
+    line = (f"make demo needs about {need:.0f} GiB of free memory (peak RSS of its GSPO warmup of a 373M-parameter "
+            f"MoE on CPU) and about {DEMO_NEEDS['minutes_2_cores']} minutes on 2 CPU cores; ")
+    if have is None:
+        return line + "available memory: unknown on this system"
+    line += f"available now: {have:.1f} GiB"
+    if have < need:
+        line += (f"\nWARNING: less than {need:.0f} GiB available; the warmup may be killed for memory "
+                 "(--skip-warmup runs only steps 1-3)")
+    return line
+
+
+def before_after_table(report: dict, summary: dict | None) -> str:
+    """The demo's closing table: held-out world-model reward before/after, and the agent suite's result."""
+    before, after, paired = report["before"], report["after"], report["paired"]
+    n = paired["prompts"]
+    rows = [
+        "Before/after of the same weights (SFT checkpoint -> after "
+        f"{report['steps']} GSPO steps, {report['train_size']} training prompts):",
+        "",
+        "| measure | before warmup | after warmup |",
+        "|---|---|---|",
+        f"| held-out world-model reward, rule-based (25 x LCS-F1 vs the real observation, 0-25; {n} prompts, greedy) "
+        f"| {before['mean_reward']:.2f} | {after['mean_reward']:.2f} (paired {paired['mean_diff']:+.2f} +- "
+        f"{paired['se_diff']:.2f} SE; {paired['up']} up, {paired['down']} down, {paired['same']} same) |",
+        f"| mean completion length, tokens | {before['mean_completion_tokens']:.1f} | "
+        f"{after['mean_completion_tokens']:.1f} |",
+    ]
+    if summary is None:
+        rows.append("| agent suite (ood) | not run | not run (unified.eval unavailable or failed) |")
+    else:
+        from unified.eval.report import _counts_cell, _fmt, _score, _status_cell
+
+        for name, entry in summary.get("benchmarks", {}).items():
+            ran, skipped, errored = _counts_cell(entry)
+            status = entry.get("status", "")
+            cell = (f"{_fmt(_score(entry))} ({(entry.get('aggregate') or {}).get('metric', 'score')}; tasks run "
+                    f"{ran}, skipped {skipped}, errored {errored})" if status in ("ok", "partial")
+                    else _status_cell(entry))
+            rows.append(f"| agent suite ood: {name} | not run (time) | {cell} |")
+    rows += ["", "The reward is a rule (token LCS F1), not the paper's LLM judge; with a few prompts and steps the "
+             "SE is wide. The replicated measurement (3 seeds, 24 prompts) is in recipes/warmup/embedded_cpu.yaml."]
+    return "\n".join(rows)
+
+
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _warmup(args, loaded, done: list[str]) -> Path:
-    """[4] a few GSPO steps on the model already in memory (no second copy), saved as a HF dir."""
+def _warmup(args, loaded, done: list[str]) -> dict:
+    """[4] a few GSPO steps on the model already in memory (no second copy), saved as a HF dir,
+    with the held-out reward before and after (:func:`unified.warmup.benchmark.run_before_after`)."""
+    from unified.warmup.benchmark import run_before_after
     from unified.warmup.config import load_warmup_config
-    from unified.warmup.trainer import run_warmup
+    from unified.warmup.trainer import Policy
 
     out = Path(args.out) / "warmup"
     overrides = [f"output_dir={out}", f"train.max_steps={args.warmup_steps}", f"train.save_steps={args.warmup_steps}",
-                 f"data.train=[{REPO / 'data' / 'lwm'}]", "data.heldout_size=0", "data.limit=16",
-                 "generation.max_completion_length=32", f"model.name_or_path={args.model}"]
+                 f"data.train=[{REPO / 'data' / 'lwm'}]", f"data.heldout_size={args.heldout}",
+                 f"model.name_or_path={args.model}", "logging.wandb=false"]
     cfg = load_warmup_config(REPO / "recipes" / "warmup" / "embedded_cpu.yaml", overrides)
     print(f"[4] GSPO warmup: {cfg.train.max_steps} steps x {cfg.gspo.num_generations} completions per prompt, "
-          f"clip [{1 - cfg.gspo.epsilon:.4f}, {1 + cfg.gspo.epsilon_high:.4f}], no KL -> {out}", flush=True)
+          f"clip [{1 - cfg.gspo.epsilon:.4f}, {1 + cfg.gspo.epsilon_high:.4f}], no KL, top "
+          f"{cfg.model.trainable_layers} layers trained -> {out}; held-out reward on {args.heldout} prompts before "
+          "and after", flush=True)
+    policy = Policy(model=loaded.model, tokenizer=loaded.tokenizer,
+                    kernels={"attention": loaded.kernels.attention, "experts": loaded.kernels.experts})
     loaded.model.train()
-    result = run_warmup(cfg, model=loaded.model, tokenizer=loaded.tokenizer)
-    last = result.last_log
-    print(f"    {result.global_step} steps, {result.seconds_per_step:.1f}s/step, peak RSS "
-          f"{result.peak_memory.get('memory/peak_rss_gib', 0):.1f} GiB; last step: reward "
-          f"{last.get('reward', float('nan')):.3f}, router aux loss {last.get('aux_loss', float('nan')):.3f}, "
-          f"clip fraction {last.get('clip_ratio/region_mean', float('nan')):.3f}")
-    print(f"    checkpoint: {result.final_dir} (metrics: {out / 'metrics.jsonl'})")
-    done.append(f"warmed the weights up with GSPO for {result.global_step} steps and saved {result.final_dir}")
-    return Path(result.final_dir)
+    report = run_before_after(cfg, temperature=0, policy=policy)
+    del policy
+    print(f"    {report['steps']} steps, {report['mean_step_seconds']:.1f}s/step, peak RSS "
+          f"{report['peak_memory'].get('memory/peak_rss_gib', 0):.1f} GiB")
+    print(f"    checkpoint: {report['final_dir']} (metrics: {out / 'metrics.jsonl'})")
+    done.append(f"warmed the weights up with GSPO for {report['steps']} steps, scored {args.heldout} held-out "
+                f"prompts before and after, and saved {report['final_dir']}")
+    return report
 
 
-def _eval_ood(args, final: Path, done: list[str]) -> None:
+def _eval_ood(args, final: Path, done: list[str]) -> dict | None:
     """[5] the same weights as a multi-turn agent: ``python -m unified.eval --suite ood``."""
     if importlib.util.find_spec("unified.eval.__main__") is None:
         print("[5] `python -m unified.eval` is not in this checkout yet: the ood eval of the warmed-up "
               f"checkpoint will run here once it lands (model: {final})")
         done.append("skipped the ood eval (unified.eval not available yet)")
-        return
+        return None
     cmd = [sys.executable, "-m", "unified.eval", "--suite", "ood", "--model", str(final),
            "--limit", str(args.eval_limit), "--max-new-tokens", str(args.max_new_tokens),
            "--max-turns", str(args.eval_max_turns), "--no-thinking", "--out", str(Path(args.out) / "eval-ood")]
@@ -141,6 +219,8 @@ def _eval_ood(args, final: Path, done: list[str]) -> None:
         print(f"    the eval exited with status {rc}")
     done.append(f"evaluated the warmed-up checkpoint on the ood suite (exit status {rc}, results in "
                 f"{Path(args.out) / 'eval-ood'})")
+    path = Path(args.out) / "eval-ood" / "summary.json"
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 if __name__ == "__main__":

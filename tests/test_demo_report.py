@@ -1,0 +1,37 @@
+"""The closing table and the memory notice of ``make demo`` (unified.demo), on recorded results."""
+
+from __future__ import annotations
+
+from unified import demo
+
+
+def _report():
+    before = {"mean_reward": 2.0, "mean_completion_tokens": 30.0}
+    after = {"mean_reward": 3.5, "mean_completion_tokens": 12.5}
+    paired = {"prompts": 8, "mean_diff": 1.5, "se_diff": 0.5, "up": 5, "down": 1, "same": 2}
+    return {"before": before, "after": after, "paired": paired, "steps": 3, "train_size": 70}
+
+
+def test_table_shows_the_rule_based_reward_with_its_se_and_what_the_suite_ran_and_skipped():
+    summary = {"benchmarks": {
+        "bfcl_v4": {"status": "ok", "aggregate": {"score": 0.25, "metric": "overall accuracy"}, "tasks": 2,
+                    "tasks_run": 2, "tasks_skipped": 0, "tasks_errored": 0},
+        "claw_eval": {"status": "skipped", "reason": "no local checkout", "how_to_fix": "set CLAW_EVAL_ROOT"},
+    }}
+    table = demo.before_after_table(_report(), summary)
+    assert "rule-based" in table and "| 2.00 | 3.50 (paired +1.50 +- 0.50 SE; 5 up, 1 down, 2 same) |" in table
+    assert "| mean completion length, tokens | 30.0 | 12.5 |" in table
+    assert "bfcl_v4 | not run (time) | 0.25 (overall accuracy; tasks run 2/2, skipped 0, errored 0) |" in table
+    assert "claw_eval | not run (time) | skipped: no local checkout (set CLAW_EVAL_ROOT) |" in table
+
+
+def test_table_without_an_eval_summary_says_so():
+    assert "agent suite (ood) | not run" in demo.before_after_table(_report(), None)
+
+
+def test_memory_notice_warns_when_memory_is_short(monkeypatch):
+    monkeypatch.setattr(demo, "available_memory_gib", lambda: 3.0)
+    notice = demo.memory_notice()
+    assert f"needs about {demo.DEMO_NEEDS['peak_rss_gib']:.0f} GiB" in notice and "WARNING" in notice
+    monkeypatch.setattr(demo, "available_memory_gib", lambda: 64.0)
+    assert "WARNING" not in demo.memory_notice()
