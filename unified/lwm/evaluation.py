@@ -18,6 +18,13 @@ OpenAI-compatible endpoint ``openai:URL#MODEL``.
        overall  = mean_d domain_d               (unweighted over domains: the headline)
        overall_sample_weighted = mean_i score_i
 
+   Beside that rubric score (``score_metric``), a reference-based score that needs no judge:
+   ``reference.lcs_f1`` and ``reference.token_f1`` (:class:`unified.rewards.functions.SimilarityReward`,
+   the warmup's similarity reward: ROUGE-L / bag-of-tokens F1 of the parsed prediction against
+   the true observation after runtime normalisation), x100, aggregated the same way. A weak
+   judge (the embedded one on CPU) rarely writes a parseable answer, which scores 0: then the
+   reference score is the one that measures something, and ``rubric_note`` says so.
+
 ``--limit N`` evaluates N records: one seeded turn per trajectory, taken round-robin over the
 domains so that every domain is represented.
 """
@@ -132,6 +139,31 @@ def aggregate(judgments: list[dict]) -> dict[str, Any]:
     }
 
 
+SCORE_METRIC = "rubric judge score (0-100: (mean of 5 criteria - 1) / 4 x 100; 0 when the judge's answer is unparseable)"
+REFERENCE_METRICS = ("lcs_f1", "token_f1")
+
+
+def reference_scores(records: list[AWBRecord], predictions: dict[str, dict]) -> dict[str, Any]:
+    """Judge-free scores of the predictions against the true observations (module docstring)."""
+    from unified.rewards.functions import SimilarityReward
+
+    rows = [(r, predictions[r.key]["completion"]) for r in records if r.key in predictions]
+    out: dict[str, Any] = {}
+    for metric in REFERENCE_METRICS:
+        values = SimilarityReward(metric)([None] * len(rows), [c for _, c in rows],
+                                          reference=[r.target for r, _ in rows]) if rows else []
+        by_domain: dict[str, list[float]] = defaultdict(list)
+        for (r, _), value in zip(rows, values):
+            by_domain[r.task].append(4.0 * value)  # SimilarityReward is 25 x similarity
+        domains = {d: {"score": sum(v) / len(v), "n": len(v)} for d, v in sorted(by_domain.items())}
+        scores = [x for v in by_domain.values() for x in v]
+        out[metric] = {"overall": sum(d["score"] for d in domains.values()) / len(domains) if domains else 0.0,
+                       "overall_sample_weighted": sum(scores) / len(scores) if scores else 0.0, "domains": domains}
+    out["metric"] = ("reference-based: F1 of the parsed prediction vs the true observation x100 (lcs_f1 = ROUGE-L, "
+                     "token_f1 = bag of tokens; unified.rewards.similarity), no judge involved")
+    return out
+
+
 def run(model: str, judge: str, data: str, out: str, *, limit: int | None = None, seed: int = 0,
         max_new_tokens: int = 128, judge_max_tokens: int = 96, batch_size: int = 8, cache_dir: str | None = None,
         thinking: bool = False) -> dict[str, Any]:
@@ -190,6 +222,11 @@ def run(model: str, judge: str, data: str, out: str, *, limit: int | None = None
                 judgments[r.key] = row
 
     summary = aggregate([judgments[k] for k in keyed])
+    summary["score_metric"] = SCORE_METRIC
+    summary["reference"] = reference_scores(records, predictions)
+    if summary["n"] and summary["judge_parse_rate"] == 0.0:
+        summary["rubric_note"] = ("the judge wrote no parseable answer: every rubric score is 0 and measures "
+                                  "nothing; read the reference-based score (or use a stronger judge)")
     summary.update({
         "model": model, "judge": judge, "data": str(data), "limit": limit, "seed": seed,
         "max_new_tokens": max_new_tokens, "judge_max_tokens": judge_max_tokens,
@@ -224,10 +261,17 @@ def main(argv: list[str] | None = None) -> int:
     summary = run(args.model, args.judge, args.data, args.out, limit=args.limit, seed=args.seed,
                   max_new_tokens=args.max_new_tokens, judge_max_tokens=args.judge_max_tokens,
                   batch_size=args.batch_size, cache_dir=args.cache_dir, thinking=args.thinking)
-    print(f"lwm: overall {summary['overall']:.2f} (sample-weighted {summary['overall_sample_weighted']:.2f}) "
-          f"over {summary['n']} samples; judge parse rate {summary['judge_parse_rate']:.2f}")
+    ref = summary["reference"]
+    print(f"lwm: rubric score (judge): overall {summary['overall']:.2f} (sample-weighted "
+          f"{summary['overall_sample_weighted']:.2f}) over {summary['n']} samples; judge parse rate "
+          f"{summary['judge_parse_rate']:.2f}")
+    print(f"lwm: reference score (LCS F1 vs the true observation, no judge): overall {ref['lcs_f1']['overall']:.2f}; "
+          f"token F1 {ref['token_f1']['overall']:.2f}")
+    if summary.get("rubric_note"):
+        print(f"  note: {summary['rubric_note']}")
     for domain, info in summary["domains"].items():
-        print(f"  {domain:10s} {info['score']:6.2f}  (n={info['n']})")
+        print(f"  {domain:10s} rubric {info['score']:6.2f}  reference {ref['lcs_f1']['domains'].get(domain, {}).get('score', 0.0):6.2f}"
+              f"  (n={info['n']})")
     print(f"  timing: {summary['timing']}")
     return 0
 
