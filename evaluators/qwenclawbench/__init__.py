@@ -8,23 +8,35 @@ Not on PyPI: point the adapter at a checkout with ``$QWENCLAWBENCH_ROOT`` or
 ``judge``            the rubric judge: ``openai:URL#MODEL`` or a local checkpoint spec served on
                      loopback (default ``$QWENCLAWBENCH_JUDGE``, else ``embedded``; the study used
                      a strong hosted judge, so say which one ran when reporting)
-``judge_max_tokens`` judge answer budget (default 512)
+``judge_max_tokens`` judge answer budget for our fallback judge only (default 512; with the
+                     checkout's ``scripts/lib_grading.py`` its own request is used: 20480 tokens)
+``judge_retry_max_delay_s``  cap on the checkout's doubling retry back-off (default 60 s)
+``run_external``     also run tasks whose ``external_dependency`` is not none (default false: they
+                     are skipped with the reason, since the web tools fail offline)
 ``judge_when_penalised``  also ask the judge when the automated part is < 0.75 (its share is
                      zeroed then, so by default we save the call; ``score_simple`` needs it)
 ``exec_timeout_s``, ``memory_mb``, ``grader_timeout_s``  sandbox limits
 ``categories``       restrict to these categories (comma-separated); ``tasks(split=...)`` does the same
 
-Scoring and aggregate: :mod:`evaluators.qwenclawbench.grading`. Three rollouts per task.
+Scoring and aggregate: :mod:`evaluators.qwenclawbench.grading`. The judge is the checkout's own
+(prompt builder, request, answer parser, retries: :mod:`evaluators.qwenclawbench.official`) when
+the checkout has ``scripts/lib_grading.py``. Three rollouts per task.
+
+Tools: ``read``, ``write``, ``edit``, ``exec``, ``web_fetch``, ``web_search`` (the web ones fail
+offline); OpenClaw, which the benchmark runs, allows all its tools (``openclaw_config``:
+``"allow": ["*"]``: also process, browser, image and the others): the aggregate says so.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 from unified.eval.adapter import Adapter, Environment, Task, config_list, limit_runnable
 from unified.types import Episode, EpisodeResult
 
+from evaluators.qwenclawbench import official
 from evaluators.qwenclawbench.endpoints import resolve_endpoint
 from evaluators.qwenclawbench.environment import QwenClawBenchEnvironment, transcript_from_episode
 from evaluators.qwenclawbench.grading import (
@@ -34,6 +46,20 @@ from evaluators.qwenclawbench.grading import (
 from evaluators.qwenclawbench.tasks import DEFAULT_DATASET, QCBTask, load_tasks, resolve_dataset_dir
 
 __all__ = ["QwenClawBenchAdapter"]
+
+OFFICIAL_JUDGE_MAX_TOKENS = 20480
+"""What the checkout's ``_call_llm_judge_api`` asks for (also the local judge server's cap)."""
+NO_EXTERNAL = ("", "none", "false", "no")
+
+
+def external_skip(qt: QCBTask) -> str | None:
+    """A task whose ``external_dependency`` is a live service: skipped with the reason (our web tools
+    fail offline and no mock of it runs here); ``run_external=true`` runs it anyway."""
+    value = str((qt.frontmatter or {}).get("external_dependency", "")).strip().lower()
+    if value in NO_EXTERNAL:
+        return None
+    return (f"external_dependency: {value} (a live service the offline sandbox cannot reach; "
+            "--set benchmarks.qwenclawbench.run_external=true runs it anyway)")
 
 
 
@@ -54,6 +80,9 @@ class QwenClawBenchAdapter(Adapter):
         self.memory_mb = int(config.get("memory_mb", 2048))
         self.grader_timeout_s = float(config.get("grader_timeout_s", 120))
         self.categories = config_list(config.get("categories"))
+        self.judge_retry_max_delay_s = float(config.get("judge_retry_max_delay_s", 60))
+        self.run_external = str(config.get("run_external", False)).lower() in ("1", "true", "yes")
+        self._official: Any = None
 
     # -- tasks -----------------------------------------------------------------------------
 
@@ -66,7 +95,7 @@ class QwenClawBenchAdapter(Adapter):
             if wanted and not {qt.category.lower(), qt.subcategory.lower(), qt.id.lower()} & set(wanted):
                 continue
             out.append(Task(id=qt.id, benchmark=self.name, split=qt.category, group=qt.subcategory,
-                            payload=_payload(qt)))
+                            payload=_payload(qt), skip_reason=None if self.run_external else external_skip(qt)))
         if not wanted:
             out += [Task(id=stem, benchmark=self.name, split="unparseable", skip_reason=error) for stem, error in broken]
         return limit_runnable(out, limit)
@@ -95,6 +124,8 @@ class QwenClawBenchAdapter(Adapter):
                 auto = {"score": 0.0, "breakdown": {}, "error": "no automated grading code in the task"}
             s_auto = auto["score"]
             details["automated"] = auto
+            if auto.get("error"):  # timed out, crashed, no grade(): the score stays the benchmark's 0,
+                details["grader_error"] = auto["error"]  # the summary counts the task as errored
         need_judge = qt.grading_type == "llm_judge" or (
             qt.grading_type == "hybrid" and (s_auto >= PENALTY_THRESHOLD or self.judge_when_penalised))
         if need_judge:
@@ -112,7 +143,28 @@ class QwenClawBenchAdapter(Adapter):
         return EpisodeResult(benchmark=self.name, task_id=task.id, trial=episode.trial, score=score,
                              passed=score >= 1.0 - 1e-9, details=details, error="; ".join(errors) or None)
 
+    def _official_lib(self, qt: QCBTask):
+        """The checkout's ``scripts/lib_grading.py`` (None when the checkout has none)."""
+        if self._official is None:
+            root = official.checkout_root(Path(qt.file).parent.parent)
+            self._official = official.load_lib_grading(root) if root else False
+        return self._official or None
+
     def _judge(self, qt: QCBTask, transcript: list[dict[str, Any]]) -> dict[str, Any]:
+        lib = self._official_lib(qt)
+        if lib is not None:
+            try:
+                endpoint = resolve_endpoint(self.judge_spec, max_new_tokens=OFFICIAL_JUDGE_MAX_TOKENS)
+            except Exception as exc:
+                return {"total": 0.0, "error": f"{type(exc).__name__}: {exc}", "judge": self.judge_spec,
+                        "protocol": "checkout"}
+            prompt = official.judge_prompt(lib, qt, transcript)
+            answer = official.judge(lib, prompt, base_url=endpoint.config.base_url, model=endpoint.config.model,
+                                    api_key=endpoint.config.api_key or "unused", max_delay_s=self.judge_retry_max_delay_s)
+            answer.update({"judge": endpoint.describe(), "protocol": "checkout"})
+            if "error" in answer:
+                answer["total"] = 0.0
+            return answer
         rubric = qt.llm_judge_rubric or "\n".join(f"- {c}" for c in qt.grading_criteria)
         prompt = judge_prompt(qt.prompt, qt.expected_behavior, summarize_transcript(transcript), rubric)
         try:
@@ -123,14 +175,25 @@ class QwenClawBenchAdapter(Adapter):
             return {"total": 0.0, "error": f"{type(exc).__name__}: {exc}", "judge": self.judge_spec}
         parsed = parse_judge_answer(answer.text)
         if parsed is None:  # the benchmark gives 0 when the judge's answer has no usable score
-            return {"total": 0.0, "parsed": False, "raw": answer.text[-2000:], "judge": endpoint.describe()}
-        return {**parsed, "parsed": True, "judge": endpoint.describe()}
+            return {"total": 0.0, "parsed": False, "raw": answer.text[-2000:], "judge": endpoint.describe(),
+                    "protocol": "ours"}
+        return {**parsed, "parsed": True, "judge": endpoint.describe(), "protocol": "ours"}
 
     def aggregate(self, results: list[EpisodeResult]) -> dict[str, Any]:
         scored = [r for r in results if r.skipped is None]
         runs = [{"task_id": r.task_id, "score": r.score, "category": r.details.get("category", "")} for r in scored]
         out = aggregate_runs(runs)
-        out.update({"n_skipped": sum(1 for r in results if r.skipped is not None),
+        reasons = ["local bubblewrap sandbox instead of the official Docker image",
+                   "agent tools: read/write/edit/exec/web_fetch/web_search (web fails offline), not OpenClaw's "
+                   "full tool set"]
+        protocols = {r.details.get("llm_judge", {}).get("protocol") for r in scored} - {None}
+        if "ours" in protocols:
+            reasons.append("judge prompt/parser: ours (the checkout has no scripts/lib_grading.py)")
+        if self.judge_spec == "embedded":
+            reasons.append("judge: the embedded model, not the benchmark's hosted judge")
+        grader_errors = sum(1 for r in scored if r.details.get("grader_error"))
+        out.update({"comparable": False, "not_comparable_because": reasons, "n_grader_errors": grader_errors,
+                    "n_skipped": sum(1 for r in results if r.skipped is not None),
                     "n_errors": sum(1 for r in scored if r.error),
                     "sandbox": "bwrap (local bubblewrap sandbox; Docker with the official image not used)",
                     "judge": self.judge_spec})

@@ -1,0 +1,95 @@
+"""QwenClawBench judged by the checkout's own code (loaded at runtime), external dependencies skipped."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from evaluators.qwenclawbench import QwenClawBenchAdapter, external_skip, official
+from evaluators.qwenclawbench.tasks import QCBTask
+from unified.types import EpisodeResult
+
+CHECKOUT = Path(__file__).parent / "fixtures" / "qwenclawbench" / "fixture_checkout"
+
+
+class _Judge(BaseHTTPRequestHandler):
+    """Fails the first request with HTTP 500, then answers ``answer``; keeps the request bodies."""
+
+    answer = ""
+    bodies: list[dict] = []
+
+    def do_POST(self):  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+        self.bodies.append(body)
+        if len(self.bodies) == 1:
+            self.send_response(500)
+            self.end_headers()
+            return
+        data = json.dumps({"choices": [{"message": {"role": "assistant", "content": self.answer}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def judge_url():
+    handler = type("Judge", (_Judge,), {"answer": "Looks fine.\nFinal score: 0.9", "bodies": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1", handler
+    server.shutdown()
+
+
+def _qt(adapter, index=0) -> QCBTask:
+    return QCBTask(**adapter.tasks()[index].payload)
+
+
+TRANSCRIPT = [{"type": "message", "message": {"role": "assistant", "content": [
+    {"type": "toolCall", "name": "exec", "arguments": {"command": "ls"}}]}}]
+
+
+def test_judge_prompt_request_parser_and_retry_are_the_checkouts(judge_url):
+    url, handler = judge_url
+    adapter = QwenClawBenchAdapter(root=str(CHECKOUT), judge=f"openai:{url}#judge")
+    qt = _qt(adapter)
+    judged = adapter._judge(qt, TRANSCRIPT)
+    lib = official.load_lib_grading(CHECKOUT)
+    assert judged["protocol"] == "checkout" and judged["attempts"] == 2  # the endpoint failure was retried
+    assert judged["total"] == 0.9 and judged["parsed"]  # the checkout's parser read the "final score" line
+    sent = handler.bodies[-1]
+    assert sent["max_tokens"] == 4321 and sent["messages"][0]["content"] == official.judge_prompt(lib, qt, TRANSCRIPT)
+    assert sent["messages"][0]["content"].startswith("FIXTURE JUDGE PROMPT") and "CALL exec" in sent["messages"][0]["content"]
+
+
+def test_judge_that_never_answers_is_an_error_after_the_checkouts_retries():
+    adapter = QwenClawBenchAdapter(root=str(CHECKOUT), judge="openai:http://127.0.0.1:9/v1#nobody")
+    judged = adapter._judge(_qt(adapter), TRANSCRIPT)
+    assert judged["attempts"] == 3 and judged["error"].startswith("judge failed after 3 attempts")
+    assert judged["total"] == 0.0
+
+
+def test_tasks_with_an_external_dependency_are_skipped_with_the_reason():
+    adapter = QwenClawBenchAdapter(root=str(CHECKOUT))
+    qt = _qt(adapter)
+    assert external_skip(dataclasses.replace(qt, frontmatter={"external_dependency": "none"})) is None
+    reason = external_skip(dataclasses.replace(qt, frontmatter={"external_dependency": "web"}))
+    assert reason.startswith("external_dependency: web") and "run_external=true" in reason
+
+
+def test_aggregate_says_what_differs_from_the_official_harness():
+    adapter = QwenClawBenchAdapter(root=str(CHECKOUT))
+    agg = adapter.aggregate([EpisodeResult(benchmark="qwenclawbench", task_id="t", trial=0, score=1.0,
+                                           details={"category": "c", "llm_judge": {"protocol": "checkout"}})])
+    assert agg["comparable"] is False
+    assert any("not OpenClaw's full tool set" in r for r in agg["not_comparable_because"])
+    assert not any("judge prompt/parser: ours" in r for r in agg["not_comparable_because"])
