@@ -187,7 +187,8 @@ def test_multi_turn_with_simulated_user_and_judge_on_a_local_server(tmp_path):
 
     save_tiny_checkpoint(tmp_path / "tiny")
     with LocalOpenAIServer(str(tmp_path / "tiny"), max_new_tokens=16) as server:
-        adapter = ClawEvalAdapter(root=str(CHECKOUT), judge=server.spec, user_model=server.spec)
+        # the judge's answers capped at 16 tokens (the checkout asks for 8192: far too slow for a CPU test)
+        adapter = ClawEvalAdapter(root=str(CHECKOUT), judge=server.spec, user_model=server.spec, judge_max_tokens=16)
         task = _task(adapter, "fixture_C01_multi_turn")
         with adapter.open(task) as env:
             assert "ask" in env.system_prompt

@@ -10,7 +10,8 @@ Not on PyPI: point the adapter at a checkout with ``$CLAW_EVAL_ROOT`` or
                       loopback (default ``$CLAW_EVAL_JUDGE``, else ``embedded``; the benchmark used
                       gemini-3-flash / claude-opus-4.6: say which judge ran when reporting)
 ``user_model``        the simulated user of multi-turn tasks (same forms; default: the judge)
-``judge_max_tokens``  cap on the judge's answer length (default 512); ``user_max_tokens`` (256)
+``judge_max_tokens``  cap on the judge's answer length (default: none, the checkout's own 8192;
+                      a cap makes the result not comparable); ``user_max_tokens`` (256)
 ``sandbox_tools``     offer Bash/Read/Write/Edit/Glob/Grep on a sandboxed workspace (default true,
                       as the benchmark's ``--sandbox`` runs do)
 ``grader_timeout_s``, ``exec_timeout_s``, ``memory_mb``  limits
@@ -40,6 +41,9 @@ from evaluators.claw_eval.tasks import SPLITS, ClawTask, load_tasks, resolve_che
 from evaluators.qwenclawbench.endpoints import resolve_endpoint
 
 __all__ = ["ClawEvalAdapter"]
+
+OFFICIAL_JUDGE_MAX_TOKENS = 8192
+"""``max_tokens`` of every request in the checkout's ``claw_eval/graders/llm_judge.py``."""
 
 
 
@@ -78,7 +82,8 @@ class ClawEvalAdapter(Adapter):
         self.categories = config_list(config.get("categories"))
         self.judge_spec = str(config.get("judge") or os.environ.get("CLAW_EVAL_JUDGE") or "embedded")
         self.user_spec = str(config.get("user_model") or os.environ.get("CLAW_EVAL_USER_MODEL") or self.judge_spec)
-        self.judge_max_tokens = int(config.get("judge_max_tokens", 512))
+        cap = config.get("judge_max_tokens")
+        self.judge_max_tokens = int(cap) if cap not in (None, "", "none", "None") else None
         self.user_max_tokens = int(config.get("user_max_tokens", 256))
         self.sandbox_tools = str(config.get("sandbox_tools", True)).lower() not in ("0", "false", "no")
         self.grader_timeout_s = float(config.get("grader_timeout_s", 900))
@@ -165,7 +170,7 @@ class ClawEvalAdapter(Adapter):
                                    "docker": "not used (local bubblewrap sandbox ran)", "judge": self.judge_spec,
                                    "n_dispatches": len(env.dispatches), "user_rounds": env.user_rounds}
         try:
-            judge = resolve_endpoint(self.judge_spec, max_new_tokens=self.judge_max_tokens)
+            judge = resolve_endpoint(self.judge_spec, max_new_tokens=self.judge_max_tokens or OFFICIAL_JUDGE_MAX_TOKENS)
             details["judge"] = judge.describe()
             graded = run_grader(checkout=Path(ct.checkout), task_dir=Path(ct.dir), trace=trace, env_snapshot=snapshot,
                                 judge_config=judge.config, judge_max_tokens=self.judge_max_tokens,
@@ -188,9 +193,12 @@ class ClawEvalAdapter(Adapter):
                              passed=is_pass(score), details=details)
 
     def aggregate(self, results: list[EpisodeResult]) -> dict[str, Any]:
+        """Avg@k / pass^k / pass@k with k the trials the run asked for (``runs_requested``, set by
+        the runner; default the protocol's 3): a missing or crashed trial counts 0. With fewer
+        trials than the protocol the metric says so ("Avg@1, protocol Avg@3") and is not comparable."""
         scored = [r for r in results if r.skipped is None]
         grouped = group_scores([(r.task_id, r.score) for r in scored])
-        trials = max((len(v) for v in grouped.values()), default=self.runs_default)
+        trials = int(getattr(self, "runs_requested", None) or self.runs_default)
         out = aggregate_trials(grouped, trials)
         by_split: dict[str, list] = {}
         for r in scored:
@@ -202,7 +210,23 @@ class ClawEvalAdapter(Adapter):
             if r.skipped is not None:
                 key = r.skipped.split(":")[0].split("(")[0].strip()
                 skipped[key] = skipped.get(key, 0) + 1
-        out.update({"trials": trials, "n_errors": sum(1 for r in scored if r.error), "skipped": skipped,
-                    "n_skipped": sum(skipped.values()), "judge": self.judge_spec,
+        n_tasks, n_skipped_tasks = len(grouped), len({r.task_id for r in results if r.skipped is not None})
+        metric = f"Avg@{trials} (%)" + ("" if trials >= self.runs_default else f", protocol Avg@{self.runs_default}")
+        out["metric"] = (f"{metric} over {n_tasks} tasks run" +
+                         (f" ({n_skipped_tasks} skipped, not in the mean)" if n_skipped_tasks else ""))
+        reasons = ["local bubblewrap sandbox instead of the official Docker agent image (Dockerfile.agent)",
+                   "agent system prompt and simulated user's prompt are ours, not the checkout's "
+                   "(runner/system_prompt.py, runner/user_agent.py)",
+                   "media tools of the official image (BrowserScreenshot, ReadMedia ...) and prompt attachments "
+                   "are not passed"]
+        if trials < self.runs_default:
+            reasons.append(f"fewer trials than the protocol's {self.runs_default}: Avg@{trials}")
+        if self.judge_max_tokens:
+            reasons.append(f"judge max_tokens capped at {self.judge_max_tokens} (official {OFFICIAL_JUDGE_MAX_TOKENS})")
+        if self.judge_spec == "embedded":
+            reasons.append("judge: the embedded model, not the benchmark's hosted judge")
+        out.update({"trials": trials, "trials_protocol": self.runs_default, "n_errors": sum(1 for r in scored if r.error),
+                    "skipped": skipped, "n_skipped": sum(skipped.values()), "n_tasks_skipped": n_skipped_tasks,
+                    "judge": self.judge_spec, "comparable": False, "not_comparable_because": reasons,
                     "sandbox": "bwrap (local bubblewrap sandbox; Docker with the official image not used)"})
         return out

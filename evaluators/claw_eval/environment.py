@@ -25,13 +25,18 @@ import httpx
 
 from unified.eval.adapter import Environment
 from unified.sandbox import Sandbox, ScratchSandbox
+from unified.sandbox.hostenv import DEFAULT_PATH
 from unified.types import Episode, Observation, ToolCall, ToolSpec
 
 from evaluators.claw_eval.services import ServiceGroup, ServiceSpec
-from evaluators.claw_eval.tasks import ClawTask
+from evaluators.claw_eval.tasks import ClawTask, fixture_source
 from evaluators.qwenclawbench.sandbox_ops import run_op, run_shell
 
 WORKSPACE = "/workspace"
+SHIM_DIR = "/tmp/.unified-shims"
+"""First on ``PATH`` inside the sandbox: ``python`` -> ``python3``, as the official agent image has it,
+so task and snapshot commands that call ``python`` run."""
+PYTHON3 = "/usr/bin/python3"
 
 SANDBOX_TOOLS = [
     ToolSpec("Bash", "Run a bash command in the sandbox (working directory /workspace) and return its output.",
@@ -130,12 +135,16 @@ class ClawEvalEnvironment(Environment):
             self.workspace.mkdir()
             for rel in self.task.sandbox_files:
                 self._inject(rel)
+            shims = self._scratch.root / "shims"
+            shims.mkdir()
+            (shims / "python").symlink_to(PYTHON3)  # the official image (python:3.11-slim) has `python`
             self._box = self._scratch.start(timeout_s=self.exec_timeout_s, memory_mb=self.memory_mb,
-                                            mount_point=WORKSPACE)
+                                            mount_point=WORKSPACE, readonly_binds=[(str(shims), SHIM_DIR)],
+                                            env={"PATH": f"{SHIM_DIR}:{DEFAULT_PATH}"})
         self.deadline = time.monotonic() + self.task.timeout_seconds
 
     def _inject(self, rel: str) -> None:
-        source = Path(self.task.dir, rel)
+        source = fixture_source(self.task, rel)
         dest = (self.workspace / rel).resolve()
         if self.workspace.resolve() not in dest.parents:
             raise ValueError(f"{self.task.dir}/task.yaml: sandbox file {rel!r} points outside the workspace")

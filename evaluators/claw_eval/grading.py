@@ -18,10 +18,12 @@ The grader is benchmark code run on model output, so it runs in its own process 
 read-only, scratch workspace, ``python -I``, ``$HOME`` in its private ``/tmp``) with no network:
 its LLM judge is reached through a Unix socket that relays to the judge's endpoint only
 (:class:`unified.sandbox.relay.EndpointRelay`, which also adds the API key, so the key never
-enters the grader). The judge's ``max_tokens`` is capped
-(``judge_max_tokens``) and identical temperature-0 requests are answered from a memo, so the
-graders' retry loops (30 attempts with back-off) finish at once when a judge cannot produce
-parseable output; such a trial ends as a grader error with score 0, as in the benchmark.
+enters the grader). The judge keeps the checkout's own prompts, ``max_tokens`` (8192 in
+``claw_eval/graders/llm_judge.py``; ``judge_max_tokens`` caps it, and the result then says so)
+and retry rule: an answer it cannot parse is asked again (up to 30 retries, back-off shortened).
+A memo answers a repeated temperature-0 request only when the judge parsed the stored answer,
+so retries get fresh answers. A judge that never gives a parseable answer leaves the grader
+without a result: a grader error, recorded as the trial's error.
 """
 
 from __future__ import annotations
@@ -148,7 +150,7 @@ args = json.load(open("/grader/args.json"))
 sys.path.insert(0, os.path.join(args["checkout"], "src"))
 os.chdir(args["checkout"])
 _sleep = time.sleep
-time.sleep = lambda s: _sleep(min(float(s), 0.02))   # judge retry back-off: answers are memoised
+time.sleep = lambda s: _sleep(min(float(s), 0.02))   # judge retry back-off, shortened
 from claw_eval.models.task import TaskDefinition
 from claw_eval.trace.reader import load_trace
 from claw_eval.graders.registry import get_grader
@@ -165,11 +167,14 @@ if args.get("judge_relay"):
                                                           timeout=600))
     create, memo = judge.client.chat.completions.create, {}
     def capped(**kw):
-        kw["max_tokens"] = min(int(kw.get("max_tokens") or 10**9), int(args["judge_max_tokens"]))
+        if args.get("judge_max_tokens"):
+            kw["max_tokens"] = min(int(kw.get("max_tokens") or 10**9), int(args["judge_max_tokens"]))
         key = json.dumps(kw, sort_keys=True, default=str)
-        if key in memo and float(kw.get("temperature", 1) or 0) == 0:
+        # serve an answer again only if the judge parsed it (its call log grew after it): the same
+        # request after an unparsed answer is the grader's retry and gets a fresh answer
+        if key in memo and float(kw.get("temperature", 1) or 0) == 0 and len(judge._call_log) > memo[key][1]:
             stats["memo_hits"] += 1
-            return memo[key]
+            return memo[key][0]
         stats["requests"] += 1
         try:
             out = create(**kw)
@@ -178,7 +183,7 @@ if args.get("judge_relay"):
             if stats["errors"] > 3:
                 raise KeyboardInterrupt("judge endpoint keeps failing")
             raise
-        memo[key] = out
+        memo[key] = (out, len(judge._call_log))
         return out
     judge.client.chat.completions.create = capped
 env_snapshot = None
@@ -204,7 +209,7 @@ sys.stdout.write("\n@@UNIFIED_CLAW_GRADE@@" + json.dumps(res, default=str) + "\n
 
 
 def run_grader(*, checkout: Path, task_dir: Path, trace: list[dict[str, Any]], env_snapshot: dict | None,
-               judge_config=None, judge_max_tokens: int = 512, timeout_s: float = 900,
+               judge_config=None, judge_max_tokens: int | None = None, timeout_s: float = 900,
                memory_mb: int = 4096) -> dict[str, Any]:
     """Run ``task_dir/grader.py`` on ``trace`` in a sandboxed subprocess; returns its scores or an error."""
     checkout, task_dir = Path(checkout).resolve(), Path(task_dir).resolve()

@@ -12,6 +12,8 @@ user_agent: 38). A task is skipped, with the reason, when it needs live web acce
 from __future__ import annotations
 
 import os
+import re
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -145,6 +147,39 @@ def parse_task_yaml(path: Path, checkout: Path) -> ClawTask:
     )
 
 
+def fixture_source(task: ClawTask, rel: str) -> Path:
+    """Where a listed file lives: under the task's folder, else (a path into another task's
+    folder, ``tasks/T021.../fixtures/...``) under the checkout root, as the official runner
+    (``runner/sandbox_runner.py``) resolves it. Inside the sandbox it stays ``/workspace/<rel>``."""
+    own = Path(task.dir, rel)
+    if own.exists():
+        return own
+    shared = Path(task.checkout, rel)
+    return shared if shared.exists() else own
+
+
+NEEDED_PROGRAMS = {"ffmpeg": r"\bffmpeg\b", "ffprobe": r"\bffprobe\b", "chromium": r"\b(playwright|chromium)\b",
+                   "pdftotext": r"\bpdftotext\b", "pdftoppm": r"\bpdftoppm\b"}
+"""Programs the official agent image (``Dockerfile.agent``: ffmpeg, poppler-utils, Playwright's
+Chromium) has, by the pattern that shows a task uses one (in its task.yaml or grader.py)."""
+
+
+def missing_programs(task: ClawTask, which=shutil.which) -> list[str]:
+    """The programs this task uses that this machine lacks."""
+    text = ""
+    for name in ("task.yaml", "grader.py"):
+        path = Path(task.dir, name)
+        if path.is_file():
+            text += path.read_text(encoding="utf-8", errors="replace")
+    found = [prog for prog, pattern in NEEDED_PROGRAMS.items() if re.search(pattern, text)]
+    return [prog for prog in found if which("chromium" if prog == "chromium" else prog) is None
+            and not (prog == "chromium" and _has_playwright_chromium())]
+
+
+def _has_playwright_chromium() -> bool:
+    return any(Path.home().glob(".cache/ms-playwright/chromium*"))
+
+
 def skip_reason(task: ClawTask, env: dict[str, str] | None = None) -> str | None:
     """Why this task cannot run here, or None."""
     env = os.environ if env is None else env
@@ -154,7 +189,7 @@ def skip_reason(task: ClawTask, env: dict[str, str] | None = None) -> str | None
     if not Path(task.dir, "grader.py").is_file():
         return f"no grader.py in {task.dir}"
     missing = [rel for rel in task.sandbox_files + task.sandbox_grader_files + task.local_grader_files
-               if not Path(task.dir, rel).exists()]
+               if not fixture_source(task, rel).exists()]
     for svc in task.services:  # fixture files the mock services load (paths relative to the checkout)
         for value in (svc.get("env") or {}).values():
             value = str(value)
@@ -163,6 +198,10 @@ def skip_reason(task: ClawTask, env: dict[str, str] | None = None) -> str | None
     if missing:
         return (f"{len(missing)} fixture file(s) not in the checkout, e.g. {missing[0]} (the large media fixtures are "
                 "only in the Hugging Face dataset claw-eval/Claw-Eval: unpack its fixtures into tasks/)")
+    programs = missing_programs(task)
+    if programs:
+        return (f"needs {', '.join(programs)}, not installed here (the official agent image Dockerfile.agent has "
+                "it): install it or run in that image")
     return None
 
 

@@ -192,6 +192,10 @@ class Adapter:
         returns those."""
         return limits
 
+    runs_requested: int | None = None
+    """Set by the runner: the trials per task this run asked for (``--runs``, else ``runs_default``),
+    so ``aggregate`` can count a missing trial as the protocol does and label fewer trials."""
+
     work_dir: Path | None = None
     """Set by the runner before ``tasks``: a per-benchmark directory inside the run's output
     for state that must outlive one episode (and survive a resume), e.g. BFCL memory snapshots."""

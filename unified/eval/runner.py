@@ -160,6 +160,7 @@ def _run_benchmark(name: str, cfg: EvalConfig, out: Path, sampling: SamplingConf
         return {"status": "error", "reason": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(),
                 "comparable": False}
     runs = cfg.runs or adapter.runs_default
+    adapter.runs_requested = runs  # trials the run asked for (an aggregate pads missing ones to it)
     recorded = store.load()
     jobs = [Job(task, trial) for task in tasks for trial in range(runs) if (task.id, trial) not in recorded]
     finished_ids = {task_id for task_id, _ in recorded}

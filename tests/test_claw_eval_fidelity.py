@@ -1,0 +1,147 @@
+"""Claw-Eval as the official harness runs it: `python` in the sandbox, cross-task fixtures,
+programs the official image has, the judge's retry rule, Avg@k by the run's trial count."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from evaluators.claw_eval import ClawEvalAdapter
+from evaluators.claw_eval.tasks import ClawTask, fixture_source, missing_programs, skip_reason
+from unified.types import Episode, EpisodeResult, Message, Step, ToolCall
+from _requires import needs_bwrap
+
+CHECKOUT = Path(__file__).parent / "fixtures" / "claw_eval" / "fixture_checkout"
+
+
+def _task(adapter, task_id):
+    return next(t for t in adapter.tasks() if t.id == task_id)
+
+
+class _Judge(BaseHTTPRequestHandler):
+    """An OpenAI-compatible chat endpoint that answers ``answers`` in turn (the last one repeats)."""
+
+    answers: list[str] = []
+    asked: list[int] = []
+
+    def do_POST(self):  # noqa: N802
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        n = len(self.asked)
+        self.asked.append(n)
+        text = self.answers[min(n, len(self.answers) - 1)]
+        body = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "judge",
+                           "choices": [{"index": 0, "finish_reason": "stop",
+                                        "message": {"role": "assistant", "content": text}}],
+                           "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def judge_server():
+    def start(answers):
+        handler = type("Judge", (_Judge,), {"answers": answers, "asked": []})
+        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"openai:http://127.0.0.1:{server.server_address[1]}/v1#judge", handler
+    servers = []
+    yield start
+    for server in servers:
+        server.shutdown()
+
+
+def _score_c01(spec):
+    adapter = ClawEvalAdapter(root=str(CHECKOUT), judge=spec, user_model=spec)
+    task = _task(adapter, "fixture_C01_multi_turn")
+    try:
+        with adapter.open(task) as env:
+            episode = Episode(benchmark="claw_eval", task_id=task.id, messages=[
+                Message("user", env.first_user_message), Message("assistant", "Where, when, what budget?")])
+            return adapter.score(task, episode, env)
+    finally:
+        adapter.stop_services()
+
+
+@needs_bwrap
+def test_judge_that_fails_once_then_answers_gives_the_official_score(judge_server):
+    spec, handler = judge_server(["I would rather not say.", '{"score": 0.8, "reasoning": "asked"}'])
+    result = _score_c01(spec)
+    assert result.error is None, result.details.get("grader_log")
+    assert result.details["communication"] == 0.8 and result.details["completion"] == 0.8
+    assert result.score == result.details["official_task_score"] == pytest.approx(0.8 * 0.8 + 0.2 * 1.0)
+    assert len(handler.asked) == 2 and result.details["judge_stats"]["memo_hits"] == 0
+
+
+@needs_bwrap
+def test_judge_that_never_answers_is_a_recorded_error(judge_server):
+    spec, handler = judge_server(["no score here"])
+    result = _score_c01(spec)
+    assert result.error is not None and result.error.startswith("grader:")
+    assert len(handler.asked) == 31  # the checkout's 30 retries, each a fresh request
+
+
+@needs_bwrap
+def test_python_is_on_path_in_the_sandbox():
+    adapter = ClawEvalAdapter(root=str(CHECKOUT), judge="openai:http://127.0.0.1:9/v1#nobody")
+    task = _task(adapter, "fixture_T01_notes")
+    try:
+        with adapter.open(task) as env:
+            obs = env.step([ToolCall("Bash", {"command": "python -c 'print(6*7)'"}, id="a")])
+            assert "42" in obs[0].content, obs[0].content
+            snap = dataclasses.replace(env.task, env_snapshot_commands=["python -c 'print(2+3)'"])
+            env.task = snap
+            assert env.env_snapshot()["cmd:python -c 'print(2+3)'"]["stdout"].strip() == "5"
+    finally:
+        adapter.stop_services()
+
+
+def _fixture_task(**changes) -> ClawTask:
+    adapter = ClawEvalAdapter(root=str(CHECKOUT))
+    return dataclasses.replace(ClawTask(**_task(adapter, "fixture_T01_notes").payload), **changes)
+
+
+def test_fixture_paths_into_another_tasks_folder_resolve_from_the_checkout_root():
+    shared = "tasks/fixture_T01_notes/fixtures/notes.json"
+    task = _fixture_task(dir=str(CHECKOUT / "tasks" / "fixture_C01_multi_turn"), sandbox_files=[shared])
+    assert fixture_source(task, shared) == CHECKOUT / shared
+    assert skip_reason(task, env={}) is None
+    missing = _fixture_task(sandbox_files=["tasks/nowhere/x.json"])
+    assert "fixture file(s) not in the checkout" in skip_reason(missing, env={})
+
+
+def test_a_task_needing_a_missing_program_is_a_skip_naming_it(tmp_path):
+    (tmp_path / "task.yaml").write_text("env_snapshot_commands: ['ffprobe -v error out.mp4']\n")
+    (tmp_path / "grader.py").write_text("import subprocess  # runs ffmpeg on the result\n")
+    task = _fixture_task(dir=str(tmp_path), sandbox_files=[])
+    assert missing_programs(task, which=lambda name: None) == ["ffmpeg", "ffprobe"]
+    assert missing_programs(task, which=lambda name: f"/usr/bin/{name}") == []
+
+
+def _results(trials_per_task):
+    return [EpisodeResult(benchmark="claw_eval", task_id=t, trial=i, score=1.0, details={"split": "general"})
+            for t, n in trials_per_task.items() for i in range(n)]
+
+
+def test_avg_at_k_follows_the_runs_asked_for_and_labels_fewer_than_the_protocol():
+    adapter = ClawEvalAdapter(root=str(CHECKOUT))
+    adapter.runs_requested = 1
+    one = adapter.aggregate(_results({"a": 1, "b": 1}))
+    assert one["metric"].startswith("Avg@1 (%), protocol Avg@3 over 2 tasks run") and one["score"] == 100.0
+    assert "pass^1" in one and not one["comparable"]
+    assert any("fewer trials than the protocol's 3" in r for r in one["not_comparable_because"])
+    adapter.runs_requested = 3  # a missing trial counts 0 (protocol), not padded to the most trials seen
+    three = adapter.aggregate(_results({"a": 2, "b": 2}))
+    assert three["metric"].startswith("Avg@3 (%) over 2 tasks") and three["score"] == pytest.approx(200 / 3)
+    assert three["pass^3"] == 0.0
