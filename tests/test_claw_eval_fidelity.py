@@ -27,12 +27,11 @@ class _Judge(BaseHTTPRequestHandler):
     """An OpenAI-compatible chat endpoint that answers ``answers`` in turn (the last one repeats)."""
 
     answers: list[str] = []
-    asked: list[int] = []
+    asked: list[dict] = []
 
     def do_POST(self):  # noqa: N802
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
         n = len(self.asked)
-        self.asked.append(n)
+        self.asked.append(json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0)))))
         text = self.answers[min(n, len(self.answers) - 1)]
         body = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "judge",
                            "choices": [{"index": 0, "finish_reason": "stop",
@@ -145,3 +144,36 @@ def test_avg_at_k_follows_the_runs_asked_for_and_labels_fewer_than_the_protocol(
     three = adapter.aggregate(_results({"a": 2, "b": 2}))
     assert three["metric"].startswith("Avg@3 (%) over 2 tasks") and three["score"] == pytest.approx(200 / 3)
     assert three["pass^3"] == 0.0
+
+
+def test_system_prompt_tool_specs_and_simulated_user_are_the_checkouts(judge_server, tmp_path):
+    spec, handler = judge_server(["Lisbon, in May.", "[DONE]"])
+    adapter = ClawEvalAdapter(root=str(CHECKOUT), judge=spec, user_model=spec)
+    task = _task(adapter, "fixture_C01_multi_turn")
+    try:
+        with adapter.open(task) as env:
+            assert env.metadata["prompts"] == "checkout"
+            assert env.system_prompt.startswith("FIXTURE SYSTEM PROMPT (built by the checkout)\ntask=fixture_C01_multi_turn")
+            assert env.system_prompt.endswith("The user may not give every detail at first: ask.")  # the task's suffix
+            assert {t.name: t.description for t in env.tools}["Bash"] == "FIXTURE Bash spec."
+            episode = Episode(benchmark="claw_eval", task_id=task.id, messages=[
+                Message("user", env.first_user_message), Message("assistant", "Where and when?")])
+            assert env.next_user_turn(episode) == "[user_agent]\nLisbon, in May."
+            sent = handler.asked[0]
+            assert sent["max_tokens"] == 777 and sent["temperature"] == 0.3
+            assert sent["messages"][0]["content"].startswith("FIXTURE USER. Persona: You want a 3-day trip")
+            episode.messages += [Message("user", "[user_agent]\nLisbon, in May."), Message("assistant", "Booked.")]
+            assert env.next_user_turn(episode) is None and env.user_done and env.user_rounds == 1
+    finally:
+        adapter.stop_services()
+    # a checkout that cannot build its prompt: ours, and the result says so
+    import shutil
+    copy = tmp_path / "checkout"
+    shutil.copytree(CHECKOUT, copy)
+    (copy / "src" / "claw_eval" / "runner" / "system_prompt.py").unlink()
+    fallback = ClawEvalAdapter(root=str(copy), judge=spec)
+    try:
+        with fallback.open(_task(fallback, "fixture_T01_notes")) as env:
+            assert env.metadata["prompts"].startswith("ours (the checkout's prompt builder failed")
+    finally:
+        fallback.stop_services()

@@ -167,6 +167,7 @@ class ClawEvalAdapter(Adapter):
         trace = build_trace(episode, env.dispatches, audit, env.user_rounds,
                             int((ct.user_agent or {}).get("max_rounds", 0)) if env.multi_turn else 0, env.user_done)
         details: dict[str, Any] = {"split": ct.split, "category": ct.category, "sandbox": env.metadata["sandbox"],
+                                   "prompts": env.metadata.get("prompts"),
                                    "docker": "not used (local bubblewrap sandbox ran)", "judge": self.judge_spec,
                                    "n_dispatches": len(env.dispatches), "user_rounds": env.user_rounds}
         try:
@@ -215,10 +216,12 @@ class ClawEvalAdapter(Adapter):
         out["metric"] = (f"{metric} over {n_tasks} tasks run" +
                          (f" ({n_skipped_tasks} skipped, not in the mean)" if n_skipped_tasks else ""))
         reasons = ["local bubblewrap sandbox instead of the official Docker agent image (Dockerfile.agent)",
-                   "agent system prompt and simulated user's prompt are ours, not the checkout's "
-                   "(runner/system_prompt.py, runner/user_agent.py)",
                    "media tools of the official image (BrowserScreenshot, ReadMedia ...) and prompt attachments "
                    "are not passed"]
+        ours = sum(1 for r in scored if r.details.get("prompts") != "checkout")
+        if ours:
+            reasons.append(f"{ours} episodes used our agent system prompt / simulated user instead of the "
+                           "checkout's (runner/system_prompt.py, runner/user_agent.py could not be loaded)")
         if trials < self.runs_default:
             reasons.append(f"fewer trials than the protocol's {self.runs_default}: Avg@{trials}")
         if self.judge_max_tokens:

@@ -28,6 +28,7 @@ from unified.sandbox import Sandbox, ScratchSandbox
 from unified.sandbox.hostenv import DEFAULT_PATH
 from unified.types import Episode, Observation, ToolCall, ToolSpec
 
+from evaluators.claw_eval import official
 from evaluators.claw_eval.services import ServiceGroup, ServiceSpec
 from evaluators.claw_eval.tasks import ClawTask, fixture_source
 from evaluators.qwenclawbench.sandbox_ops import run_op, run_shell
@@ -66,6 +67,7 @@ SANDBOX_TOOLS = [
 ]
 NOT_OFFERED = ["BrowserScreenshot", "ReadMedia", "and the other media tools of the benchmark's Docker image"]
 
+# our fallbacks, used only when the checkout cannot build its own (official.py)
 SYSTEM_PROMPT = (
     "You are a personal assistant agent running inside OpenClaw. Use the available tools to do what the user "
     "asks; tool names are case-sensitive. Call tools directly through tool calls (never describe a call in "
@@ -104,14 +106,22 @@ class ClawEvalEnvironment(Environment):
         self.deadline = 0.0
         task_tools = [ToolSpec(t["name"], t["description"], t["parameters"]) for t in task.tools]
         names = {t.name for t in task_tools}
-        self.tools = task_tools + ([t for t in SANDBOX_TOOLS if t.name not in names] if sandbox_tools else [])
-        listing = "\n".join(f"- {t.name}: {t.description}" for t in self.tools) or "- (none)"
-        self.system_prompt = SYSTEM_PROMPT.format(ws=WORKSPACE, tools=listing)
+        sandbox = [t for t in SANDBOX_TOOLS if t.name not in names] if sandbox_tools else []
+        try:  # the checkout's own system prompt and sandbox tool specs (official.py)
+            setup = official.agent_setup(task.checkout, task.dir, [t.name for t in sandbox])
+            specs = {t["name"]: ToolSpec(t["name"], t["description"], t["input_schema"]) for t in setup["sandbox_tools"]}
+            sandbox = [specs.get(t.name, t) for t in sandbox]
+            self.system_prompt, self.prompts = setup["system_prompt"], "checkout"
+        except Exception as exc:  # a checkout without runner/system_prompt.py: ours, and the result says so
+            self.prompts = f"ours (the checkout's prompt builder failed: {str(exc)[:200]})"
+            listing = "\n".join(f"- {t.name}: {t.description}" for t in task_tools + sandbox) or "- (none)"
+            self.system_prompt = SYSTEM_PROMPT.format(ws=WORKSPACE, tools=listing)
+        self.tools = task_tools + sandbox
         suffix = (task.user_agent or {}).get("system_prompt_suffix") if self.multi_turn else None
         if suffix:
             self.system_prompt += "\n\n" + str(suffix).strip()
         self.first_user_message = task.prompt
-        self.metadata = {"sandbox": "bwrap" if sandbox_tools else "none",
+        self.metadata = {"sandbox": "bwrap" if sandbox_tools else "none", "prompts": self.prompts,
                          "docker": "not used (local bubblewrap sandbox ran)", "tools_not_offered": NOT_OFFERED}
 
     @property
@@ -228,6 +238,17 @@ class ClawEvalEnvironment(Environment):
             return None
         if self.user_rounds >= int(ua.get("max_rounds", 3)):
             return None
+        if self.prompts == "checkout":  # the checkout's UserAgent: its prompts, sampling and retries
+            config = self.user_endpoint.config
+            messages = [{"role": m.role, "content": m.content} for m in episode.messages
+                        if m.role in ("user", "assistant") and m.content]
+            reply = official.user_reply(self.task.checkout, persona=str(ua.get("persona", "")), messages=messages,
+                                        base_url=config.base_url, model=config.model, api_key=config.api_key)
+            if not reply:
+                self.user_done = True
+                return None
+            self.user_rounds += 1
+            return f"[user_agent]\n{reply}"
         lines = []
         for msg in episode.messages:
             if msg.role not in ("user", "assistant") or not msg.content:
