@@ -196,6 +196,9 @@ def test_rerun_resumes_finished_tasks(tiny_runs, tiny_checkpoint, monkeypatch):
 
 def test_compare_shows_general_deltas_with_stderr(tiny_runs, capsys):
     a, b = tiny_runs
+    # general.num_fewshot reached lm-eval: B's prompts carry one solved example before the question
+    assert all(row["arguments"]["gen_args_0"]["arg_0"].count("Question:") == 2 for row in _samples(b, MC).values())
+    assert all(row["arguments"]["gen_args_0"]["arg_0"].count("Question:") == 1 for row in _samples(a, MC).values())
     _cli("--compare", str(a), str(b))
     out = capsys.readouterr().out
     ta = json.loads((a / "summary.json").read_text())["general"]["tasks"]

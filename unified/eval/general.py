@@ -513,11 +513,12 @@ def _run_failure(task: str, exc: BaseException, task_manager: Any, base: dict[st
 
 
 def _save_outputs(tracker: Any, results: dict[str, Any], store: GeneralStore) -> list[str]:
-    """lm-eval's own results_*.json and samples_*.jsonl, through its EvaluationTracker."""
+    """lm-eval's own results_*.json and samples_*.jsonl, through its EvaluationTracker (this attempt's only:
+    their names carry the tracker's timestamp)."""
     samples = results.pop("samples", None) or {}
     tracker.save_results_aggregated(results=results, samples=samples)
     for name in results.get("configs", {}):
         if name in samples:
             tracker.save_results_samples(task_name=name, samples=samples[name])
-    root = Path(tracker.output_path)
-    return sorted(str(p.relative_to(store.run_dir)) for p in root.rglob("*") if p.is_file())
+    root, stamp = Path(tracker.output_path), getattr(tracker, "date_id", "")
+    return sorted(str(p.relative_to(store.run_dir)) for p in root.rglob("*") if p.is_file() and stamp in p.name)
