@@ -33,6 +33,8 @@ from typing import Any
 
 import httpx
 
+from unified.sandbox.hostenv import minimal_host_env
+
 _LIVE: set["ServiceGroup"] = set()
 _LIVE_LOCK = threading.Lock()
 
@@ -144,7 +146,8 @@ class ServiceGroup:
         argv = shlex.split(spec.command)
         if argv and argv[0] in ("python", "python3"):
             argv[0] = sys.executable
-        env = {k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy", "all_proxy")}
+        # an explicit environment: the services answer the agent's calls and must hold no host secret
+        env = {**minimal_host_env(), **{k: os.environ[k] for k in ("HOME", "TMPDIR") if k in os.environ}}
         env.update(self.extra_env)
         env.update(spec.env)
         env["PORT"] = str(self.port(spec))

@@ -114,3 +114,34 @@ def test_an_episode_never_records_a_host_secret(canaries):
     record = json.dumps(episodes[0].to_dict(), default=str)
     assert "token in use" in record and canaries["OPENAI_API_KEY"] not in record
     assert "[redacted $OPENAI_API_KEY]" in record
+
+
+ENV_ECHO_SERVICE = '''
+import json, os
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+class Echo(BaseHTTPRequestHandler):
+    def _answer(self):
+        body = json.dumps(dict(os.environ)).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    do_GET = do_POST = _answer
+
+HTTPServer(("127.0.0.1", int(os.environ["PORT"])), Echo).serve_forever()
+'''
+
+
+def test_claw_eval_mock_services_hold_no_host_secret(canaries, tmp_path):
+    """The mock services answer the agent's tool calls: they start with an explicit environment."""
+    import httpx
+
+    from evaluators.claw_eval.services import ServiceGroup, ServiceSpec
+
+    (tmp_path / "echo.py").write_text(ENV_ECHO_SERVICE)
+    spec = ServiceSpec(name="echo", command="python echo.py", port=9290, health_check="http://localhost:9290/",
+                       health_check_method="GET", env={"GIVEN": "by-the-task"})
+    with ServiceGroup([spec], tmp_path) as group:
+        seen = httpx.get(group.url("http://localhost:9290/"), trust_env=False).json()
+    assert seen["GIVEN"] == "by-the-task" and not set(canaries) & set(seen), sorted(seen)
