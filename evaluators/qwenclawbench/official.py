@@ -49,8 +49,12 @@ def load_lib_grading(root: Path) -> types.ModuleType:
         added = str(scripts) not in sys.path
         if added:
             sys.path.insert(0, str(scripts))  # lib_grading imports lib_agent and lib_tasks by name
+        sys.modules[name] = module  # dataclasses (with postponed annotations) look their module up there
         try:
             spec.loader.exec_module(module)  # type: ignore[union-attr]
+        except BaseException:
+            sys.modules.pop(name, None)
+            raise
         finally:
             if added:
                 sys.path.remove(str(scripts))
