@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="embedded", help="checkpoint spec (default: embedded)")
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--out", default="runs/demo", help="where the warmup and eval runs go (reruns resume)")
-    parser.add_argument("--warmup-steps", type=int, default=3, help="GSPO steps of the demo warmup")
+    parser.add_argument("--warmup-steps", type=int, default=2, help="GSPO steps of the demo warmup")
     parser.add_argument("--heldout", type=int, default=8,
                         help="held-out prompts scored before and after the warmup (greedy, rule-based reward)")
     parser.add_argument("--eval-limit", type=int, default=2, help="tasks per ood benchmark in the demo eval")
@@ -89,7 +89,9 @@ def main(argv: list[str] | None = None) -> int:
                                      enable_thinking=False)
     ids = tok(prompt, return_tensors="pt", add_special_tokens=False).to(loaded.device)
     start = time.time()
-    with torch.no_grad():
+    from unified.warmup.trainer import torch_threads
+
+    with torch.no_grad(), torch_threads(1, loaded.device):  # decoding: 1 thread (generation.cpu_threads)
         out = loaded.model.generate(**ids, max_new_tokens=args.max_new_tokens, do_sample=False,
                                     pad_token_id=tok.pad_token_id)
     completion = tok.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=False)
@@ -184,6 +186,7 @@ def _warmup(args, loaded, done: list[str]) -> dict:
     out = Path(args.out) / "warmup"
     overrides = [f"output_dir={out}", f"train.max_steps={args.warmup_steps}", f"train.save_steps={args.warmup_steps}",
                  f"data.train=[{REPO / 'data' / 'lwm'}]", f"data.heldout_size={args.heldout}",
+                 "data.max_prompt_tokens=320",  # 64 of the 108 samples; shorter prompts, faster steps than the recipe's 512
                  f"model.name_or_path={args.model}", "logging.wandb=false"]
     cfg = load_warmup_config(REPO / "recipes" / "warmup" / "embedded_cpu.yaml", overrides)
     print(f"[4] GSPO warmup: {cfg.train.max_steps} steps x {cfg.gspo.num_generations} completions per prompt, "
