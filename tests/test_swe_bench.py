@@ -5,6 +5,7 @@ or a wrong patch does not; tools behave; missing sources are clear skips."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,65 @@ def test_missing_sources_are_clear(monkeypatch, tmp_path):
     assert all("needs a copy of fixture/calc" in t.skip_reason for t in tasks)
     data.write_text('{"instance_id": "x__y-1", "repo": "x/y"}\n')
     assert "missing field(s)" in SWEBenchVerifiedAdapter(dataset=str(data), backend="local").tasks()[0].skip_reason
+
+
+# -- both dataset schemas, official names and checks -------------------------------------------
+
+
+def test_an_instance_that_cannot_be_graded_is_skipped_for_every_trial():
+    """A classic-schema row (princeton-nlp/SWE-bench_Verified: no eval_script/image) under swebench>=5, which
+    cannot build its test spec: every trial is a skip with the reason, whatever the patch (none scores 0)."""
+    from evaluators.swe_bench.grading import spec_builder
+
+    if not isinstance(spec_builder("classic"), str):
+        pytest.skip("the installed swebench builds classic rows (swebench<5): nothing to skip")
+    adapter = SWEBenchVerifiedAdapter(dataset=str(FIXTURES / "fixture_verified_classic.jsonl"), backend="local")
+    tasks = adapter.tasks()
+    assert len(tasks) == 2 and all("classic dataset schema" in t.skip_reason for t in tasks)
+    assert all("swebench==4.1.0" in t.skip_reason for t in tasks)
+    results = AgentLoop(adapter, GoldPolicy()).run([Job(t, trial) for t in tasks for trial in range(3)])
+    assert len(results) == 6 and all(r.skipped and r.score == 0.0 for r in results)
+    agg = adapter.aggregate(results)
+    assert agg["n_episodes"] == 0 and agg["skipped_instances"] == sorted(t.id for t in tasks)
+    assert "no instance ran" in agg["not_comparable_because"]
+
+
+def test_official_image_names_are_fully_qualified():
+    from evaluators.swe_bench.data import image_for
+
+    classic = {"instance_id": "django__django-11099", "repo": "django/django"}
+    assert image_for(classic, "verified") == "docker.io/swebench/sweb.eval.x86_64.django_1776_django-11099:latest"
+    assert image_for({"instance_id": "x", "image": "swebench/sweb.eval.x86_64.a_1776_b-1:latest"}, "verified") == \
+        "docker.io/swebench/sweb.eval.x86_64.a_1776_b-1:latest"
+    pro = {"instance_id": "instance_a__b-1", "dockerhub_tag": "a.b-1"}
+    assert image_for(pro, "pro") == "docker.io/jefzda/sweap-images:a.b-1"
+    adapter = SWEBenchVerifiedAdapter(dataset=str(FIXTURES / "fixture_verified.jsonl"), backend="local")
+    task = adapter.tasks()[0]
+    assert adapter.open(task).spec.image.startswith("docker.io/")
+
+
+def test_grading_has_the_network_and_pro_parses_with_python(tmp_path):
+    adapter = SWEBenchProAdapter(dataset=str(FIXTURES / "fixture_pro.jsonl"), backend="local")
+    assert adapter.grading_network is True and adapter._spec(adapter.tasks()[0].payload["row"], True).network
+    task = adapter.tasks()[0]
+    results = AgentLoop(adapter, GoldPolicy()).run([Job(task, 0)])
+    assert results[0].score == 1.0 and results[0].details["grading_network"] is True
+    assert "\npython /tmp/unified-eval/parser.py /tmp/unified-eval/stdout.log" in results[0].details["entryscript"]
+
+
+def test_a_patch_already_in_the_tree_counts_as_applied_as_in_the_official_harness():
+    from evaluators.swe_bench.environment import FIXED_GIT_ENV, open_repository
+    from evaluators.swe_bench.grading import grade_verified
+
+    adapter = SWEBenchVerifiedAdapter(dataset=str(FIXTURES / "fixture_verified.jsonl"), backend="local")
+    task = adapter.tasks()[0]
+    row = task.payload["row"]
+    with open_repository(adapter._backend(), adapter._spec(row), row["base_commit"],
+                         FIXTURES / "repos" / "fixture__calc") as session:
+        session.write_file("/tmp/unified-eval/gold.diff", row["patch"])
+        # the fix is already committed, so every apply command fails even after the resets between them
+        assert session.exec("git apply /tmp/unified-eval/gold.diff && git commit -qam fixed", env=FIXED_GIT_ENV).ok
+        # a patch whose preimage blobs the repository lacks (as for any model patch), so --3way cannot merge it
+        patch = re.sub(r"^index [0-9a-f]+\.\.[0-9a-f]+", "index 1234567..89abcde", row["patch"], flags=re.M)
+        graded = grade_verified(session, row, patch, 600)
+    assert graded["patch_already_applied"] and graded["patch_applied"] and graded["resolved"]

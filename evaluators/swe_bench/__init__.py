@@ -14,9 +14,17 @@ Config keys (``--set benchmarks.swe_bench_verified.KEY=VALUE``, same for ``swe_b
 ``instances``       only these instance ids (comma-separated)
 ``exec_timeout_s``  limit of one tool call (default 180); ``eval_timeout_s`` of grading (1800)
 ``memory_mb``       memory of the environment (default 4096)
+``network``         network during rollouts (default off); ``grading_network`` during grading
+                    (default on: the official harnesses' containers have it, and some Pro run
+                    scripts fetch packages)
 
-Rollouts run in the instance's environment; grading runs in a *fresh* one (as the official
-harnesses do), so nothing but the patch carries over. Results record the backend and patch.
+Rollouts run in the instance's environment (its official image, fully qualified: see
+:func:`.data.image_for`); grading runs in a *fresh* one (as the official harnesses do), so
+nothing but the patch carries over. Whether an instance can be graded here is decided before
+its first rollout: one that cannot (a classic-schema row without a swebench that builds its
+test spec, a Pro instance without run scripts) is skipped for every trial with the reason, and
+never scores 0 on some. Results record the backend, image and patch; the aggregate says what
+separates the run from the published protocol (``comparable``, ``not_comparable_because``).
 """
 
 from __future__ import annotations
@@ -26,34 +34,64 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from unified.eval.adapter import Adapter, BenchmarkUnavailable, Environment, Task, config_list, require_execution_backend
+from unified.eval.adapter import (
+    Adapter,
+    BenchmarkUnavailable,
+    Environment,
+    Task,
+    config_list,
+    limit_runnable,
+    require_execution_backend,
+)
 from unified.types import Episode, EpisodeResult, ToolCall
 
-from evaluators.swe_bench.data import check_rows, image_for, load_rows, resolve_source
+from evaluators.swe_bench.data import check_rows, image_for, load_rows, resolve_source, row_schema
 from evaluators.swe_bench.environment import SWEEnvironment, environment_spec, open_repository, repo_source
-from evaluators.swe_bench.grading import grade_pro, grade_verified, swebench_unavailable
+from evaluators.swe_bench.grading import grade_pro, grade_verified, grading_problem
 
 __all__ = ["SWEBenchProAdapter", "SWEBenchVerifiedAdapter", "aggregate_resolved"]
 
 
+def _flag(value: Any) -> bool:
+    return value if isinstance(value, bool) else str(value).strip().lower() in ("1", "true", "on", "yes")
 
-def aggregate_resolved(results: list[EpisodeResult]) -> dict[str, Any]:
+
+
+def aggregate_resolved(results: list[EpisodeResult], runs_protocol: int = 3) -> dict[str, Any]:
     """% resolved: per instance the mean over its rollouts, then the mean over instances.
 
     ``score = 100 * mean_i( mean_r resolved[i, r] )``; ``per_rollout[r]`` is the % resolved of
-    rollout ``r`` alone.
+    rollout ``r`` alone. Skipped and crashed episodes are counted apart, never as unresolved.
     """
-    scored = [r for r in results if r.skipped is None]
+    scored = [r for r in results if r.skipped is None and r.error is None]
     by_task: dict[str, list[float]] = {}
     by_run: dict[int, list[float]] = {}
     for r in scored:
         by_task.setdefault(r.task_id, []).append(r.score)
         by_run.setdefault(r.trial, []).append(r.score)
     means = [statistics.fmean(v) for v in by_task.values()]
+    backends = sorted({str(r.details.get("backend")) for r in scored if r.details.get("backend")})
+    skipped = sorted({r.task_id for r in results if r.skipped is not None})
+    errored = [r for r in results if r.skipped is None and r.error is not None]
+    reasons = []
+    if "local" in backends:
+        reasons.append("local sandbox instead of the instance's image")
+    if any(r.details.get("grading_network") is False for r in scored):
+        reasons.append("network off while grading")
+    if by_task and min(len(v) for v in by_task.values()) < runs_protocol:
+        reasons.append(f"fewer runs than the protocol ({min(len(v) for v in by_task.values())} < {runs_protocol})")
+    if skipped:
+        reasons.append(f"{len(skipped)} instance(s) skipped")
+    if errored:
+        reasons.append(f"{len(errored)} episode(s) failed to run or grade")
+    if not scored:
+        reasons.append("no instance ran")
     return {"score": 100.0 * statistics.fmean(means) if means else 0.0, "metric": "% resolved, mean over rollouts",
-            "n_instances": len(by_task), "n_episodes": len(scored), "skipped": len(results) - len(scored),
+            "n_instances": len(by_task), "n_episodes": len(scored),
+            "skipped": len(results) - len(scored) - len(errored), "skipped_instances": skipped,
+            "errored": len(errored),
             "per_rollout": {str(k): 100.0 * statistics.fmean(v) for k, v in sorted(by_run.items())},
-            "backends": sorted({str(r.details.get("backend")) for r in scored if r.details.get("backend")})}
+            "backends": backends, "comparable": not reasons, "not_comparable_because": reasons}
 
 
 class _SWEBenchAdapter(Adapter):
@@ -72,6 +110,8 @@ class _SWEBenchAdapter(Adapter):
         self.exec_timeout_s = float(config.get("exec_timeout_s", 180))
         self.eval_timeout_s = float(config.get("eval_timeout_s", 1800))
         self.memory_mb = int(config.get("memory_mb", 4096))
+        self.network = _flag(config.get("network", False))
+        self.grading_network = _flag(config.get("grading_network", True))
 
     def _backend(self):
         return require_execution_backend(self.backend_name)
@@ -84,67 +124,64 @@ class _SWEBenchAdapter(Adapter):
         repos = Path(self.repos_dir) if self.repos_dir else (local_dir / "repos" if local_dir else None)
         scripts = Path(self.scripts_dir) if self.scripts_dir else (
             local_dir / "fixture_pro_run_scripts" if local_dir else None)
-        grading_problem = swebench_unavailable() if self.variant == "verified" else None
         out = []
         for row, problem in check_rows(rows, self.variant, source):
             iid = str(row.get("instance_id"))
             if self.only and iid not in self.only:
                 continue
             skip = problem
+            if skip is None:  # decided once for every trial: never graded on some and skipped on others
+                skip = grading_problem(row, self.variant, scripts if scripts and scripts.is_dir() else None)
+                skip = f"cannot grade: {skip}" if skip else None
             if skip is None and backend.name == "local" and repo_source(repos, str(row["repo"])) is None:
                 skip = (f"the local backend needs a copy of {row['repo']} under repos_dir ({repos}); "
                         "use a container engine (--set benchmarks.NAME.backend=docker) for the real instances")
             payload = {"row": row, "repos_dir": str(repos) if repos else None,
-                       "scripts_dir": str(scripts) if scripts else None, "grading_problem": grading_problem}
+                       "scripts_dir": str(scripts) if scripts else None,
+                       "dataset_schema": row_schema(row) if self.variant == "verified" else "pro"}
             out.append(Task(id=iid, benchmark=self.name, split=self.variant, group=str(row.get("repo", "")),
                             payload=payload, skip_reason=skip))
         if not out:
             raise BenchmarkUnavailable(f"no instances in {source}" + (f" matching {self.only}" if self.only else ""))
-        return out[:limit] if limit else out
+        return limit_runnable(out, limit)
 
-    def _spec(self, row: dict[str, Any]):
-        return environment_spec(self.workdir, image_for(row, self.variant), self.exec_timeout_s, self.memory_mb,
+    def _spec(self, row: dict[str, Any], network: bool = False):
+        spec = environment_spec(self.workdir, image_for(row, self.variant), self.exec_timeout_s, self.memory_mb,
                                 str(row["instance_id"]))
+        spec.network = network
+        return spec
 
     def open(self, task: Task) -> Environment:
         row = task.payload["row"]
         repos = task.payload.get("repos_dir")
-        return SWEEnvironment(row, self.variant, self._backend(), self._spec(row),
+        return SWEEnvironment(row, self.variant, self._backend(), self._spec(row, self.network),
                               repo_source(Path(repos) if repos else None, str(row["repo"])))
 
     def score(self, task: Task, episode: Episode, env: Environment) -> EpisodeResult:
         assert isinstance(env, SWEEnvironment)
         row = task.payload["row"]
         patch = env.final_patch()
-        details: dict[str, Any] = {"backend": env.session.backend if env.session else None, "model_patch": patch}
+        details: dict[str, Any] = {"backend": env.session.backend if env.session else None, "model_patch": patch,
+                                   "image": env.spec.image, "grading_network": self.grading_network,
+                                   "dataset_schema": task.payload.get("dataset_schema")}
         if not patch.strip():
             details.update({"resolved": False, "reason": "empty patch"})
             return EpisodeResult(self.name, task.id, episode.trial, 0.0, passed=False, details=details)
-        if task.payload.get("grading_problem"):
-            return EpisodeResult(self.name, task.id, episode.trial, 0.0, details=details,
-                                 skipped=f"cannot grade: {task.payload['grading_problem']}")
         repos = task.payload.get("repos_dir")
-        with open_repository(self._backend(), self._spec(row), row["base_commit"],
+        with open_repository(self._backend(), self._spec(row, self.grading_network), row["base_commit"],
                              repo_source(Path(repos) if repos else None, str(row["repo"]))) as fresh:
             if self.variant == "verified":
                 graded = grade_verified(fresh, row, patch, self.eval_timeout_s,
                                         log_dir=(self.work_dir / "logs") if self.work_dir else None)
             else:
-                scripts = task.payload.get("scripts_dir")
-                if not scripts:
-                    return EpisodeResult(self.name, task.id, episode.trial, 0.0, details=details,
-                                         skipped="no SWE-bench Pro run_scripts (set $SWE_BENCH_PRO_SCRIPTS)")
-                graded = grade_pro(fresh, row, patch, Path(scripts), self.eval_timeout_s)
+                graded = grade_pro(fresh, row, patch, Path(task.payload["scripts_dir"]), self.eval_timeout_s)
         details.update(graded)
-        if graded.get("grading_skipped"):
-            return EpisodeResult(self.name, task.id, episode.trial, 0.0, details=details,
-                                 skipped=graded["grading_skipped"])
         resolved = bool(graded.get("resolved"))
         return EpisodeResult(self.name, task.id, episode.trial, 1.0 if resolved else 0.0, passed=resolved,
                              details=details)
 
     def aggregate(self, results: list[EpisodeResult]) -> dict[str, Any]:
-        return aggregate_resolved(results)
+        return aggregate_resolved(results, self.runs_default)
 
     def gold_turns(self, task: Task) -> list[list[ToolCall]]:
         patch = task.payload["row"]["patch"]

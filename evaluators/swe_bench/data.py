@@ -8,9 +8,12 @@ Sources, first that is set:
 - ``$SWE_BENCH_VERIFIED_DATA`` / ``$SWE_BENCH_PRO_DATA``;
 - ``$UNIFIED_FIXTURES_DIR/swe_bench/fixture_{verified,pro}.jsonl`` (our fixture instances).
 
-Fields used (Verified, the swebench>=5 dataset schema): ``instance_id, repo, base_commit,
-problem_statement, patch, test_patch, FAIL_TO_PASS, PASS_TO_PASS`` and, for grading,
-``image, eval_script, log_parser, eval_type``. Pro: ``instance_id, repo, base_commit,
+Fields used (Verified): ``instance_id, repo, base_commit, problem_statement, patch,
+test_patch, FAIL_TO_PASS, PASS_TO_PASS``, and for grading either the swebench>=5 dataset schema
+(the row carries ``image, eval_script, log_parser, eval_type``: ``SWE-bench/SWE-bench_Verified``
+today) or the classic one (``version``, ``environment_setup_commit``, no eval script:
+``princeton-nlp/SWE-bench_Verified``), whose test spec only swebench<5 can build
+(:func:`row_schema`, :mod:`.grading`). Pro: ``instance_id, repo, base_commit,
 problem_statement, requirements, interface, patch, test_patch, fail_to_pass, pass_to_pass``
 (Python-literal lists), ``before_repo_set_cmd, selected_test_files_to_run, dockerhub_tag``.
 """
@@ -127,11 +130,30 @@ def selected_tests(row: dict[str, Any]) -> list[str]:
     return _as_list(row.get("selected_test_files_to_run"), "selected_test_files_to_run", str(row.get("instance_id")))
 
 
+SWEBENCH5_FIELDS = ("image", "eval_script", "log_parser", "eval_type")
+
+
+def row_schema(row: dict[str, Any]) -> str:
+    """``swebench5`` when the row carries its own eval script and image, else ``classic``."""
+    return "swebench5" if all(row.get(k) for k in SWEBENCH5_FIELDS) else "classic"
+
+
 def image_for(row: dict[str, Any], variant: str) -> str:
-    """The instance's evaluation image (dataset ``image``; Pro: ``jefzda/sweap-images:<dockerhub_tag>``)."""
+    """The instance's official evaluation image, fully qualified (``docker.io/...``) so podman pulls it.
+
+    Verified: the row's ``image`` (swebench>=5 schema), else the name swebench derives for the
+    instance (``swebench.task.checks.expected_image``: ``swebench/sweb.eval.x86_64.<id>:latest``
+    with ``__`` spelled ``_1776_``). Pro: ``jefzda/sweap-images:<dockerhub_tag>``.
+    """
+    from unified.execution.containers import qualify_image
+
     if row.get("image"):
-        return str(row["image"])
+        return qualify_image(str(row["image"]))
     if variant == "pro" and row.get("dockerhub_tag"):
-        return f"jefzda/sweap-images:{row['dockerhub_tag']}"
-    iid = str(row["instance_id"]).replace("__", "_1776_").lower()
-    return f"swebench/sweb.eval.x86_64.{iid}:latest"
+        return qualify_image(f"jefzda/sweap-images:{row['dockerhub_tag']}")
+    try:
+        from swebench.task.checks import expected_image
+    except ImportError:  # swebench<5 or none: the same rule, spelled out
+        key = f"sweb.eval.x86_64.{row['instance_id']}:latest".lower()
+        return qualify_image(f"swebench/{key}".replace("__", "_1776_"))
+    return qualify_image(expected_image(str(row["instance_id"])))

@@ -1,14 +1,23 @@
 """Official grading of a SWE-bench patch, in a fresh environment on any execution backend.
 
 SWE-bench Verified, with the ``swebench`` package's harness pieces: its ``TestSpec``
-(``make_test_spec``: eval script, log parser, eval type), its patch-apply commands, its log
-grading (``get_eval_report``). The harness's own runner talks to a Docker daemon only; running
-the same steps through :mod:`unified.execution` lets podman, apptainer and the local sandbox
-grade too. Resolved = every FAIL_TO_PASS and PASS_TO_PASS test passes (``RESOLVED_FULL``).
+(``make_test_spec``: eval script, log parser, eval type), its patch-apply commands and the
+"already applied" reverse check of its ``run_evaluation`` (when every apply command fails,
+``git apply --check --reverse`` passing means the patch is in), its log grading
+(``get_eval_report``). A row in the swebench>=5 schema is built with swebench>=5's
+``swebench.harness.utils.make_test_spec``; a classic row with swebench<5's
+``swebench.harness.test_spec.test_spec.make_test_spec`` (swebench 5 dropped the per-repository
+specs that build a classic row's eval script). Which of the two an instance needs, and whether
+the installed swebench has it, is decided before any rollout (:func:`grading_problem`), so an
+instance that cannot be graded is skipped for every trial. The harness's own runner talks to a
+Docker daemon only; running the same steps through :mod:`unified.execution` lets podman,
+apptainer and the local sandbox grade too. Resolved = every FAIL_TO_PASS and PASS_TO_PASS test
+passes (``RESOLVED_FULL``). Grading has the network, as the official harnesses' containers do.
 
 SWE-bench Pro, as its ``swe_bench_pro_eval.py`` does: reset to ``base_commit``, ``git apply``
 the patch, the last line of ``before_repo_set_cmd``, the instance's ``run_script.sh`` on
-``selected_test_files_to_run``, its ``parser.py`` into ``output.json``; resolved = every test of
+``selected_test_files_to_run``, its ``parser.py`` (run as ``python``, as the official entry script
+does) into ``output.json``; resolved = every test of
 ``fail_to_pass`` and ``pass_to_pass`` is PASSED. The per-instance scripts come from a checkout
 of the SWE-bench Pro repository (``run_scripts/<instance_id>/``).
 
@@ -24,16 +33,52 @@ from typing import Any
 
 from unified.execution import ExecutionSession
 
-from evaluators.swe_bench.data import selected_tests, test_lists
+from evaluators.swe_bench.data import row_schema, selected_tests, test_lists
 
 
 def swebench_unavailable() -> str | None:
     """None when the swebench package can grade, else why not."""
     try:
         import swebench.harness.grading  # noqa: F401
-        from swebench.harness.utils import make_test_spec  # noqa: F401
     except ImportError as exc:
-        return f"the swebench package is missing or too old ({exc}); pip install 'swebench>=5.0.2'"
+        return f"the swebench package is missing ({exc}); pip install 'swebench>=5.0.2'"
+    return None
+
+
+def spec_builder(schema: str):
+    """swebench's ``make_test_spec`` for rows of ``schema`` (``swebench5``/``classic``), or a string: why none."""
+    problem = swebench_unavailable()
+    if problem:
+        return problem
+    if schema == "swebench5":
+        try:
+            from swebench.harness.utils import make_test_spec
+        except ImportError:
+            return ("this row is in the swebench>=5 dataset schema (image/eval_script/log_parser/eval_type) but the "
+                    "installed swebench is older; pip install 'swebench>=5.0.2'")
+        return make_test_spec
+    try:
+        from swebench.harness.test_spec.test_spec import make_test_spec as legacy
+    except ImportError:
+        import swebench
+
+        return (f"this row is in the classic dataset schema (no eval_script/image), whose test spec only swebench<5 "
+                f"can build (installed: {getattr(swebench, '__version__', '?')}); use the current "
+                "SWE-bench/SWE-bench_Verified dataset (it carries eval_script) or pip install 'swebench==4.1.0'")
+    return lambda row: legacy(row, namespace="swebench")
+
+
+def grading_problem(row: dict[str, Any], variant: str, scripts_dir: Path | None) -> str | None:
+    """Why this instance cannot be graded here (None: it can); checked before any rollout."""
+    if variant == "verified":
+        builder = spec_builder(row_schema(row))
+        return builder if isinstance(builder, str) else None
+    iid = str(row["instance_id"])
+    if scripts_dir is None:
+        return "no SWE-bench Pro run_scripts (set $SWE_BENCH_PRO_SCRIPTS to run_scripts/ of a SWE-bench_Pro-os checkout)"
+    folder = Path(scripts_dir) / iid
+    if not (folder / "run_script.sh").is_file() or not (folder / "parser.py").is_file():
+        return f"no run_script.sh/parser.py for {iid} under {scripts_dir}"
     return None
 
 
@@ -43,17 +88,17 @@ def grade_verified(session: ExecutionSession, row: dict[str, Any], patch: str, t
     from swebench.harness.constants import APPLY_PATCH_FAIL, APPLY_PATCH_PASS, TESTS_TIMEOUT
     from swebench.harness.grading import get_eval_report
     from swebench.harness.run_evaluation import GIT_APPLY_CMDS
-    from swebench.harness.utils import make_test_spec
 
-    missing = [k for k in ("image", "eval_script", "log_parser", "eval_type") if not row.get(k)]
-    if missing:
-        return {"resolved": False, "grading_skipped": f"instance lacks {missing} (the swebench>=5 dataset "
-                f"schema carries them); cannot grade"}
-    spec = make_test_spec(row)
-    details: dict[str, Any] = {"backend": session.backend, "patch_lines": patch.count("\n")}
+    builder = spec_builder(row_schema(row))
+    if isinstance(builder, str):
+        raise RuntimeError(f"cannot grade {row['instance_id']}: {builder}")
+    spec = builder(row)
+    details: dict[str, Any] = {"backend": session.backend, "patch_lines": patch.count("\n"),
+                               "dataset_schema": row_schema(row)}
     log = []
     session.write_file("/tmp/unified-eval/patch.diff", patch)
     applied = False
+    res = None
     for attempt, cmd in enumerate(GIT_APPLY_CMDS):
         if attempt:
             session.exec("git checkout -- . ; git clean -fd", timeout_s=120)
@@ -62,11 +107,16 @@ def grade_verified(session: ExecutionSession, row: dict[str, Any], patch: str, t
             applied = True
             log.append(f"{APPLY_PATCH_PASS}:\n{res.output()}")
             break
+    if not applied:  # the official "already applied" check: the chain can leave the patch in place
+        if session.exec("git apply --check --reverse /tmp/unified-eval/patch.diff", timeout_s=120).exit_code == 0:
+            applied = True
+            details["patch_already_applied"] = True
+            log.append(f"{APPLY_PATCH_PASS}: verified already applied")
     if not applied:
-        log.append(f"{APPLY_PATCH_FAIL}")
+        log.append(f"{APPLY_PATCH_FAIL}:\n{res.output() if res is not None else ''}")
     else:
         session.write_file("/tmp/unified-eval/eval.sh", spec.eval_script, mode=0o755)
-        res = session.exec("bash /tmp/unified-eval/eval.sh 2>&1", timeout_s=timeout_s)
+        res = session.exec("/bin/bash /tmp/unified-eval/eval.sh 2>&1", timeout_s=timeout_s)
         log.append(res.stdout)
         if res.timed_out:
             log.append(f"\n{TESTS_TIMEOUT}\n")
@@ -90,8 +140,9 @@ def grade_pro(session: ExecutionSession, row: dict[str, Any], patch: str, script
     """SWE-bench Pro's entry script in ``session``; resolved iff F2P and P2P tests all PASSED."""
     iid = row["instance_id"]
     folder = Path(scripts_dir) / iid
-    if not (folder / "run_script.sh").is_file() or not (folder / "parser.py").is_file():
-        return {"resolved": False, "grading_skipped": f"no run_script.sh/parser.py for {iid} under {scripts_dir}"}
+    problem = grading_problem(row, "pro", scripts_dir)
+    if problem:
+        raise RuntimeError(f"cannot grade {iid}: {problem}")
     work = "/tmp/unified-eval"
     session.write_file(f"{work}/patch.diff", _strip_binary_hunks(patch))
     session.write_file(f"{work}/test_patch.diff", row.get("test_patch") or "")
@@ -100,13 +151,16 @@ def grade_pro(session: ExecutionSession, row: dict[str, Any], patch: str, script
     before = str(row.get("before_repo_set_cmd") or "").strip().split("\n")[-1]
     tests = ",".join(selected_tests(row))
     base = row["base_commit"]
-    script = "\n".join([f"cd {session.workdir}", f"git reset --hard {base}", f"git checkout {base}",
+    # the official entry script runs `python`; where an environment has only python3 (the local sandbox on
+    # some hosts) a function stands in for it, so the official line itself stays unchanged
+    shim = "command -v python >/dev/null 2>&1 || python() { python3 \"$@\"; }"
+    script = "\n".join([shim, f"cd {session.workdir}", f"git reset --hard {base}", f"git checkout {base}",
                         f"git apply -v {work}/patch.diff", before,
                         f"bash {work}/run_script.sh {tests} > {work}/stdout.log 2> {work}/stderr.log",
-                        f"python3 {work}/parser.py {work}/stdout.log {work}/stderr.log {work}/output.json"])
+                        f"python {work}/parser.py {work}/stdout.log {work}/stderr.log {work}/output.json"])
     session.write_file(f"{work}/entryscript.sh", script + "\n")
     res = session.exec(["bash", f"{work}/entryscript.sh"], timeout_s=timeout_s)
-    details: dict[str, Any] = {"backend": session.backend, "entryscript_exit_code": res.exit_code,
+    details: dict[str, Any] = {"backend": session.backend, "entryscript": script, "entryscript_exit_code": res.exit_code,
                                "timed_out": res.timed_out, "entryscript_output": res.output()[-3000:]}
     try:
         output = json.loads(session.read_file(f"{work}/output.json"))
