@@ -13,6 +13,7 @@ import pytest
 from evaluators.qwenclawbench import QwenClawBenchAdapter, external_skip, official
 from evaluators.qwenclawbench.tasks import QCBTask
 from unified.types import EpisodeResult
+from _requires import needs_bwrap
 
 CHECKOUT = Path(__file__).parent / "fixtures" / "qwenclawbench" / "fixture_checkout"
 
@@ -93,3 +94,38 @@ def test_aggregate_says_what_differs_from_the_official_harness():
     assert agg["comparable"] is False
     assert any("not OpenClaw's full tool set" in r for r in agg["not_comparable_because"])
     assert not any("judge prompt/parser: ours" in r for r in agg["not_comparable_because"])
+
+
+@needs_bwrap
+def test_same_transcript_same_automated_score_as_the_checkouts_grader(tmp_path):
+    """Our sandboxed run of a task's grade() vs the checkout's ``_grade_automated`` in-process, on
+    the same transcript and the same final workspace (task 001: a grader that only reads)."""
+    import shutil
+    import types
+
+    from evaluators.qwenclawbench.environment import transcript_from_episode
+    from evaluators.qwenclawbench.grading import run_automated_checks
+    from unified.types import Episode, Message, ToolCall
+
+    adapter = QwenClawBenchAdapter(root=str(CHECKOUT), judge="openai:http://127.0.0.1:9/v1#nobody")
+    task = next(t for t in adapter.tasks() if t.id == "task_fixture_001_sales_total")
+    qt = QCBTask(**task.payload)
+    lib = official.load_lib_grading(CHECKOUT)
+    seen = set()
+    for final, wrote in (("The total is 250.", "250"), ("I could not do it.", None)):
+        with adapter.open(task) as env:
+            calls = [ToolCall("write", {"path": "total.txt", "content": wrote}, id="1")] if wrote else []
+            obs = env.step(calls) if calls else []
+            episode = Episode(benchmark="qwenclawbench", task_id=task.id, messages=[
+                Message("user", qt.prompt), Message("assistant", "", tool_calls=calls),
+                *[Message("tool", o.content, tool_call_id=c.id, name=c.name) for o, c in zip(obs, calls)],
+                Message("assistant", final)])
+            transcript = transcript_from_episode(episode)
+            ours = run_automated_checks(qt.grading_code, transcript, env.workspace)
+            copy = tmp_path / f"ws_{bool(wrote)}"
+            shutil.copytree(env.workspace, copy)
+        theirs = lib._grade_automated(types.SimpleNamespace(automated_checks=qt.automated_checks),
+                                      {"transcript": transcript, "workspace": str(copy)})
+        assert ours["score"] == pytest.approx(theirs.score), (final, ours)
+        seen.add(round(theirs.score, 6))
+    assert len(seen) == 2  # a passing and a failing transcript
