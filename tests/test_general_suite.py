@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -44,7 +45,8 @@ def _general_args(out: Path, model: str, tasks: list[str], *extra: str) -> list[
 
 def _samples(run_dir: Path, task: str) -> dict[int, dict]:
     """lm-eval's own per-sample records of ``task`` (its samples_<task>_*.jsonl beside the results)."""
-    files = sorted((run_dir / "general" / "lm_eval").rglob(f"samples_{task}_*.jsonl"))
+    pattern = re.compile(rf"samples_{re.escape(task)}_\d{{4}}-.*\.jsonl")  # not samples_{task}_alt_...
+    files = sorted(p for p in (run_dir / "general" / "lm_eval").rglob("samples_*.jsonl") if pattern.fullmatch(p.name))
     assert files, f"no lm-eval samples file for {task} under {run_dir}"
     return {row["doc_id"]: row for row in map(json.loads, files[-1].read_text().splitlines())}
 
