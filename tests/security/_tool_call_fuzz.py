@@ -203,17 +203,21 @@ OPERATORS: dict[str, Callable[[str, random.Random], str]] = {
 }
 
 
+def mutate(text: str, rng: random.Random) -> tuple[list[str], str]:
+    """One to three operators applied to the completion ``text``: (their names, the result)."""
+    applied = rng.sample(list(OPERATORS), rng.choice([1, 1, 1, 2, 3]))
+    for name in applied:
+        text = OPERATORS[name](text, rng)
+    if rng.random() < 0.5:
+        text = "I will call the tool.\n</think>\n\n" + text
+    return applied, text
+
+
 def mutations(n: int, seed: int = 0) -> Iterator[tuple[list[str], str]]:
     """``n`` mutated completions: (operators applied, completion text)."""
     rng = random.Random(seed)
-    names = list(OPERATORS)
     for _ in range(n):
         _, text = valid_call(rng)
-        if rng.random() < 0.3:  # several calls in one completion, one of them mutated
+        if rng.random() < 0.3:  # several calls in one completion
             text = text + "\n" + valid_call(rng)[1]
-        applied = rng.sample(names, rng.choice([1, 1, 1, 2, 3]))
-        for name in applied:
-            text = OPERATORS[name](text, rng)
-        if rng.random() < 0.5:
-            text = "I will call the tool.\n</think>\n\n" + text
-        yield applied, text
+        yield mutate(text, rng)

@@ -23,6 +23,7 @@ import sys
 
 from unified.config import ConfigError, add_recipe_arguments, apply_overrides, dump_yaml, from_dict, read_yaml
 from unified.eval.runner import EvalConfig, run_eval
+from unified.eval.store import RunDirError
 from unified.registry import UnknownNameError
 
 # flag -> config key (flags left at None do not override the recipe)
@@ -129,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         summary = run_eval(cfg)
     except (UnknownNameError, ConfigError) as exc:  # a misspelt name ("did you mean"), options that cannot run
         parser.error(str(exc))
+    except RunDirError as exc:  # --out unwritable, or in use by another run (named): one line, no traceback
+        parser.exit(2, f"{parser.prog}: error: --out {cfg.out}: {exc}\n")
     from unified.eval.report import render_markdown
 
     print(render_markdown(summary))

@@ -22,7 +22,7 @@ from unified.eval.adapter import (SUITES, BenchmarkUnavailable, expand_benchmark
                                   select_task_ids)
 from unified.eval.general import GENERAL_SUITE, GeneralConfig, run_general, split_suites
 from unified.eval.report import benchmark_entry, write_summary
-from unified.eval.store import BenchmarkStore, write_json_atomic
+from unified.eval.store import BenchmarkStore, RunDirLock, write_json_atomic
 from unified.policy.base import Policy, SamplingConfig, make_policy
 from unified.registry import UnknownNameError
 
@@ -104,7 +104,16 @@ class _Progress:
 
 
 def run_eval(cfg: EvalConfig, *, policy: Policy | None = None) -> dict[str, Any]:
-    """Run (or resume) the evaluation described by ``cfg``; returns the summary."""
+    """Run (or resume) the evaluation described by ``cfg``; returns the summary.
+
+    The run directory is held for the whole run (:class:`unified.eval.store.RunDirLock`): a
+    second run on the same ``--out`` raises :class:`unified.eval.store.RunDirError` naming this one.
+    """
+    with RunDirLock(cfg.out):
+        return _run_eval(cfg, policy=policy)
+
+
+def _run_eval(cfg: EvalConfig, *, policy: Policy | None = None) -> dict[str, Any]:
     agent_suites, want_general = split_suites(cfg.suite)
     names = list(dict.fromkeys([n for s in agent_suites for n in expand_benchmarks(s)]
                                + expand_benchmarks(None, cfg.benchmarks)))
