@@ -100,6 +100,13 @@ def test_chat_template_over_completions_without_a_tokenizer_is_a_clear_error(tmp
     assert "general.tokenizer=CHECKPOINT_DIR" in capsys.readouterr().err
 
 
+def test_a_model_path_that_is_no_checkpoint_is_one_clear_line(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        cli.main(_general_args(tmp_path, str(tmp_path / "no_such_checkpoint"), [MC]))
+    err = capsys.readouterr().err
+    assert "checkpoint not found" in err and "no_such_checkpoint" in err and "Traceback" not in err
+
+
 def test_unknown_task_says_did_you_mean(tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli.main(_general_args(tmp_path, "embedded", ["unified_fixture_mcq"]))

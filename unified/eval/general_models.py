@@ -50,6 +50,16 @@ def check_options(model: str, cfg: Any, backend: str | None = None) -> None:
     """Option combinations lm-eval cannot run, as a ConfigError before any task starts."""
     from unified.config import ConfigError
 
+    if model == "gold":
+        raise ConfigError("--model gold replays agent-benchmark answers; the general suite needs a real model")
+    if not (model.startswith(("openai:", "vllm:")) or backend in ("openai", "vllm")):
+        from unified.models.checkpoint import CheckpointNotFoundError, resolve_spec
+
+        try:  # a path that is no checkpoint: one clear line before any task is loaded
+            resolve_spec(model)
+        except CheckpointNotFoundError as exc:
+            raise ConfigError(f"--model: {exc}") from None
+        return
     if not (model.startswith("openai:") or backend == "openai"):
         return
     if cfg.api_model == "local-chat-completions" and not cfg.apply_chat_template:
