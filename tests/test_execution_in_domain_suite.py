@@ -20,7 +20,10 @@ pytestmark = [pytest.mark.slow,
 def test_in_domain_suite_runs_all_four_benchmarks_on_the_fixtures(tmp_path):
     pytest.importorskip("swebench", reason="swebench is in the bench extra (make setup)")
     root = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, UNIFIED_FIXTURES_DIR=str(root / "tests" / "fixtures"), UNIFIED_EXEC_BACKEND="local")
+    # WIDESEARCH_JUDGE=none: the gold tables need no alignment, and the default (the embedded model on loopback)
+    # would only make this test slower
+    env = dict(os.environ, UNIFIED_FIXTURES_DIR=str(root / "tests" / "fixtures"), UNIFIED_EXEC_BACKEND="local",
+               WIDESEARCH_JUDGE="none")
     out = tmp_path / "run"
     proc = subprocess.run([sys.executable, "-m", "unified.eval", "--suite", "in_domain", "--model", "gold", "--limit",
                            "2", "--runs", "1", "--out", str(out)], cwd=root, env=env, capture_output=True, text=True,
