@@ -177,3 +177,8 @@ def test_system_prompt_tool_specs_and_simulated_user_are_the_checkouts(judge_ser
             assert env.metadata["prompts"].startswith("ours (the checkout's prompt builder failed")
     finally:
         fallback.stop_services()
+
+
+def test_a_task_with_prompt_attachments_is_a_skip_not_a_silent_low_score():
+    task = _fixture_task(attachments=["fixtures/notes.json"])
+    assert skip_reason(task, env={}).startswith("prompt attachments (fixtures/notes.json) must reach the model as media")

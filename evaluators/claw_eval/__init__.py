@@ -216,8 +216,8 @@ class ClawEvalAdapter(Adapter):
         out["metric"] = (f"{metric} over {n_tasks} tasks run" +
                          (f" ({n_skipped_tasks} skipped, not in the mean)" if n_skipped_tasks else ""))
         reasons = ["local bubblewrap sandbox instead of the official Docker agent image (Dockerfile.agent)",
-                   "media tools of the official image (BrowserScreenshot, ReadMedia ...) and prompt attachments "
-                   "are not passed"]
+                   "media tools of the official image (BrowserScreenshot, ReadMedia, Download) are not offered; "
+                   "tasks with prompt attachments are skipped (text-only agent loop)"]
         ours = sum(1 for r in scored if r.details.get("prompts") != "checkout")
         if ours:
             reasons.append(f"{ours} episodes used our agent system prompt / simulated user instead of the "

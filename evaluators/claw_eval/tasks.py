@@ -198,6 +198,9 @@ def skip_reason(task: ClawTask, env: dict[str, str] | None = None) -> str | None
     if missing:
         return (f"{len(missing)} fixture file(s) not in the checkout, e.g. {missing[0]} (the large media fixtures are "
                 "only in the Hugging Face dataset claw-eval/Claw-Eval: unpack its fixtures into tasks/)")
+    if task.attachments:  # the official runner sends them as image/audio/video blocks of the first message
+        return (f"prompt attachments ({', '.join(task.attachments[:3])}) must reach the model as media, and the "
+                "agent loop passes text only")
     programs = missing_programs(task)
     if programs:
         return (f"needs {', '.join(programs)}, not installed here (the official agent image Dockerfile.agent has "
