@@ -146,13 +146,19 @@ def read_task(task_dir: Path) -> TBTask:
     task_dir = Path(task_dir)
     toml_path = task_dir / "task.toml"
     instruction_path = task_dir / "instruction.md"
-    for required in (toml_path, instruction_path, task_dir / "tests" / "test.sh"):
-        if not required.is_file():
-            raise TaskFormatError(f"{task_dir}: missing {required.relative_to(task_dir)}")
+    if not toml_path.is_file():
+        raise TaskFormatError(f"{task_dir}: missing task.toml")
     try:
         config = tomllib.loads(toml_path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise TaskFormatError(f"{toml_path}: invalid TOML: {exc}") from None
+    if config.get("steps"):  # multi-step: instruction/tests live under steps/<name>/
+        skip = f"{toml_path}: multi-step task ({len(config['steps'])} [[steps]]): not supported by this adapter"
+        return TBTask(id=task_dir.name, path=str(task_dir.resolve()), instruction="", skip_reason=skip,
+                      name=str((config.get("task") or {}).get("name") or task_dir.name))
+    for required in (instruction_path, task_dir / "tests" / "test.sh"):
+        if not required.is_file():
+            raise TaskFormatError(f"{task_dir}: missing {required.relative_to(task_dir)}")
     warnings = [f"unknown top-level key {k!r} (ignored)" for k in sorted(set(config) - KNOWN_TOP)]
     tables: dict[str, dict] = {}
     for name, known in KNOWN_TABLES.items():
@@ -177,9 +183,7 @@ def read_task(task_dir: Path) -> TBTask:
         raise TaskFormatError(f"{toml_path}: [environment] docker_image must be a string, got {image!r}")
     network, network_source = _network(env, toml_path, warnings)
     skip = None
-    if config.get("steps"):
-        skip = f"{toml_path}: multi-step task ({len(config['steps'])} [[steps]]): not supported by this adapter"
-    elif str(env.get("os", "linux")).lower() != "linux":
+    if str(env.get("os", "linux")).lower() != "linux":
         skip = f"{toml_path}: [environment] os = {env.get('os')!r}: only Linux tasks run here"
     elif verifier.get("environment_mode") == "separate" or verifier.get("environment"):
         skip = f"{toml_path}: the verifier runs in a separate container ([verifier] environment): not supported"
