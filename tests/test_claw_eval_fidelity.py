@@ -146,6 +146,7 @@ def test_avg_at_k_follows_the_runs_asked_for_and_labels_fewer_than_the_protocol(
     assert three["pass^3"] == 0.0
 
 
+@needs_bwrap
 def test_system_prompt_tool_specs_and_simulated_user_are_the_checkouts(judge_server, tmp_path):
     spec, handler = judge_server(["Lisbon, in May.", "[DONE]"])
     adapter = ClawEvalAdapter(root=str(CHECKOUT), judge=spec, user_model=spec)

@@ -17,8 +17,11 @@ import pytest
 
 TESTS = Path(__file__).parents[1]
 FILES = ["test_sandbox.py", "test_execution.py", "test_terminal_bench.py", "test_swe_bench.py",
-         "test_qwenclawbench_adapter.py", "test_claw_eval_adapter.py", "test_execution_in_domain_suite.py",
-         "test_lwm_harvest.py", "security"]
+         "test_qwenclawbench_adapter.py", "test_claw_eval_adapter.py", "test_qwenclawbench_fidelity.py",
+         "test_claw_eval_fidelity.py", "test_execution_in_domain_suite.py", "test_lwm_harvest.py",
+         *[f"security/test_{name}.py" for name in ("host_secrets", "grader_isolation", "verifier_isolation",
+                                                   "resource_limits", "task_files", "special_files_and_leftovers")]]
+"""Every test file that runs sandboxes, the local backend or tmux (a new one belongs here too)."""
 HIDDEN = {"bwrap", "tmux"}
 
 
