@@ -5,7 +5,11 @@ host system, private ``/tmp``, no network, rlimits) whose main process is a smal
 runner (:mod:`unified.execution._keeper`). Every ``exec`` runs through it, so commands share
 one sandbox: files in ``/tmp``, background processes and a tmux server persist between them,
 as they would in a container. ``close`` kills the sandbox; its PID namespace takes every
-process started inside with it.
+process started inside with it. ``stop_agent_processes`` (before a verifier runs) has the
+command runner itself, without forking, stop and kill every other process inside until none is
+left. The sandbox-wide limits (memory with ``/tmp``, processes, workspace disk) of
+:mod:`unified.sandbox.limits` hold for the whole session; which mechanism enforced them is in
+``session.info["limits"]``, and a hit ends the session with an ExecutionError naming the limit.
 
 Layout inside:
 
