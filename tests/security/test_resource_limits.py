@@ -124,3 +124,13 @@ def test_container_engine_calls_are_capped_while_they_stream():
     code, out, err, timed_out = _run_capped(["sh", "-c", "head -c 50000000 /dev/zero | tr '\\0' c"], timeout=60,
                                             cap=MIB)
     assert code == 0 and not timed_out and len(out) < MIB + 200 and "48951424 bytes cut" in out
+
+
+@needs_local
+def test_a_limit_hit_ends_a_local_session_with_its_name():
+    from unified.execution import ExecutionError
+
+    with LocalBackend().start(EnvironmentSpec(memory_mb=256)) as session:
+        with pytest.raises(ExecutionError, match="memory limit of 256 MiB"):
+            session.exec("for i in 1 2 3; do python3 -c 'b = bytearray(150 << 20); import time; time.sleep(20)' & done; wait",
+                         timeout_s=60)
