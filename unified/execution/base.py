@@ -106,7 +106,16 @@ class ExecResult:
 
 
 REAPER_SCRIPT = r"""
-spare=" 1 $$ $PPID $* "
+spare=" 1 $* "
+p=$$
+while [ -n "$p" ] && [ "$p" != 0 ]; do
+  spare="$spare$p "
+  line=""
+  read -r line < "/proc/$p/stat" 2>/dev/null || break
+  rest=${line##*) }
+  set -- $rest
+  p=$2
+done
 round=0
 while :; do
   left=0
@@ -128,7 +137,9 @@ while :; do
   [ "$round" -ge 100 ] && { echo "processes still running after $round rounds"; exit 3; }
 done
 """
-"""Kills every process but pid 1, itself, its parent and the pids it is given (POSIX sh, builtins only in the loop)."""
+"""Kills every process but pid 1, itself and its ancestors (the engine's exec chain), and the pids it is given.
+
+POSIX sh, builtins only in the loop (nothing to fork while the agent's processes are being stopped)."""
 
 
 class ExecutionSession(ABC):
@@ -176,7 +187,7 @@ class ExecutionSession(ABC):
         Called before verification: a process the agent left running (``nohup``, ``setsid``, a
         tmux server) must not be able to touch what the verifier writes. Each round stops
         (SIGSTOP, so nothing can fork any more) then kills (SIGKILL) every process except pid 1,
-        the reaper itself and the session's own (:attr:`own_pids`), until a round finds none.
+        the reaper and its ancestors and the session's own (:meth:`own_pids`), until a round finds none.
         Returns ``{"ok", "rounds", "detail"}``; ``ok`` is False when processes remained.
         """
         res = self.exec(["sh", "-c", REAPER_SCRIPT, "reaper", *[str(p) for p in self.own_pids()]],
