@@ -105,7 +105,6 @@ def test_an_instance_that_cannot_be_graded_is_skipped_for_every_trial():
     assert len(results) == 6 and all(r.skipped and r.score == 0.0 for r in results)
     agg = adapter.aggregate(results)
     assert agg["n_episodes"] == 0 and agg["skipped_instances"] == sorted(t.id for t in tasks)
-    assert "no instance ran" in agg["not_comparable_because"]
 
 
 def test_official_image_names_are_fully_qualified():

@@ -57,7 +57,7 @@ def _flag(value: Any) -> bool:
 
 
 
-def aggregate_resolved(results: list[EpisodeResult], runs_protocol: int = 3) -> dict[str, Any]:
+def aggregate_resolved(results: list[EpisodeResult]) -> dict[str, Any]:
     """% resolved: per instance the mean over its rollouts, then the mean over instances.
 
     ``score = 100 * mean_i( mean_r resolved[i, r] )``; ``per_rollout[r]`` is the % resolved of
@@ -78,14 +78,7 @@ def aggregate_resolved(results: list[EpisodeResult], runs_protocol: int = 3) -> 
         reasons.append("local sandbox instead of the instance's image")
     if any(r.details.get("grading_network") is False for r in scored):
         reasons.append("network off while grading")
-    if by_task and min(len(v) for v in by_task.values()) < runs_protocol:
-        reasons.append(f"fewer runs than the protocol ({min(len(v) for v in by_task.values())} < {runs_protocol})")
-    if skipped:
-        reasons.append(f"{len(skipped)} instance(s) skipped")
-    if errored:
-        reasons.append(f"{len(errored)} episode(s) failed to run or grade")
-    if not scored:
-        reasons.append("no instance ran")
+    # skipped/errored instances and fewer rollouts than the protocol are added by the report (unified.eval.report)
     return {"score": 100.0 * statistics.fmean(means) if means else 0.0, "metric": "% resolved, mean over rollouts",
             "n_instances": len(by_task), "n_episodes": len(scored),
             "skipped": len(results) - len(scored) - len(errored), "skipped_instances": skipped,
@@ -181,7 +174,7 @@ class _SWEBenchAdapter(Adapter):
                              details=details)
 
     def aggregate(self, results: list[EpisodeResult]) -> dict[str, Any]:
-        return aggregate_resolved(results, self.runs_default)
+        return aggregate_resolved(results)
 
     def gold_turns(self, task: Task) -> list[list[ToolCall]]:
         patch = task.payload["row"]["patch"]

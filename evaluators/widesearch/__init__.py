@@ -155,16 +155,8 @@ def aggregate_widesearch(results: list[EpisodeResult]) -> dict[str, Any]:
         reasons.append("judge is the embedded default model, not the evaluator's hosted LLM")
     if any(p.startswith("own wording") for p in prompt_sources):
         reasons.append("judge prompts are not the official ones (no WideSearch checkout)")
-    if len(runs) > 1:
-        reasons.append(f"unequal numbers of runs per instance ({runs})")
-    skipped = sorted({r.task_id for r in results if r.skipped is not None})
-    if skipped:
-        reasons.append(f"{len(skipped)} instance(s) skipped")
+    # skipped/errored instances and missing runs are added by the report (unified.eval.report)
     errored = [r for r in results if r.skipped is None and r.error is not None]
-    if errored:
-        reasons.append(f"{len(errored)} episode(s) failed to run")
-    if not scored:
-        reasons.append("no instance ran")
     get = lambda m, stat: summary.get(m, {}).get(stat, 0.0)  # noqa: E731
     return {"score": get("f1_by_item", "avg_n"), "metric": "F1 by item (%), Avg@N",
             "f1_by_row": get("f1_by_row", "avg_n"), "success_rate": get("score", "avg_n"),
