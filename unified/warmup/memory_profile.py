@@ -212,7 +212,7 @@ def profile(cfg, *, steps: int, interval: float = 0.02) -> dict[str, Any]:
                  "_save_checkpoint")}
 
     def rollout(*a, **kw):
-        with sampler.phase("rollout (other)"):
+        with sampler.phase("rollout (generation + scoring)"):
             return original["_generate_and_score_completions"](*a, **kw)
 
     def generate(prompt_ids, *a, **kw):
@@ -258,7 +258,7 @@ def profile(cfg, *, steps: int, interval: float = 0.02) -> dict[str, Any]:
 
     trainer.accelerator.backward = accel_backward
     start = time.time()
-    with sampler.phase("train (other)"):
+    with sampler.phase("whole training loop"):
         trainer.train()
     seconds = time.time() - start
     sampler.stop()
@@ -288,7 +288,7 @@ def profile(cfg, *, steps: int, interval: float = 0.02) -> dict[str, Any]:
             "optimizer_state": round(facts.get("optimizer_state", 0) / GIB, 3),
             "activations_one_micro_batch": round(biggest.get("saved_bytes", 0) / GIB, 3),
             "activations_shape": {k: biggest.get(k) for k in ("rows", "tokens", "by_dtype")},
-            "logps_entropies_one_micro_batch": round(max(logps, default=0) / GIB, 4),
+            "logps_entropies_one_micro_batch": max(logps, default=0) / GIB,
             "kv_cache_generation_batch": round(biggest_gen.get("kv_cache_bytes", 0) / GIB, 3),
             "kv_cache_shape": {k: biggest_gen.get(k) for k in ("rows", "tokens")},
         },
@@ -300,17 +300,22 @@ def profile(cfg, *, steps: int, interval: float = 0.02) -> dict[str, Any]:
 def markdown(report: dict[str, Any]) -> str:
     """The report as the tables of ``docs/warmup_memory.md``."""
     t = report["tensors_gib"]
+    a, k = t["activations_shape"], t["kv_cache_shape"]
     lines = ["| phase | calls | seconds | RSS at start (GiB) | peak RSS (GiB) |", "|---|---|---|---|---|"]
     for name, p in report["phases"].items():
+        if not p["calls"]:  # samples outside any phase (after the run)
+            continue
         lines.append(f"| {name} | {p['calls']} | {p['seconds']} | {p['start_gib']} | {p['peak_gib']} |")
     lines += ["", "| torch tensors | GiB |", "|---|---|",
               f"| weights ({t['parameters'] / 1e6:.0f}M parameters, {t['trainable_parameters'] / 1e6:.0f}M trainable) "
               f"| {t['weights']} |",
               f"| gradients | {t['grads']} |", f"| optimizer state | {t['optimizer_state']} |",
-              f"| activations saved for backward, one micro-batch {t['activations_shape']} | "
+              f"| activations saved for backward, one micro-batch ({a.get('rows')} rows x {a.get('tokens')} tokens) | "
               f"{t['activations_one_micro_batch']} |",
-              f"| log-probs + entropies, one micro-batch | {t['logps_entropies_one_micro_batch']} |",
-              f"| KV cache, one generation batch {t['kv_cache_shape']} | {t['kv_cache_generation_batch']} |",
+              f"| log-probs + entropies, one micro-batch (fused LM head: no B x T x vocab logits kept) | "
+              f"{t['logps_entropies_one_micro_batch'] * 1024:.3f} MiB |",
+              f"| KV cache, one generation batch ({k.get('rows')} rows x {k.get('tokens')} tokens) | "
+              f"{t['kv_cache_generation_batch']} |",
               "", f"peak RSS {report['peak_rss_gib']} GiB (baseline {report['baseline_rss_gib']}, after loading "
               f"{report['rss_after_load_gib']}); step times {report['step_times']} s"]
     return "\n".join(lines)
