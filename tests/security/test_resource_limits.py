@@ -9,7 +9,8 @@ Attacks, each of which went through before the fix:
   limit;
 - stay root (``host_uid=None``, where the kernel does not apply ``RLIMIT_NPROC``) and start more
   processes than the limit;
-- fill the workspace with files, each under the file-size limit.
+- fill the workspace with files, each under the file-size limit, or with many empty files
+  (host inodes).
 
 A limit that is hit is recorded as one line (``SandboxResult.limit`` and the end of stderr).
 How the limits are enforced (cgroup v2 or the watchdog) is in ``Sandbox.limits_info``.
@@ -108,6 +109,16 @@ def test_disk_limit_of_the_workspace():
         res = box.run("for i in 1 2 3 4; do head -c 100M /dev/zero > f$i; done; sleep 3; echo survived")
         assert "survived" not in res.stdout
         assert res.limit and res.limit.startswith("disk limit of 150 MiB"), (res.limit, res.stderr[-300:])
+
+
+@needs_bwrap
+def test_file_count_limit_of_the_workspace():
+    """Empty files use no disk bytes, only the host filesystem's inodes."""
+    with throwaway_sandbox(max_files=2000, timeout_s=60) as box:
+        res = box.run("mkdir d && cd d && i=0; while [ $i -lt 6000 ]; do : > f$i; i=$((i + 1)); done; sleep 3; "
+                      "echo survived")
+        assert "survived" not in res.stdout
+        assert res.limit and res.limit.startswith("file limit of 2000 files"), (res.limit, res.stderr[-300:])
 
 
 @needs_local

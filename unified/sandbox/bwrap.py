@@ -54,7 +54,7 @@ from unified.sandbox.limits import (
     Watchdog,
     bwrap_supports_size,
     cgroup_parent,
-    tree_bytes,
+    tree_usage,
 )
 from unified.sandbox.streams import communicate_capped, cut_text
 
@@ -87,6 +87,8 @@ class SandboxConfig:
     """Processes the sandbox may have at once (RLIMIT_NPROC, and cgroup v2 or watchdog)."""
     disk_mb: int | None = 8192
     """Most the workspace may hold, in MiB (watched while commands run); None: no limit."""
+    max_files: int | None = 1_000_000
+    """Most files and directories the workspace may hold (watched while commands run); None: no limit."""
     network: bool = False
     """Share the host network (default: none, only a private loopback)."""
     env: dict = field(default_factory=dict)
@@ -184,8 +186,9 @@ class Sandbox:
             self._drop_to = _fresh_uid() if self.config.host_uid == "auto" else int(self.config.host_uid)
             self._give_workspace(ws)
         self._limits = SandboxLimits(memory_mb=self.config.memory_mb, max_processes=self.config.max_processes,
-                                     disk_mb=self.config.disk_mb, workspace=ws)
-        self._workspace_bytes = tree_bytes(ws) if self.config.disk_mb is not None else 0
+                                     disk_mb=self.config.disk_mb, workspace=ws, max_files=self.config.max_files)
+        watched = self.config.disk_mb is not None or self.config.max_files is not None
+        self._workspace_bytes, self._workspace_files = tree_usage(ws) if watched else (0, 0)
         parent, why = _cgroup_parent()
         if parent is not None:
             try:
@@ -305,7 +308,8 @@ class Sandbox:
                                 **popen_args)
         self._live.add(proc)
         dog = Watchdog(proc.pid, self._limits, kill=lambda: _kill_group(proc.pid),
-                       watch_memory=self._cgroup is None, workspace_bytes=self._workspace_bytes)
+                       watch_memory=self._cgroup is None, workspace_bytes=self._workspace_bytes,
+                       workspace_files=self._workspace_files)
         self._watchdogs[proc.pid] = dog
         dog.start()
         return proc

@@ -18,7 +18,8 @@ one is used and recorded (``Sandbox.limits_info``):
 
 The workspace's disk use is always watched the second way (no kernel quota is assumed): free
 space of its filesystem is polled cheaply and, when it dropped by more than the room left, the
-workspace is measured and the sandbox killed if it holds more than ``disk_mb``.
+workspace is measured and the sandbox killed if it holds more than ``disk_mb``. Files are
+counted the same way (free inodes polled, ``max_files``): empty files use no bytes, only inodes.
 
 A hit is recorded as one clear line in :attr:`Watchdog.hit` (and in the command's result).
 """
@@ -48,6 +49,7 @@ class SandboxLimits:
     max_processes: int
     disk_mb: int | None
     workspace: Path
+    max_files: int | None = None
 
 
 # --------------------------------------------------------------------------------------
@@ -228,6 +230,11 @@ def _private_tmp_bytes(pids: list[int]) -> int:
 
 def tree_bytes(root: Path) -> int:
     """Disk blocks used under ``root`` (hard links counted once, symlinks not followed)."""
+    return tree_usage(root)[0]
+
+
+def tree_usage(root: Path) -> tuple[int, int]:
+    """``(bytes of disk blocks, entries)`` under ``root`` (hard links counted once, symlinks not followed)."""
     seen, total = set(), 0
     for dirpath, dirnames, filenames in os.walk(root):
         for name in dirnames + filenames:
@@ -239,14 +246,14 @@ def tree_bytes(root: Path) -> int:
                 continue
             seen.add((st.st_dev, st.st_ino))
             total += st.st_blocks * 512
-    return total
+    return total, len(seen)
 
 
 class Watchdog(threading.Thread):
     """Polls one running sandbox (the launcher process ``pid``) and calls ``kill`` when a limit is passed."""
 
     def __init__(self, pid: int, limits: SandboxLimits, kill, watch_memory: bool, workspace_bytes: int,
-                 interval_s: float = 0.2) -> None:
+                 interval_s: float = 0.2, workspace_files: int = 0) -> None:
         super().__init__(daemon=True, name=f"sandbox-watchdog-{pid}")
         self.pid, self.limits, self.kill = pid, limits, kill
         self.watch_memory, self.interval_s = watch_memory, interval_s
@@ -256,6 +263,10 @@ class Watchdog(threading.Thread):
         if limits.disk_mb is not None:
             self._disk_room = max(0, limits.disk_mb * MIB - workspace_bytes)
             self._free_at_start = _free_bytes(limits.workspace)
+        self._file_room = None
+        if limits.max_files is not None:
+            self._file_room = max(0, limits.max_files - workspace_files)
+            self._inodes_at_start = _free_inodes(limits.workspace)
 
     def stop(self) -> None:
         self._stop_event.set()
@@ -289,7 +300,20 @@ class Watchdog(threading.Thread):
                         "the sandbox was killed")
             # someone else used the disk: measure again only once the room left is used up
             self._free_at_start, self._disk_room = _free_bytes(lim.workspace), lim.disk_mb * MIB - used
+        if self._file_room is not None and self._inodes_at_start - _free_inodes(lim.workspace) > self._file_room:
+            files = tree_usage(lim.workspace)[1]
+            if files > lim.max_files:
+                return (f"file limit of {lim.max_files} files reached (the workspace holds {files}): "
+                        "the sandbox was killed")
+            self._inodes_at_start, self._file_room = _free_inodes(lim.workspace), lim.max_files - files
         return None
+
+
+def _free_inodes(path: Path) -> int:
+    try:
+        return os.statvfs(path).f_favail
+    except OSError:
+        return 0
 
 
 def _free_bytes(path: Path) -> int:
