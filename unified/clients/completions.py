@@ -14,7 +14,9 @@ What lm-evaluation-harness's ``local-completions`` class sends (and vLLM answers
   top-``logprobs`` tokens at position t, so lm-eval's ``is_greedy`` (the scored token's
   log-probability equals the top one) holds exactly when the token is the argmax;
 - generation requests: ``{"prompt": ..., "max_tokens": k, "stop": [...], "temperature": ...}``;
-  the text is cut before the first stop string (OpenAI semantics);
+  the text is cut before the first stop string (OpenAI semantics). Not supported: log-probabilities
+  of generated tokens (``logprobs`` is null), ``n`` > 1, ``echo`` with more than one new token;
+  the last is a 400;
 - ``GET /tokenizer_info``, ``POST /tokenize``, ``POST /detokenize`` (vLLM's names, at the server
   root), which lm-eval detects and uses as its tokenizer, so no tokenizer path is needed.
 """
