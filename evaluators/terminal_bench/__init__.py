@@ -128,7 +128,7 @@ class TerminalBench2Adapter(Adapter):
             reason = t.skip_reason
             if reason is None and backend.name == "local":
                 reason = local_blockers(t.path, t.build_context is not None, t.docker_image)
-                reason = f"local backend cannot run it: {reason}" if reason else None
+                reason = f"local backend cannot run it: {reason}" if reason else None  # category first: reports group by it
             out.append(Task(id=t.id, benchmark=self.name, split=t.category, group=t.difficulty,
                             payload=t.to_payload(), skip_reason=reason))
         if not self.only:

@@ -61,49 +61,58 @@ def _under_system_dir(path: str) -> bool:
     return path.rstrip("/") in ("", "/tmp") or (top in _SYSTEM_TOPS and top != "/")
 
 
-def dockerfile_blocker(dockerfile: Path) -> str | None:
-    """Why the local backend cannot reproduce this Dockerfile (None: it can)."""
+BUILD_NEEDS_ROOT_OR_NETWORK = "the image build needs root or the network"
+BUILD_NOT_REPRODUCIBLE = "the image build is not reproducible in the sandbox"
+PREBUILT_ONLY = "the task names only a prebuilt image (no environment/Dockerfile to replay)"
+VERIFIER_INSTALLS = "the verifier installs its tools at verify time (root or the network)"
+
+
+def dockerfile_blocker(dockerfile: Path) -> tuple[str, str] | None:
+    """(category, file:line detail) of why the local backend cannot reproduce this Dockerfile; None: it can."""
     try:
         instructions = parse_dockerfile(dockerfile)
     except DockerfileError as exc:
-        return str(exc)
+        return BUILD_NOT_REPRODUCIBLE, str(exc)
     cwd = "/"
     for ins in instructions:
         where = f"{dockerfile}:{ins.line}"
         if ins.keyword == "WORKDIR":
             cwd = resolve(cwd, ins.args.strip())
             if _under_system_dir(cwd):
-                return f"{where}: WORKDIR {cwd} is a system directory (read-only in the local sandbox)"
+                return BUILD_NOT_REPRODUCIBLE, f"{where}: WORKDIR {cwd} is a system directory (read-only here)"
         elif ins.keyword in ("COPY", "ADD"):
             if "--from" in ins.args:
-                return f"{where}: multi-stage {ins.keyword} --from needs a container build"
+                return BUILD_NOT_REPRODUCIBLE, f"{where}: multi-stage {ins.keyword} --from needs a container build"
             words = ins.words()
             if any("://" in w for w in words[:-1]):
-                return f"{where}: {ins.keyword} from a URL needs the network"
+                return BUILD_NEEDS_ROOT_OR_NETWORK, f"{where}: {ins.keyword} from a URL"
             if words and _under_system_dir(resolve(cwd, words[-1])):
-                return f"{where}: {ins.keyword} into {words[-1]} writes a system directory (needs root)"
+                return BUILD_NEEDS_ROOT_OR_NETWORK, f"{where}: {ins.keyword} into {words[-1]} (a system directory)"
         elif ins.keyword == "RUN":
             word = needs_root_or_network(ins.args)
             if word:
-                return f"{where}: RUN uses {word!r} (needs root or the network to build)"
+                return BUILD_NEEDS_ROOT_OR_NETWORK, f"{where}: RUN uses {word!r}"
         elif ins.keyword == "USER" and ins.args.strip() not in ("root", "0"):
-            return f"{where}: USER {ins.args.strip()} (another user account) is not reproducible locally"
+            return BUILD_NOT_REPRODUCIBLE, f"{where}: USER {ins.args.strip()} (another user account)"
     return None
 
 
 def local_blockers(task_path: str | Path, has_dockerfile: bool, docker_image: str | None) -> str | None:
-    """One reason the local backend cannot run this task faithfully, or None when it can."""
+    """Why the local backend cannot run this task faithfully (None when it can).
+
+    Two lines: a category shared by every task it applies to (reports group skips by it), then
+    the file, line and command (or image) that decide it.
+    """
     task_dir = Path(task_path)
     if not has_dockerfile:
-        return (f"the task names only a prebuilt image ({docker_image}) and no environment/Dockerfile: the local "
-                "backend has no image to run (use docker, podman or apptainer)")
+        return f"{PREBUILT_ONLY}\n{docker_image}: use docker, podman or apptainer"
     problem = dockerfile_blocker(task_dir / "environment" / "Dockerfile")
     if problem:
-        return problem
+        return "\n".join(problem)
     test_sh = task_dir / "tests" / "test.sh"
     for number, line in _command_lines(test_sh.read_text(errors="replace")):
         word = needs_root_or_network(line)
         if word:
-            return (f"{test_sh}:{number}: the verifier uses {word!r} at verify time (needs root or the network; "
-                    "offline or unprivileged it would score a correct solution 0)")
+            return (f"{VERIFIER_INSTALLS}\n{test_sh}:{number}: uses {word!r} (offline or unprivileged it would score "
+                    "a correct solution 0)")
     return None

@@ -153,7 +153,7 @@ def read_task(task_dir: Path) -> TBTask:
     except tomllib.TOMLDecodeError as exc:
         raise TaskFormatError(f"{toml_path}: invalid TOML: {exc}") from None
     if config.get("steps"):  # multi-step: instruction/tests live under steps/<name>/
-        skip = f"{toml_path}: multi-step task ({len(config['steps'])} [[steps]]): not supported by this adapter"
+        skip = f"multi-step task (Harbor [[steps]]): not supported by this adapter\n{toml_path}: {len(config['steps'])} steps"
         return TBTask(id=task_dir.name, path=str(task_dir.resolve()), instruction="", skip_reason=skip,
                       name=str((config.get("task") or {}).get("name") or task_dir.name))
     for required in (instruction_path, task_dir / "tests" / "test.sh"):
@@ -184,9 +184,9 @@ def read_task(task_dir: Path) -> TBTask:
     network, network_source = _network(env, toml_path, warnings)
     skip = None
     if str(env.get("os", "linux")).lower() != "linux":
-        skip = f"{toml_path}: [environment] os = {env.get('os')!r}: only Linux tasks run here"
+        skip = f"not a Linux task: only Linux tasks run here\n{toml_path}: [environment] os = {env.get('os')!r}"
     elif verifier.get("environment_mode") == "separate" or verifier.get("environment"):
-        skip = f"{toml_path}: the verifier runs in a separate container ([verifier] environment): not supported"
+        skip = f"the verifier runs in a separate container: not supported\n{toml_path}: [verifier] environment"
     for phase in ("agent", "verifier"):
         mode = tables[phase].get("network_mode")
         if mode is not None and (mode != "no-network") != network:
