@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
-import tempfile
 import threading
 import uuid
 from collections.abc import Iterator
@@ -29,8 +28,10 @@ _LOCK = threading.Lock()
 
 def import_bfcl(module: str = "bfcl_eval.utils") -> ModuleType:
     """Import a bfcl_eval module with ``BFCL_PROJECT_ROOT`` set to a private directory."""
-    if "BFCL_PROJECT_ROOT" not in os.environ:
-        os.environ["BFCL_PROJECT_ROOT"] = tempfile.mkdtemp(prefix="unified-bfcl-root-")
+    if "BFCL_PROJECT_ROOT" not in os.environ:  # removed at exit: a run leaves nothing in /tmp
+        from unified.sandbox.scratch import process_temp_dir
+
+        os.environ["BFCL_PROJECT_ROOT"] = str(process_temp_dir("unified-bfcl-root-"))
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as exc:

@@ -15,7 +15,10 @@ template; the reasoning before ``</think>`` comes back as ``reasoning_content`` 
 markup stays in ``content`` (like a vLLM server started without a tool parser).
 
 :class:`LocalOpenAIServer` starts it in a subprocess on a free port, waits until it is healthy
-and always stops it.
+and always stops it. The server never outlives the process that started it: started with
+``--parent-pid``, it exits as soon as that process is gone, even after a ``kill -9`` that left
+no time to stop it (:func:`exit_with_parent`; a server holds GBs with a real model). Its log
+goes to ``log_path`` when given, else to a temporary file removed when the server stops.
 """
 
 from __future__ import annotations
@@ -321,14 +324,44 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
+PARENT_POLL_S = 0.5
+"""How often a server started with ``--parent-pid`` checks that its parent is still there."""
+
+
+def exit_with_parent(parent_pid: int, poll_s: float = PARENT_POLL_S) -> threading.Thread:
+    """End this process (``os._exit``) once ``parent_pid`` is no longer its parent.
+
+    A parent killed with SIGKILL cannot stop its children; the orphan is re-parented (to init or
+    a subreaper), so ``os.getppid()`` changes: a daemon thread polls it every ``poll_s`` seconds.
+    (``PR_SET_PDEATHSIG`` is not used: it fires when the *thread* that started the child ends,
+    and servers are started lazily from worker threads.)
+    """
+    import os
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(poll_s)
+        os._exit(0)
+
+    thread = threading.Thread(target=watch, name="exit-with-parent", daemon=True)
+    thread.start()
+    return thread
+
+
 class LocalOpenAIServer:
-    """Start ``serve`` in a subprocess on a free loopback port; stop it on exit, always."""
+    """Start ``serve`` in a subprocess on a free loopback port; stop it on exit, always.
+
+    The subprocess exits by itself if this process dies (``--parent-pid``). Its output goes to
+    ``log_path`` (kept) or to a temporary file that is removed when the server stops.
+    """
 
     def __init__(self, model: str, *, served_name: str = "local", max_new_tokens: int = 128, max_batch: int = 8,
-                 ready_timeout_s: float = 300.0, env: dict[str, str] | None = None) -> None:
+                 ready_timeout_s: float = 300.0, env: dict[str, str] | None = None,
+                 log_path: str | Path | None = None) -> None:
         self.model, self.served_name = str(model), served_name
         self.max_new_tokens, self.max_batch, self.ready_timeout_s = max_new_tokens, max_batch, ready_timeout_s
         self.env = env
+        self.log_path = Path(log_path) if log_path else None
         self.port = 0
         self.process: subprocess.Popen | None = None
         self._log = None
@@ -346,28 +379,44 @@ class LocalOpenAIServer:
         import os
 
         self.port = free_port()
-        self._log = tempfile.NamedTemporaryFile(prefix="unified-server-", suffix=".log", delete=False)
+        if self.log_path is not None:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            self._log = open(self.log_path, "a+b")
+        else:  # unlinked once the server has it open: nothing is left in /tmp, even after a kill -9 of us
+            self._log = tempfile.TemporaryFile(prefix="unified-server-", suffix=".log")
         cmd = [sys.executable, "-m", "unified.clients.local_server", "--model", self.model, "--port", str(self.port),
                "--served-name", self.served_name, "--max-new-tokens", str(self.max_new_tokens),
-               "--max-batch", str(self.max_batch)]
+               "--max-batch", str(self.max_batch), "--parent-pid", str(os.getpid())]
         self.process = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT,
                                         env={**os.environ, **(self.env or {})}, start_new_session=True)
         deadline = time.monotonic() + self.ready_timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
+                tail = self.log_tail()
                 self.__exit__(None, None, None)
-                raise RuntimeError(f"local server exited with {self.process.returncode}: {self.log_tail()}")
+                raise RuntimeError(f"local server exited with {self.process.returncode}: {tail}")
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as response:
                     if response.status == 200:
                         return self
             except OSError:
                 time.sleep(0.3)
+        tail = self.log_tail()
         self.__exit__(None, None, None)
-        raise TimeoutError(f"local server not ready after {self.ready_timeout_s}s: {self.log_tail()}")
+        raise TimeoutError(f"local server not ready after {self.ready_timeout_s}s: {tail}")
 
     def log_tail(self, chars: int = 2000) -> str:
-        return Path(self._log.name).read_text(errors="replace")[-chars:] if self._log else ""
+        """The end of the server's output (read through the open log, which may have no name)."""
+        if not self._log:
+            return ""
+        import os
+
+        try:
+            size = os.fstat(self._log.fileno()).st_size
+            data = os.pread(self._log.fileno(), 4 * chars, max(0, size - 4 * chars))
+        except OSError:
+            return ""
+        return data.decode("utf-8", "replace")[-chars:]
 
     def __exit__(self, *exc_info) -> None:
         import os
@@ -385,6 +434,7 @@ class LocalOpenAIServer:
                 self.process.wait(timeout=10)
         if self._log:
             self._log.close()
+            self._log = None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -398,7 +448,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=256, help="default when a request gives none")
     parser.add_argument("--prefix-cache-mb", type=float, default=None,
                         help="KV prefix-cache budget in MiB (0 = off; default $UNIFIED_PREFIX_CACHE_MB or 1024)")
+    parser.add_argument("--parent-pid", type=int, default=None,
+                        help="exit as soon as this process is no longer the parent (it died)")
     args = parser.parse_args(argv)
+    if args.parent_pid is not None:
+        exit_with_parent(args.parent_pid)
     logging.basicConfig(level=logging.WARNING)
     serve(args.model, args.host, args.port, served_name=args.served_name, max_batch=args.max_batch,
           batch_wait_s=args.batch_wait, max_new_tokens=args.max_new_tokens, prefix_cache_mb=args.prefix_cache_mb)

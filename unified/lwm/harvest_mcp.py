@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import tempfile
 from collections.abc import Callable
 from typing import Any
 
@@ -45,7 +44,10 @@ def load_backend(kind: str, scenario: dict[str, Any]):
     """A fresh backend instance with ``scenario`` loaded (BFCL_PROJECT_ROOT points at a temp dir)."""
     import importlib
 
-    os.environ.setdefault("BFCL_PROJECT_ROOT", tempfile.mkdtemp(prefix="unified-bfcl-"))
+    if "BFCL_PROJECT_ROOT" not in os.environ:  # removed at exit: nothing left in /tmp
+        from unified.sandbox.scratch import process_temp_dir
+
+        os.environ["BFCL_PROJECT_ROOT"] = str(process_temp_dir("unified-bfcl-"))
     module_name, class_name = BACKENDS[kind]
     cls = getattr(importlib.import_module(f"{_BASE}.{module_name}"), class_name)
     instance = cls()
