@@ -192,9 +192,13 @@ def parse_judge_answer(text: str) -> dict[str, Any] | None:
 
     Looks in a fenced block first, then at every balanced ``{...}`` from the last one back
     (preferring one with ``scores``), then for a "total: 0.xx" in prose. ``total`` falls back to
-    ``score`` and then to the mean of the criterion scores; it is clipped to [0, 1].
+    ``score`` and then to the mean of the criterion scores. A total outside [0, 1] (negative,
+    ``Infinity``, ``NaN``, ``1e308``, a 0-10 scale) or an answer that is not text is unusable
+    (None: the benchmark's 0), never clipped to full marks; non-finite criterion scores are dropped.
     """
-    text = (text or "").strip()
+    if not isinstance(text, str):
+        return None
+    text = text.strip()
     candidates = []
     fence = re.search(r"```(?:json)?\s*(.*?)\s*```", text, re.DOTALL)
     if fence:
@@ -205,7 +209,7 @@ def parse_judge_answer(text: str) -> dict[str, Any] | None:
     for candidate in candidates:
         try:
             value = json.loads(candidate)
-        except ValueError:
+        except (ValueError, RecursionError):  # bad JSON, a 5000-digit number, nesting past the stack
             continue
         if isinstance(value, dict):
             parsed = value
@@ -222,18 +226,20 @@ def parse_judge_answer(text: str) -> dict[str, Any] | None:
             if isinstance(value, dict):
                 value = value.get("score")
             try:
-                scores[str(key)] = float(value)
-            except (TypeError, ValueError):
+                value = float(value)
+            except (TypeError, ValueError, OverflowError):
                 continue
+            if math.isfinite(value):
+                scores[str(key)] = value
     total = parsed.get("total", parsed.get("score"))
     try:
         total = float(total)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         total = sum(scores.values()) / len(scores) if scores else None
-    if total is None or math.isnan(total):
+    if total is None or not 0.0 <= total <= 1.0:  # NaN fails this too
         return None
     notes = parsed.get("notes", parsed.get("justification", parsed.get("reasoning", "")))
-    return {"scores": scores, "total": min(max(total, 0.0), 1.0), "notes": str(notes)}
+    return {"scores": scores, "total": total, "notes": str(notes)}
 
 
 def combine(grading_type: str, weights: dict[str, float] | None, s_auto: float | None,

@@ -165,15 +165,20 @@ class RubricReward(_RewardFunction):
             requests.append(judge_messages(str(domain), history, action, str(reference), prediction,
                                            max_chars=self.max_chars, max_history=self.max_history))
         breakdowns = []
-        for answer, cached in self.judge.complete(requests):
+        try:
+            answers = self.judge.complete(requests)
+        except Exception as exc:  # a reward never raises into the trainer: every completion gets 0, with why
+            answers = [(exc, False)] * len(requests)
+        for answer, cached in answers:
             if isinstance(answer, Exception):
                 breakdowns.append(RewardBreakdown(total=0.0, components={"rubric": 0.0}, source="rubric", parsed=False,
                                                   detail=f"judge failed: {type(answer).__name__}: {answer}"[:1000]))
                 continue
             scores, why = parse_judge_answer(answer)
-            if scores is None:
+            if scores is None:  # also a judge answer that is not text (a number, an object): 0, never a TypeError
+                preview = answer if isinstance(answer, str) else repr(answer)
                 breakdowns.append(RewardBreakdown(total=0.0, components={"rubric": 0.0}, source="rubric", parsed=False,
-                                                  detail=f"unparseable ({why}): {answer[:500]}"))
+                                                  detail=f"unparseable ({why}): {preview[:500]}"))
                 continue
             components = {**scores.scores, "rubric": scores.reward, "score_0_100": scores.normalised,
                           "cached": float(cached)}

@@ -117,7 +117,7 @@ class JudgeScores:
 
 
 _BLOCK = re.compile(r"<scores>(.*?)</scores>", re.DOTALL | re.IGNORECASE)
-_NUMBER = r"(-?\d+(?:\.\d+)?)"
+_NUMBER = r"(-?\d+(?:\.\d+)?)(?!\w|\.\d)"  # a whole number: "1e999" or "5e-1" is not read as 1 or 5
 
 
 def parse_judge_answer(text: object) -> tuple[JudgeScores | None, str]:

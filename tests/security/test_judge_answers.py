@@ -1,0 +1,132 @@
+"""A judge's answer is untrusted text: it may be junk, it may never crash a reward or earn full marks.
+
+What a judge (a small local model, a broken or hostile endpoint, a tampered answer cache) MAY
+answer: a number or an object instead of text, totals of ``Infinity``/``NaN``/``1e308``/negative
+or on the wrong scale, deeply nested or malformed JSON, nothing at all.
+
+What it may NEVER cause: an exception into TRL's reward call (a ``content`` of ``5`` raised
+TypeError in the rubric reward); full marks from a score that is not one (QwenClawBench clipped
+``"total": Infinity`` to 1.0). Unusable answers get the documented 0, with the reason recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from unified.rewards.backends import OpenAIJudgeBackend
+from unified.rewards.functions import RubricReward
+from unified.rewards.rubric import parse_judge_answer
+
+NOT_TEXT = [5, 4.5, {"format": 5}, True, ["x"], None]
+
+
+class ConstantJudge:
+    """A judge backend (the JudgeBackend protocol) whose answers are given values, text or not."""
+
+    name = "constant"
+
+    def __init__(self, answers):
+        self.answers = answers
+
+    def complete(self, requests):
+        return [self.answers[i % len(self.answers)] for i in range(len(requests))]
+
+
+class BrokenJudge:
+    name = "broken"
+
+    def complete(self, requests):
+        raise OSError("the answer cache is on a full disk")
+
+
+def _call(reward, n):
+    return reward(["an action"] * n, ["<predicted_observation>ok</predicted_observation>"] * n,
+                  reference=["ok"] * n, domain=["mcp"] * n)
+
+
+def test_rubric_reward_gives_zero_for_answers_that_are_not_text():
+    reward = RubricReward(ConstantJudge(NOT_TEXT))
+    assert _call(reward, len(NOT_TEXT)) == [0.0] * len(NOT_TEXT)
+    assert all(not b.parsed and "unparseable" in b.detail for b in reward.last_breakdowns)
+
+
+def test_rubric_reward_survives_a_judge_that_raises():
+    reward = RubricReward(BrokenJudge())
+    assert _call(reward, 2) == [0.0, 0.0]
+    assert "full disk" in reward.last_breakdowns[0].detail
+
+
+class _JudgeServer:
+    """A loopback OpenAI-compatible endpoint whose ``message.content`` is each of ``contents`` in turn."""
+
+    def __init__(self, contents):
+        self.contents, self.i = contents, 0
+
+    def __enter__(self):
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):  # noqa: N802
+                self.rfile.read(int(self.headers["Content-Length"]))
+                content = outer.contents[outer.i % len(outer.contents)]
+                outer.i += 1
+                body = json.dumps({"choices": [{"message": {"role": "assistant", "content": content},
+                                                "finish_reason": "stop"}]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return f"openai:http://127.0.0.1:{self.server.server_port}/v1#judge"
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_an_endpoint_answering_numbers_and_objects_gives_zero():
+    with _JudgeServer(NOT_TEXT) as endpoint:
+        reward = RubricReward(OpenAIJudgeBackend(endpoint, max_concurrency=1, max_retries=0))
+        assert [_call(reward, 1)[0] for _ in NOT_TEXT] == [0.0] * len(NOT_TEXT)
+
+
+BAD_TOTALS = ["Infinity", "-Infinity", "NaN", "1e308", "1e999", "7", "-3", "1.0000001"]
+
+
+@pytest.mark.parametrize("total", BAD_TOTALS)
+def test_qwenclawbench_judge_total_out_of_range_is_unusable_not_full_marks(total):
+    from evaluators.qwenclawbench.grading import parse_judge_answer as qcb_parse
+
+    assert qcb_parse('{"scores": {"a": 0.1}, "total": %s, "notes": "x"}' % total) is None
+
+
+def test_qwenclawbench_judge_answers_that_are_not_text_or_not_json_are_unusable():
+    from evaluators.qwenclawbench.grading import parse_judge_answer as qcb_parse
+
+    for answer in [5, {"total": 1.0}, None, "{" * 5000 + "}" * 5000, '{"total": ' + "1" * 5000 + "}"]:
+        assert qcb_parse(answer) is None
+    scored = qcb_parse('{"scores": {"a": 0.5, "b": Infinity}, "total": 0.75}')
+    assert scored["total"] == 0.75 and scored["scores"] == {"a": 0.5}
+    assert qcb_parse('{"scores": {"a": 0.2, "b": "NaN"}}')["total"] == 0.2
+
+
+@pytest.mark.parametrize("answer", [
+    "<scores>\nformat: 5\nfactuality: 5\nconsistency: 5\nrealism: 5\nquality: 1e999\n</scores>",
+    '{"format": 5, "factuality": 5, "consistency": 5, "realism": 5, "quality": Infinity}',
+    '{"format": 5, "factuality": 5, "consistency": 5, "realism": 5, "quality": NaN}',
+    '{"format": 5, "factuality": 5, "consistency": 5, "realism": 5, "quality": 1e308}',
+    "format: 5 factuality: 5 consistency: 5 realism: 5 quality: -5",
+    '{"format": ' + "5" * 5000 + "}", "{" * 5000 + "}" * 5000,
+])
+def test_rubric_parser_gives_no_score_for_non_finite_or_out_of_range(answer):
+    scores, why = parse_judge_answer(answer)
+    assert scores is None and why
