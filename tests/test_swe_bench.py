@@ -90,13 +90,14 @@ def test_missing_sources_are_clear(monkeypatch, tmp_path):
 # -- both dataset schemas, official names and checks -------------------------------------------
 
 
-def test_an_instance_that_cannot_be_graded_is_skipped_for_every_trial():
+def test_an_instance_that_cannot_be_graded_is_skipped_for_every_trial(monkeypatch):
     """A classic-schema row (princeton-nlp/SWE-bench_Verified: no eval_script/image) under swebench>=5, which
     cannot build its test spec: every trial is a skip with the reason, whatever the patch (none scores 0)."""
     from evaluators.swe_bench.grading import spec_builder
 
     if not isinstance(spec_builder("classic"), str):
         pytest.skip("the installed swebench builds classic rows (swebench<5): nothing to skip")
+    monkeypatch.delenv("SWE_BENCH_TASK_REPO", raising=False)
     adapter = SWEBenchVerifiedAdapter(dataset=str(FIXTURES / "fixture_verified_classic.jsonl"), backend="local")
     tasks = adapter.tasks()
     assert len(tasks) == 2 and all("classic dataset schema" in t.skip_reason for t in tasks)
@@ -146,3 +147,18 @@ def test_a_patch_already_in_the_tree_counts_as_applied_as_in_the_official_harnes
         patch = re.sub(r"^index [0-9a-f]+\.\.[0-9a-f]+", "index 1234567..89abcde", row["patch"], flags=re.M)
         graded = grade_verified(session, row, patch, 600)
     assert graded["patch_already_applied"] and graded["patch_applied"] and graded["resolved"]
+
+
+def test_classic_rows_grade_with_the_task_repository_through_swebench(monkeypatch):
+    """The classic schema graded with swebench 5: eval script and image from a swebench task repository
+    (tests/fixtures/swe_bench/fixture_task_repo, our own, in swebench's task-repo layout)."""
+    pytest.importorskip("swebench.task.repo", reason="swebench>=5 reads task repositories")
+    monkeypatch.setenv("SWE_BENCH_TASK_REPO", str(FIXTURES / "fixture_task_repo"))
+    adapter = SWEBenchVerifiedAdapter(dataset=str(FIXTURES / "fixture_verified_classic.jsonl"), backend="local")
+    tasks = adapter.tasks()
+    assert all(t.skip_reason is None and "task repository" in t.payload["dataset_schema"] for t in tasks)
+    results = AgentLoop(adapter, GoldPolicy()).run([Job(t, 0) for t in tasks])
+    assert [r.score for r in results] == [1.0, 1.0], [r.error or r.details.get("log_tail") for r in results]
+    monkeypatch.setenv("SWE_BENCH_TASK_REPO", str(FIXTURES / "repos"))  # not a task repository
+    assert all("not in the task repository" in t.skip_reason for t in adapter.__class__(
+        dataset=str(FIXTURES / "fixture_verified_classic.jsonl"), backend="local").tasks())

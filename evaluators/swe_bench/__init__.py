@@ -11,6 +11,8 @@ Config keys (``--set benchmarks.swe_bench_verified.KEY=VALUE``, same for ``swe_b
                     ``$SWE_BENCH_REPOS``, else ``repos/`` next to a local dataset file)
 ``scripts_dir``     Pro only: ``run_scripts`` of a SWE-bench Pro checkout (default
                     ``$SWE_BENCH_PRO_SCRIPTS``, else ``fixture_pro_run_scripts/`` next to the data file)
+``task_repo``       Verified: a checkout of SWE-bench/swe-bench-tasks (default ``$SWE_BENCH_TASK_REPO``);
+                    a classic-schema row (no eval script) takes its image and eval script from it
 ``instances``       only these instance ids (comma-separated)
 ``exec_timeout_s``  limit of one tool call (default 180); ``eval_timeout_s`` of grading (1800)
 ``memory_mb``       memory of the environment (default 4096)
@@ -47,7 +49,7 @@ from unified.types import Episode, EpisodeResult, ToolCall
 
 from evaluators.swe_bench.data import check_rows, image_for, load_rows, resolve_source, row_schema
 from evaluators.swe_bench.environment import SWEEnvironment, environment_spec, open_repository, repo_source
-from evaluators.swe_bench.grading import grade_pro, grade_verified, grading_problem
+from evaluators.swe_bench.grading import complete_from_task_repo, grade_pro, grade_verified, grading_problem
 
 __all__ = ["SWEBenchProAdapter", "SWEBenchVerifiedAdapter", "aggregate_resolved"]
 
@@ -99,6 +101,7 @@ class _SWEBenchAdapter(Adapter):
         self.backend_name = config.get("backend")
         self.repos_dir = config.get("repos_dir") or os.environ.get("SWE_BENCH_REPOS")
         self.scripts_dir = config.get("scripts_dir") or os.environ.get("SWE_BENCH_PRO_SCRIPTS")
+        self.task_repo = config.get("task_repo") or os.environ.get("SWE_BENCH_TASK_REPO")
         self.only = config_list(config.get("instances"))
         self.exec_timeout_s = float(config.get("exec_timeout_s", 180))
         self.eval_timeout_s = float(config.get("eval_timeout_s", 1800))
@@ -123,6 +126,13 @@ class _SWEBenchAdapter(Adapter):
             if self.only and iid not in self.only:
                 continue
             skip = problem
+            schema = row_schema(row) if self.variant == "verified" else "pro"
+            if skip is None and schema == "classic" and self.task_repo:
+                completed = complete_from_task_repo(row, Path(self.task_repo))
+                if isinstance(completed, str):
+                    skip = f"cannot grade: {completed}"
+                else:
+                    row, schema = completed, "classic, eval script and image from the task repository"
             if skip is None:  # decided once for every trial: never graded on some and skipped on others
                 skip = grading_problem(row, self.variant, scripts if scripts and scripts.is_dir() else None)
                 skip = f"cannot grade: {skip}" if skip else None
@@ -131,7 +141,7 @@ class _SWEBenchAdapter(Adapter):
                         "use a container engine (--set benchmarks.NAME.backend=docker) for the real instances")
             payload = {"row": row, "repos_dir": str(repos) if repos else None,
                        "scripts_dir": str(scripts) if scripts else None,
-                       "dataset_schema": row_schema(row) if self.variant == "verified" else "pro"}
+                       "dataset_schema": schema}
             out.append(Task(id=iid, benchmark=self.name, split=self.variant, group=str(row.get("repo", "")),
                             payload=payload, skip_reason=skip))
         if not out:

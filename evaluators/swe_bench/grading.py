@@ -5,7 +5,9 @@ SWE-bench Verified, with the ``swebench`` package's harness pieces: its ``TestSp
 "already applied" reverse check of its ``run_evaluation`` (when every apply command fails,
 ``git apply --check --reverse`` passing means the patch is in), its log grading
 (``get_eval_report``). A row in the swebench>=5 schema is built with swebench>=5's
-``swebench.harness.utils.make_test_spec``; a classic row with swebench<5's
+``swebench.harness.utils.make_test_spec``; a classic row either gets those fields from a swebench
+task repository (``task_repo``: a checkout of SWE-bench/swe-bench-tasks, read with
+``swebench.task.repo.load_task_repo``) and is then built the same way, or is built with swebench<5's
 ``swebench.harness.test_spec.test_spec.make_test_spec`` (swebench 5 dropped the per-repository
 specs that build a classic row's eval script). Which of the two an instance needs, and whether
 the installed swebench has it, is decided before any rollout (:func:`grading_problem`), so an
@@ -33,7 +35,7 @@ from typing import Any
 
 from unified.execution import ExecutionSession
 
-from evaluators.swe_bench.data import row_schema, selected_tests, test_lists
+from evaluators.swe_bench.data import SWEBENCH5_FIELDS, row_schema, selected_tests, test_lists
 
 
 def swebench_unavailable() -> str | None:
@@ -63,9 +65,30 @@ def spec_builder(schema: str):
         import swebench
 
         return (f"this row is in the classic dataset schema (no eval_script/image), whose test spec only swebench<5 "
-                f"can build (installed: {getattr(swebench, '__version__', '?')}); use the current "
-                "SWE-bench/SWE-bench_Verified dataset (it carries eval_script) or pip install 'swebench==4.1.0'")
+                f"can build (installed: {getattr(swebench, '__version__', '?')}); point task_repo/$SWE_BENCH_TASK_REPO "
+                "at a checkout of SWE-bench/swe-bench-tasks, use the current SWE-bench/SWE-bench_Verified dataset (it "
+                "carries eval_script) or pip install 'swebench==4.1.0'")
     return lambda row: legacy(row, namespace="swebench")
+
+
+def complete_from_task_repo(row: dict[str, Any], task_repo: Path) -> dict[str, Any] | str:
+    """A classic row with ``image, eval_script, log_parser, eval_type`` taken from a swebench task repository
+    (a checkout of SWE-bench/swe-bench-tasks, read with ``swebench.task.repo.load_task_repo``), or why not."""
+    try:
+        from swebench.task.repo import load_task_repo
+    except ImportError:
+        return "reading a task repository needs swebench>=5 (pip install 'swebench>=5.0.2')"
+    iid = str(row["instance_id"])
+    try:
+        task = load_task_repo(task_repo, [iid])[0]
+    except (KeyError, FileNotFoundError) as exc:
+        return f"{iid} is not in the task repository {task_repo}: {exc}"
+    if str(task.get("base_commit")) != str(row["base_commit"]):
+        return f"{task_repo}/tasks/{iid}: base_commit {task.get('base_commit')} != the row's {row['base_commit']}"
+    missing = [k for k in SWEBENCH5_FIELDS if not task.get(k)]
+    if missing:
+        return f"{task_repo}/tasks/{iid} lacks {missing}"
+    return {**row, **{k: task[k] for k in SWEBENCH5_FIELDS}}
 
 
 def grading_problem(row: dict[str, Any], variant: str, scripts_dir: Path | None) -> str | None:
