@@ -192,9 +192,10 @@ def parse_judge_answer(text: str) -> dict[str, Any] | None:
 
     Looks in a fenced block first, then at every balanced ``{...}`` from the last one back
     (preferring one with ``scores``), then for a "total: 0.xx" in prose. ``total`` falls back to
-    ``score`` and then to the mean of the criterion scores. A total outside [0, 1] (negative,
-    ``Infinity``, ``NaN``, ``1e308``, a 0-10 scale) or an answer that is not text is unusable
-    (None: the benchmark's 0), never clipped to full marks; non-finite criterion scores are dropped.
+    ``score`` and then to the mean of the criterion scores; a finite total is clipped to [0, 1]
+    as the benchmark does. A total that is not finite (``Infinity``, ``NaN``, ``1e999``) or an
+    answer that is not text is unusable (None: the benchmark's 0), never clipped to full marks;
+    non-finite criterion scores are dropped.
     """
     if not isinstance(text, str):
         return None
@@ -236,10 +237,10 @@ def parse_judge_answer(text: str) -> dict[str, Any] | None:
         total = float(total)
     except (TypeError, ValueError, OverflowError):
         total = sum(scores.values()) / len(scores) if scores else None
-    if total is None or not 0.0 <= total <= 1.0:  # NaN fails this too
+    if total is None or not math.isfinite(total):
         return None
     notes = parsed.get("notes", parsed.get("justification", parsed.get("reasoning", "")))
-    return {"scores": scores, "total": total, "notes": str(notes)}
+    return {"scores": scores, "total": min(max(total, 0.0), 1.0), "notes": str(notes)}
 
 
 def combine(grading_type: str, weights: dict[str, float] | None, s_auto: float | None,

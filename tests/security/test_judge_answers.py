@@ -5,8 +5,9 @@ answer: a number or an object instead of text, totals of ``Infinity``/``NaN``/``
 or on the wrong scale, deeply nested or malformed JSON, nothing at all.
 
 What it may NEVER cause: an exception into TRL's reward call (a ``content`` of ``5`` raised
-TypeError in the rubric reward); full marks from a score that is not one (QwenClawBench clipped
-``"total": Infinity`` to 1.0). Unusable answers get the documented 0, with the reason recorded.
+TypeError in the rubric reward); full marks from a score that is not a number (QwenClawBench clipped
+``"total": Infinity`` to 1.0; finite totals are still clipped to [0, 1] as the benchmark does).
+Unusable answers get the documented 0, with the reason recorded.
 """
 
 from __future__ import annotations
@@ -99,14 +100,12 @@ def test_an_endpoint_answering_numbers_and_objects_gives_zero():
         assert [_call(reward, 1)[0] for _ in NOT_TEXT] == [0.0] * len(NOT_TEXT)
 
 
-BAD_TOTALS = ["Infinity", "-Infinity", "NaN", "1e308", "1e999", "7", "-3", "1.0000001"]
-
-
-@pytest.mark.parametrize("total", BAD_TOTALS)
-def test_qwenclawbench_judge_total_out_of_range_is_unusable_not_full_marks(total):
+@pytest.mark.parametrize("total", ["Infinity", "-Infinity", "NaN", "1e999", "-1e999"])
+def test_qwenclawbench_judge_total_that_is_not_finite_is_unusable_not_full_marks(total):
     from evaluators.qwenclawbench.grading import parse_judge_answer as qcb_parse
 
     assert qcb_parse('{"scores": {"a": 0.1}, "total": %s, "notes": "x"}' % total) is None
+    assert qcb_parse('{"scores": {"a": 0.1, "b": %s}}' % total)["total"] == pytest.approx(0.1)
 
 
 def test_qwenclawbench_judge_answers_that_are_not_text_or_not_json_are_unusable():
