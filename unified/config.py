@@ -2,8 +2,12 @@
 
 Every config section is a dataclass. Loading is strict: an unknown key is an error that
 names the file, the line and the section and lists the valid keys; a value of the wrong type
-is an error that names the field and the expected type. ``--set a.b=value`` parses ``value``
-as YAML (so ``--set train.lr=3e-4`` is a float and ``--set eval.suites=[ood]`` a list).
+is an error that names the field and the expected type; a number outside the bounds a field
+declares (:func:`bounded`: ``max_steps >= 1``, ``learning_rate > 0``, no NaN) is an error that
+names the field, the bound and the value. :func:`flag_type` turns the same bounds into an
+argparse ``type`` for a CLI flag, so ``--limit -1`` is a usage error naming flag and value.
+``--set a.b=value`` parses ``value`` as YAML (so ``--set train.lr=3e-4`` is a float and
+``--set eval.suites=[ood]`` a list).
 
 Typical CLI use::
 
@@ -20,11 +24,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import enum
+import math
 import os
 import types
 import typing
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Callable, TypeVar
 
 import yaml
 
@@ -103,6 +108,58 @@ def apply_overrides(data: dict[str, Any], overrides: list[str] | None) -> dict[s
             node = child
         node[parts[-1]] = value
     return data
+
+
+# --------------------------------------------------------------------------------------
+# bounds
+
+
+def bounded(default: Any, *, ge: float | None = None, gt: float | None = None, le: float | None = None) -> Any:
+    """A dataclass field with numeric bounds (``ge``: >=, ``gt``: >, ``le``: <=), checked whenever a
+    recipe, an override or a flag sets it; a float must also be finite. ``None`` passes (optional)."""
+    bounds = {k: v for k, v in (("ge", ge), ("gt", gt), ("le", le)) if v is not None}
+    return dataclasses.field(default=default, metadata={"bounds": bounds})
+
+
+def check_bounds(value: Any, bounds: dict[str, float], where: str) -> None:
+    """Raise ConfigError naming ``where`` when ``value`` breaks ``bounds`` (see :func:`bounded`)."""
+    if not bounds or value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{where}: expected a finite number, got {value!r}")
+    for name, ok, words in (("ge", lambda b: value >= b, ">="), ("gt", lambda b: value > b, ">"),
+                            ("le", lambda b: value <= b, "<=")):
+        if name in bounds and not ok(bounds[name]):
+            raise ConfigError(f"{where}: expected a value {words} {bounds[name]:g}, got {value!r}")
+
+
+def _field_at(cls: type, key: str) -> dataclasses.Field:
+    """The dataclass field of a dotted key (``sampling.temperature``) of ``cls``."""
+    *sections, name = key.split(".")
+    for section in sections:
+        cls = typing.get_type_hints(cls)[section]
+    return {f.name: f for f in dataclasses.fields(cls)}[name]
+
+
+def flag_type(cls: type, key: str, kind: type = int) -> Callable[[str], Any]:
+    """An argparse ``type`` for a flag that sets ``key`` of ``cls``: parses ``kind`` and checks the
+    field's bounds, so a bad value is a usage error naming the flag and the value."""
+    bounds = _field_at(cls, key).metadata.get("bounds", {})
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, "
+                                             f"got {text!r}") from None
+        try:
+            check_bounds(value, bounds, key)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[1]) from None
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
 
 
 # --------------------------------------------------------------------------------------
@@ -210,6 +267,7 @@ def from_dict(cls: type[C], data: dict[str, Any], *, where: str = "", lines: dic
             continue
         try:
             kwargs[key] = _coerce(value, tp, key_where)
+            check_bounds(kwargs[key], fields[key].metadata.get("bounds", {}), key_where)
         except UnknownNameError as exc:
             raise UnknownNameError(exc.kind, exc.name, exc.valid, where=f"{loc}{key_where}") from None
         except ConfigError as exc:
@@ -221,7 +279,12 @@ def from_dict(cls: type[C], data: dict[str, Any], *, where: str = "", lines: dic
     if missing:
         raise ConfigError(f"{_location(source, lines, section)}{where or cls.__name__}: missing required key(s): "
                           f"{', '.join(missing)}")
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except ValueError as exc:  # a section's own checks (__post_init__)
+        raise ConfigError(f"{_location(source, lines, section)}{exc}") from None
 
 
 def _location(source: str, lines: dict[tuple[str, ...], int] | None, path: tuple[str, ...]) -> str:

@@ -21,7 +21,8 @@ import argparse
 import importlib
 import sys
 
-from unified.config import ConfigError, add_recipe_arguments, apply_overrides, dump_yaml, from_dict, read_yaml
+from unified.config import (ConfigError, add_recipe_arguments, apply_overrides, dump_yaml, flag_type, from_dict,
+                             read_yaml)
 from unified.eval.runner import EvalConfig, run_eval
 from unified.eval.store import RunDirError
 from unified.registry import UnknownNameError
@@ -38,6 +39,12 @@ _FLAG_KEYS = {
 }
 
 
+def _flag(flag: str, kind: type = int):
+    """The argparse type of a numeric flag: the bounds of the config field it sets (``--limit 0``,
+    ``--runs -3`` are usage errors naming the flag and the value)."""
+    return flag_type(EvalConfig, _FLAG_KEYS[flag], kind)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m unified.eval", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -50,24 +57,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--prompting", help="prompting module (act, predict_then_act, ...)")
     parser.add_argument("--out", help="run directory (results, summary); rerun to resume")
     parser.add_argument("--split", help="benchmark-specific split/categories")
-    parser.add_argument("--limit", type=int, help="tasks per benchmark")
+    parser.add_argument("--limit", type=_flag("limit"), help="tasks per benchmark")
     parser.add_argument("--task-ids", nargs="+", help="only these task ids (comma or space separated; "
                         "the tasks they depend on come along)")
-    parser.add_argument("--runs", type=int, help="rollouts per task (default: the benchmark's protocol)")
-    parser.add_argument("--max-in-flight", type=int, help="episodes generated together (hf batch size)")
+    parser.add_argument("--runs", type=_flag("runs"), help="rollouts per task (default: the benchmark's protocol)")
+    parser.add_argument("--max-in-flight", type=_flag("max_in_flight"),
+                        help="episodes generated together (hf batch size)")
     parser.add_argument("--scheduling", choices=["auto", "continuous", "rounds"],
                         help="continuous batching (episodes join the batch when ready; auto: where the backend has it) "
                              "or rounds (one batch per round)")
-    parser.add_argument("--temperature", type=float)
-    parser.add_argument("--top-p", type=float)
-    parser.add_argument("--max-new-tokens", type=int, help="per policy call")
+    parser.add_argument("--temperature", type=_flag("temperature", float))
+    parser.add_argument("--top-p", type=_flag("top_p", float))
+    parser.add_argument("--max-new-tokens", type=_flag("max_new_tokens"), help="per policy call")
     parser.add_argument("--thinking", action=argparse.BooleanOptionalAction, default=None,
                         help="open a <think> block in the generation prompt")
     parser.add_argument("--seed", type=int)
-    parser.add_argument("--max-turns", type=int, help="policy calls per episode")
-    parser.add_argument("--max-steps-per-turn", type=int, help="policy calls per user turn")
-    parser.add_argument("--max-episode-tokens", type=int, help="generated tokens per episode")
-    parser.add_argument("--max-seconds", type=float, help="wall time per episode")
+    parser.add_argument("--max-turns", type=_flag("max_turns"), help="policy calls per episode")
+    parser.add_argument("--max-steps-per-turn", type=_flag("max_steps_per_turn"), help="policy calls per user turn")
+    parser.add_argument("--max-episode-tokens", type=_flag("max_episode_tokens"), help="generated tokens per episode")
+    parser.add_argument("--max-seconds", type=_flag("max_seconds", float), help="wall time per episode")
     parser.add_argument("--compare", nargs=2, metavar=("RUN_A", "RUN_B"), help="print the delta table of two runs")
     add_recipe_arguments(parser)
     return parser

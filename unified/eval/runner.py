@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from unified.agent.loop import AgentLimits, AgentLoop, Job
-from unified.config import to_dict
+from unified.config import bounded, to_dict
 from unified.eval.adapter import (SUITES, BenchmarkUnavailable, expand_benchmarks, limit_runnable, load_adapter,
                                   select_task_ids)
 from unified.eval.general import GENERAL_SUITE, GeneralConfig, run_general, split_suites
@@ -29,19 +29,19 @@ from unified.registry import UnknownNameError
 
 @dataclass
 class SamplingSection:
-    temperature: float = 0.0
-    top_p: float = 1.0
-    max_new_tokens: int = 512
+    temperature: float = bounded(0.0, ge=0)
+    top_p: float = bounded(1.0, gt=0, le=1)
+    max_new_tokens: int = bounded(512, ge=1)
     thinking: bool = True
     seed: int | None = None
 
 
 @dataclass
 class LimitsSection:
-    max_turns: int = 40
-    max_steps_per_user_turn: int = 20
-    max_completion_tokens: int = 32768
-    max_seconds: float = 3600.0
+    max_turns: int = bounded(40, ge=1)
+    max_steps_per_user_turn: int = bounded(20, ge=1)
+    max_completion_tokens: int = bounded(32768, ge=1)
+    max_seconds: float = bounded(3600.0, gt=0)
 
 
 @dataclass
@@ -62,13 +62,13 @@ class EvalConfig:
     out: str = "runs/eval"
     split: str | None = None
     """Benchmark-specific split/category selection passed to ``tasks``."""
-    limit: int | None = None
+    limit: int | None = bounded(None, ge=1)
     """Tasks per benchmark."""
     task_ids: list[str] = field(default_factory=list)
     """Run only these task ids (and the tasks they depend on); ``limit`` then applies to them."""
-    runs: int | None = None
+    runs: int | None = bounded(None, ge=1)
     """Rollouts per task (default: each benchmark's protocol)."""
-    max_in_flight: int = 8
+    max_in_flight: int = bounded(8, ge=1)
     """Episodes generated together (the batch size of the ``hf`` backend)."""
     scheduling: str = "auto"
     """``auto`` | ``continuous`` | ``rounds``: how episodes share the policy

@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from unified.config import bounded
 from unified.lwm.parsing import completion_text, parse_observation
 from unified.registry import Registry
 from unified.rewards.backends import CachedJudge, JudgeBackend, JudgeCache, build_backend
@@ -59,17 +60,17 @@ class RewardConfig:
     """Graded score of :mod:`unified.rewards.similarity`: ``lcs_f1`` (order-aware) or ``token_f1``."""
     cache_dir: str = "~/.cache/unified/judge"
     """On-disk judge answer cache; empty string: no cache."""
-    judge_max_tokens: int = 256
+    judge_max_tokens: int = bounded(256, ge=1)
     """Judge answer budget."""
-    judge_temperature: float = 0.0
-    judge_max_concurrency: int = 8
-    judge_timeout_s: float = 120.0
-    judge_max_retries: int = 4
+    judge_temperature: float = bounded(0.0, ge=0)
+    judge_max_concurrency: int = bounded(8, ge=1)
+    judge_timeout_s: float = bounded(120.0, gt=0)
+    judge_max_retries: int = bounded(4, ge=0)
     judge_disable_thinking: bool = True
     """Send ``chat_template_kwargs={"enable_thinking": false}`` (vLLM/SGLang/our server)."""
-    judge_max_chars: int = 3000
+    judge_max_chars: int = bounded(3000, ge=1)
     """Longest text (action, observation) shown to the judge; longer ones keep head and tail."""
-    judge_max_history: int = 4
+    judge_max_history: int = bounded(4, ge=0)
     """Earlier turns shown to the judge."""
 
     def __post_init__(self) -> None:

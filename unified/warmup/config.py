@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from unified.config import ConfigError, load_config
+from unified.config import ConfigError, bounded, load_config
 from unified.rewards import RewardConfig
 
 Precision = Literal["auto", "bf16", "fp32"]
@@ -54,11 +54,11 @@ class DataSection:
     """Files or directories of AgentWorldBench-format JSONL (relative paths: from the working dir)."""
     heldout: list[str] = field(default_factory=list)
     """Separate held-out files; empty = split ``heldout_size`` samples off ``train``."""
-    heldout_size: int = 0
+    heldout_size: int = bounded(0, ge=0)
     """Samples kept out of training for the before/after reward measurement."""
-    limit: int | None = None
+    limit: int | None = bounded(None, ge=1)
     """Use at most this many training samples (after the held-out split)."""
-    max_prompt_tokens: int | None = None
+    max_prompt_tokens: int | None = bounded(None, ge=1)
     """Drop samples whose rendered prompt is longer (the paper: 128k)."""
     seed: int = 0
     """Seed of the turn sampling and of the held-out split."""
@@ -68,15 +68,15 @@ class DataSection:
 class GSPOSection:
     """The policy-optimisation objective (see :mod:`unified.warmup` for the math)."""
 
-    epsilon: float = 3e-4
+    epsilon: float = bounded(3e-4, ge=0, le=1)
     """Lower clip: s_i is clipped below at 1 - epsilon."""
-    epsilon_high: float = 4e-4
+    epsilon_high: float = bounded(4e-4, ge=0)
     """Upper clip: s_i is clipped above at 1 + epsilon_high."""
-    beta: float = 0.0
+    beta: float = bounded(0.0, ge=0)
     """KL coefficient; 0 = no reference model, as in GSPO."""
-    num_generations: int = 8
+    num_generations: int = bounded(8, ge=2)
     """Group size G: completions sampled per prompt."""
-    num_iterations: int = 1
+    num_iterations: int = bounded(1, ge=1)
     """Policy updates per generated batch (mu); >1 makes s_i move away from 1."""
     importance_sampling_level: Literal["sequence", "token"] = "sequence"
     """``sequence`` = GSPO; ``token`` = GRPO (kept for ablations)."""
@@ -95,10 +95,10 @@ class GenerationSection:
     backend: GenerationBackend = "hf"
     """``hf`` (in-process ``generate``), ``vllm_server`` (``trl vllm-serve`` on another node) or
     ``vllm_colocate`` (vLLM inside the trainer processes)."""
-    max_completion_length: int = 512
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
+    max_completion_length: int = bounded(512, ge=1)
+    temperature: float = bounded(1.0, ge=0)
+    top_p: float = bounded(1.0, gt=0, le=1)
+    top_k: int = bounded(0, ge=0)
     enable_thinking: bool = False
     """Passed to the chat template; world-model answers are judged without the reasoning anyway."""
     cpu_threads: int | None = None
@@ -107,11 +107,11 @@ class GenerationSection:
     a descheduled thread, and 1 thread decoded 40x faster than 2 on the 2-core CI machine.
     ``None``: torch's default."""
     vllm_server_host: str = "127.0.0.1"
-    vllm_server_port: int = 8000
-    vllm_server_timeout_s: float = 600.0
-    vllm_gpu_memory_utilization: float = 0.3
+    vllm_server_port: int = bounded(8000, ge=1, le=65535)
+    vllm_server_timeout_s: float = bounded(600.0, gt=0)
+    vllm_gpu_memory_utilization: float = bounded(0.3, gt=0, le=1)
     """Colocate mode only."""
-    vllm_tensor_parallel_size: int = 1
+    vllm_tensor_parallel_size: int = bounded(1, ge=1)
     """Colocate mode: TP inside the trainer; server mode: passed to ``trl vllm-serve``."""
     vllm_max_model_length: int | None = None
     """Context window of the vLLM engine (prompt + completion)."""
@@ -121,23 +121,23 @@ class GenerationSection:
 class TrainSection:
     """Optimiser, batch and checkpoint schedule (HF ``TrainingArguments`` names)."""
 
-    max_steps: int = 100
-    learning_rate: float = 1e-6
+    max_steps: int = bounded(100, ge=1)
+    learning_rate: float = bounded(1e-6, gt=0)
     lr_scheduler_type: str = "constant"
-    warmup_steps: int = 0
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
+    warmup_steps: int = bounded(0, ge=0)
+    weight_decay: float = bounded(0.0, ge=0)
+    max_grad_norm: float = bounded(1.0, gt=0)
     optim: str = "adamw_torch"
     """HF ``TrainingArguments.optim``: ``adamw_torch`` (8 bytes of state a parameter), ``adafactor``
     (factored second moment, no first moment), ``sgd``, ..."""
-    per_device_train_batch_size: int = 8
+    per_device_train_batch_size: int = bounded(8, ge=1)
     """Completions per device per micro-step (must hold whole groups across the generation batch)."""
-    gradient_accumulation_steps: int = 1
-    save_steps: int = 50
-    save_total_limit: int | None = 3
-    logging_steps: int = 1
+    gradient_accumulation_steps: int = bounded(1, ge=1)
+    save_steps: int = bounded(50, ge=1)
+    save_total_limit: int | None = bounded(3, ge=1)
+    logging_steps: int = bounded(1, ge=1)
     seed: int = 0
-    dataloader_num_workers: int = 0
+    dataloader_num_workers: int = bounded(0, ge=0)
 
 
 @dataclass
@@ -156,13 +156,13 @@ class LoggingSection:
 class LaunchSection:
     """How ``--dry-run`` and ``slurm/lwm_warmup.sh`` lay the job out on nodes."""
 
-    nodes: int = 1
-    gpus_per_node: int = 0
+    nodes: int = bounded(1, ge=1)
+    gpus_per_node: int = bounded(0, ge=0)
     distributed: DistributedBackend = "none"
     """Multi-GPU/-node training backend; its accelerate config is ``accelerate_config``."""
     accelerate_config: str | None = None
     """``None``: ``recipes/accelerate/<distributed>.yaml``."""
-    main_process_port: int = 29500
+    main_process_port: int = bounded(29500, ge=1, le=65535)
 
     def trainer_processes(self) -> int:
         """Training processes of this layout (the first node serves vLLM when there are several)."""
