@@ -19,4 +19,12 @@ Each module takes one of these promises, attacks it the way an agent would, and 
 on every backend this machine has (bubblewrap sandbox, ``local`` execution backend; container
 engines where one runs). Tests that need bubblewrap or tmux skip, with the install line, where
 they are missing.
+
+The model's text is untrusted input to the harness itself, and so are a judge's answers and a
+user's numbers: a completion may be anything and may never stop a run or escape the parser
+(``test_model_output``, ``test_tool_call_fuzz``); ``--max-seconds`` holds while the model is
+still generating (``test_generation_deadline``); a judge's junk never crashes a reward or earns
+full marks (``test_judge_answers``); one run owns its directory (``test_run_directory``); what
+the harness starts dies with it and leaves nothing in ``/tmp`` (``test_child_processes``); bad
+flags and recipe values are usage errors (``test_usage_errors``).
 """
