@@ -74,7 +74,7 @@ class GSPOSection:
     """Upper clip: s_i is clipped above at 1 + epsilon_high."""
     beta: float = bounded(0.0, ge=0)
     """KL coefficient; 0 = no reference model, as in GSPO."""
-    num_generations: int = bounded(8, ge=2)
+    num_generations: int = 8
     """Group size G: completions sampled per prompt."""
     num_iterations: int = bounded(1, ge=1)
     """Policy updates per generated batch (mu); >1 makes s_i move away from 1."""
