@@ -151,7 +151,7 @@ def tiny_cli_overrides(checkpoint: Path | None, data: Path | None, output: Path 
         if value is not None:
             args += [flag, str(value)]
     for item in ("logging.wandb=false", "data.heldout_size=0", "data.max_prompt_tokens=null",
-                 "train.per_device_train_batch_size=4", "gspo.num_generations=2", "generation.max_completion_length=8",
-                 *extra):
+                 "train.per_device_train_batch_size=4", "train.gradient_accumulation_steps=2", "gspo.num_generations=2",
+                 "generation.max_completion_length=8", *extra):
         args += ["--set", item]
     return args

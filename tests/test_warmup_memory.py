@@ -32,10 +32,15 @@ def test_trainable_layers_train_only_the_top_layers(tmp_path):
     assert len(state) == sum(1 for p in model.parameters() if p.requires_grad)
 
 
-def test_trainable_layers_must_fit_the_model():
+def test_trainable_layers_beyond_the_depth_train_every_layer():
     model, _ = tiny_policy()
-    with pytest.raises(ValueError, match="decoder layers"):
-        freeze_lower_layers(model, len(decoder_layers(model)) + 1)
+    depth = len(decoder_layers(model))
+    counts = freeze_lower_layers(model, depth + 5)
+    assert all(p.requires_grad for p in decoder_layers(model).parameters())
+    assert not model.get_input_embeddings().weight.requires_grad
+    assert counts["trainable"] == sum(p.numel() for p in model.parameters() if p.requires_grad)
+    with pytest.raises(ValueError, match=">= 1"):
+        freeze_lower_layers(model, 0)
     with pytest.raises(ConfigError, match="trainable_layers"):
         load_warmup_config(None, ["model.trainable_layers=0"])
 

@@ -324,13 +324,20 @@ def decoder_layers(model) -> torch.nn.ModuleList:
 def freeze_lower_layers(model, trainable: int) -> dict[str, int]:
     """Keep ``requires_grad`` only on the last ``trainable`` decoder layers and the final norm.
 
+    A ``trainable`` beyond the model's depth trains every layer (with a warning), so a recipe
+    written for a deeper model still runs on a smaller one.
+
     Everything else (embeddings, a tied or untied LM head, the lower layers) is frozen: no
     gradient, no optimizer state, and autograd saves no activation below the first trainable
     layer, since nothing there needs a gradient. Returns parameter counts.
     """
     layers = decoder_layers(model)
-    if not 1 <= trainable <= len(layers):
-        raise ValueError(f"model.trainable_layers={trainable}: the model has {len(layers)} decoder layers")
+    if trainable < 1:
+        raise ValueError(f"model.trainable_layers={trainable}: expected >= 1")
+    if trainable > len(layers):  # a recipe written for a deeper model, run with --model on a smaller one
+        log.warning("model.trainable_layers=%d but the model has %d decoder layers: all of them train",
+                    trainable, len(layers))
+        trainable = len(layers)
     keep = {id(p) for layer in layers[len(layers) - trainable:] for p in layer.parameters()}
     norm = getattr(model.get_decoder() if hasattr(model, "get_decoder") else model.model, "norm", None)
     if norm is not None:
