@@ -180,7 +180,7 @@ def profile(cfg, *, steps: int, interval: float = 0.02) -> dict[str, Any]:
     funcs, weights = load_rewards(cfg)
     after_load = current_rss_bytes() / GIB
     params = list(model.parameters())
-    trainable = [p for p in params if p.requires_grad]
+    trainable: list[torch.nn.Parameter] = []  # known once the trainer has applied model.trainable_layers
     weights_bytes = tensor_bytes(params)
     parameter_ptrs = {p.untyped_storage().data_ptr() for p in params}
     acts: list[dict[str, Any]] = []
@@ -205,6 +205,7 @@ def profile(cfg, *, steps: int, interval: float = 0.02) -> dict[str, Any]:
     with sampler.phase("trainer set-up"):
         trainer = build_trainer(cfg, train_dataset=train, reward_funcs=funcs, reward_weights=weights, model=model,
                                 tokenizer=tokenizer, callbacks=[Marks()], device=device)
+    trainable.extend(p for p in params if p.requires_grad)
 
     gen_dtype = torch.bfloat16 if trainer.args.bf16 else next(model.parameters()).dtype
     original = {name: getattr(trainer, name) for name in

@@ -294,10 +294,6 @@ def build_trainer(cfg: WarmupConfig, *, train_dataset, reward_funcs: Sequence[Ca
     if tokenizer is None:
         raise ValueError("build_trainer: a model was given without its tokenizer")
     tokenizer.padding_side = "left"
-    if cfg.model.trainable_layers is not None:
-        if isinstance(model, str):
-            raise ValueError("model.trainable_layers needs the model in this process (single-process training)")
-        freeze_lower_layers(model, cfg.model.trainable_layers)
     args = build_grpo_config(cfg, device=device, reward_weights=reward_weights)
     if isinstance(model, str):
         args.model_init_kwargs = init_kwargs
@@ -308,6 +304,10 @@ def build_trainer(cfg: WarmupConfig, *, train_dataset, reward_funcs: Sequence[Ca
         callbacks=[JsonlMetricsCallback(Path(cfg.output_dir) / METRICS_FILE), *callbacks],
     )
     trainer.generation_cpu_threads = cfg.generation.cpu_threads
+    if cfg.model.trainable_layers is not None:  # before train() creates the optimizer over trainable parameters
+        if trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled:
+            raise ValueError("model.trainable_layers is for single-process and DDP training, not DeepSpeed/FSDP")
+        freeze_lower_layers(trainer.model, cfg.model.trainable_layers)
     _check_router_loss(cfg, trainer)
     return trainer
 
