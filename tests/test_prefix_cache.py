@@ -147,9 +147,17 @@ def test_bench_batching_runs_real_bfcl_episodes(tiny_checkpoint, tmp_path, capsy
     pytest.importorskip("bfcl_eval")
     from unified.eval.bench_batching import main
 
+    import glob
+    import tempfile
+
+    def leftovers() -> set[str]:
+        return set(glob.glob(f"{tempfile.gettempdir()}/unified-bench-batching-*"))
+
+    before = leftovers()
     out = tmp_path / "bench.json"
     assert main(["--model", str(tiny_checkpoint), "--tasks", "2", "--categories", "simple_python",
                  "--max-new-tokens", "3", "--max-turns", "1", "--json", str(out)]) == 0
+    assert leftovers() <= before, "bench_batching left its work directory behind"
     import json
 
     report = json.loads(out.read_text())

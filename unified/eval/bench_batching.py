@@ -113,6 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="unified-bench-batching-") as work_dir:  # removed on the way out
+        return _bench(args, Path(work_dir))
+
+
+def _bench(args: argparse.Namespace, work_dir: Path) -> int:
+    """Run the modes of ``args`` on BFCL v4 tasks whose environments keep their files in ``work_dir``."""
     import torch
 
     from unified.agent.loop import AgentLimits
@@ -123,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
 
     config = {"categories": args.categories} if args.categories else {}
     adapter = load_adapter("bfcl_v4", **config)
-    adapter.work_dir = Path(tempfile.mkdtemp(prefix="unified-bench-batching-"))
+    adapter.work_dir = work_dir
     tasks = adapter.tasks(None, args.tasks)
     print(f"{len(tasks)} BFCL v4 tasks: {', '.join(t.id for t in tasks)}", file=sys.stderr, flush=True)
     loaded = load_checkpoint(args.model, **({"experts_implementation": args.experts} if args.experts else {}))
