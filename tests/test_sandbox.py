@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -12,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from unified.sandbox import Sandbox, SandboxConfig, SandboxError, throwaway_sandbox
-from _process_support import processes_with
+from _process_support import LoopbackListener, processes_with
 from _requires import needs_bwrap
 
 pytestmark = needs_bwrap
@@ -58,33 +56,12 @@ def test_host_environment_is_not_inherited(tmp_path, monkeypatch):
     assert "s3cret" not in out and "GIVEN=yes" in out
 
 
-class _Listener:
-    """A TCP server on the host's loopback that counts connections."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.port = self.sock.getsockname()[1]
-        self.hits = 0
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.hits += 1
-            conn.close()
-
-
 _CONNECT = ("python3 -c 'import socket,sys; s=socket.create_connection((\"127.0.0.1\", int(sys.argv[1])), 3); "
             "print(\"connected\")' {port}")
 
 
 def test_network_is_unreachable_unless_enabled(tmp_path):
-    server = _Listener()
+    server = LoopbackListener()
     with Sandbox(SandboxConfig(workspace=tmp_path / "a")) as box:
         res = box.run(_CONNECT.format(port=server.port))
         assert res.exit_code != 0 and "connected" not in res.stdout

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import sys
 import threading
 from pathlib import Path
 
+from _process_support import LoopbackListener
 from security._support import needs_bwrap
 from unified.types import Episode
 
@@ -65,26 +65,6 @@ def test_a_qwenclawbench_grader_runs_isolated(tmp_path):
     assert set(result["breakdown"].values()) == {1.0}, result
 
 
-class _Listener:
-    """A TCP server on the host's loopback that counts connections."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.port, self.hits = self.sock.getsockname()[1], 0
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.hits += 1
-            conn.close()
-
-
 CLAW_CHECKOUT = Path(__file__).parents[1] / "fixtures" / "claw_eval" / "fixture_checkout"
 PROBE_GRADER = '''
 import os, socket, sys
@@ -111,7 +91,7 @@ class ProbeGrader(AbstractGrader):
 def test_a_claw_eval_grader_has_no_network(tmp_path):
     from evaluators.claw_eval.grading import build_trace, run_grader
 
-    listener = _Listener()
+    listener = LoopbackListener()
     checkout = tmp_path / "checkout"  # the fixture checkout plus one probing task (the grader sees the checkout only)
     shutil.copytree(CLAW_CHECKOUT, checkout)
     task_dir = checkout / "tasks" / "fixture_T01_notes"
