@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import time
 
-from unified.eval.adapter import Adapter, Environment, Task
-from unified.types import EpisodeResult, Observation, ToolCall, ToolSpec
+from unified.contracts import Adapter, Environment, Task
+from unified.types import EpisodeResult, Message, Observation, ToolCall, ToolSpec
 
 
 class FixtureEnv(Environment):
@@ -24,7 +24,7 @@ class FixtureEnv(Environment):
         self.seen: list[str] = []
         self.stopped = False
 
-    def step(self, tool_calls: list[ToolCall]) -> list[Observation]:
+    def step(self, tool_calls: list[ToolCall], message: Message | None = None) -> list[Observation]:
         time.sleep(float(os.environ.get("FIXTURE_STEP_SECONDS", "0")))
         if self.task.id.startswith("crash"):
             raise RuntimeError("fixture environment crashed")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from unified.agent.loop import AgentLimits, AgentLoop, Job
+from unified.contracts import AgentLimits
+from unified.agent.loop import AgentLoop, Job
 from unified.agent.parsing import parse_completion, render_tool_call
 from unified.policy import PolicyOutput, make_policy
 from unified.policy.base import Policy

@@ -64,7 +64,8 @@ def test_web_search_without_key_is_not_ok(adapter, monkeypatch):
 import copy  # noqa: E402
 import json  # noqa: E402
 
-from unified.agent.loop import AgentLimits, AgentLoop, Job  # noqa: E402
+from unified.contracts import AgentLimits  # noqa: E402
+from unified.agent.loop import AgentLoop, Job  # noqa: E402
 from unified.policy.base import Policy, PolicyOutput  # noqa: E402
 from unified.types import ToolCall  # noqa: E402
 

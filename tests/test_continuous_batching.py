@@ -8,7 +8,8 @@ import time
 import pytest
 import torch
 
-from unified.agent.loop import AgentLimits, AgentLoop, Job
+from unified.contracts import AgentLimits
+from unified.agent.loop import AgentLoop, Job
 from unified.models import load_checkpoint
 from unified.models.continuous import ContinuousBatcher, ContinuousStats, continuous_batching_supported
 from unified.models.generation import SamplingParams, batched_generate

@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 
 from unified.agent.prompting import PROMPTING, PromptingModule, make_prompting
-from unified.eval.adapter import (
-    SUITES, BenchmarkUnavailable, Environment, expand_benchmarks, load_adapter, registered_benchmarks,
-)
+from unified.contracts import BenchmarkUnavailable, Environment
+from unified.eval.adapter import SUITES, expand_benchmarks, load_adapter, registered_benchmarks
 from unified.registry import UnknownNameError
 from unified.types import Message, Observation, ToolCall
 

@@ -108,7 +108,8 @@ def test_suite_lwm_dispatches_or_says_not_available(capsys):
 
 
 def test_select_task_ids_brings_dependencies_in_benchmark_order():
-    from unified.eval.adapter import Task, select_task_ids
+    from unified.contracts import Task
+    from unified.eval.adapter import select_task_ids
 
     tasks = [Task(id="write_a", benchmark="b", scored=False), Task(id="write_b", benchmark="b", scored=False,
                                                                    depends_on=["write_a"]),

@@ -6,7 +6,8 @@ import importlib.util
 
 import pytest
 
-from unified.agent.loop import AgentLimits, AgentLoop, Job
+from unified.contracts import AgentLimits
+from unified.agent.loop import AgentLoop, Job
 from unified.policy import make_policy
 from unified.policy.base import PolicyRequest, SamplingConfig
 from unified.registry import UnknownNameError

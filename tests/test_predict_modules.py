@@ -89,7 +89,7 @@ def test_reflect_says_when_no_prediction_was_made():
 
 
 def _fixture_adapter():
-    from unified.eval.adapter import Adapter, Environment, Task
+    from unified.contracts import Adapter, Environment, Task
 
     class FixtureWeatherEnv(Environment):
         def __init__(self):
@@ -102,7 +102,7 @@ def _fixture_adapter():
             self.system_prompt = "You answer weather questions with tools."
             self.first_user_message = "How warm is it in Paris, in fahrenheit? And in Atlantis?"
 
-        def step(self, tool_calls):
+        def step(self, tool_calls, message=None):
             out = []
             for call in tool_calls:
                 if call.name == "convert":
@@ -196,7 +196,8 @@ def test_loop_reflect_puts_the_comparison_into_the_next_prompt():
 
 def test_prefill_opens_the_block_with_a_real_model(tiny_checkpoint):
     """hf policy + tiny model: the completion starts with the opened block; act has no prefix."""
-    from unified.agent.loop import AgentLimits, AgentLoop, Job
+    from unified.contracts import AgentLimits
+    from unified.agent.loop import AgentLoop, Job
     from unified.policy import SamplingConfig, make_policy
 
     policy = make_policy(str(tiny_checkpoint), SamplingConfig(max_new_tokens=6))

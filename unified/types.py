@@ -171,6 +171,12 @@ class Step(Record):
     """Number of generated tokens."""
     completion_token_ids: list[int] = field(default_factory=list)
     """The policy's own token ids (never re-tokenised; used by training)."""
+    prompt_token_ids: list[int] = field(default_factory=list)
+    """The prompt's token ids as the backend fed them (empty for remote backends that do not
+    return them)."""
+    completion_logprobs: list[float] | None = None
+    """Log-probability of each of ``completion_token_ids`` under the sampling distribution, where
+    the backend gives them (None otherwise)."""
     generation_seconds: float = 0.0
     """Wall time of the policy call."""
     environment_seconds: float = 0.0
@@ -198,7 +204,7 @@ class Episode(Record):
     tools: list[ToolSpec] = field(default_factory=list)
     """Tools offered to the agent."""
     stop_reason: str = ""
-    """``answer``, ``max_turns``, ``max_tokens``, ``timeout``, ``error``, ``env_done``."""
+    """Why the episode ended: a :class:`unified.contracts.StopReason` value (documented there)."""
     error: str | None = None
     """Traceback text if the episode crashed."""
     started_at: float = 0.0
@@ -207,6 +213,90 @@ class Episode(Record):
     """Total wall time."""
     metadata: dict[str, Any] = field(default_factory=dict)
     """Prompting module, sandbox backend and other run facts."""
+
+    def turn_samples(self) -> list["TokenTrajectory"]:
+        """One single-turn training sample per policy call: that call's prompt ids, and its
+        completion ids with loss mask 1 everywhere. Always available when the backend gave ids."""
+        samples = []
+        for step in self.steps:
+            _require_ids(step)
+            samples.append(TokenTrajectory(
+                prompt_ids=list(step.prompt_token_ids), response_ids=list(step.completion_token_ids),
+                response_mask=[1] * len(step.completion_token_ids),
+                response_logprobs=_logprobs_or_none([step])))
+        return samples
+
+    def token_trajectory(self) -> "TokenTrajectory":
+        """The whole episode as one token sequence with a loss mask (verl's ``AgentLoopOutput`` shape).
+
+        ``prompt_ids`` are the first call's prompt; ``response_ids`` concatenate, per call, the
+        generated ids (mask 1) and then the tokens the next prompt adds after them: tool
+        observations, user turns, template markup (mask 0, log-prob 0). This needs every prompt
+        to extend the previous prompt plus its completion token for token; a chat template that
+        rewrites earlier turns (dropping old reasoning, re-rendering tool calls) breaks that, and
+        the error names the step (use :meth:`turn_samples` then).
+        """
+        if not self.steps:
+            raise ValueError(f"{self.benchmark}/{self.task_id} trial {self.trial}: the episode has no policy calls")
+        for step in self.steps:
+            _require_ids(step)
+        prompt = list(self.steps[0].prompt_token_ids)
+        with_logprobs = all(step.completion_logprobs is not None for step in self.steps)
+        response: list[int] = []
+        mask: list[int] = []
+        logprobs: list[float] = []
+        for step, following in zip(self.steps, self.steps[1:] + [None]):
+            response += step.completion_token_ids
+            mask += [1] * len(step.completion_token_ids)
+            logprobs += list(step.completion_logprobs or []) if with_logprobs else []
+            if following is None:
+                break
+            so_far = prompt + response
+            nxt = following.prompt_token_ids
+            if nxt[:len(so_far)] != so_far:
+                at = next((i for i, (a, b) in enumerate(zip(so_far, nxt)) if a != b), min(len(so_far), len(nxt)))
+                raise ValueError(f"step {following.index}'s prompt does not extend step {step.index}'s prompt and "
+                                 f"completion (first difference at token {at}): the chat template rewrote an "
+                                 "earlier turn; use Episode.turn_samples()")
+            added = nxt[len(so_far):]
+            response += added
+            mask += [0] * len(added)
+            logprobs += [0.0] * len(added) if with_logprobs else []
+        return TokenTrajectory(prompt_ids=prompt, response_ids=response, response_mask=mask,
+                               response_logprobs=logprobs if with_logprobs else None)
+
+
+
+@dataclass
+class TokenTrajectory(Record):
+    """Token ids of an episode (or one turn) ready for RL, in verl's ``AgentLoopOutput`` shape.
+
+    Shapes: ``prompt_ids`` [P]; ``response_ids``, ``response_mask`` and ``response_logprobs`` [R]
+    each. ``response_mask[i]`` is 1 where the policy generated ``response_ids[i]`` (the loss is
+    taken there) and 0 for tokens the environment, the user or the template added.
+    """
+
+    prompt_ids: list[int]
+    """The first prompt."""
+    response_ids: list[int]
+    """Everything after it: generated tokens and the tokens added between calls."""
+    response_mask: list[int]
+    """1 for policy-generated tokens, 0 otherwise; same length as ``response_ids``."""
+    response_logprobs: list[float] | None = None
+    """The backend's log-probs of the generated tokens (0.0 at masked positions); None when any
+    call lacked them."""
+
+
+def _require_ids(step: "Step") -> None:
+    if not step.prompt_token_ids or not step.completion_token_ids:
+        raise ValueError(f"step {step.index} has no prompt/completion token ids (a remote backend that does not "
+                         "return them); token views need an in-process backend")
+
+
+def _logprobs_or_none(steps: list["Step"]) -> list[float] | None:
+    if any(s.completion_logprobs is None for s in steps):
+        return None
+    return [lp for s in steps for lp in (s.completion_logprobs or [])]
 
 
 @dataclass

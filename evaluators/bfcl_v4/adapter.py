@@ -33,7 +33,7 @@ from typing import Any
 from evaluators.bfcl_v4 import data, scoring
 from evaluators.bfcl_v4.environment import BFCLEnvironment
 from evaluators.bfcl_v4.isolation import import_bfcl
-from unified.eval.adapter import Adapter, Task
+from unified.contracts import Adapter, Task
 from unified.types import Episode, EpisodeResult, ToolCall
 
 

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from evaluators.bfcl_v4.isolation import import_bfcl, import_memory_vector
-from unified.eval.adapter import Environment, Task
-from unified.types import Episode, Observation, ToolCall, ToolSpec
+from unified.contracts import Environment, Task
+from unified.types import Episode, Message, Observation, ToolCall, ToolSpec
 
 
 def tool_specs(functions: list[dict[str, Any]]) -> list[ToolSpec]:
@@ -124,7 +124,7 @@ class BFCLEnvironment(Environment):
                     self.methods[name] = method
 
     # ----------------------------------------------------------------------------------
-    def step(self, tool_calls: list[ToolCall]) -> list[Observation]:
+    def step(self, tool_calls: list[ToolCall], message: Message | None = None) -> list[Observation]:
         if not self.executable:
             self.done = True  # bfcl scores the first answer of single-turn categories; nothing runs
             return [Observation(call_id=c.id, content="(recorded; single-turn BFCL categories are not executed)",

@@ -31,7 +31,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from unified.eval.adapter import Adapter, Environment, Task, config_list, limit_runnable
+from unified.contracts import Adapter, Environment, Task
+from unified.eval.adapter import config_list, limit_runnable
 from unified.types import Episode, EpisodeResult
 
 from evaluators.claw_eval.environment import ClawEvalEnvironment

@@ -23,10 +23,10 @@ from typing import Any
 
 import httpx
 
-from unified.eval.adapter import Environment
+from unified.contracts import Environment
 from unified.sandbox import Sandbox, ScratchSandbox
 from unified.sandbox.hostenv import DEFAULT_PATH
-from unified.types import Episode, Observation, ToolCall, ToolSpec
+from unified.types import Episode, Message, Observation, ToolCall, ToolSpec
 
 from evaluators.claw_eval import official
 from evaluators.claw_eval.services import ServiceGroup, ServiceSpec
@@ -174,7 +174,7 @@ class ClawEvalEnvironment(Environment):
 
     # -- tools -----------------------------------------------------------------------------
 
-    def step(self, tool_calls: list[ToolCall]) -> list[Observation]:
+    def step(self, tool_calls: list[ToolCall], message: Message | None = None) -> list[Observation]:
         out = []
         for call in tool_calls:
             if call.parse_error:

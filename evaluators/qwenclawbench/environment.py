@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from unified.eval.adapter import Environment
+from unified.contracts import Environment
 from unified.sandbox import Sandbox, ScratchSandbox
-from unified.types import Episode, Observation, ToolCall, ToolSpec
+from unified.types import Episode, Message, Observation, ToolCall, ToolSpec
 
 from evaluators.qwenclawbench.sandbox_ops import run_op, run_shell
 from evaluators.qwenclawbench.tasks import QCBTask, materialise_workspace
@@ -96,7 +96,7 @@ class QwenClawBenchEnvironment(Environment):
 
     # -- tools -----------------------------------------------------------------------------
 
-    def step(self, tool_calls: list[ToolCall]) -> list[Observation]:
+    def step(self, tool_calls: list[ToolCall], message: Message | None = None) -> list[Observation]:
         out = []
         for call in tool_calls:
             start = time.monotonic()

@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from unified.eval.adapter import BenchmarkUnavailable
+from unified.contracts import BenchmarkUnavailable
 
 DEFAULT_DATASET = "qwenclawbench-v1.1-100"
 ENV_ROOT = "QWENCLAWBENCH_ROOT"

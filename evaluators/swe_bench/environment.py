@@ -16,9 +16,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from unified.eval.adapter import Environment
+from unified.contracts import Environment
 from unified.execution import EnvironmentSpec, ExecutionBackend, ExecutionError, ExecutionSession
-from unified.types import Observation, ToolCall, ToolSpec
+from unified.types import Message, Observation, ToolCall, ToolSpec
 
 MAX_OBSERVATION = 12000
 FIXED_GIT_ENV = {"GIT_AUTHOR_NAME": "fixture", "GIT_AUTHOR_EMAIL": "fixture@example.com",
@@ -126,7 +126,7 @@ class SWEEnvironment(Environment):
 
     # -- tools -----------------------------------------------------------------------------
 
-    def step(self, tool_calls: list[ToolCall]) -> list[Observation]:
+    def step(self, tool_calls: list[ToolCall], message: Message | None = None) -> list[Observation]:
         return [self._one(call) for call in tool_calls]
 
     def _one(self, call: ToolCall) -> Observation:

@@ -33,15 +33,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from unified.eval.adapter import (
-    Adapter,
-    BenchmarkUnavailable,
-    Environment,
-    Task,
-    config_list,
-    limit_runnable,
-    require_execution_backend,
-)
+from unified.contracts import Adapter, BenchmarkUnavailable, Environment, Task
+from unified.eval.adapter import config_list, limit_runnable, require_execution_backend
 from unified.types import Episode, EpisodeResult, ToolCall
 
 from evaluators.terminal_bench.environment import MAX_WAIT_S, TerminalBenchEnvironment

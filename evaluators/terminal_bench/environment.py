@@ -38,9 +38,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from unified.eval.adapter import Environment
+from unified.contracts import Environment
 from unified.execution import EnvironmentSpec, ExecutionBackend, ExecutionSession, TmuxTerminal
-from unified.types import Observation, ToolCall, ToolSpec
+from unified.types import Message, Observation, ToolCall, ToolSpec
 
 from evaluators.terminal_bench.tasks import TBTask
 
@@ -141,7 +141,7 @@ class TerminalBenchEnvironment(Environment):
 
     # -- agent actions -------------------------------------------------------------------
 
-    def step(self, tool_calls: list[ToolCall]) -> list[Observation]:
+    def step(self, tool_calls: list[ToolCall], message: Message | None = None) -> list[Observation]:
         if not self.solution_installed and self.oracle_requested():
             self.install_solution()
         out = []

@@ -39,8 +39,8 @@ from typing import Any
 
 import pandas as pd
 
-from unified.eval.adapter import Adapter, BenchmarkUnavailable, Environment, Task
-from unified.types import Episode, EpisodeResult, Observation, ToolCall, ToolSpec
+from unified.contracts import Adapter, BenchmarkUnavailable, Environment, Task
+from unified.types import Episode, EpisodeResult, Message, Observation, ToolCall, ToolSpec
 
 from evaluators.widesearch.metrics import evaluate_table
 from evaluators.widesearch.official import OfficialPrompts, load_official_prompts
@@ -189,7 +189,7 @@ class WideSearchEnvironment(Environment):
                 pass
             self.backend = None
 
-    def step(self, tool_calls: list[ToolCall]) -> list[Observation]:
+    def step(self, tool_calls: list[ToolCall], message: Message | None = None) -> list[Observation]:
         return [self._one(c) for c in tool_calls]
 
     def _one(self, call: ToolCall) -> Observation:

@@ -18,7 +18,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from fixture_eval_bench import FixtureAdapter
-from unified.agent.loop import AgentLimits, AgentLoop, Job
+from unified.contracts import AgentLimits
+from unified.agent.loop import AgentLoop, Job
 from unified.models import load_checkpoint
 from unified.models.continuous import ContinuousBatcher
 from unified.models.generation import SamplingParams, batched_generate

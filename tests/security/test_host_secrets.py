@@ -15,11 +15,11 @@ import os
 
 from security._support import needs_bwrap, needs_local
 from unified.agent.loop import AgentLoop, Job
-from unified.eval.adapter import Adapter, Environment, Task
+from unified.contracts import Adapter, Environment, Task
 from unified.execution import EnvironmentSpec, LocalBackend
 from unified.policy.gold import GoldPolicy
 from unified.sandbox import throwaway_sandbox
-from unified.types import EpisodeResult, Observation, ToolCall, ToolSpec
+from unified.types import EpisodeResult, Message, Observation, ToolCall, ToolSpec
 
 READ_EVERY_DOOR = ("env; cat /proc/self/environ; for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline "
                    "/proc/[0-9]*/task/*/environ; do cat \"$f\"; echo; done 2>/dev/null | tr '\\0' '\\n'; "
@@ -87,7 +87,7 @@ class _LeakyEnv(Environment):
                                parameters={"type": "object", "properties": {}})]
         self.system_prompt, self.first_user_message = "test", "Call whoami."
 
-    def step(self, tool_calls: list[ToolCall]) -> list[Observation]:
+    def step(self, tool_calls: list[ToolCall], message: Message | None = None) -> list[Observation]:
         return [Observation(call.id, f"token in use: {os.environ['OPENAI_API_KEY']}") for call in tool_calls]
 
 

@@ -46,7 +46,7 @@ from typing import Any, Callable
 
 from unified.agent.parsing import calls_from_structured, clean_text, parse_completion
 from unified.agent.prompting import PromptingModule, make_prompting
-from unified.eval.adapter import Adapter, Environment, Task
+from unified.contracts import Adapter, AgentLimits, Environment, StopReason, Task
 from unified.policy.base import Policy, PolicyOutput, PolicyRequest
 from unified.sandbox.hostenv import redact_host_secrets
 from unified.types import Episode, EpisodeResult, Message, Observation, Step, ToolCall
@@ -57,20 +57,6 @@ SCHEDULING = ("auto", "rounds", "continuous")
 ``continuous``: each episode is submitted when it is ready (``policy.submit`` / ``poll``) and its
 next turn starts as soon as its environment step returns (continuous batching).
 ``auto``: continuous when the policy supports it (``hf`` on an SDPA model), else rounds."""
-
-
-@dataclass
-class AgentLimits:
-    """Per-episode limits; hitting one ends the episode with its name as ``stop_reason``."""
-
-    max_turns: int = 40
-    """Policy calls per episode (``max_turns``)."""
-    max_steps_per_user_turn: int = 20
-    """Policy calls within one user turn (``max_steps_per_turn``; BFCL's MAXIMUM_STEP_LIMIT is 20)."""
-    max_completion_tokens: int = 32768
-    """Generated tokens per episode (``max_tokens``)."""
-    max_seconds: float = 3600.0
-    """Wall time per episode (``timeout``)."""
 
 
 @dataclass
@@ -195,7 +181,7 @@ class AgentLoop:
         if task.skip_reason:
             result = EpisodeResult(benchmark=self.adapter.name, task_id=task.id, trial=job.trial, score=0.0,
                                    skipped=task.skip_reason)
-            episode.stop_reason = "skipped"
+            episode.stop_reason = StopReason.SKIPPED
             self._emit(result, episode, results)
             return None
         env = None
@@ -206,6 +192,8 @@ class AgentLoop:
             system = prompting.system_prompt(env.system_prompt)
             if system:
                 episode.messages.append(Message(role="system", content=system))
+            if getattr(env, "assistant_greeting", None):
+                episode.messages.append(Message(role="assistant", content=env.assistant_greeting))
             episode.messages.append(Message(role="user", content=env.first_user_message))
             episode.tools = list(env.tools)
             episode.metadata.update(env.metadata)
@@ -215,7 +203,7 @@ class AgentLoop:
                     env.__exit__(None, None, None)
                 except Exception:
                     pass
-            episode.stop_reason, episode.error = "error", traceback.format_exc()
+            episode.stop_reason, episode.error = StopReason.ERROR, traceback.format_exc()
             self._emit(self._crash_result(job, episode.error), episode, results)
             return None
         context = {"task": task, "adapter": self.adapter} if getattr(self.policy, "needs_context", False) else {}
@@ -243,7 +231,7 @@ class AgentLoop:
         crash = EpisodeResult(benchmark=self.adapter.name, task_id=episode.task_id, trial=episode.trial, score=0.0,
                               passed=False, error=error)
         stripped = Episode(benchmark=episode.benchmark, task_id=episode.task_id, trial=episode.trial,
-                           model=episode.model, started_at=episode.started_at, stop_reason="error", error=error,
+                           model=episode.model, started_at=episode.started_at, stop_reason=StopReason.ERROR, error=error,
                            wall_seconds=episode.wall_seconds)
         self.on_result(crash, stripped)
         return crash
@@ -258,7 +246,7 @@ class AgentLoop:
     @staticmethod
     def _crashed(state: _Running, where: str) -> None:
         """Record the exception being handled as the episode's error (the episode then ends)."""
-        state.episode.stop_reason = "error"
+        state.episode.stop_reason = StopReason.ERROR
         state.episode.error = f"{where}:\n{traceback.format_exc()}"
 
     def _round(self, running: list[_Running], pool: ThreadPoolExecutor) -> list[_Running]:
@@ -351,7 +339,7 @@ class AgentLoop:
                        gen_seconds: float) -> tuple[bool, Step | None, list[ToolCall]]:
         episode = state.episode
         if isinstance(output, Exception):
-            episode.stop_reason = "error"
+            episode.stop_reason = StopReason.ERROR
             episode.error = "".join(traceback.format_exception(output)) or repr(output)
             return True, None, []
         if not isinstance(output, PolicyOutput):
@@ -369,7 +357,9 @@ class AgentLoop:
         step = Step(index=len(episode.steps), prompt=output.prompt, completion=raw,
                     reasoning=parsed.reasoning, content=parsed.content, tool_calls=calls,
                     prompt_tokens=output.prompt_tokens, completion_tokens=output.completion_tokens,
-                    completion_token_ids=list(output.token_ids), generation_seconds=output.seconds or gen_seconds,
+                    completion_token_ids=list(output.token_ids), prompt_token_ids=list(output.prompt_token_ids),
+                    completion_logprobs=list(output.logprobs) if output.logprobs is not None else None,
+                    generation_seconds=output.seconds or gen_seconds,
                     extras=dict(extras, finish_reason=output.finish_reason))
         episode.steps.append(step)
         episode.messages.append(Message(role="assistant", content=parsed.content, reasoning=parsed.reasoning,
@@ -377,8 +367,8 @@ class AgentLoop:
         state.tokens += int(output.completion_tokens or 0)
         state.steps_in_turn += 1
         if output.finish_reason == "timeout":  # the backend stopped generating at the episode's deadline
-            episode.stop_reason = "timeout"
-            episode.metadata["limit_hit"] = "timeout"
+            episode.stop_reason = StopReason.TIMEOUT
+            episode.metadata["limit_hit"] = StopReason.TIMEOUT.value
             return True, step, []
         if calls and state.env.malformed_call_ends_turn and all(c.parse_error is not None for c in calls):
             step.extras["turn_ended_by"] = "malformed_calls"  # the benchmark's rule (e.g. bfcl's handlers)
@@ -387,10 +377,10 @@ class AgentLoop:
         try:
             follow_up = state.env.next_user_turn(episode)
         except Exception:
-            episode.stop_reason, episode.error = "error", traceback.format_exc()
+            episode.stop_reason, episode.error = StopReason.ERROR, traceback.format_exc()
             return True, step, []
         if follow_up is None:
-            episode.stop_reason = "answer"
+            episode.stop_reason = StopReason.ANSWER
             return True, step, []
         episode.messages.append(Message(role="user", content=follow_up))
         episode.tools = list(state.env.tools)
@@ -403,7 +393,7 @@ class AgentLoop:
         try:
             observations, seconds = future.result()
         except Exception:
-            episode.stop_reason, episode.error = "error", traceback.format_exc()
+            episode.stop_reason, episode.error = StopReason.ERROR, traceback.format_exc()
             return True
         try:
             step.observations = observations
@@ -413,27 +403,27 @@ class AgentLoop:
                                                 name=call.name))
             state.prompting.after_observations(step, observations)
         except Exception:
-            episode.stop_reason, episode.error = "error", traceback.format_exc()
+            episode.stop_reason, episode.error = StopReason.ERROR, traceback.format_exc()
             return True
         if state.env.done:
-            episode.stop_reason = "env_done"
+            episode.stop_reason = StopReason.ENV_DONE
             return True
         return self._limit_hit(state)
 
     def _limit_hit(self, state: _Running) -> bool:
         episode, limits = state.episode, self.limits
-        reason = ""
+        reason: StopReason | None = None
         if len(episode.steps) >= limits.max_turns:
-            reason = "max_turns"
+            reason = StopReason.MAX_TURNS
         elif state.steps_in_turn >= limits.max_steps_per_user_turn:
-            reason = "max_steps_per_turn"
+            reason = StopReason.MAX_STEPS_PER_TURN
         elif state.tokens >= limits.max_completion_tokens:
-            reason = "max_tokens"
+            reason = StopReason.MAX_TOKENS
         elif time.monotonic() - state.started >= limits.max_seconds:
-            reason = "timeout"
+            reason = StopReason.TIMEOUT
         if reason:
             episode.stop_reason = reason
-            episode.metadata["limit_hit"] = reason
+            episode.metadata["limit_hit"] = reason.value
         return bool(reason)
 
     @staticmethod
@@ -443,7 +433,8 @@ class AgentLoop:
         if state.env.steps_unoffered_calls:  # the environment answers unknown names itself (bfcl executes them)
             offered |= {c.name for c in calls}
         valid = [c for c in calls if c.parse_error is None and c.name in offered]
-        answers = state.env.step(valid) if valid else []
+        message = next(m for m in reversed(state.episode.messages) if m.role == "assistant")
+        answers = state.env.step(valid, message) if valid else []
         if len(answers) != len(valid):
             raise RuntimeError(f"environment returned {len(answers)} observations for {len(valid)} calls")
         by_call = iter(answers)

@@ -1,40 +1,7 @@
-"""The adapter contract: what makes a benchmark pluggable into ``python -m unified.eval``.
+"""Finding benchmark adapters (entry points, suites) and helpers adapters share.
 
-A benchmark is a package that exposes an :class:`Adapter` under the entry-point group
-``unified.benchmarks`` (see ``[project.entry-points."unified.benchmarks"]`` in pyproject.toml)::
-
-    [project.entry-points."unified.benchmarks"]
-    bfcl_v4 = "evaluators.bfcl_v4:BFCLAdapter"
-
-The object an entry point names is called with the benchmark's config (``**config``, from
-``--set benchmarks.NAME.KEY=VALUE``, or ``benchmark_config: {NAME: {KEY: VALUE}}`` in a recipe) and must return an :class:`Adapter`. An
-adapter answers four questions and nothing else:
-
-``tasks(split, limit) -> list[Task]``
-    Which tasks, read from the benchmark's own files. A missing source (no checkout, no
-    package) raises :class:`BenchmarkUnavailable` ``(reason, how_to_fix)``; the runner prints
-    one line and records the benchmark as skipped (never a traceback, never a fake 0). A
-    single task that cannot run here (no API key, ...) gets ``Task.skip_reason`` instead.
-``open(task) -> Environment``
-    A context manager that starts what the task needs and always stops it (also on errors
-    and Ctrl-C). It gives the tools, the system prompt, the first user message,
-    ``step(tool_calls) -> observations`` (exactly one Observation per call, in call order),
-    ``next_user_turn(episode)`` for benchmarks with follow-up user turns (BFCL multi-turn,
-    Claw-Eval's simulated user), ``done`` and ``metadata``. ``tools`` may change between
-    user turns (BFCL ``miss_func`` adds functions later); the agent loop re-reads it.
-``score(task, episode, env) -> EpisodeResult``
-    The benchmark's official per-episode metric. Called after the episode ends and *before*
-    the environment is closed, so it can read the environment's final state.
-``aggregate(results) -> dict``
-    The official aggregate (weights, Avg@k, pass^k ...). It must hold a float under
-    ``"score"`` (the headline number, in percent or 0..1 as the benchmark reports it, named in
-    ``"metric"``); anything else (per-category scores, counts) is free-form.
-
-``runs_default`` is the number of rollouts per task the benchmark's protocol asks for
-(Claw-Eval Avg@3: 3, BFCL: 1); ``--runs`` overrides it.
-
-Adapters never see the prompting module or the policy: those belong to the agent loop
-(:mod:`unified.agent`), so any adapter runs under any ``--prompting``.
+The contract itself (Task, Environment, Adapter, ...) lives in :mod:`unified.contracts`;
+``docs/adapters.md`` shows a whole outside adapter package.
 
 ``load_adapter(name, **config)`` finds an adapter by name; an unknown name is an error that
 lists the registered ones ("did you mean ...?"). A name registered by entry point whose
@@ -49,11 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Iterable
 
+from unified.contracts import ENTRY_POINT_GROUP, Adapter, BenchmarkUnavailable, Task
 from unified.registry import UnknownNameError
-from unified.types import Episode, EpisodeResult, Observation, Record, ToolCall, ToolSpec
-
-ENTRY_POINT_GROUP = "unified.benchmarks"
-"""The entry-point group benchmark packages register their adapter under."""
 
 SUITES: dict[str, list[str]] = {
     "ood": ["claw_eval", "qwenclawbench", "bfcl_v4"],
@@ -61,153 +25,6 @@ SUITES: dict[str, list[str]] = {
 }
 """The suites of the study (Qwen-AgentWorld report, Paradigm II); ``all`` is their union."""
 SUITES["all"] = SUITES["in_domain"] + SUITES["ood"]
-
-
-class BenchmarkUnavailable(RuntimeError):
-    """A benchmark (or its data) that cannot run here; recorded as a skip, not an error.
-
-    ``reason`` says why in one line, ``how_to_fix`` what to install, clone or set.
-    """
-
-    def __init__(self, reason: str, how_to_fix: str = "") -> None:
-        self.reason, self.how_to_fix = reason, how_to_fix
-        super().__init__(f"{reason}" + (f" ({how_to_fix})" if how_to_fix else ""))
-
-    def line(self, name: str) -> str:
-        """The one line the runner prints."""
-        fix = f" -> {self.how_to_fix}" if self.how_to_fix else ""
-        return f"{name}: skipped: {self.reason}{fix}"
-
-
-@dataclass
-class Task(Record):
-    """One benchmark task, as the adapter read it."""
-
-    id: str
-    """The benchmark's own task id (unique within the benchmark)."""
-    benchmark: str
-    """Adapter name, e.g. ``bfcl_v4``."""
-    split: str = ""
-    """Split or category the task belongs to (e.g. ``multi_turn_base``)."""
-    payload: dict[str, Any] = field(default_factory=dict)
-    """Everything the adapter needs to open and score the task (JSON-serialisable)."""
-    skip_reason: str | None = None
-    """Set when this task cannot run here (missing API key ...): recorded as a skip."""
-    group: str = ""
-    """Optional coarser group (e.g. BFCL ``multi_turn``) for aggregation."""
-    depends_on: list[str] = field(default_factory=list)
-    """Ids of tasks that must finish first (BFCL memory questions need the memory-writing
-    conversations of their scenario). The runner schedules them first; a dependency that is
-    not part of the run is ignored."""
-    scored: bool = True
-    """False for tasks that only prepare state for others (they are run and recorded, but
-    ``aggregate`` leaves them out)."""
-
-
-class Environment:
-    """One task's world, as a context manager: ``start`` on enter, ``stop`` always on exit.
-
-    Subclasses set ``tools``, ``system_prompt`` and ``first_user_message`` (in ``__init__`` or
-    ``start``) and implement ``step``. ``stop`` must be idempotent and must not raise.
-    """
-
-    tools: list[ToolSpec]
-    system_prompt: str
-    first_user_message: str
-    malformed_call_ends_turn: ClassVar[bool] = False
-    """When every call of a step is malformed, the user turn ends there (``next_user_turn``)
-    instead of the agent seeing parse errors and trying again: bfcl's inference handlers do
-    this (a response with nothing decodable ends the turn)."""
-    steps_unoffered_calls: ClassVar[bool] = False
-    """Well-formed calls to names that are not among ``tools`` go to ``step`` too (which must
-    answer each one), instead of the agent loop answering "no tool named ...": bfcl executes
-    every call and records the error itself."""
-
-    def __init__(self) -> None:
-        self.tools = []
-        self.system_prompt = ""
-        self.first_user_message = ""
-        self.done = False
-        """Set by the environment when the task is over (the agent loop then stops)."""
-        self.metadata: dict[str, Any] = {}
-        """Run facts recorded into Episode.metadata (e.g. ``sandbox``: ``bwrap``/``docker``)."""
-
-    def start(self) -> None:
-        """Start services, sandboxes, containers. Default: nothing."""
-
-    def stop(self) -> None:
-        """Stop everything ``start`` started. Default: nothing. Must not raise."""
-
-    def step(self, tool_calls: list[ToolCall]) -> list[Observation]:
-        """Execute every call (none dropped), return one Observation per call, in order.
-
-        A call with ``parse_error`` set, or naming an unknown tool, must give an error
-        Observation (``is_error=True``) rather than raise.
-        """
-        raise NotImplementedError
-
-    def next_user_turn(self, episode: Episode) -> str | None:
-        """The next user message once the agent answered without tool calls, or None when done."""
-        return None
-
-    def __enter__(self) -> "Environment":
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc_info: Any) -> None:
-        self.stop()
-
-
-class Adapter:
-    """Base class of benchmark adapters (see the module docstring for the contract)."""
-
-    name: ClassVar[str] = ""
-    runs_default: ClassVar[int] = 1
-
-    def __init__(self, **config: Any) -> None:
-        self.config = config
-
-    def tasks(self, split: str | None = None, limit: int | None = None) -> list[Task]:
-        raise NotImplementedError
-
-    def open(self, task: Task) -> Environment:
-        raise NotImplementedError
-
-    def score(self, task: Task, episode: Episode, env: Environment) -> EpisodeResult:
-        raise NotImplementedError
-
-    def aggregate(self, results: list[EpisodeResult]) -> dict[str, Any]:
-        """Default: mean score in percent over scored (not skipped, not crashed-as-skip) results."""
-        scored = [r for r in results if r.skipped is None]
-        mean = 100.0 * sum(r.score for r in scored) / len(scored) if scored else 0.0
-        return {"score": mean, "metric": "mean score (%)", "n": len(scored)}
-
-    def agent_limits(self, limits: Any) -> Any:
-        """The :class:`unified.agent.loop.AgentLimits` this benchmark runs under, given the run's.
-        Default: the run's; an adapter whose protocol fixes its own limits (BFCL's step limit)
-        returns those."""
-        return limits
-
-    runs_requested: int | None = None
-    """Set by the runner: the trials per task this run asked for (``--runs``, else ``runs_default``),
-    so ``aggregate`` can count a missing trial as the protocol does and label fewer trials."""
-
-    work_dir: Path | None = None
-    """Set by the runner before ``tasks``: a per-benchmark directory inside the run's output
-    for state that must outlive one episode (and survive a resume), e.g. BFCL memory snapshots."""
-
-    # Optional: the ground-truth actions, for the ``gold`` policy that verifies an adapter.
-    def gold_turns(self, task: Task) -> list[list[ToolCall]]:
-        """Per user turn, the calls a perfect agent makes (then it answers). Optional."""
-        raise NotImplementedError(f"{self.name or type(self).__name__} has no ground truth to replay")
-
-    def gold_answer(self, task: Task) -> str | None:
-        """The final answer text a perfect agent gives, where the benchmark scores text. Optional."""
-        return None
 
 
 def config_list(value: Any) -> list[str]:

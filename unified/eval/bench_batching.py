@@ -121,7 +121,7 @@ def _bench(args: argparse.Namespace, work_dir: Path) -> int:
     """Run the modes of ``args`` on BFCL v4 tasks whose environments keep their files in ``work_dir``."""
     import torch
 
-    from unified.agent.loop import AgentLimits
+    from unified.contracts import AgentLimits
     from unified.eval.adapter import load_adapter
     from unified.models import load_checkpoint
     from unified.policy.base import SamplingConfig

@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from unified.eval.store import _append_line, _repair_tail, read_jsonl
+from unified.store import append_jsonl, read_jsonl, repair_tail
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +187,7 @@ class GeneralStore:
         self.path = self.dir / "results.jsonl"
 
     def records(self) -> list[TaskRecord]:
-        _repair_tail(self.path)
+        repair_tail(self.path)
         out = []
         for number, row in enumerate(read_jsonl(self.path), 1):
             try:
@@ -202,7 +202,7 @@ class GeneralStore:
 
     def append(self, record: TaskRecord) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        _append_line(self.path, asdict(record))
+        append_jsonl(self.path, asdict(record))
 
     def outputs_dir(self, task: str) -> Path:
         return self.dir / "lm_eval" / task.replace("/", "__")

@@ -62,7 +62,7 @@ from typing import Any, Iterable
 
 from unified.eval.adapter import SUITES
 from unified.eval.general_report import attach_general, general_compare, general_markdown
-from unified.eval.store import write_json_atomic, write_text_atomic
+from unified.store import write_json_atomic, write_text_atomic
 
 STATUSES = ("ok", "partial", "skipped", "error")
 """Benchmark statuses: see the module docstring."""

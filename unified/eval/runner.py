@@ -16,13 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from unified.agent.loop import AgentLimits, AgentLoop, Job
+from unified.agent.loop import AgentLoop, Job
 from unified.config import bounded, to_dict
-from unified.eval.adapter import (SUITES, BenchmarkUnavailable, expand_benchmarks, limit_runnable, load_adapter,
-                                  select_task_ids)
+from unified.contracts import AgentLimits, BenchmarkUnavailable
+from unified.eval.adapter import SUITES, expand_benchmarks, limit_runnable, load_adapter, select_task_ids
 from unified.eval.general import GENERAL_SUITE, GeneralConfig, run_general, split_suites
 from unified.eval.report import benchmark_entry, write_summary
-from unified.eval.store import BenchmarkStore, RunDirLock, write_json_atomic
+from unified.eval.store import BenchmarkStore, RunDirLock
+from unified.store import write_json_atomic
 from unified.policy.base import Policy, SamplingConfig, make_policy
 from unified.registry import UnknownNameError
 

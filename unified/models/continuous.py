@@ -301,6 +301,7 @@ class ContinuousBatcher:
         text = _strip_padding_tokens(self.tokenizer.decode(text_ids, skip_special_tokens=False), self.tokenizer)
         self.stats.completion_tokens += len(row.generated)
         return GenerationOutput(text=text, token_ids=list(row.generated), prompt_tokens=len(row.prompt_ids),
+                                prompt_token_ids=list(row.prompt_ids),
                                 finish_reason=reason, seconds=time.perf_counter() - row.started)
 
     def run(self, prompts: list[str | list[int]]) -> list[GenerationOutput]:

@@ -39,6 +39,8 @@ class GenerationOutput:
     token_ids: list[int] = field(default_factory=list)
     """Generated ids, EOS included when generated, padding excluded."""
     prompt_tokens: int = 0
+    prompt_token_ids: list[int] = field(default_factory=list)
+    """The prompt's ids as fed to the model (no padding)."""
     finish_reason: str = "stop"
     """``stop`` (EOS generated), ``length`` (max_new_tokens reached) or ``timeout`` (the row's
     deadline passed; the text generated until then is kept)."""
@@ -376,7 +378,7 @@ def batched_generate(model, tokenizer, prompts: list[str], params: SamplingParam
             text = tokenizer.decode(text_ids, skip_special_tokens=False)
             outputs.append(GenerationOutput(
                 text=_strip_padding_tokens(text, tokenizer), token_ids=ids,
-                prompt_tokens=len(row_ids[row]), finish_reason=finish, seconds=t2 - t0))
+                prompt_tokens=len(row_ids[row]), prompt_token_ids=list(row_ids[row]), finish_reason=finish, seconds=t2 - t0))
         if stats is not None:
             stats.calls += 1
             stats.rows += len(chunk)

@@ -62,6 +62,12 @@ class PolicyOutput:
     """The rendered prompt (remote backends: the JSON of the request)."""
     token_ids: list[int] = field(default_factory=list)
     """Generated token ids when the backend has them (never re-tokenised)."""
+    prompt_token_ids: list[int] = field(default_factory=list)
+    """The prompt's token ids as the backend fed them (in-process backends; empty for remote ones
+    that do not return them)."""
+    logprobs: list[float] | None = None
+    """Log-probability of each generated token under the sampling distribution, aligned with
+    ``token_ids``; None when the backend does not give them."""
     prompt_tokens: int = 0
     completion_tokens: int = 0
     finish_reason: str = ""

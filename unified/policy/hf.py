@@ -149,6 +149,7 @@ def _timed_out(request: PolicyRequest) -> PolicyOutput:
 def _policy_output(out, prompt: str, request: PolicyRequest) -> PolicyOutput:
     """A :class:`GenerationOutput` as the policy's output for ``request``."""
     return PolicyOutput(text=out.text, prompt=prompt, token_ids=list(out.token_ids), prefix=request.prefix,
+                        prompt_token_ids=list(out.prompt_token_ids),
                         prompt_tokens=out.prompt_tokens, completion_tokens=len(out.token_ids),
                         finish_reason=out.finish_reason, seconds=out.seconds)
 

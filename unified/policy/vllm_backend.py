@@ -49,6 +49,7 @@ class VLLMPolicy(Policy):
         for request, prompt, result in zip(requests, prompts, results):
             out = result.outputs[0]
             outputs.append(PolicyOutput(text=out.text, prompt=prompt, token_ids=list(out.token_ids), prefix=request.prefix,
+                                        prompt_token_ids=list(result.prompt_token_ids or []),
                                         prompt_tokens=len(result.prompt_token_ids or []),
                                         completion_tokens=len(out.token_ids), finish_reason=out.finish_reason or "",
                                         seconds=seconds))

@@ -1,0 +1,280 @@
+"""The contracts between benchmarks, the agent loop and the eval runner: one module, imported by both.
+
+``unified.agent`` (the loop) and ``unified.eval`` (the runner, reports) both import this module;
+it imports neither (``tests/test_import_graph.py`` checks it). A benchmark is a package whose
+entry point (group ``unified.benchmarks``) names a factory of an :class:`Adapter`::
+
+    [project.entry-points."unified.benchmarks"]
+    bfcl_v4 = "evaluators.bfcl_v4:BFCLAdapter"
+
+``docs/adapters.md`` walks through a whole outside adapter package (the one under
+``tests/outside_adapter/``). In short, an adapter answers four questions:
+
+``tasks(split, limit) -> list[Task]``
+    Which tasks, read from the benchmark's own files. A missing source raises
+    :class:`BenchmarkUnavailable` ``(reason, how_to_fix)``: the runner prints one line and records
+    the benchmark as skipped (never a traceback, never a fake 0). One task that cannot run here
+    (no API key ...) gets ``Task.skip_reason``.
+``open(task) -> Environment``
+    A context manager that starts what the task needs and always stops it (also on errors and
+    Ctrl-C): the tools, the system prompt, an optional assistant greeting, the first user
+    message, ``step(tool_calls, message)`` (one Observation per call, in call order; ``message``
+    is the assistant turn that made the calls) and ``next_user_turn(episode)`` for follow-up user
+    turns (BFCL multi-turn, simulated users). ``tools`` may change between user turns.
+``score(task, episode, env) -> EpisodeResult``
+    The benchmark's official per-episode metric, called after the episode ends and *before* the
+    environment is closed (it may read the final state).
+``aggregate(results) -> dict``
+    The official aggregate. It holds a float under ``"score"`` (named in ``"metric"``);
+    ``"comparable"`` (bool) and ``"not_comparable_because"`` (list of str) say whether the number
+    can stand next to the paper's; anything else is free-form.
+
+and declares, as class attributes, what the runner and the rest of the library need to know:
+
+- ``name``: the registered name; ``suites``: the suites it joins (``ood``, ``in_domain``, or any
+  new name: ``--suite NAME`` runs every installed adapter declaring it, ``all`` their union);
+- ``world_model_domain``: the AgentWorldBench domain its episodes harvest into (``terminal``,
+  ``swe``, ``mcp``, ``search``, ...), or None;
+- ``runs_default``: the trials per task its protocol asks for (``--runs`` overrides);
+- ``Config``: a dataclass of its settings (``--set benchmarks.NAME.KEY=VALUE`` or a recipe's
+  ``benchmark_config``), checked strictly: an unknown key is an error saying "did you mean";
+- ``agent_limits(limits)``: the per-episode limits its protocol fixes (step budgets ...).
+
+Adapters never see the prompting module or the policy: those belong to the agent loop, so any
+adapter runs under any ``--prompting``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from unified.types import Episode, EpisodeResult, Message, Observation, Record, ToolCall, ToolSpec
+
+ENTRY_POINT_GROUP = "unified.benchmarks"
+"""The entry-point group benchmark packages register their adapter factory under."""
+
+
+class StopReason(str, enum.Enum):
+    """Why an episode ended (``Episode.stop_reason``; stored as the plain string value)."""
+
+    ANSWER = "answer"
+    """The agent answered without tool calls and the environment had no further user turn."""
+    ENV_DONE = "env_done"
+    """The environment declared the task over (``Environment.done``) after a step."""
+    MAX_TURNS = "max_turns"
+    """``AgentLimits.max_turns`` policy calls were made."""
+    MAX_STEPS_PER_TURN = "max_steps_per_turn"
+    """``AgentLimits.max_steps_per_user_turn`` policy calls within one user turn."""
+    MAX_TOKENS = "max_tokens"
+    """``AgentLimits.max_completion_tokens`` tokens were generated in the episode."""
+    TIMEOUT = "timeout"
+    """``AgentLimits.max_seconds`` of wall time passed (generation is cut at the deadline too)."""
+    ERROR = "error"
+    """Something raised while running the episode; the traceback is in ``Episode.error``."""
+    SKIPPED = "skipped"
+    """The task could not run here (``Task.skip_reason``); the episode has no steps."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def limits(cls) -> tuple["StopReason", ...]:
+        """The reasons that mean an agent limit was hit."""
+        return (cls.MAX_TURNS, cls.MAX_STEPS_PER_TURN, cls.MAX_TOKENS, cls.TIMEOUT)
+
+
+@dataclass
+class AgentLimits:
+    """Per-episode limits; hitting one ends the episode with its :class:`StopReason`."""
+
+    max_turns: int = 40
+    """Policy calls per episode (``max_turns``)."""
+    max_steps_per_user_turn: int = 20
+    """Policy calls within one user turn (``max_steps_per_turn``; BFCL's MAXIMUM_STEP_LIMIT is 20)."""
+    max_completion_tokens: int = 32768
+    """Generated tokens per episode (``max_tokens``)."""
+    max_seconds: float = 3600.0
+    """Wall time per episode (``timeout``)."""
+
+
+class BenchmarkUnavailable(RuntimeError):
+    """A benchmark (or its data) that cannot run here; recorded as a skip, not an error.
+
+    ``reason`` says why in one line, ``how_to_fix`` what to install, clone or set.
+    """
+
+    def __init__(self, reason: str, how_to_fix: str = "") -> None:
+        self.reason, self.how_to_fix = reason, how_to_fix
+        super().__init__(f"{reason}" + (f" ({how_to_fix})" if how_to_fix else ""))
+
+    def line(self, name: str) -> str:
+        """The one line the runner prints."""
+        fix = f" -> {self.how_to_fix}" if self.how_to_fix else ""
+        return f"{name}: skipped: {self.reason}{fix}"
+
+
+class TaskFormatError(ValueError):
+    """A benchmark file that does not have the shape the adapter expects: names the file and field."""
+
+
+@dataclass
+class Task(Record):
+    """One benchmark task, as the adapter read it."""
+
+    id: str
+    """The benchmark's own task id (unique within the benchmark)."""
+    benchmark: str
+    """Adapter name, e.g. ``bfcl_v4``."""
+    split: str = ""
+    """Split or category the task belongs to (e.g. ``multi_turn_base``)."""
+    payload: dict[str, Any] = field(default_factory=dict)
+    """Everything the adapter needs to open and score the task (JSON-serialisable)."""
+    skip_reason: str | None = None
+    """Set when this task cannot run here (missing API key ...): recorded as a skip."""
+    group: str = ""
+    """Optional coarser group (e.g. BFCL ``multi_turn``) for aggregation."""
+    depends_on: list[str] = field(default_factory=list)
+    """Ids of tasks that must finish first (BFCL memory questions need the memory-writing
+    conversations of their scenario). The runner schedules them first; a dependency that is
+    not part of the run is ignored."""
+    scored: bool = True
+    """False for tasks that only prepare state for others (they are run and recorded, but
+    ``aggregate`` leaves them out)."""
+
+
+class Environment:
+    """One task's world, as a context manager: ``start`` on enter, ``stop`` always on exit.
+
+    Subclasses set ``tools``, ``system_prompt`` and ``first_user_message`` (in ``__init__`` or
+    ``start``) and implement ``step``. ``stop`` must be idempotent and must not raise.
+
+    Threading: the agent loop calls ``step``, ``next_user_turn`` and the adapter's ``score`` of
+    one episode on worker threads, never two of them at once for the same environment, so a
+    slow tool, simulated user or judge holds back only its own episode.
+    """
+
+    tools: list[ToolSpec]
+    system_prompt: str
+    first_user_message: str
+    malformed_call_ends_turn: ClassVar[bool] = False
+    """When every call of a step is malformed, the user turn ends there (``next_user_turn``)
+    instead of the agent seeing parse errors and trying again: bfcl's inference handlers do
+    this (a response with nothing decodable ends the turn)."""
+    steps_unoffered_calls: ClassVar[bool] = False
+    """Well-formed calls to names that are not among ``tools`` go to ``step`` too (which must
+    answer each one), instead of the agent loop answering "no tool named ...": bfcl executes
+    every call and records the error itself."""
+
+    def __init__(self) -> None:
+        self.tools = []
+        self.system_prompt = ""
+        self.first_user_message = ""
+        self.assistant_greeting: str | None = None
+        """An assistant message placed before the first user message (tau2-bench's agents open
+        with a greeting); None: the conversation starts with the user."""
+        self.done = False
+        """Set by the environment when the task is over (the agent loop then stops)."""
+        self.metadata: dict[str, Any] = {}
+        """Run facts recorded into Episode.metadata (e.g. ``sandbox``: ``bwrap``/``docker``)."""
+
+    def start(self) -> None:
+        """Start services, sandboxes, containers. Default: nothing."""
+
+    def stop(self) -> None:
+        """Stop everything ``start`` started. Default: nothing. Must not raise."""
+
+    def step(self, tool_calls: list[ToolCall], message: Message | None = None) -> list[Observation]:
+        """Execute every call (none dropped), return one Observation per call, in order.
+
+        ``message`` is the assistant turn that made the calls (its visible text, reasoning and
+        every call, malformed ones included); environments that judge or answer the text too
+        (a simulated user reading the agent's words) use it, the others ignore it. A call with
+        ``parse_error`` set, or naming an unknown tool, must give an error Observation
+        (``is_error=True``) rather than raise.
+        """
+        raise NotImplementedError
+
+    def next_user_turn(self, episode: Episode) -> str | None:
+        """The next user message once the agent answered without tool calls, or None when done."""
+        return None
+
+    def __enter__(self) -> "Environment":
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.stop()
+
+
+@dataclass
+class NoConfig:
+    """The settings of an adapter that takes none (any key is an unknown-key error)."""
+
+
+class Adapter:
+    """Base class of benchmark adapters (see the module docstring for the contract)."""
+
+    name: ClassVar[str] = ""
+    suites: ClassVar[tuple[str, ...]] = ()
+    """Suites this benchmark belongs to (``--suite NAME``)."""
+    world_model_domain: ClassVar[str | None] = None
+    """AgentWorldBench domain its episodes harvest into (``python -m unified.lwm.harvest``)."""
+    runs_default: ClassVar[int] = 1
+    """Rollouts per task the benchmark's protocol asks for (Claw-Eval Avg@3: 3); ``--runs`` overrides."""
+    Config: ClassVar[type | None] = None  # issue 16: flipped to NoConfig once every adapter declares one
+    """The dataclass of this adapter's settings; ``self.settings`` holds the parsed instance."""
+
+    def __init__(self, **config: Any) -> None:
+        from unified.config import from_dict  # config imports yaml; keep this module light to import
+
+        if self.Config is None:  # transitional: an adapter not yet converted to a typed Config
+            self.settings, self.config = None, dict(config)
+            return
+        self.settings = from_dict(self.Config, dict(config), where=f"benchmarks.{self.name or type(self).__name__}")
+        self.config = {f.name: getattr(self.settings, f.name) for f in dataclasses.fields(self.settings)}
+        """The parsed settings as a plain dict (recorded in run.json)."""
+
+    def tasks(self, split: str | None = None, limit: int | None = None) -> list[Task]:
+        raise NotImplementedError
+
+    def open(self, task: Task) -> Environment:
+        raise NotImplementedError
+
+    def score(self, task: Task, episode: Episode, env: Environment) -> EpisodeResult:
+        raise NotImplementedError
+
+    def aggregate(self, results: list[EpisodeResult]) -> dict[str, Any]:
+        """Default: mean score in percent over scored (not skipped, not crashed-as-skip) results."""
+        scored = [r for r in results if r.skipped is None]
+        mean = 100.0 * sum(r.score for r in scored) / len(scored) if scored else 0.0
+        return {"score": mean, "metric": "mean score (%)", "n": len(scored)}
+
+    def agent_limits(self, limits: AgentLimits) -> AgentLimits:
+        """The limits this benchmark runs under, given the run's. Default: the run's; an adapter
+        whose protocol fixes its own (BFCL's step limit) returns those."""
+        return limits
+
+    runs_requested: int | None = None
+    """Set by the runner: the trials per task this run asked for (``--runs``, else ``runs_default``),
+    so ``aggregate`` can count a missing trial as the protocol does and label fewer trials."""
+
+    work_dir: Path | None = None
+    """Set by the runner before ``tasks``: a per-benchmark directory inside the run's output
+    for state that must outlive one episode (and survive a resume), e.g. BFCL memory snapshots."""
+
+    # Optional: the ground-truth actions, for the ``gold`` policy that verifies an adapter.
+    def gold_turns(self, task: Task) -> list[list[ToolCall]]:
+        """Per user turn, the calls a perfect agent makes (then it answers). Optional."""
+        raise NotImplementedError(f"{self.name or type(self).__name__} has no ground truth to replay")
+
+    def gold_answer(self, task: Task) -> str | None:
+        """The final answer text a perfect agent gives, where the benchmark scores text. Optional."""
+        return None

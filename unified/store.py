@@ -1,0 +1,103 @@
+"""Writing files so that nothing is lost: atomic replaces and append-only JSON lines, once.
+
+- :func:`write_text_atomic` / :func:`write_json_atomic`: write a temporary file in the same
+  directory, fsync it, then ``os.replace`` it over the target: a reader (or a process killed
+  mid-write) sees the old file or the new one, never half of one. Summaries, manifests,
+  configs and caches are written this way.
+- :func:`append_jsonl`: one record per line, encoded whole before anything is written, flushed
+  and fsync'ed; :func:`repair_tail` cuts the partial last line a kill can leave, and
+  :func:`read_jsonl` reads every complete line, naming file and line of a bad one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+
+def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
+    """Replace ``path`` with ``data`` as indented JSON, atomically."""
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
+    """Replace ``path`` with ``text`` (UTF-8), atomically."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
+    """Replace ``path`` with ``data`` (temporary file, fsync, ``os.replace``); parents are created."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def repair_tail(path: str | os.PathLike[str]) -> None:
+    """Cut a partial last line (a write interrupted by a kill)."""
+    path = Path(path)
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with open(path, "rb+") as handle:
+        handle.seek(-1, os.SEEK_END)
+        if handle.read(1) == b"\n":
+            return
+        data = path.read_bytes()
+        handle.truncate(data.rfind(b"\n") + 1)
+
+
+def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Every complete JSON line of ``path``; a bad line is an error naming file and line."""
+    rows: list[dict[str, Any]] = []
+    path = Path(path)
+    if not path.exists():
+        return rows
+    with open(path, encoding="utf-8") as handle:
+        lines = handle.read().split("\n")
+    complete = lines[:-1]  # the last element is "" or a partial line
+    for number, line in enumerate(complete, 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}:{number}: not a JSON line ({exc})") from None
+    return rows
+
+
+def json_line(data: dict[str, Any]) -> bytes:
+    """One record as a UTF-8 JSON line. Text that is not valid Unicode (a lone surrogate from a
+    model or a tool) is written \\u-escaped, so the file stays valid UTF-8 and reads back the same."""
+    line = json.dumps(data, default=str, ensure_ascii=False) + "\n"
+    try:
+        return line.encode("utf-8")
+    except UnicodeEncodeError:
+        return (json.dumps(data, default=str, ensure_ascii=True) + "\n").encode("ascii")
+
+
+def append_jsonl(path: str | os.PathLike[str], data: dict[str, Any]) -> None:
+    """Append :func:`json_line` of ``data``, encoded whole before anything is written (a value that
+    cannot be written leaves the file untouched), flushed and fsync'ed."""
+    encoded = json_line(data)
+    with open(path, "ab") as handle:
+        handle.write(encoded)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def write_jsonl_atomic(path: str | os.PathLike[str], rows: Iterable[dict[str, Any]]) -> int:
+    """Replace ``path`` with one JSON line per row, atomically; returns how many rows."""
+    lines = [json_line(row) for row in rows]
+    write_bytes_atomic(path, b"".join(lines))
+    return len(lines)
