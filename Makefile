@@ -35,8 +35,10 @@ endif
 demo: setup
 	$(VPY) -m unified.demo $(DEMO_ARGS)
 
-# pytest exits 5 when it collected no test: that is reported, not treated as a pass.
+# ruff (the lint rules in pyproject.toml) first; pytest exits 5 when it collected no test: that
+# is reported, not treated as a pass.
 test: setup
+	$(VPY) -m ruff check .
 	@$(VPY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests"; exit 1; fi; exit $$rc
 

@@ -1,6 +1,5 @@
 """The benchmark packages install beside numpy 2 (see requirements/bench.txt)."""
 
-import importlib
 import subprocess
 import sys
 

@@ -1,7 +1,6 @@
 """load_checkpoint on every kind of spec, with real files (no hub access here)."""
 
 import json
-import os
 
 import pytest
 import torch

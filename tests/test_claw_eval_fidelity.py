@@ -13,7 +13,7 @@ import pytest
 
 from evaluators.claw_eval import ClawEvalAdapter
 from evaluators.claw_eval.tasks import ClawTask, fixture_source, missing_programs, skip_reason
-from unified.types import Episode, EpisodeResult, Message, Step, ToolCall
+from unified.types import Episode, EpisodeResult, Message, ToolCall
 from _requires import needs_bwrap
 
 CHECKOUT = Path(__file__).parent / "fixtures" / "claw_eval" / "fixture_checkout"

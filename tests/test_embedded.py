@@ -1,7 +1,6 @@
 """The embedded default: SmolLM2-135M-Instruct upcycled to a 4-expert top-2 Mixtral-style MoE."""
 
 import json
-import os
 
 import pytest
 import torch

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, ClassVar, Iterable
+from typing import Any, Iterable
 
 from unified.contracts import ENTRY_POINT_GROUP, Adapter, BenchmarkUnavailable, Task
 from unified.registry import UnknownNameError
