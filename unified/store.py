@@ -29,15 +29,23 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
 
 
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
-    """Replace ``path`` with ``data`` (temporary file, fsync, ``os.replace``); parents are created."""
+    """Replace ``path`` with ``data`` (temporary file, fsync, ``os.replace``); parents are created.
+
+    The new file keeps the old one's permission bits, or gets ``0o644`` (a temporary file is
+    created ``0o600``, which would hide shared data and run records from other users)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = path.stat().st_mode & 0o7777
+    except OSError:
+        mode = 0o644
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
