@@ -1,7 +1,8 @@
 """The shared records of the library.
 
 Everything that crosses a module boundary is one of these dataclasses: the agent loop
-writes Episodes, the eval stores EpisodeResults, the world-model data is LWMSamples, the
+writes Episodes, the eval stores EpisodeResults, the world-model data is
+:class:`unified.lwm.records.AWBRecord` (its own format), the
 rewards return RewardBreakdowns. Each has ``to_dict``/``from_dict`` for JSONL storage;
 ``from_dict`` rejects unknown fields (naming them) so that a corrupted file is noticed.
 """
@@ -297,31 +298,6 @@ def _logprobs_or_none(steps: list["Step"]) -> list[float] | None:
     if any(s.completion_logprobs is None for s in steps):
         return None
     return [lp for s in steps for lp in (s.completion_logprobs or [])]
-
-
-@dataclass
-class LWMSample(Record):
-    """One world-model sample: (history of actions and observations, current action) -> next observation."""
-
-    domain: str
-    """One of mcp, search, terminal, swe, web, os, android."""
-    id: str
-    """Trajectory id."""
-    system: str
-    """System prompt (task description, action space, initial state)."""
-    actions: list[str]
-    """Agent actions, one per turn, up to and including the current turn t."""
-    observations: list[str]
-    """Ground-truth observations for turns 1..t (the last is the target)."""
-    turn_idx: int
-    """1-based index t of the current turn."""
-    total_turns: int
-    """Length of the trajectory."""
-
-    @property
-    def target(self) -> str:
-        """The ground-truth next observation o_t."""
-        return self.observations[self.turn_idx - 1]
 
 
 @dataclass

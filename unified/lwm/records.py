@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from unified.types import LWMSample
+from unified.store import write_text_atomic
 
 DOMAINS = ("mcp", "search", "terminal", "swe", "web", "os", "android")
 """The seven AgentWorldBench domains."""
@@ -71,19 +70,6 @@ class AWBRecord:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-    def to_sample(self) -> LWMSample:
-        """The library's :class:`unified.types.LWMSample` view (actions include turn t)."""
-        return LWMSample(domain=self.task, id=self.id, system=self.system_str,
-                         actions=[*self.prompt, self.current_prompt], observations=list(self.response),
-                         turn_idx=self.turn_idx, total_turns=self.total_turns)
-
-    @classmethod
-    def from_sample(cls, sample: LWMSample) -> AWBRecord:
-        t = sample.turn_idx
-        return cls(task=sample.domain, id=sample.id, system_str=sample.system, prompt=list(sample.actions[:t - 1]),
-                   response=list(sample.observations[:t]), current_prompt=sample.actions[t - 1], turn_idx=t,
-                   total_turns=sample.total_turns)
 
     @property
     def key(self) -> str:
@@ -197,23 +183,10 @@ def dumps_record(record: AWBRecord) -> str:
 
 
 def write_records(path: str | os.PathLike[str], records: Iterable[AWBRecord]) -> int:
-    """Write records atomically (temp file + ``os.replace``); returns how many."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    n = 0
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            for record in records:
-                fh.write(dumps_record(record) + "\n")
-                n += 1
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return n
+    """Write records atomically (:func:`unified.store.write_text_atomic`); returns how many."""
+    lines = [dumps_record(record) + "\n" for record in records]
+    write_text_atomic(path, "".join(lines))
+    return len(lines)
 
 
 def trajectory_records(task: str, traj_id: str, system_str: str, actions: list[str],
