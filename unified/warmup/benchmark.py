@@ -28,13 +28,13 @@ from __future__ import annotations
 import gc
 import json
 import math
-import os
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
 
+from unified.store import write_json_atomic
 from unified.warmup.callbacks import peak_memory_gib
 from unified.warmup.config import WarmupConfig
 
@@ -141,12 +141,6 @@ def _step_times(output_dir: Path) -> list[float]:
     return [seen[k] for k in sorted(seen)]
 
 
-def _write_report(path: Path, report: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(report, indent=2))
-    os.replace(tmp, path)
-
-
 def run_before_after(cfg: WarmupConfig, *, samples_per_prompt: int = 2, temperature: float | None = None,
                      policy=None) -> dict[str, Any]:
     """Held-out reward of the SFT checkpoint, GSPO warmup, held-out reward of ``final/``.
@@ -196,7 +190,7 @@ def run_before_after(cfg: WarmupConfig, *, samples_per_prompt: int = 2, temperat
             raise ValueError(f"{path} was measured with other held-out settings; use a fresh output_dir")
         before = heldout_reward(policy.model, policy.tokenizer, heldout, funcs, weights, **score_kwargs, **threads)
         out.mkdir(parents=True, exist_ok=True)
-        _write_report(path, {"status": "training", "settings": settings, "before": before})
+        write_json_atomic(path, {"status": "training", "settings": settings, "before": before})
     print(f"before: mean reward {before['mean_reward']:.4f} on {before['completions']} held-out completions", flush=True)
     policy.model.train()
     result = run_warmup(cfg, train_dataset=train, reward_funcs=funcs, reward_weights=weights, model=policy.model,
@@ -220,5 +214,5 @@ def run_before_after(cfg: WarmupConfig, *, samples_per_prompt: int = 2, temperat
         "peak_memory": peak_memory_gib(), "kernels": result.kernels, "final_dir": result.final_dir,
         "heldout_size": len(heldout), "train_size": len(train),
     }
-    _write_report(path, report)
+    write_json_atomic(path, report)
     return report

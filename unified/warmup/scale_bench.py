@@ -32,6 +32,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from unified.store import write_json_atomic
+
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_RECIPE = REPO / "recipes" / "warmup" / "embedded_cpu.yaml"
 DEFAULT_DATA = REPO / "data" / "lwm"
@@ -163,9 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(asdict(row)), flush=True)
     report = {"arch": args.arch, "shape": shape, "parameters": n_params, "model_type": config.model_type,
               "overrides": args.set, "rows": [asdict(r) for r in rows]}
-    tmp = args.out / "scale_bench.json.tmp"
-    tmp.write_text(json.dumps(report, indent=2))
-    os.replace(tmp, args.out / "scale_bench.json")
+    write_json_atomic(args.out / "scale_bench.json", report)
     print(markdown(rows))
     return 0 if all(r.returncode == 0 for r in rows) else 1
 

@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from unified.config import dump_yaml, to_dict
+from unified.store import write_json_atomic
 from unified.warmup.callbacks import METRICS_FILE, JsonlMetricsCallback, peak_memory_gib
 from unified.warmup.config import WarmupConfig, describe
 
@@ -435,12 +436,6 @@ def save_final(trainer, output_dir: str | os.PathLike[str]) -> Path:
     return final
 
 
-def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str))
-    os.replace(tmp, path)
-
-
 def finished_run(cfg: WarmupConfig) -> WarmupResult | None:
     """The recorded result when ``cfg.output_dir`` already holds a run finished at ``train.max_steps``.
 
@@ -524,7 +519,7 @@ def run_warmup(cfg: WarmupConfig, *, train_dataset=None, reward_funcs: Sequence[
         last_log=logs[-1] if logs else {},
     )
     if trainer.accelerator.is_main_process:
-        _write_json_atomic(out / RUN_RECORD, {**to_dict(result), "objective": describe(cfg)})
+        write_json_atomic(out / RUN_RECORD, {**to_dict(result), "objective": describe(cfg)})
     if cfg.logging.wandb:
         try:
             import wandb
