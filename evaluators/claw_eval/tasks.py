@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from unified.contracts import BenchmarkUnavailable
+from unified.contracts import BenchmarkUnavailable, TaskFormatError
 
 ENV_ROOT = "CLAW_EVAL_ROOT"
 CLONE_HINT = (f"git clone https://github.com/claw-eval/claw-eval && export {ENV_ROOT}=$PWD/claw-eval "
@@ -28,10 +28,6 @@ CLONE_HINT = (f"git clone https://github.com/claw-eval/claw-eval && export {ENV_
 SPLITS = ("general", "multimodal", "multi_turn")
 LIVE_WEB_SERVICES = ("web_real", "web_real_injection")
 LIVE_WEB_KEY = "SERP_DEV_KEY"
-
-
-class TaskFormatError(ValueError):
-    """A task.yaml that cannot be used (names the file and field)."""
 
 
 @dataclass

@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from unified.contracts import BenchmarkUnavailable
+from unified.contracts import BenchmarkUnavailable, TaskFormatError
 
 DEFAULT_DATASET = "qwenclawbench-v1.1-100"
 ENV_ROOT = "QWENCLAWBENCH_ROOT"
@@ -36,10 +36,6 @@ _FRONT_MATTER = re.compile(r"^---\s*\n(.*?)\n---\s*\n(.*)$", re.DOTALL)
 _HEADING = re.compile(r"^##\s+(.+)$")
 _CHECKBOX = re.compile(r"^-\s+\[[ x]\]\s+(.+)$")
 _PYTHON_BLOCK = re.compile(r"```python\s*\n(.*?)\n\s*```", re.DOTALL)
-
-
-class TaskFormatError(ValueError):
-    """A task file that does not follow the format (names file and line)."""
 
 
 @dataclass

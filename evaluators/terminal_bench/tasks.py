@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from unified.contracts import BenchmarkUnavailable
+from unified.contracts import BenchmarkUnavailable, TaskFormatError
 
 ROOT_ENV = "TERMINAL_BENCH_ROOT"
 FIXTURES_ENV = "UNIFIED_FIXTURES_DIR"
@@ -60,10 +60,6 @@ KNOWN_TABLES: dict[str, set[str]] = {
 }
 KNOWN_TOP = {"version", "schema_version", "source", "artifacts", "steps", "multi_step_reward_strategy"} | set(KNOWN_TABLES)
 NETWORK_MODES = ("public", "no-network", "allowlist")
-
-
-class TaskFormatError(ValueError):
-    """A task folder that does not follow the format (names the file and the field)."""
 
 
 @dataclass
