@@ -6,7 +6,6 @@ world model with ``python -m unified.lwm.evaluation --model SPEC --judge SPEC --
 """
 
 from unified.lwm.dataset import fit_prompt, rl_dataset, rl_rows, sample_one_turn_per_trajectory, to_chat
-from unified.lwm.parsing import completion_text, parse_observation, strip_reasoning
 from unified.lwm.prompts import (
     GUI_DOMAINS,
     SYSTEM_PROMPTS,
@@ -28,6 +27,7 @@ from unified.lwm.records import (
     validate_record,
     write_records,
 )
+from unified.text import completion_text, parse_observation, strip_reasoning
 
 __all__ = [
     "DOMAINS", "FIELDS", "GUI_DOMAINS", "SYSTEM_PROMPTS", "AWBRecord", "RecordError", "build_system_prompt",

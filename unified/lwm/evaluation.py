@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from unified.lwm.dataset import sample_one_turn_per_trajectory, to_chat
-from unified.lwm.parsing import parse_observation
+from unified.text import parse_observation
 from unified.lwm.records import AWBRecord, load_records
 from unified.rewards.backends import CachedJudge, JudgeCache, LocalHFJudgeBackend, OpenAIJudgeBackend
 from unified.rewards.functions import RubricReward

@@ -29,7 +29,8 @@ from unified.rewards.functions import (
 )
 from unified.rewards.rubric import CRITERIA, JUDGE_SYSTEM, JudgeScores, judge_messages, parse_judge_answer
 from unified.rewards.similarity import SIMILARITY_METRICS, lcs_f1, lcs_length, token_f1, tokens
-from unified.rewards.verifiers import Verdict, exact_match, json_agreement, normalise_runtime, verify
+from unified.rewards.verifiers import Verdict, exact_match, json_agreement, verify
+from unified.text import normalise_runtime
 
 __all__ = [
     "CRITERIA", "JUDGE_SYSTEM", "REWARD_FUNCTIONS", "RULE_SCALE", "SIMILARITY_METRICS", "SimilarityReward",

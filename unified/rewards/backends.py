@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from unified.lwm.parsing import strip_reasoning
+from unified.text import strip_reasoning
 
 
 class JudgeBackend(Protocol):

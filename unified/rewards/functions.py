@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from unified.config import bounded
-from unified.lwm.parsing import completion_text, parse_observation
+from unified.text import completion_text, parse_observation
 from unified.registry import Registry
 from unified.rewards.backends import CachedJudge, JudgeBackend, JudgeCache, build_backend
 from unified.rewards.rubric import CRITERIA, judge_messages, parse_judge_answer

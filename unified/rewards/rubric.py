@@ -27,7 +27,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from unified.lwm.parsing import strip_reasoning
+from unified.text import strip_reasoning
 
 CRITERIA = ("format", "factuality", "consistency", "realism", "quality")
 

@@ -6,7 +6,7 @@ group-normalised advantage ``A_i = (r_i - mean(r)) / std(r)`` is zero, and no gr
 A graded score separates "close" from "far" predictions and gives the group variance.
 
 Both metrics compare token sequences after the verifiers' runtime normalisation
-(:func:`unified.rewards.verifiers.normalise_runtime`: timestamps, UUIDs, temp paths, pids... are
+(:func:`unified.text.normalise_runtime`: timestamps, UUIDs, temp paths, pids... are
 replaced by placeholders, whitespace collapsed), so runtime noise is neither rewarded nor
 punished. :func:`tokens` splits the normalised text into words (``\\w+``, placeholders such as
 ``<uuid>`` kept whole) and single punctuation characters, so the format of an observation
@@ -38,7 +38,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 
 from unified.registry import Registry
-from unified.rewards.verifiers import normalise_runtime
+from unified.text import normalise_runtime
 
 _TOKEN = re.compile(r"<[a-z]+>|\w+|[^\w\s]")
 

@@ -3,11 +3,12 @@
 Two checks, both binary, scaled to {0, 25} (the range of the rubric reward) by the reward
 functions:
 
-- **Normalised exact match** (``exact_match``): prediction and reference agree after runtime
-  metadata is replaced by placeholders — ISO/RFC/``ls``-style timestamps and dates, clock
-  times, durations, UUIDs, long hex ids, temp paths (``/tmp/...``), ``pid``/``PID`` numbers,
-  memory addresses — and whitespace is collapsed. Deterministic content (command output,
-  computed values, file contents) must still match character for character.
+- **Normalised exact match** (``exact_match``): prediction and reference agree after
+  :func:`unified.text.normalise_runtime` (runtime metadata — ISO/RFC/``ls``-style timestamps
+  and dates, clock times, durations, UUIDs, long hex ids, temp paths, ``pid`` numbers, memory
+  addresses, epoch seconds — replaced by placeholders, blanks collapsed; the rules are listed
+  there, shared with the trace analysis). Deterministic content (command output, computed
+  values, file contents) must still match character for character.
 - **JSON agreement** (``json_agreement``), for tool responses whose reference is JSON (a
   document, or one JSON value per line): the prediction must be well-formed JSON of the same
   shape — the same key set in every object, recursively, the same types, and the same list
@@ -20,36 +21,10 @@ exact match otherwise.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
-_PATTERNS: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I), "<uuid>"),
-    (re.compile(r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?\b"), "<timestamp>"),
-    (re.compile(r"\b\d{4}-\d{2}-\d{2}\b"), "<date>"),
-    (re.compile(r"\b(Mon|Tue|Wed|Thu|Fri|Sat|Sun),? \d{1,2} (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) "
-                r"\d{4} \d{2}:\d{2}:\d{2}( [A-Z]{2,5}|[+-]\d{4})?", re.I), "<timestamp>"),
-    (re.compile(r"\b(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)\s+\d{1,2}\s+(\d{2}:\d{2}|\d{4})\b"), "<date>"),
-    (re.compile(r"\b\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?\b"), "<time>"),
-    (re.compile(r"\b\d+(\.\d+)?\s?(ms|µs|us|ns|s|sec|seconds)\b"), "<duration>"),
-    (re.compile(r"\b0x[0-9a-f]{6,}\b", re.I), "<addr>"),
-    (re.compile(r"\b[0-9a-f]{12,}\b", re.I), "<hex>"),
-    (re.compile(r"(/tmp|/var/tmp|/private/var/folders)/[\w.\-/]+"), "<tmp>"),
-    (re.compile(r"\b(pid|PID|process)\s*[:=]?\s*\d+\b"), r"\1 <pid>"),
-    (re.compile(r"\b1[5-9]\d{8}(\.\d+)?\b"), "<epoch>"),
-]
-_SPACE = re.compile(r"[ \t]+")
-
-
-def normalise_runtime(text: str) -> str:
-    """Replace runtime metadata by placeholders and collapse whitespace (see module docstring)."""
-    text = (text or "").replace("\r\n", "\n")
-    for pattern, placeholder in _PATTERNS:
-        text = pattern.sub(placeholder, text)
-    lines = [_SPACE.sub(" ", line).strip() for line in text.split("\n")]
-    return "\n".join(lines).strip()
-
+from unified.text import normalise_runtime
 
 @dataclass
 class Verdict:

@@ -1,8 +1,9 @@
 """Rule-based scoring of a prediction against the observation that followed.
 
 Deterministic content must match; runtime metadata need not. Both texts are first
-normalised: timestamps, dates, durations, PIDs, hex ids/hashes and temporary paths become
-placeholders, case and whitespace are folded. Then, in order, the first check that applies
+normalised by :func:`unified.text.normalise_runtime` (``fold=True``; the same rules as the
+rewards' verifiers): timestamps, dates, durations, PIDs, UUIDs, hex ids/hashes, addresses and
+temporary paths become placeholders, case and whitespace are folded. Then, in order, the first check that applies
 decides (``method`` records which):
 
 1. ``rule:json``  - the claim and the observation both parse as JSON: the score is the share
@@ -32,20 +33,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from unified.text import normalise_runtime
 from unified.trace.extract import Prediction
-
-_METADATA = [
-    (re.compile(r"\b\d{4}-\d{2}-\d{2}[t ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:z|[+-]\d{2}:?\d{2})?\b", re.I), "<time>"),
-    (re.compile(r"\b\d{4}-\d{2}-\d{2}\b"), "<date>"),
-    (re.compile(r"\b\d{1,2}:\d{2}:\d{2}(?:\.\d+)?\b"), "<time>"),
-    (re.compile(r"\b(?:mon|tue|wed|thu|fri|sat|sun)\w* (?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)\w* +\d+\b", re.I),
-     "<date>"),
-    (re.compile(r"\bpid[ =:]*\d+\b", re.I), "pid <pid>"),
-    (re.compile(r"\b[0-9a-f]{12,64}\b", re.I), "<hex>"),
-    (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I), "<uuid>"),
-    (re.compile(r"/tmp/[\w./-]+"), "<tmp>"),
-    (re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|s|sec|seconds)\b", re.I), "<duration>"),
-]
 
 _STOP = set("""a an the and or but if then else of to in on at by for with from as is are was were be been being
 it its this that these those there here i we you he she they them our your my me us what which who whom whose
@@ -103,11 +92,8 @@ class RuleVerdict:
 
 
 def normalise(text: str) -> str:
-    """Fold case/whitespace and replace runtime metadata by placeholders."""
-    text = text.lower()
-    for pattern, repl in _METADATA:
-        text = pattern.sub(repl, text)
-    return re.sub(r"\s+", " ", text).strip()
+    """:func:`unified.text.normalise_runtime` with ``fold=True`` (placeholders, lower case, one space)."""
+    return normalise_runtime(text, fold=True)
 
 
 def _numbers(text: str) -> set[float]:

@@ -1,0 +1,134 @@
+"""Text rules shared by the rewards, the world-model data and the trace analysis.
+
+A leaf module (it imports nothing from the library), so :mod:`unified.rewards`,
+:mod:`unified.lwm` and :mod:`unified.trace` all use the same rules without importing each other.
+
+**Runtime-noise normalisation** (:func:`normalise_runtime`), the one definition of "the same
+observation up to runtime metadata". Each rule below replaces a match by its placeholder, in this
+order (earlier rules win, so a UUID is never half-eaten by the hex rule):
+
+============================================================ ===============
+what                                                         placeholder
+============================================================ ===============
+UUID ``123e4567-e89b-12d3-a456-426614174000``                ``<uuid>``
+ISO-8601 date-time ``2024-01-02T10:11:12.5+02:00`` / ``2024-01-02 10:11`` ``<timestamp>``
+RFC-2822 date-time ``Tue, 3 Jun 2025 10:00:00 GMT``          ``<timestamp>``
+ISO date ``2024-01-02``                                      ``<date>``
+weekday + month + day ``Mon Jan 12`` / ``Monday January 12`` ``<date>``
+``ls -l`` date ``Nov 14 09:13`` / ``Nov 14  2023``           ``<date>``
+clock time ``9:13``, ``09:13:02``, ``09:13:02.25``           ``<time>``
+duration ``0.52s``, ``12 ms``, ``3 µs``, ``5 seconds``       ``<duration>``
+memory address ``0x7ffd5e8c`` (6+ hex digits)                ``<addr>``
+hex id / hash, 12+ hex digits (git SHA, container id)        ``<hex>``
+temporary path under ``/tmp``, ``/var/tmp``, macOS ``/private/var/folders``  ``<tmp>``
+process id after ``pid``/``process`` (``pid 4242``, ``PID=17``)  ``pid <pid>`` (the word kept)
+Unix epoch seconds 1.5e9..2e9 (``1714557600``, ``1714557600.25``)  ``<epoch>``
+============================================================ ===============
+
+Month and weekday names and ``pid`` match in any case. Then ``\\r\\n`` becomes ``\\n``, runs of
+spaces and tabs collapse to one space, and every line is stripped (the line structure is kept).
+With ``fold=True`` the result is also lower-cased and every whitespace run (newlines included)
+becomes one space: the form the trace analysis matches facts in. Deterministic content (command
+output, computed values, file contents) is untouched, so it must still match character for
+character. The function is idempotent.
+
+**Observation parsing**: what part of a world model's completion the judge and verifiers see
+(:func:`parse_observation`):
+
+1. Drop reasoning: every closed ``<think>...</think>`` block, and everything before a stray
+   ``</think>`` (templates often put the opening tag in the prompt). An unclosed ``<think>``
+   swallows the rest of the text (the model never finished thinking: nothing to judge).
+2. If a ``<predicted_observation>...</predicted_observation>`` block remains, keep the content
+   of the *last* one; an opened but unclosed last block keeps what follows the tag.
+3. Otherwise keep the cleaned text. Surrounding whitespace is stripped.
+
+So self-praise in the reasoning, or anything outside the answer tags, never reaches a judge.
+"""
+
+from __future__ import annotations
+
+import re
+
+_MONTH = r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)"
+_WEEKDAY = r"(?:mon|tue|wed|thu|fri|sat|sun)"
+_MONTH_NAME = (r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|"
+               r"sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)")
+_WEEKDAY_NAME = r"(?:mon(?:day)?|tue(?:sday)?|wed(?:nesday)?|thu(?:rsday)?|fri(?:day)?|sat(?:urday)?|sun(?:day)?)"
+_RUNTIME_RULES: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I), "<uuid>"),
+    (re.compile(r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?\b", re.I),
+     "<timestamp>"),
+    (re.compile(rf"\b{_WEEKDAY},? \d{{1,2}} {_MONTH} \d{{4}} \d{{2}}:\d{{2}}:\d{{2}}(?: [A-Z]{{2,5}}|[+-]\d{{4}})?",
+                re.I), "<timestamp>"),
+    (re.compile(r"\b\d{4}-\d{2}-\d{2}\b"), "<date>"),
+    (re.compile(rf"\b{_WEEKDAY_NAME},? +{_MONTH_NAME} +\d{{1,2}}\b", re.I), "<date>"),
+    (re.compile(rf"\b{_MONTH}\s+\d{{1,2}}\s+(?:\d{{2}}:\d{{2}}|\d{{4}})\b", re.I), "<date>"),
+    (re.compile(r"\b\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?\b"), "<time>"),
+    (re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|µs|us|ns|s|sec|seconds)\b", re.I), "<duration>"),
+    (re.compile(r"\b0x[0-9a-f]{6,}\b", re.I), "<addr>"),
+    (re.compile(r"\b[0-9a-f]{12,}\b", re.I), "<hex>"),
+    (re.compile(r"(?:/tmp|/var/tmp|/private/var/folders)/[\w.\-/]+"), "<tmp>"),
+    (re.compile(r"\b(pid|process)\s*[:=]?\s*\d+\b", re.I), r"\1 <pid>"),
+    (re.compile(r"\b1[5-9]\d{8}(?:\.\d+)?\b"), "<epoch>"),
+]
+_BLANKS = re.compile(r"[ \t]+")
+_WHITESPACE = re.compile(r"\s+")
+
+
+def normalise_runtime(text: str, *, fold: bool = False) -> str:
+    """Replace runtime metadata by placeholders and collapse blanks (the rules: module docstring).
+
+    ``fold``: also lower-case and turn every whitespace run, newlines included, into one space.
+    """
+    text = (text or "").replace("\r\n", "\n")
+    for pattern, placeholder in _RUNTIME_RULES:
+        text = pattern.sub(placeholder, text)
+    if fold:
+        return _WHITESPACE.sub(" ", text.lower()).strip()
+    lines = [_BLANKS.sub(" ", line).strip() for line in text.split("\n")]
+    return "\n".join(lines).strip()
+
+
+_THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL)
+_ANSWER_BLOCK = re.compile(r"<predicted_observation>(.*?)</predicted_observation>", re.DOTALL)
+_OPEN_ANSWER = "<predicted_observation>"
+
+
+def strip_reasoning(text: str) -> str:
+    """Remove ``<think>`` blocks (see the module docstring for the edge cases)."""
+    text = _THINK_BLOCK.sub("", text or "")
+    if "</think>" in text:
+        text = text.rsplit("</think>", 1)[1]
+    if "<think>" in text:
+        text = text.split("<think>", 1)[0]
+    return text
+
+
+def parse_observation(completion: str) -> str:
+    """The predicted observation a judge should see, from a raw completion."""
+    text = strip_reasoning(completion)
+    blocks = _ANSWER_BLOCK.findall(text)
+    if blocks:
+        tail = text.rsplit("</predicted_observation>", 1)[1]
+        if _OPEN_ANSWER in tail:  # a later block was opened and never closed
+            return tail.split(_OPEN_ANSWER, 1)[1].strip()
+        return blocks[-1].strip()
+    if _OPEN_ANSWER in text:
+        return text.rsplit(_OPEN_ANSWER, 1)[1].strip()
+    return text.strip()
+
+
+def completion_text(completion) -> str:
+    """TRL completions are strings or lists of chat messages; return the assistant text."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, dict):
+        return str(completion.get("content") or "")
+    if isinstance(completion, (list, tuple)):
+        parts = [m.get("content") or "" for m in completion if isinstance(m, dict) and m.get("role", "assistant")
+                 == "assistant"]
+        return "".join(str(p) for p in parts)
+    return "" if completion is None else str(completion)
+
+
+__all__ = ["completion_text", "normalise_runtime", "parse_observation", "strip_reasoning"]
