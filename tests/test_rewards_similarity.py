@@ -9,13 +9,11 @@ import pytest
 
 from unified.registry import UnknownNameError
 from unified.rewards import (
-    REWARD_FUNCTIONS,
     RULE_SCALE,
     SIMILARITY_METRICS,
     RewardConfig,
     RuleReward,
     SimilarityReward,
-    build_mixed_reward,
     build_reward_functions,
     lcs_f1,
     lcs_length,
@@ -97,8 +95,9 @@ def test_reward_is_scaled_to_the_rule_range_and_parses_the_answer_block():
     ]
     values = fn(None, completions, reference=["a b c d"] * 3)
     assert values == pytest.approx([RULE_SCALE * 0.75, RULE_SCALE, 0.0])
-    assert [b.components["lcs_f1"] for b in fn.last_breakdowns] == pytest.approx([0.75, 1.0, 0.0])
-    assert all(b.source == "similarity" and b.parsed for b in fn.last_breakdowns)
+    breakdowns = fn.breakdowns(None, completions, reference=["a b c d"] * 3)
+    assert [b.components["lcs_f1"] for b in breakdowns] == pytest.approx([0.75, 1.0, 0.0])
+    assert all(b.source == "similarity" and b.parsed for b in breakdowns)
     bag = SimilarityReward("token_f1")
     assert bag(None, ["d c b a"], reference=["a b c d"]) == [RULE_SCALE]
 
@@ -116,17 +115,17 @@ def test_graded_reward_gives_a_gspo_group_variance_where_the_binary_rule_gives_n
     assert graded[0] > graded[3] > graded[1] > graded[2] > 0.0  # closer predictions score higher
 
 
-def test_config_registers_builds_and_weights_the_similarity_reward():
-    assert set(REWARD_FUNCTIONS.names()) >= {"rubric", "rule", "similarity"}
-    assert REWARD_FUNCTIONS.get("similarity") is SimilarityReward
+def test_config_builds_and_weights_the_similarity_reward():
     assert SIMILARITY_METRICS.get("lcs_f1") is lcs_f1 and SIMILARITY_METRICS.get("token_f1") is token_f1
     cfg = RewardConfig(rubric_weight=0.0, rule_weight=0.0, similarity_weight=1.0)
     funcs = build_reward_functions(cfg)
     assert [f.__name__ for f in funcs] == ["similarity"] and reward_weights(cfg) == [1.0]
     both = RewardConfig(rubric_weight=0.0, rule_weight=0.5, similarity_weight=0.5, similarity_metric="token_f1")
     assert [f.__name__ for f in build_reward_functions(both)] == ["rule", "similarity"]
-    mixed = build_mixed_reward(both)
-    assert mixed(None, ["a b", "b a"], reference=["a b", "a b"]) == pytest.approx([25.0, 12.5])
+    per_func = [f(None, ["a b", "b a"], reference=["a b", "a b"]) for f in build_reward_functions(both)]
+    weights = reward_weights(both)
+    mixed = [sum(w * values[i] for w, values in zip(weights, per_func)) for i in range(2)]  # TRL's weighted sum
+    assert mixed == pytest.approx([25.0, 12.5])
     assert RewardConfig().similarity_weight == 0.0  # the paper's mix is unchanged
     with pytest.raises(UnknownNameError, match="lcs_f1"):
         RewardConfig(similarity_metric="lcs")

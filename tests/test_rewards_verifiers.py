@@ -65,9 +65,10 @@ def test_properties_never_raise_identity_passes_binary_scale():
         assert isinstance(verdict.passed, bool)
         assert verify(ref, ref).passed, ref  # the truth always passes
         assert normalise_runtime(normalise_runtime(ref)) == normalise_runtime(ref)  # idempotent
-    values = rule(None, ["a", "b", [{"role": "assistant", "content": "a"}]], reference=["a", "a", "a"])
+    completions = ["a", "b", [{"role": "assistant", "content": "a"}]]
+    values = rule(None, completions, reference=["a", "a", "a"])
     assert values == [25.0, 0.0, 25.0]
-    assert [b.source for b in rule.last_breakdowns] == ["rule"] * 3
+    assert [b.source for b in rule.breakdowns(None, completions, reference=["a", "a", "a"])] == ["rule"] * 3
 
 
 @pytest.mark.parametrize("deep", [10, 5000])

@@ -44,21 +44,22 @@ class BrokenJudge:
         raise OSError("the answer cache is on a full disk")
 
 
-def _call(reward, n):
-    return reward(["an action"] * n, ["<predicted_observation>ok</predicted_observation>"] * n,
-                  reference=["ok"] * n, domain=["mcp"] * n)
+def _call(reward, n, method=None):
+    return (method or reward)(["an action"] * n, ["<predicted_observation>ok</predicted_observation>"] * n,
+                              reference=["ok"] * n, domain=["mcp"] * n)
 
 
 def test_rubric_reward_gives_zero_for_answers_that_are_not_text():
     reward = RubricReward(ConstantJudge(NOT_TEXT))
     assert _call(reward, len(NOT_TEXT)) == [0.0] * len(NOT_TEXT)
-    assert all(not b.parsed and "unparseable" in b.detail for b in reward.last_breakdowns)
+    breakdowns = _call(reward, len(NOT_TEXT), reward.breakdowns)
+    assert all(not b.parsed and "unparseable" in b.detail for b in breakdowns)
 
 
 def test_rubric_reward_survives_a_judge_that_raises():
     reward = RubricReward(BrokenJudge())
     assert _call(reward, 2) == [0.0, 0.0]
-    assert "full disk" in reward.last_breakdowns[0].detail
+    assert "full disk" in _call(reward, 1, reward.breakdowns)[0].detail
 
 
 class _JudgeServer:

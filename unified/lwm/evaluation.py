@@ -206,12 +206,12 @@ def run(model: str, judge: str, data: str, out: str, *, limit: int | None = None
             completions = [predictions[r.key]["completion"] for r in chunk]
             calls_before = rubric.judge.calls
             t0 = time.perf_counter()
-            rubric([to_chat(r) for r in chunk], completions, reference=[r.target for r in chunk],
-                   domain=[r.task for r in chunk])
+            breakdowns = rubric.breakdowns([to_chat(r) for r in chunk], completions,
+                                           reference=[r.target for r in chunk], domain=[r.task for r in chunk])
             if rubric.judge.calls > calls_before:
                 judge_seconds += time.perf_counter() - t0
                 judge_requests += rubric.judge.calls - calls_before
-            for r, completion, b in zip(chunk, completions, rubric.last_breakdowns):
+            for r, completion, b in zip(chunk, completions, breakdowns):
                 verdict = verify(parse_observation(completion), r.target, r.task)
                 row = {"sample_id": r.key, "domain": r.task, "parsed": b.parsed,
                        "criteria": {c: v for c, v in b.components.items() if c in

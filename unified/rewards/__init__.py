@@ -1,9 +1,10 @@
 """World-model rewards: the rubric judge, rule verifiers, their mix, in TRL's reward-function form.
 
-See :mod:`unified.rewards.functions` for the reward functions and their logging hooks,
-:mod:`unified.rewards.rubric` for the judge prompt and parser, :mod:`unified.rewards.verifiers`
-for the binary rule checks, :mod:`unified.rewards.similarity` for the graded rule scores
-(LCS / token F1) and :mod:`unified.rewards.backends` for judge backends and the cache.
+See :mod:`unified.rewards.functions` for the reward functions (named, weighted, stateless; mixed
+by TRL's weighted sum) and the paper's math, :mod:`unified.rewards.rubric` for the judge prompt
+and parser, :mod:`unified.rewards.verifiers` for the binary rule checks (after
+:func:`unified.text.normalise_runtime`), :mod:`unified.rewards.similarity` for the graded rule
+scores (LCS / token F1) and :mod:`unified.rewards.backends` for judge backends and the cache.
 """
 
 from unified.rewards.backends import (
@@ -15,15 +16,13 @@ from unified.rewards.backends import (
     build_backend,
 )
 from unified.rewards.functions import (
-    REWARD_FUNCTIONS,
     RULE_SCALE,
-    MixedReward,
     RewardConfig,
+    RewardFunction,
     RubricReward,
     RuleReward,
     SimilarityReward,
     build_judge,
-    build_mixed_reward,
     build_reward_functions,
     reward_weights,
 )
@@ -33,9 +32,9 @@ from unified.rewards.verifiers import Verdict, exact_match, json_agreement, veri
 from unified.text import normalise_runtime
 
 __all__ = [
-    "CRITERIA", "JUDGE_SYSTEM", "REWARD_FUNCTIONS", "RULE_SCALE", "SIMILARITY_METRICS", "SimilarityReward",
+    "CRITERIA", "JUDGE_SYSTEM", "RULE_SCALE", "SIMILARITY_METRICS", "SimilarityReward",
     "lcs_f1", "lcs_length", "token_f1", "tokens", "CachedJudge", "JudgeBackend", "JudgeCache", "JudgeScores",
-    "LocalHFJudgeBackend", "MixedReward", "OpenAIJudgeBackend", "RewardConfig", "RubricReward", "RuleReward", "Verdict",
-    "build_backend", "build_judge", "build_mixed_reward", "build_reward_functions", "exact_match", "judge_messages",
+    "LocalHFJudgeBackend", "RewardFunction", "OpenAIJudgeBackend", "RewardConfig", "RubricReward", "RuleReward", "Verdict",
+    "build_backend", "build_judge", "build_reward_functions", "exact_match", "judge_messages",
     "json_agreement", "normalise_runtime", "parse_judge_answer", "reward_weights", "verify",
 ]

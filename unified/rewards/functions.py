@@ -1,37 +1,52 @@
-"""The world-model reward functions, in TRL's reward-function form, and their config.
+"""The world-model rewards as a list of named, weighted, stateless functions (TRL's form).
 
-Every function has the signature ``fn(prompts, completions, **columns) -> list[float]``:
-``prompts`` are the dataset's ``prompt`` column (chat messages, or strings), ``completions``
-strings or lists of chat messages, ``columns`` the other dataset columns (``reference``,
-``domain`` are used; TRL's ``trainer_state``, ``log_metric``, ``log_extra``, ``completion_ids``
-are accepted).
+Paper (Qwen-AgentWorld, world-model RL warmup): a sampled completion predicts the next
+observation o_hat of one turn; its reward mixes
 
-Mixing (Qwen-AgentWorld): r = w_rubric * r_rubric + w_rule * r_rule with r_rubric in {0} U
-[5, 25], r_rule in {0, 25}, and (w_rubric, w_rule) = (0.9, 0.1) by default. A third, graded
-rule reward r_sim = 25 * s(prediction, reference) in [0, 25] (``similarity``, s an LCS or token
-F1 from :mod:`unified.rewards.similarity`) is off by default (w_sim = 0); small policies that
-never pass the binary check need it for any GSPO signal. Give TRL the list
-of :func:`build_reward_functions` with ``reward_weights=reward_weights(cfg)`` (TRL computes the
-weighted sum), or use the single :class:`MixedReward`.
+- ``rubric`` (:class:`RubricReward`): an LLM judge scores five criteria (format, factuality,
+  consistency, realism, quality) 1-5 each; ``r_rubric = 5 * mean(c_1..c_5)`` in [5, 25], and
+  0 when the judge's answer cannot be parsed (or the judge call failed);
+- ``rule`` (:class:`RuleReward`): a binary verifier (normalised exact match, or JSON agreement
+  for JSON tool responses; :mod:`unified.rewards.verifiers`), ``r_rule`` in {0, 25};
+- ``similarity`` (:class:`SimilarityReward`, ours, off by default): a graded rule score
+  ``r_sim = 25 * s(o_hat, o)`` in [0, 25], s an LCS or token F1 (:mod:`unified.rewards.similarity`);
+  small policies that never pass the binary check need it for any GSPO signal.
 
-Logging: after each call a function holds ``last_breakdowns`` — one
-:class:`unified.types.RewardBreakdown` per completion (rubric criteria, verifier verdict,
-judge text, parse status). When TRL passes ``log_metric``/``log_extra``, the functions also
-log the mean of every component (e.g. ``rubric/factuality``, ``rubric/parsed``) and add a
-``<name>_detail`` column to the completions table. ``on_breakdowns`` (a callable taking the
-list) is a hook for any other logger.
+Mixing is TRL's weighted sum, nothing else: :func:`build_reward_functions` gives the functions
+with a non-zero weight, :func:`reward_weights` their weights in the same order, and TRL's
+``GRPOTrainer(reward_funcs=funcs, args=GRPOConfig(reward_weights=weights))`` computes, for a
+batch of B completions and K functions, ``rewards_per_func`` of shape ``(B, K)`` and
+
+    R_i = sum_k w_k * r_k,i        (a NaN, i.e. a function's None, is skipped: nansum)
+
+With the paper's 9:1 (``rubric_weight=0.9, rule_weight=0.1``): ``R = 0.9 r_rubric + 0.1 r_rule``
+in {0} U [4.5, 25]. GSPO then normalises R within each group of G completions of one prompt.
+No function reads another's result: each is computed from the batch alone.
+
+Every function has TRL's reward-function signature ``fn(prompts, completions, **columns) ->
+list[float | None]`` (one value per completion, shape ``(B,)``) and a ``__name__`` (TRL's metric
+name ``rewards/<name>/mean``): ``prompts`` are the dataset's ``prompt`` column (chat messages,
+or strings), ``completions`` strings or lists of chat messages, ``columns`` the other dataset
+columns (``reference``, ``domain`` are used) and TRL's ``trainer_state``, ``log_metric``,
+``log_extra``, ``completion_ids``... (accepted, the two loggers used).
+
+Functions are stateless: calling one twice on the same batch gives the same values (the rubric
+judge's answers are cached by content). ``fn.breakdowns(prompts, completions, **columns)``
+returns one :class:`unified.types.RewardBreakdown` per completion (rubric criteria, verifier
+verdict, judge text, parse status) for evaluation code; when TRL passes ``log_metric`` /
+``log_extra``, a call also logs the mean of every component (``rubric/factuality``,
+``rubric/parsed``...) and adds a ``<name>_detail`` column to the completions table.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from unified.config import bounded
 from unified.text import completion_text, parse_observation
-from unified.registry import Registry
 from unified.rewards.backends import CachedJudge, JudgeBackend, JudgeCache, build_backend
 from unified.rewards.rubric import CRITERIA, judge_messages, parse_judge_answer
 from unified.rewards.similarity import SIMILARITY_METRICS
@@ -115,21 +130,21 @@ def _column(columns: dict[str, Any], name: str, n: int, default: Any) -> list[An
     return list(value)
 
 
-REWARD_FUNCTIONS: Registry[type] = Registry("reward function")
-"""The reward-function classes by their TRL name (``rubric``, ``rule``, ``similarity``)."""
+class RewardFunction:
+    """Base of the reward functions: ``__call__`` is TRL's reward function over :meth:`breakdowns`.
 
+    Subclasses set ``__name__`` and implement :meth:`breakdowns`; they hold configuration only
+    (a judge client, a metric name), never the result of a call.
+    """
 
-class _RewardFunction:
     __name__ = "reward"
 
-    def __init__(self, on_breakdowns: Callable[[list[RewardBreakdown]], None] | None = None) -> None:
-        self.last_breakdowns: list[RewardBreakdown] = []
-        self.on_breakdowns = on_breakdowns
+    def breakdowns(self, prompts, completions, **columns) -> list[RewardBreakdown]:
+        """One breakdown per completion (its ``total`` is the reward)."""
+        raise NotImplementedError
 
-    def _report(self, breakdowns: list[RewardBreakdown], columns: dict[str, Any]) -> list[float]:
-        self.last_breakdowns = breakdowns
-        if self.on_breakdowns is not None:
-            self.on_breakdowns(breakdowns)
+    def __call__(self, prompts, completions, **columns) -> list[float | None]:
+        breakdowns = self.breakdowns(prompts, completions, **columns)
         log_metric, log_extra = columns.get("log_metric"), columns.get("log_extra")
         if callable(log_metric) and breakdowns:
             keys = sorted({k for b in breakdowns for k in b.components})
@@ -142,19 +157,22 @@ class _RewardFunction:
         return [b.total for b in breakdowns]
 
 
-@REWARD_FUNCTIONS.register("rubric")
-class RubricReward(_RewardFunction):
-    """The rubric judge as a reward: 5 * mean of five 1-5 scores, 0 when unparseable."""
+class RubricReward(RewardFunction):
+    """The rubric judge as a reward: ``5 * mean`` of five 1-5 scores in [5, 25], 0 when unparseable.
+
+    Only the predicted observation inside the answer tags reaches the judge
+    (:func:`unified.text.parse_observation`), with up to ``max_history`` earlier turns, the new
+    action and the real observation (:func:`unified.rewards.rubric.judge_messages`). A judge call
+    that fails gives 0 for its completions (with why in the breakdown), never an exception.
+    """
 
     __name__ = "rubric"
 
-    def __init__(self, judge: JudgeBackend | CachedJudge, *, max_chars: int = 3000, max_history: int = 4,
-                 on_breakdowns=None) -> None:
-        super().__init__(on_breakdowns)
+    def __init__(self, judge: JudgeBackend | CachedJudge, *, max_chars: int = 3000, max_history: int = 4) -> None:
         self.judge = judge if isinstance(judge, CachedJudge) else CachedJudge(judge)
         self.max_chars, self.max_history = max_chars, max_history
 
-    def __call__(self, prompts, completions, **columns) -> list[float]:
+    def breakdowns(self, prompts, completions, **columns) -> list[RewardBreakdown]:
         n = len(completions)
         references = _column(columns, "reference", n, "")
         domains = _column(columns, "domain", n, "")
@@ -185,16 +203,15 @@ class RubricReward(_RewardFunction):
                           "cached": float(cached)}
             breakdowns.append(RewardBreakdown(total=scores.reward, components=components, source="rubric",
                                               parsed=True, detail=answer[:1000]))
-        return self._report(breakdowns, columns)
+        return breakdowns
 
 
-@REWARD_FUNCTIONS.register("rule")
-class RuleReward(_RewardFunction):
+class RuleReward(RewardFunction):
     """Rule verifier as a reward: 25 if the check passes, else 0 (see :mod:`unified.rewards.verifiers`)."""
 
     __name__ = "rule"
 
-    def __call__(self, prompts, completions, **columns) -> list[float]:
+    def breakdowns(self, prompts, completions, **columns) -> list[RewardBreakdown]:
         n = len(completions)
         references = _column(columns, "reference", n, "")
         domains = _column(columns, "domain", n, "")
@@ -205,11 +222,10 @@ class RuleReward(_RewardFunction):
             value = RULE_SCALE if verdict.passed else 0.0
             breakdowns.append(RewardBreakdown(total=value, components={"rule": value, verdict.check: value},
                                               source="rule", parsed=True, detail=verdict.message))
-        return self._report(breakdowns, columns)
+        return breakdowns
 
 
-@REWARD_FUNCTIONS.register("similarity")
-class SimilarityReward(_RewardFunction):
+class SimilarityReward(RewardFunction):
     """Graded rule reward: ``25 * s(prediction, reference)`` in [0, 25].
 
     ``s`` is a similarity of :mod:`unified.rewards.similarity` (``lcs_f1``: ROUGE-L F1
@@ -220,12 +236,11 @@ class SimilarityReward(_RewardFunction):
 
     __name__ = "similarity"
 
-    def __init__(self, metric: str = "lcs_f1", on_breakdowns=None) -> None:
-        super().__init__(on_breakdowns)
+    def __init__(self, metric: str = "lcs_f1") -> None:
         self.metric = metric
         self.score = SIMILARITY_METRICS.get(metric)
 
-    def __call__(self, prompts, completions, **columns) -> list[float]:
+    def breakdowns(self, prompts, completions, **columns) -> list[RewardBreakdown]:
         n = len(completions)
         references = _column(columns, "reference", n, "")
         breakdowns = []
@@ -241,45 +256,7 @@ class SimilarityReward(_RewardFunction):
             breakdowns.append(RewardBreakdown(total=value, components={"similarity": value, self.metric: score},
                                               source="similarity", parsed=True,
                                               detail=f"{self.metric}={score:.3f}"))
-        return self._report(breakdowns, columns)
-
-
-class MixedReward(_RewardFunction):
-    """w_rubric * rubric + w_rule * rule (+ w_sim * similarity) in one function (breakdown keeps every part)."""
-
-    __name__ = "lwm_reward"
-
-    def __init__(self, rubric: RubricReward | None, rule: RuleReward | None, rubric_weight: float = 0.9,
-                 rule_weight: float = 0.1, on_breakdowns=None, *, similarity: SimilarityReward | None = None,
-                 similarity_weight: float = 0.0) -> None:
-        super().__init__(on_breakdowns)
-        self.rubric, self.rule, self.similarity = rubric, rule, similarity
-        self.rubric_weight, self.rule_weight, self.similarity_weight = rubric_weight, rule_weight, similarity_weight
-
-    def __call__(self, prompts, completions, **columns) -> list[float]:
-        quiet = {k: v for k, v in columns.items() if k not in ("log_metric", "log_extra")}
-        parts = []
-        if self.rubric is not None and self.rubric_weight:
-            self.rubric(prompts, completions, **quiet)
-            parts.append((self.rubric_weight, self.rubric.last_breakdowns))
-        if self.rule is not None and self.rule_weight:
-            self.rule(prompts, completions, **quiet)
-            parts.append((self.rule_weight, self.rule.last_breakdowns))
-        if self.similarity is not None and self.similarity_weight:
-            self.similarity(prompts, completions, **quiet)
-            parts.append((self.similarity_weight, self.similarity.last_breakdowns))
-        breakdowns = []
-        for i in range(len(completions)):
-            total, components, details, parsed = 0.0, {}, [], True
-            for weight, items in parts:
-                b = items[i]
-                total += weight * b.total
-                components.update(b.components)
-                details.append(f"[{b.source}] {b.detail}")
-                parsed = parsed and b.parsed
-            breakdowns.append(RewardBreakdown(total=total, components=components, source="mixed", parsed=parsed,
-                                              detail="\n".join(details)))
-        return self._report(breakdowns, columns)
+        return breakdowns
 
 
 def build_judge(cfg: RewardConfig) -> CachedJudge:
@@ -292,13 +269,13 @@ def build_judge(cfg: RewardConfig) -> CachedJudge:
 
 
 def build_reward_functions(cfg: RewardConfig, *, judge: JudgeBackend | CachedJudge | None = None
-                           ) -> list[_RewardFunction]:
+                           ) -> list[RewardFunction]:
     """The reward functions of ``cfg`` with a non-zero weight, in the order [rubric, rule, similarity]
     (see :func:`reward_weights`).
 
     ``judge`` overrides the configured backend (e.g. an already loaded local model).
     """
-    funcs: list[_RewardFunction] = []
+    funcs: list[RewardFunction] = []
     if cfg.rubric_weight:
         funcs.append(RubricReward(judge if judge is not None else build_judge(cfg), max_chars=cfg.judge_max_chars,
                                   max_history=cfg.judge_max_history))
@@ -314,20 +291,5 @@ def reward_weights(cfg: RewardConfig) -> list[float]:
     return [w for w in (cfg.rubric_weight, cfg.rule_weight, cfg.similarity_weight) if w]
 
 
-def build_mixed_reward(cfg: RewardConfig, *, judge: JudgeBackend | CachedJudge | None = None) -> MixedReward:
-    """One function computing the configured mix."""
-    rubric = rule = similarity = None
-    for fn in build_reward_functions(cfg, judge=judge):
-        if isinstance(fn, RubricReward):
-            rubric = fn
-        elif isinstance(fn, SimilarityReward):
-            similarity = fn
-        else:
-            rule = fn
-    return MixedReward(rubric, rule, cfg.rubric_weight, cfg.rule_weight, similarity=similarity,
-                       similarity_weight=cfg.similarity_weight)
-
-
-__all__ = ["CRITERIA", "REWARD_FUNCTIONS", "RULE_SCALE", "MixedReward", "RewardConfig", "RubricReward", "RuleReward",
-           "SimilarityReward", "build_judge",
-           "build_mixed_reward", "build_reward_functions", "reward_weights"]
+__all__ = ["CRITERIA", "RULE_SCALE", "RewardConfig", "RewardFunction", "RubricReward", "RuleReward", "SimilarityReward",
+           "build_judge", "build_reward_functions", "reward_weights"]
