@@ -5,7 +5,8 @@
 1. split ``data.heldout_size`` trajectories off the training data (or read ``data.heldout``);
 2. sample ``samples_per_prompt`` completions per held-out prompt from the SFT checkpoint (the
    recipe's temperature/top-p/length, a fixed seed) and score them with the recipe's reward
-   functions, weighted as in training: ``R = sum_k w_k r_k`` per completion;
+   functions, weighted as in training: ``R = sum_k w_k r_k`` per completion (the training-only
+   ``shaping`` terms are left out: the score is the same whatever the shaping);
 3. train ``train.max_steps`` GSPO steps on the rest;
 4. reload ``<output_dir>/final`` (the checkpoint the eval would get) and score it the same way.
 
@@ -167,7 +168,8 @@ def run_before_after(cfg: WarmupConfig, *, samples_per_prompt: int = 2, temperat
     train, heldout = load_splits(cfg, policy.tokenizer)
     if heldout is None or len(heldout) == 0:
         raise ValueError("--eval-before-after needs held-out data: set data.heldout_size or data.heldout")
-    funcs, weights = load_rewards(cfg)
+    funcs, weights = load_rewards(cfg, training=False)  # the score: the recipe's rewards, no shaping term
+    train_funcs, train_weights = load_rewards(cfg)
     gen = cfg.generation
     temperature = gen.temperature if temperature is None else temperature
     if temperature <= 0:
@@ -193,8 +195,8 @@ def run_before_after(cfg: WarmupConfig, *, samples_per_prompt: int = 2, temperat
         write_json_atomic(path, {"status": "training", "settings": settings, "before": before})
     print(f"before: mean reward {before['mean_reward']:.4f} on {before['completions']} held-out completions", flush=True)
     policy.model.train()
-    result = run_warmup(cfg, train_dataset=train, reward_funcs=funcs, reward_weights=weights, model=policy.model,
-                        tokenizer=policy.tokenizer)
+    result = run_warmup(cfg, train_dataset=train, reward_funcs=train_funcs, reward_weights=train_weights,
+                        model=policy.model, tokenizer=policy.tokenizer)
     del policy
     gc.collect()
     trained = load_checkpoint(result.final_dir, device=device, dtype=torch.float32)

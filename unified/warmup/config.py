@@ -89,6 +89,30 @@ class GSPOSection:
 
 
 @dataclass
+class ShapingSection:
+    """Training-only reward terms, added to ``rewards`` during GSPO and left out of every held-out score.
+
+    ``repetition_weight`` w > 0 adds TRL's n-gram repetition penalty (``trl.rewards.
+    get_repetition_penalty_reward``; Yeo et al., 2025, "Demystifying Long Chain-of-Thought Reasoning
+    in LLMs", arXiv:2502.03373, App. C.2) with weight w. For a completion of token ids y with the
+    list of its ``repetition_ngram``-grams g(y) (|g(y)| = |y| - n + 1):
+
+    .. math::
+
+        R(y) = R_{rewards}(y) - w \Big(1 - \frac{|\mathrm{set}(g(y))|}{|g(y)|}\Big)
+
+    0 for a completion without a repeated n-gram (or shorter than n), close to -w for a loop such
+    as ``"```\n\n```\n\n..."``, whose similarity reward (about 0) is otherwise no lower than any
+    other wrong answer's, so GSPO's group advantage gives it no push down of its own.
+    """
+
+    repetition_weight: float = bounded(0.0, ge=0)
+    """w, in the units of the mixed reward (0-25 for the rule rewards); 0 = off."""
+    repetition_ngram: int = bounded(3, ge=1)
+    """n of the n-grams counted."""
+
+
+@dataclass
 class GenerationSection:
     """How rollouts are produced."""
 
@@ -99,6 +123,10 @@ class GenerationSection:
     temperature: float = bounded(1.0, ge=0)
     top_p: float = bounded(1.0, gt=0, le=1)
     top_k: int = bounded(0, ge=0)
+    repetition_penalty: float = bounded(1.0, gt=0)
+    """Rollouts only (TRL's ``repetition_penalty``, CTRL's penalty): the logit ``z`` of every token
+    already in the prompt or the completion so far becomes ``z / p`` if ``z > 0`` else ``z * p``;
+    1.0 = off. The held-out scoring of ``--eval-before-after`` decodes without it."""
     enable_thinking: bool = False
     """Passed to the chat template; world-model answers are judged without the reasoning anyway."""
     cpu_threads: int | None = None
@@ -182,6 +210,7 @@ class WarmupConfig:
     data: DataSection = field(default_factory=DataSection)
     rewards: RewardConfig = field(default_factory=RewardConfig)
     gspo: GSPOSection = field(default_factory=GSPOSection)
+    shaping: ShapingSection = field(default_factory=ShapingSection)
     generation: GenerationSection = field(default_factory=GenerationSection)
     train: TrainSection = field(default_factory=TrainSection)
     logging: LoggingSection = field(default_factory=LoggingSection)

@@ -75,8 +75,17 @@ def load_splits(cfg: WarmupConfig, tokenizer=None):
     return train, heldout
 
 
-def load_rewards(cfg: WarmupConfig) -> tuple[list[Callable], list[float]]:
-    """The TRL reward callables of ``cfg.rewards`` and their weights (rubric:rule 9:1 by default)."""
+def load_rewards(cfg: WarmupConfig, *, training: bool = True) -> tuple[list[Callable], list[float]]:
+    """The TRL reward callables of ``cfg.rewards`` and their weights (rubric:rule 9:1 by default).
+
+    ``training``: also the training-only terms of ``cfg.shaping`` (a repetition penalty); a held-out
+    score passes ``False`` so that it measures the recipe's rewards alone."""
     from unified.rewards import build_reward_functions, reward_weights
 
-    return list(build_reward_functions(cfg.rewards)), list(reward_weights(cfg.rewards))
+    funcs, weights = list(build_reward_functions(cfg.rewards)), list(reward_weights(cfg.rewards))
+    if training and cfg.shaping.repetition_weight > 0:
+        from trl.rewards import get_repetition_penalty_reward
+
+        funcs.append(get_repetition_penalty_reward(ngram_size=cfg.shaping.repetition_ngram, max_penalty=-1.0))
+        weights.append(cfg.shaping.repetition_weight)
+    return funcs, weights

@@ -163,7 +163,7 @@ def build_grpo_config(cfg: WarmupConfig, *, device: torch.device | None = None, 
         reward_weights=list(reward_weights) if reward_weights is not None else None,
         # rollouts
         max_completion_length=gen.max_completion_length, temperature=gen.temperature, top_p=gen.top_p,
-        top_k=gen.top_k, chat_template_kwargs={"enable_thinking": gen.enable_thinking},
+        top_k=gen.top_k, repetition_penalty=gen.repetition_penalty, chat_template_kwargs={"enable_thinking": gen.enable_thinking},
         use_vllm=vllm,
         remove_unused_columns=False,
     )

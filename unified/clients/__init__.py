@@ -1,1 +1,0 @@
-"""Clients and servers for OpenAI-compatible endpoints (vLLM, SGLang, ``transformers serve``, ours)."""
