@@ -1,6 +1,6 @@
 """One runtime-noise normaliser (unified.text.normalise_runtime) for the rewards and the trace.
 
-Before, ``unified.rewards.verifiers.normalise_runtime`` and ``unified.trace.score.normalise``
+Before, ``unified.rewards.verifiers.normalise_runtime`` and ``unified.trace.score.normalise`` (now ``unified.predict.score``)
 had their own rule lists and disagreed: the trace ran its hex rule before its UUID rule (two
 different UUIDs stayed different), and knew no epoch seconds, memory addresses, ``µs``
 durations, ``/var/tmp`` paths or clock times without seconds; the rewards knew no full weekday
@@ -14,7 +14,7 @@ import pytest
 from unified.rewards import exact_match, lcs_f1, normalise_runtime
 from unified.text import normalise_runtime as shared
 from unified.trace import rule_match
-from unified.trace.score import normalise as trace_normalise
+from unified.predict.score import normalise as trace_normalise
 
 PAIRS = [
     # the trace's hex rule ate the UUID's last group first

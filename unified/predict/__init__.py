@@ -2,7 +2,10 @@
 
 Importing this package registers the modules in :data:`unified.agent.prompting.PROMPTING`;
 ``unified.agent.prompting.make_prompting`` does that on first use. The explicit prediction
-block format lives in :mod:`unified.predict.blocks`.
+block format lives in :mod:`unified.predict.blocks`; :mod:`unified.predict.extract` finds the
+predictions of a step (explicit blocks, implicit statements) and aligns each with its
+observation, :mod:`unified.predict.score` scores one by rule. :mod:`unified.trace` builds its
+run-level analysis on these.
 """
 
 from unified.predict.blocks import PREDICTION_TAG, PREDICTION_TAGS, PredictionBlock, find_blocks, strip_blocks

@@ -5,7 +5,7 @@
   ``<predicted_observation>`` block with what it expects the environment to return. The block
   is stripped from the completion before tool calls are parsed and before the benchmark
   scores; once the observations arrive, every prediction of the turn (the explicit blocks and
-  the implicit statements of the reasoning, ``unified.trace``) is aligned with the observation
+  the implicit statements of the reasoning, :mod:`unified.predict.extract`) is aligned with the observation
   that followed and scored by rule, and stored in ``Step.extras["predictions"]``.
 * ``predict_then_act_reflect``: the same, and the next turn's prompt carries a short
   comparison of expectation and outcome (``<reflection>`` appended to the last tool answer of
@@ -25,8 +25,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from unified.agent.parsing import parse_completion
 from unified.agent.prompting import PROMPTING, PromptingModule
 from unified.predict.blocks import PREDICTION_TAG, find_blocks, strip_blocks
+from unified.predict.extract import NO_CALL, step_predictions
+from unified.predict.score import score_prediction
 from unified.types import Message, Observation, Step
 
 PREDICT_INSTRUCTION = f"""\
@@ -78,9 +81,6 @@ class PredictThenAct(PromptingModule):
         ``method="unaligned"`` predictions, with the reason (no call in the turn; or calls whose
         observations never came, when the environment step failed).
         """
-        from unified.agent.parsing import parse_completion
-        from unified.trace.extract import NO_CALL
-
         blocks = find_blocks(completion)
         visible = strip_blocks(completion) if blocks else completion
         reason = NO_CALL
@@ -94,9 +94,6 @@ class PredictThenAct(PromptingModule):
         return visible, extras
 
     def after_observations(self, step: Step, observations: list[Observation]) -> None:
-        from unified.trace.extract import step_predictions
-        from unified.trace.score import score_prediction
-
         view = step if step.observations or not observations else dataclasses.replace(step, observations=list(observations))
         predictions = [score_prediction(p, threshold=self.threshold) for p in step_predictions(view)]
         records = []

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from unified.text import normalise_runtime
-from unified.trace.extract import Prediction
+from unified.predict.extract import Prediction
 
 _STOP = set("""a an the and or but if then else of to in on at by for with from as is are was were be been being
 it its this that these those there here i we you he she they them our your my me us what which who whom whose

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from unified.trace.extract import Prediction, episode_key
+from unified.predict.extract import Prediction, episode_key
 from unified.types import Episode, ToolCall
 
 _DOMAINS = (("bfcl", "mcp"), ("claw", "mcp"), ("qwenclaw", "mcp"), ("terminal", "terminal"), ("swe", "swe"),

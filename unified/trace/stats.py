@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from unified.trace.extract import Prediction, episode_key, episode_predictions, self_corrections
+from unified.predict.extract import Prediction, episode_key, episode_predictions, self_corrections
 from unified.trace.load import SavedRun, load_run
-from unified.trace.score import score_prediction
+from unified.predict.score import score_prediction
 from unified.types import Episode, EpisodeResult
 
 
