@@ -10,10 +10,14 @@
   where it runs for the device and dtype, otherwise the ``eager`` per-expert loop.
 
 ``experts_parity`` checks that grouped_mm and eager agree on a tiny MoE, outputs and gradients.
+
+The choice itself lives in :mod:`unified.models.kernel_choice` (the checkpoint loader needs it,
+and the parity checks need the tiny models of :mod:`unified.models`: ``kernels`` sits above
+``models``); it is re-exported here.
 """
 
 from unified.kernels.parity import ParityReport, attention_parity, experts_parity
-from unified.kernels.selection import (
+from unified.models.kernel_choice import (
     ATTENTION_CHOICES,
     EXPERTS_CHOICES,
     KernelChoice,

@@ -31,6 +31,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from unified.models.tiny import tiny_moe_model
+
 
 @dataclass
 class ParityReport:
@@ -129,8 +131,6 @@ def experts_parity(candidate: str = "grouped_mm", *, arch: str = "qwen3_moe", de
                    dtype: torch.dtype = torch.float32, batch: int = 2, seq_len: int = 32, tolerance: float = 1e-4,
                    repeats: int = 3, seed: int = 0, model_kwargs: dict | None = None) -> ParityReport:
     """Compare the ``eager`` experts loop with ``candidate`` on a tiny random MoE."""
-    from unified.models.tiny import tiny_moe_model
-
     fp32 = tiny_moe_model(arch, seed=seed, experts_implementation="eager", **(model_kwargs or {})).to(device)
     reference = copy.deepcopy(fp32).to(dtype=dtype)
     cand_model = copy.deepcopy(reference)
@@ -143,8 +143,6 @@ def attention_parity(candidate: str = "flash_attention_2", *, reference: str = "
                      device: str = "cuda", dtype: torch.dtype = torch.bfloat16, batch: int = 2, seq_len: int = 128,
                      tolerance: float = 5e-2, repeats: int = 3, seed: int = 0) -> ParityReport:
     """Compare two attention implementations on a tiny random MoE (CUDA for FlashAttention)."""
-    from unified.models.tiny import tiny_moe_model
-
     ref_model = tiny_moe_model(arch, seed=seed, attn_implementation=reference).to(device=device, dtype=dtype)
     cand_model = copy.deepcopy(ref_model)
     cand_model.set_attn_implementation(candidate)

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import torch
 
-from unified.kernels import KernelChoice, select_kernels
+from unified.models.kernel_choice import KernelChoice, select_kernels
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,9 @@
-"""Pick the attention and experts implementations for a device and dtype, and say why."""
+"""Pick the attention and experts implementations for a device and dtype, and say why.
+
+The checkpoint loader (:func:`unified.models.load_checkpoint`) uses it; :mod:`unified.kernels`
+re-exports it next to the parity checks, which build tiny models of this package (so the choice
+lives here, below both, and ``models`` never imports ``kernels``).
+"""
 
 from __future__ import annotations
 
