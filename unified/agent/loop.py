@@ -17,13 +17,23 @@ Either way, per policy output:
    (:mod:`unified.agent.parsing`), server-parsed calls used when the text holds none;
 2. malformed calls and calls to tools the environment does not offer become error
    observations (the agent sees them and can react); the others go to ``env.step`` together,
-   none dropped; environment steps of the round run in a thread pool;
+   none dropped;
 3. a turn without calls ends the user turn: ``env.next_user_turn`` gives the next user
    message or ends the episode (``answer``);
 4. limits (policy calls, steps per user turn, generated tokens, wall time) end the episode
    with their name as ``stop_reason``; the wall-time limit also reaches generation: each
    request carries the episode's deadline (``PolicyRequest.deadline``), the backends stop
    generating there (``finish_reason="timeout"``) and the episode ends as ``timeout``.
+
+Every call into the benchmark that may block (opening and starting the environment,
+``env.step``, ``env.next_user_turn`` with a simulated user behind it, ``adapter.score`` with a
+judge behind it, stopping) runs on a worker thread (:mod:`unified.agent.workers`), one call per
+episode at a time, so a slow tool, user or judge holds back only its own episode: in *rounds*,
+a round waits for episodes still busy at most as long as the last round's generation took
+(``round_wait``), and the others join a later round when they are ready; an episode being scored
+frees its place for the next one (see :class:`AgentLoop`). The loop's own thread
+talks to the policy, parses, and hands finished episodes to ``on_result`` (one thread: the run
+directory's writer needs no lock). ``run`` returns the results in the order of its jobs.
 
 Episodes are recorded whole (:class:`unified.types.Episode`): every prompt, raw completion,
 reasoning, call, observation, token count and timing. Earlier turns' reasoning stays in the
@@ -40,16 +50,17 @@ from __future__ import annotations
 
 import time
 import traceback
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from unified.agent.parsing import calls_from_structured, clean_text, parse_completion
-from unified.agent.prompting import PromptingModule, make_prompting
-from unified.contracts import Adapter, AgentLimits, Environment, StopReason, Task
-from unified.policy.base import Policy, PolicyOutput, PolicyRequest
-from unified.sandbox.hostenv import redact_host_secrets
-from unified.types import Episode, EpisodeResult, Message, Observation, Step, ToolCall
+from unified.agent.prompting import make_prompting
+from unified.agent.workers import (FINISH, OPEN, STEP, USER, EpisodeState, EpisodeWorkers, close_environment,
+                                   crash_result, finish_episode, next_user_turn, open_environment, step_environment)
+from unified.contracts import Adapter, AgentLimits, StopReason, Task
+from unified.inference.base import Policy, PolicyOutput, PolicyRequest
+from unified.types import Episode, EpisodeResult, Message, Step, ToolCall
 
 
 SCHEDULING = ("auto", "rounds", "continuous")
@@ -57,6 +68,12 @@ SCHEDULING = ("auto", "rounds", "continuous")
 ``continuous``: each episode is submitted when it is ready (``policy.submit`` / ``poll``) and its
 next turn starts as soon as its environment step returns (continuous batching).
 ``auto``: continuous when the policy supports it (``hf`` on an SDPA model), else rounds."""
+
+MIN_ROUND_WAIT = 0.05
+"""Seconds a round waits at least for episodes still busy (opening, stepping, asking the user)."""
+
+END = "end"
+"""What :meth:`AgentLoop._take_output` returns for an episode that ended with this output."""
 
 
 @dataclass
@@ -68,75 +85,95 @@ class Job:
 
 
 @dataclass
-class _Running:
-    job: Job
-    env: Environment
-    prompting: PromptingModule
-    episode: Episode
-    started: float
-    steps_in_turn: int = 0
-    tokens: int = 0
-    context: dict[str, Any] = field(default_factory=dict)
+class _Run:
+    """Where one :meth:`AgentLoop.run` stands; only the loop's thread reads or writes it."""
 
+    jobs: list[Job]
+    workers: EpisodeWorkers
+    done: set[str]
+    """Task ids whose every trial finished (dependencies of later tasks)."""
+    pending: list[int] = field(default_factory=list)
+    """Keys (positions in ``jobs``) not admitted yet, in order."""
+    remaining: dict[str, int] = field(default_factory=dict)
+    flight: dict[int, EpisodeState] = field(default_factory=dict)
+    """Admitted and not yet delivered, whatever they are doing."""
+    ready: dict[int, EpisodeState] = field(default_factory=dict)
+    """Waiting for their next policy turn (rounds: the next round's members)."""
+    waiting: dict[int, EpisodeState] = field(default_factory=dict)
+    """Continuous: submitted to the policy, by policy key."""
+    stepping: dict[int, tuple[Step, list[ToolCall]]] = field(default_factory=dict)
+    results: dict[int, EpisodeResult] = field(default_factory=dict)
+    ready_since: float = 0.0
+    last_generation: float = 0.0
+    """Seconds the last round's ``policy.generate`` took."""
 
-def _error_observation(call: ToolCall, text: str) -> Observation:
-    return Observation(call_id=call.id, content=text, is_error=True, metadata={"source": "agent_loop"})
+    def __post_init__(self) -> None:
+        self.pending = list(range(len(self.jobs)))
+        for job in self.jobs:
+            self.remaining[job.task.id] = self.remaining.get(job.task.id, 0) + 1
+
+    def mark_done(self, job: Job) -> None:
+        self.remaining[job.task.id] -= 1
+        if self.remaining[job.task.id] == 0:
+            self.done.add(job.task.id)
 
 
 class AgentLoop:
-    """Runs jobs of one adapter with one policy; ``run`` returns when all jobs are done."""
+    """Runs jobs of one adapter with one policy; ``run`` returns when all jobs are done.
+
+    ``max_in_flight``: episodes generating, stepping or asking their user at once; episodes being
+    scored do not count (a slow judge does not hold the next episode back), but at most as many
+    again are scored at once (their environments stay open until scored, so at most
+    ``2 * max_in_flight`` are open). ``env_workers``: threads for the episodes' blocking calls
+    (None: ``2 * max_in_flight``, so no call waits for a thread). ``round_wait``: in rounds, how
+    long a round waits for episodes still busy before going without them (None: as long as the
+    last round's generation took, at least :data:`MIN_ROUND_WAIT`).
+    """
 
     def __init__(self, adapter: Adapter, policy: Policy, *, prompting: str = "act",
                  prompting_options: dict[str, Any] | None = None, limits: AgentLimits = AgentLimits(),
-                 max_in_flight: int = 8, env_workers: int = 8, model_name: str = "",
+                 max_in_flight: int = 8, env_workers: int | None = None, model_name: str = "",
                  on_result: Callable[[EpisodeResult, Episode], None] | None = None,
-                 on_round: Callable[[int, int], None] | None = None, scheduling: str = "auto") -> None:
+                 on_round: Callable[[int, int], None] | None = None, scheduling: str = "auto",
+                 round_wait: float | None = None) -> None:
         self.adapter, self.policy = adapter, policy
         self.prompting_name, self.prompting_options = prompting, dict(prompting_options or {})
-        self.limits, self.max_in_flight, self.env_workers = limits, max(1, max_in_flight), max(1, env_workers)
+        self.limits, self.max_in_flight = limits, max(1, max_in_flight)
+        self.env_workers = max(1, env_workers) if env_workers else 2 * self.max_in_flight
         self.model_name = model_name or policy.model
         self.on_result = on_result
         self.on_round = on_round
         if scheduling not in SCHEDULING:
             raise ValueError(f"scheduling must be one of {', '.join(SCHEDULING)}, got {scheduling!r}")
         self.scheduling = scheduling
+        self.round_wait = round_wait
         make_prompting(prompting, **self.prompting_options)  # fail early on an unknown name
 
     # ----------------------------------------------------------------------------------
     def run(self, jobs: list[Job], finished_ids: set[str] | None = None) -> list[EpisodeResult]:
-        """Run every job; ``finished_ids`` are task ids already done (dependencies of a resume)."""
-        done: set[str] = set(finished_ids or ())
-        pending = list(jobs)
-        scheduled_ids = {j.task.id for j in jobs}
-        remaining: dict[str, int] = {}
-        for job in jobs:
-            remaining[job.task.id] = remaining.get(job.task.id, 0) + 1
-        running: list[_Running] = []
-        results: list[EpisodeResult] = []
+        """Run every job; ``finished_ids`` are task ids already done (dependencies of a resume).
+        Returns the results in the order of ``jobs``."""
         continuous = self.uses_continuous_batching
-        waiting: dict[int, _Running] = {}  # episodes whose next turn the policy is generating
-        stepping: dict[Future, tuple[_Running, Step, list[ToolCall]]] = {}  # environment steps under way
-        with ThreadPoolExecutor(max_workers=self.env_workers) as pool:
-            while pending or running:
-                admitted = self._admit(pending, running, scheduled_ids, done, remaining, results)
-                if not running:
-                    if pending:  # a dependency cycle or a dependency that crashed before opening
-                        job = pending.pop(0)
-                        job.task.depends_on = []
-                        pending.insert(0, job)
+        r = _Run(jobs=list(jobs), workers=EpisodeWorkers(self.env_workers), done=set(finished_ids or ()))
+        scheduled_ids = {j.task.id for j in r.jobs}
+        try:
+            while r.pending or r.flight:
+                self._admit(r, scheduled_ids)
+                if not r.flight:
+                    if r.pending:  # a dependency cycle or a dependency that crashed before opening
+                        r.jobs[r.pending[0]].task.depends_on = []
                     continue
-                if continuous:
-                    unsent = [state for state in admitted if not self._submit(state, waiting)]
-                    finished = unsent + self._advance(waiting, stepping, pool)
-                else:
-                    finished = self._round(running, pool)
-                for state in finished:
-                    running.remove(state)
-                    results.append(self._finish(state))
-                    self._mark_done(state.job, remaining, done)
-                if self.on_round and (finished or not continuous):
-                    self.on_round(len(running), len(pending))
-        return results
+                progressed = self._collect(r)
+                progressed = (self._continue(r) if continuous else self._maybe_round(r)) or progressed
+                if not progressed:
+                    if not len(r.workers):
+                        raise RuntimeError("agent loop stalled: episodes in flight but nothing running")
+                    r.workers.wait(self._idle_timeout(r))
+        finally:
+            r.workers.shutdown()  # only after an exception: drop queued calls, wait for running ones
+            for state in r.flight.values():
+                close_environment(state)
+        return [r.results[key] for key in sorted(r.results)]
 
     @property
     def uses_continuous_batching(self) -> bool:
@@ -148,33 +185,23 @@ class AgentLoop:
             raise ValueError(f"scheduling='continuous' needs a policy that supports it; {self.policy.name!r} does not")
         return supported
 
-    def _admit(self, pending: list[Job], running: list[_Running], scheduled_ids: set[str], done: set[str],
-               remaining: dict[str, int], results: list[EpisodeResult]) -> list[_Running]:
-        """Open jobs whose dependencies are finished (or not part of this run) up to ``max_in_flight``."""
-        admitted = []
+    def _admit(self, r: _Run, scheduled_ids: set[str]) -> None:
+        """Start opening jobs whose dependencies are finished (or not part of this run), up to
+        ``max_in_flight`` episodes in flight besides those being scored."""
         i = 0
-        while len(running) < self.max_in_flight and i < len(pending):
-            deps = pending[i].task.depends_on
-            if all(d in done or d not in scheduled_ids for d in deps):
-                job = pending.pop(i)
-                state = self._open(job, results)
-                if state is None:
-                    self._mark_done(job, remaining, done)
-                else:
-                    running.append(state)
-                    admitted.append(state)
+        while self._has_room(r) and i < len(r.pending):
+            job = r.jobs[r.pending[i]]
+            if all(d in r.done or d not in scheduled_ids for d in job.task.depends_on):
+                self._start(r, r.pending.pop(i))
             else:
                 i += 1
-        return admitted
 
-    @staticmethod
-    def _mark_done(job: Job, remaining: dict[str, int], done: set[str]) -> None:
-        remaining[job.task.id] -= 1
-        if remaining[job.task.id] == 0:
-            done.add(job.task.id)
+    def _has_room(self, r: _Run) -> bool:
+        scoring = r.workers.busy((FINISH,))
+        return len(r.flight) - scoring < self.max_in_flight and len(r.flight) < 2 * self.max_in_flight
 
-    # ----------------------------------------------------------------------------------
-    def _open(self, job: Job, results: list[EpisodeResult]) -> _Running | None:
+    def _start(self, r: _Run, key: int) -> None:
+        job = r.jobs[key]
         task = job.task
         episode = Episode(benchmark=self.adapter.name, task_id=task.id, trial=job.trial, model=self.model_name,
                           started_at=time.time(), metadata={"prompting": self.prompting_name})
@@ -182,40 +209,104 @@ class AgentLoop:
             result = EpisodeResult(benchmark=self.adapter.name, task_id=task.id, trial=job.trial, score=0.0,
                                    skipped=task.skip_reason)
             episode.stop_reason = StopReason.SKIPPED
-            self._emit(result, episode, results)
+            r.results[key] = self._deliver(result, episode)
+            r.mark_done(job)
+            return
+        state = r.flight[key] = EpisodeState(key=key, job=job, episode=episode)
+        r.workers.submit(key, OPEN, open_environment, self.adapter, state, self.prompting_name,
+                         self.prompting_options, bool(getattr(self.policy, "needs_context", False)))
+
+    def _idle_timeout(self, r: _Run) -> float | None:
+        """How long to wait for a worker call when nothing else can move: in rounds with episodes
+        ready, until the round goes without the busy ones; otherwise until a call ends."""
+        if not r.ready:
             return None
-        env = None
+        return max(0.0, r.ready_since + self._round_wait(r) - time.monotonic())
+
+    def _round_wait(self, r: _Run) -> float:
+        return self.round_wait if self.round_wait is not None else max(MIN_ROUND_WAIT, r.last_generation)
+
+    # ----------------------------------------------------------------------------------
+    def _collect(self, r: _Run) -> bool:
+        """Take the worker calls that ended and move their episodes on; True when there were any."""
+        done = r.workers.take_done()
+        for key, kind, future in done:
+            state = r.flight[key]
+            if kind == OPEN:
+                self._opened(r, state, future)
+            elif kind == STEP:
+                step, calls = r.stepping.pop(key)
+                if self._take_observations(state, step, calls, future):
+                    self._end(r, state)
+                else:
+                    self._make_ready(r, state)
+            elif kind == USER:
+                self._user_answered(r, state, future)
+            else:
+                self._finished(r, state, future)
+        return bool(done)
+
+    def _opened(self, r: _Run, state: EpisodeState, future: Future) -> None:
         try:
-            env = self.adapter.open(task)
-            env.__enter__()
-            prompting = make_prompting(self.prompting_name, **self.prompting_options)
-            system = prompting.system_prompt(env.system_prompt)
-            if system:
-                episode.messages.append(Message(role="system", content=system))
-            if getattr(env, "assistant_greeting", None):
-                episode.messages.append(Message(role="assistant", content=env.assistant_greeting))
-            episode.messages.append(Message(role="user", content=env.first_user_message))
-            episode.tools = list(env.tools)
-            episode.metadata.update(env.metadata)
+            future.result()
+        except Exception:  # the environment was stopped by the worker
+            state.episode.stop_reason, state.episode.error = StopReason.ERROR, traceback.format_exc()
+            self._settle(r, state, crash_result(self.adapter.name, state.job, state.episode.error))
+            return
+        self._make_ready(r, state)
+
+    def _user_answered(self, r: _Run, state: EpisodeState, future: Future) -> None:
+        episode = state.episode
+        try:
+            follow_up = future.result()
         except Exception:
-            if env is not None:
-                try:
-                    env.__exit__(None, None, None)
-                except Exception:
-                    pass
             episode.stop_reason, episode.error = StopReason.ERROR, traceback.format_exc()
-            self._emit(self._crash_result(job, episode.error), episode, results)
-            return None
-        context = {"task": task, "adapter": self.adapter} if getattr(self.policy, "needs_context", False) else {}
-        return _Running(job=job, env=env, prompting=prompting, episode=episode, started=time.monotonic(),
-                        context=context)
+            return self._end(r, state)
+        if follow_up is None:
+            episode.stop_reason = StopReason.ANSWER
+            return self._end(r, state)
+        episode.messages.append(Message(role="user", content=follow_up))
+        episode.tools = list(state.env.tools)
+        state.steps_in_turn = 0
+        if self._limit_hit(state):
+            return self._end(r, state)
+        self._make_ready(r, state)
 
-    def _crash_result(self, job: Job, error: str) -> EpisodeResult:
-        return EpisodeResult(benchmark=self.adapter.name, task_id=job.task.id, trial=job.trial, score=0.0,
-                             passed=False, error=error)
+    def _finished(self, r: _Run, state: EpisodeState, future: Future) -> None:
+        try:
+            result = future.result()
+        except Exception:  # finish_episode does not raise; kept so nothing escapes if it ever does
+            result = crash_result(self.adapter.name, state.job, "finishing failed:\n" + traceback.format_exc())
+        self._settle(r, state, result)
 
-    def _emit(self, result: EpisodeResult, episode: Episode, results: list[EpisodeResult]) -> None:
-        results.append(self._deliver(result, episode))
+    def _settle(self, r: _Run, state: EpisodeState, result: EpisodeResult) -> None:
+        """Deliver a finished episode (on this thread) and free its place."""
+        del r.flight[state.key]
+        r.results[state.key] = self._deliver(result, state.episode)
+        r.mark_done(state.job)
+        if self.on_round:
+            self.on_round(len(r.flight), len(r.pending))
+
+    def _make_ready(self, r: _Run, state: EpisodeState) -> None:
+        if not r.ready:
+            r.ready_since = time.monotonic()
+        r.ready[state.key] = state
+
+    def _end(self, r: _Run, state: EpisodeState) -> None:
+        """The episode ended: score it and stop its environment on a worker."""
+        state.episode.wall_seconds = time.monotonic() - state.started
+        r.workers.submit(state.key, FINISH, finish_episode, self.adapter, state)
+
+    def _then(self, r: _Run, state: EpisodeState, next_call: str, step: Step | None, calls: list[ToolCall]) -> None:
+        """After a policy output: end the episode, run its calls, or ask for the next user turn."""
+        if next_call == END:
+            self._end(r, state)
+        elif next_call == STEP:
+            r.stepping[state.key] = (step, calls)
+            message = state.episode.messages[-1]  # the assistant turn that made the calls
+            r.workers.submit(state.key, STEP, step_environment, state.env, calls, message)
+        else:
+            r.workers.submit(state.key, USER, next_user_turn, state)
 
     def _deliver(self, result: EpisodeResult, episode: Episode) -> EpisodeResult:
         """Hand a finished episode to ``on_result`` (the run directory). When that fails (a record
@@ -237,29 +328,34 @@ class AgentLoop:
         return crash
 
     # ----------------------------------------------------------------------------------
-    def _request(self, state: _Running) -> PolicyRequest:
+    def _request(self, state: EpisodeState) -> PolicyRequest:
         view = state.prompting.before_policy(list(state.episode.messages))
         return PolicyRequest(messages=[m.to_chat() for m in view], tools=[t.to_openai() for t in state.env.tools],
                              context=state.context, prefix=getattr(state.prompting, "response_prefix", str)(),
                              deadline=state.started + self.limits.max_seconds)
 
     @staticmethod
-    def _crashed(state: _Running, where: str) -> None:
+    def _crashed(state: EpisodeState, where: str) -> None:
         """Record the exception being handled as the episode's error (the episode then ends)."""
         state.episode.stop_reason = StopReason.ERROR
         state.episode.error = f"{where}:\n{traceback.format_exc()}"
 
-    def _round(self, running: list[_Running], pool: ThreadPoolExecutor) -> list[_Running]:
-        """Rounds: one policy call for every running episode, then their environment steps."""
-        finished: list[_Running] = []
+    def _maybe_round(self, r: _Run) -> bool:
+        """Rounds: one ``policy.generate`` for every ready episode, once no other episode is busy
+        opening, stepping or asking its user, or once the round waited :meth:`_round_wait` for them."""
+        if not r.ready:
+            return False
+        if r.workers.busy((OPEN, STEP, USER)) and time.monotonic() - r.ready_since < self._round_wait(r):
+            return False
+        states = [r.ready.pop(key) for key in sorted(r.ready)]
         asking, requests = [], []
-        for state in running:
+        for state in states:
             try:
                 requests.append(self._request(state))
                 asking.append(state)
             except Exception:
                 self._crashed(state, "building the policy request failed")
-                finished.append(state)
+                self._end(r, state)
         t0 = time.perf_counter()
         try:
             outputs = self.policy.generate(requests) if requests else []
@@ -267,81 +363,61 @@ class AgentLoop:
                 raise RuntimeError(f"the policy returned {len(outputs)} outputs for {len(requests)} requests")
         except Exception as exc:  # the whole batch failed: every episode records it
             outputs = [exc] * len(requests)
-        gen_seconds = time.perf_counter() - t0
-        to_step: list[tuple[_Running, Step, list[ToolCall]]] = []
+        r.last_generation = gen_seconds = time.perf_counter() - t0
         for state, output in zip(asking, outputs):
-            ended, step, calls = self._take_output(state, output, gen_seconds)
-            if ended:
-                finished.append(state)
-            elif calls:
-                to_step.append((state, step, calls))
-        futures = [(state, step, calls, pool.submit(self._step_env, state, calls)) for state, step, calls in to_step]
-        for state, step, calls, future in futures:
-            if self._take_observations(state, step, calls, future):
-                finished.append(state)
-        return finished
-
-    def _submit(self, state: _Running, waiting: dict[int, _Running]) -> bool:
-        """Queue the episode's next turn; False (the episode ended with its error) when that fails."""
-        try:
-            request = self._request(state)
-            waiting[id(state)] = state
-            self.policy.submit(id(state), request)
-        except Exception:
-            waiting.pop(id(state), None)
-            self._crashed(state, "submitting the policy request failed")
-            return False
+            self._then(r, state, *self._take_output(state, output, gen_seconds))
+        if self.on_round:
+            self.on_round(len(r.flight), len(r.pending))
         return True
 
-    def _advance(self, waiting: dict[int, _Running], stepping: dict[Future, tuple[_Running, Step, list[ToolCall]]],
-                 pool: ThreadPoolExecutor) -> list[_Running]:
-        """Continuous batching: one ``policy.poll()`` (one decode step of every waiting episode), then
-        every finished environment step; an episode goes back to the policy as soon as it is ready."""
-        finished: list[_Running] = []
-        if waiting:
-            try:
-                polled = self.policy.poll()
-            except Exception as exc:  # the engine failed: every waiting episode records it
-                polled = [(key, exc) for key in list(waiting)]
-            for key, output in polled:
-                state = waiting.pop(key, None)
-                if state is None:  # a request the policy already reported (it failed in an earlier poll)
-                    continue
-                ended, step, calls = self._take_output(state, output, getattr(output, "seconds", 0.0))
-                if ended:
-                    finished.append(state)
-                elif calls:
-                    stepping[pool.submit(self._step_env, state, calls)] = (state, step, calls)
-                elif not self._submit(state, waiting):
-                    finished.append(state)
-        if stepping:
-            ready = [f for f in stepping if f.done()]
-            if not ready and not waiting:
-                ready = list(wait(stepping, return_when=FIRST_COMPLETED).done)
-            for future in ready:
-                state, step, calls = stepping.pop(future)
-                if self._take_observations(state, step, calls, future) or not self._submit(state, waiting):
-                    finished.append(state)
-        return finished
+    def _continue(self, r: _Run) -> bool:
+        """Continuous batching: submit every ready episode, then one ``policy.poll()`` (one decode
+        step of every waiting episode); the turns that ended move on at once."""
+        for key in sorted(r.ready):
+            self._submit(r, r.ready.pop(key))
+        if not r.waiting:
+            return False
+        try:
+            polled = self.policy.poll()
+        except Exception as exc:  # the engine failed: every waiting episode records it
+            polled = [(key, exc) for key in list(r.waiting)]
+        for key, output in polled:
+            state = r.waiting.pop(key, None)
+            if state is None:  # a request the policy already reported (it failed in an earlier poll)
+                continue
+            self._then(r, state, *self._take_output(state, output, getattr(output, "seconds", 0.0)))
+        return True
 
-    def _take_output(self, state: _Running, output: PolicyOutput | Exception,
-                     gen_seconds: float) -> tuple[bool, Step | None, list[ToolCall]]:
-        """Record one policy output: ``(ended, step, calls)``; ``calls`` are for ``env.step``, and an
-        episode that neither ended nor called a tool goes straight back to the policy. Whatever the
-        output holds, an exception raised here ends this episode only (recorded as its error)."""
+    def _submit(self, r: _Run, state: EpisodeState) -> None:
+        """Queue the episode's next turn; when that fails the episode ends with its error."""
+        try:
+            request = self._request(state)
+            r.waiting[id(state)] = state
+            self.policy.submit(id(state), request)
+        except Exception:
+            r.waiting.pop(id(state), None)
+            self._crashed(state, "submitting the policy request failed")
+            self._end(r, state)
+
+    def _take_output(self, state: EpisodeState, output: PolicyOutput | Exception,
+                     gen_seconds: float) -> tuple[str, Step | None, list[ToolCall]]:
+        """Record one policy output: ``(next_call, step, calls)``, ``next_call`` one of
+        :data:`END`, ``STEP`` (``calls`` for ``env.step``) or ``USER`` (the turn had no calls).
+        Whatever the output holds, an exception raised here ends this episode only (recorded as
+        its error)."""
         try:
             return self._record_output(state, output, gen_seconds)
         except Exception:
             self._crashed(state, "handling the policy output failed")
-            return True, None, []
+            return END, None, []
 
-    def _record_output(self, state: _Running, output: PolicyOutput | Exception,
-                       gen_seconds: float) -> tuple[bool, Step | None, list[ToolCall]]:
+    def _record_output(self, state: EpisodeState, output: PolicyOutput | Exception,
+                       gen_seconds: float) -> tuple[str, Step | None, list[ToolCall]]:
         episode = state.episode
         if isinstance(output, Exception):
             episode.stop_reason = StopReason.ERROR
             episode.error = "".join(traceback.format_exception(output)) or repr(output)
-            return True, None, []
+            return END, None, []
         if not isinstance(output, PolicyOutput):
             raise TypeError(f"the policy returned a {type(output).__name__}, not a PolicyOutput")
         raw = clean_text(output.prefix) + clean_text(output.text)
@@ -369,25 +445,14 @@ class AgentLoop:
         if output.finish_reason == "timeout":  # the backend stopped generating at the episode's deadline
             episode.stop_reason = StopReason.TIMEOUT
             episode.metadata["limit_hit"] = StopReason.TIMEOUT.value
-            return True, step, []
+            return END, step, []
         if calls and state.env.malformed_call_ends_turn and all(c.parse_error is not None for c in calls):
             step.extras["turn_ended_by"] = "malformed_calls"  # the benchmark's rule (e.g. bfcl's handlers)
         elif calls:
-            return False, step, calls
-        try:
-            follow_up = state.env.next_user_turn(episode)
-        except Exception:
-            episode.stop_reason, episode.error = StopReason.ERROR, traceback.format_exc()
-            return True, step, []
-        if follow_up is None:
-            episode.stop_reason = StopReason.ANSWER
-            return True, step, []
-        episode.messages.append(Message(role="user", content=follow_up))
-        episode.tools = list(state.env.tools)
-        state.steps_in_turn = 0
-        return self._limit_hit(state), step, []
+            return STEP, step, calls
+        return USER, step, []
 
-    def _take_observations(self, state: _Running, step: Step, calls: list[ToolCall], future: Future) -> bool:
+    def _take_observations(self, state: EpisodeState, step: Step, calls: list[ToolCall], future: Future) -> bool:
         """Record the observations of an environment step; True when the episode ended."""
         episode = state.episode
         try:
@@ -410,7 +475,7 @@ class AgentLoop:
             return True
         return self._limit_hit(state)
 
-    def _limit_hit(self, state: _Running) -> bool:
+    def _limit_hit(self, state: EpisodeState) -> bool:
         episode, limits = state.episode, self.limits
         reason: StopReason | None = None
         if len(episode.steps) >= limits.max_turns:
@@ -425,52 +490,3 @@ class AgentLoop:
             episode.stop_reason = reason
             episode.metadata["limit_hit"] = reason.value
         return bool(reason)
-
-    @staticmethod
-    def _step_env(state: _Running, calls: list[ToolCall]) -> tuple[list[Observation], float]:
-        t0 = time.perf_counter()
-        offered = {t.name for t in state.env.tools}
-        if state.env.steps_unoffered_calls:  # the environment answers unknown names itself (bfcl executes them)
-            offered |= {c.name for c in calls}
-        valid = [c for c in calls if c.parse_error is None and c.name in offered]
-        message = next(m for m in reversed(state.episode.messages) if m.role == "assistant")
-        answers = state.env.step(valid, message) if valid else []
-        if len(answers) != len(valid):
-            raise RuntimeError(f"environment returned {len(answers)} observations for {len(valid)} calls")
-        by_call = iter(answers)
-        observations = []
-        for call in calls:
-            if call.parse_error is not None:
-                observations.append(_error_observation(call, f"Error: could not parse this tool call: {call.parse_error}"))
-            elif call.name not in offered:
-                observations.append(_error_observation(
-                    call, f"Error: no tool named {call.name!r}; available tools: {', '.join(sorted(offered))}"))
-            else:
-                obs = next(by_call)
-                obs.call_id = call.id
-                obs.content = redact_host_secrets(obs.content)  # defense in depth: never record a host secret
-                observations.append(obs)
-        return observations, time.perf_counter() - t0
-
-    # ----------------------------------------------------------------------------------
-    def _finish(self, state: _Running) -> EpisodeResult:
-        episode, job = state.episode, state.job
-        episode.wall_seconds = time.monotonic() - state.started
-        try:
-            if episode.error:
-                result = self._crash_result(job, episode.error)
-            else:
-                try:
-                    result = self.adapter.score(job.task, episode, state.env)
-                    if not isinstance(result, EpisodeResult):
-                        raise TypeError(f"{type(self.adapter).__name__}.score returned {type(result).__name__}, "
-                                        "not an EpisodeResult")
-                    result.trial = job.trial
-                except Exception:
-                    result = self._crash_result(job, "scoring failed:\n" + traceback.format_exc())
-        finally:
-            try:
-                state.env.__exit__(None, None, None)
-            except Exception:
-                episode.metadata["stop_error"] = traceback.format_exc()
-        return self._deliver(result, episode)
