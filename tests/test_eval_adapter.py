@@ -2,18 +2,84 @@
 
 from __future__ import annotations
 
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from unified.agent.prompting import PROMPTING, PromptingModule, make_prompting
-from unified.contracts import BenchmarkUnavailable, Environment
-from unified.eval.adapter import SUITES, expand_benchmarks, load_adapter, registered_benchmarks
+from unified.config import ConfigError
+from unified.contracts import Adapter, BenchmarkUnavailable, Environment, NoConfig
+from unified.eval.adapter import (adapter_class, check_benchmark_config, declared_suites, expand_benchmarks,
+                                  load_adapter, registered_benchmarks)
+from unified.lwm.records import DOMAINS
 from unified.registry import UnknownNameError
 from unified.types import Message, Observation, ToolCall
 
+ROOT = Path(__file__).resolve().parents[1]
 
-def test_all_suite_benchmarks_are_registered_by_entry_point():
-    assert set(SUITES["all"]) <= set(registered_benchmarks())
-    assert SUITES["ood"] == ["claw_eval", "qwenclawbench", "bfcl_v4"]
+
+def test_suites_are_what_the_adapters_declare_in_the_study_order():
+    suites, broken = declared_suites()
+    assert not broken
+    assert suites["ood"][:3] == ["claw_eval", "qwenclawbench", "bfcl_v4"]
+    assert suites["in_domain"][:4] == ["terminal_bench_2", "swe_bench_verified", "swe_bench_pro", "widesearch"]
+    assert suites["all"] == suites["in_domain"] + suites["ood"]
+    assert set(suites["all"]) <= set(registered_benchmarks())
+
+
+def test_every_builtin_adapter_declares_suites_domain_config_and_paper_numbers():
+    for name in registered_benchmarks():
+        cls = adapter_class(name)
+        assert issubclass(cls, Adapter) and cls.suites, name
+        assert cls.world_model_domain in DOMAINS, name
+        assert dataclasses.is_dataclass(cls.Config) and cls.Config is not NoConfig, name
+        assert cls.paper_reference is not None and cls.paper_reference.sft < cls.paper_reference.lwm_rl, name
+        for f in dataclasses.fields(cls.Config):  # every setting is documented in the class source
+            assert f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING, (name, f.name)
+    assert {adapter_class(n).world_model_domain for n in ("terminal_bench_2", "swe_bench_verified", "widesearch",
+                                                          "bfcl_v4")} == {"terminal", "swe", "search", "mcp"}
+
+
+def test_adapter_settings_are_typed_and_strict():
+    adapter = load_adapter("terminal_bench_2", tasks="a, b", network_off=["c"], exec_timeout_s="30")
+    assert adapter.settings.tasks == ["a", "b"] and adapter.settings.network_off == ["c"]
+    assert adapter.settings.exec_timeout_s == 30.0 and adapter.config["network"] == "task"
+    with pytest.raises(UnknownNameError, match="Did you mean 'off'"):
+        load_adapter("terminal_bench_2", network="of")
+    with pytest.raises(UnknownNameError, match="Did you mean 'categories'"):
+        load_adapter("bfcl_v4", categroies="multi_turn")
+    with pytest.raises(ConfigError, match="expected true/false"):
+        load_adapter("swe_bench_verified", network="maybe")
+    with pytest.raises(ConfigError, match=">= 1"):
+        load_adapter("claw_eval", memory_mb=0)
+    with pytest.raises(UnknownNameError, match="Did you mean 'bfcl_v4'"):
+        check_benchmark_config({"bfcl_v5": {"categories": "all"}})
+    check_benchmark_config({"bfcl_v4": {"categories": "all", "limit_order": "per_category"}})
+
+    class Plain(Adapter):
+        name = "plain"
+
+    with pytest.raises(UnknownNameError, match="unknown key 'anything'"):
+        Plain(anything=1)
+
+
+def test_a_mistyped_benchmark_setting_is_a_usage_error_through_the_cli(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "unified.eval", "--benchmarks", "bfcl_v4", "--model", "gold",
+                           "--out", str(tmp_path / "run"), "--set", "benchmarks.bfcl_v4.categroies=x"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "did you mean 'categories'" in proc.stderr.lower(), proc.stderr
+    assert not (tmp_path / "run" / "bfcl_v4").exists()  # nothing ran
+
+
+def test_recipes_still_load():
+    for recipe in sorted((ROOT / "recipes" / "eval").glob("*.yaml")):
+        proc = subprocess.run([sys.executable, "-m", "unified.eval", "--recipe", str(recipe), "--dry-run"],
+                              capture_output=True, text=True, cwd=ROOT, timeout=120)
+        assert proc.returncode == 0 and "# would evaluate:" in proc.stdout, (recipe, proc.stderr)
 
 
 def test_unknown_benchmark_says_did_you_mean():
@@ -35,7 +101,7 @@ def test_missing_module_is_not_yet_available(monkeypatch):
 
 def test_expand_benchmarks():
     assert expand_benchmarks("ood", ["bfcl_v4,widesearch"]) == ["claw_eval", "qwenclawbench", "bfcl_v4", "widesearch"]
-    with pytest.raises(UnknownNameError):
+    with pytest.raises(UnknownNameError, match="Did you mean 'ood'.*Valid suites: all, in_domain, ood"):
         expand_benchmarks("oood")
 
 

@@ -124,7 +124,7 @@ def test_official_image_names_are_fully_qualified():
 
 def test_grading_has_the_network_and_pro_parses_with_python(tmp_path):
     adapter = SWEBenchProAdapter(dataset=str(FIXTURES / "fixture_pro.jsonl"), backend="local")
-    assert adapter.grading_network is True and adapter._spec(adapter.tasks()[0].payload["row"], True).network
+    assert adapter.settings.grading_network is True and adapter._spec(adapter.tasks()[0].payload["row"], True).network
     task = adapter.tasks()[0]
     results = AgentLoop(adapter, GoldPolicy()).run([Job(task, 0)])
     assert results[0].score == 1.0 and results[0].details["grading_network"] is True

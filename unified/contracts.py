@@ -35,6 +35,8 @@ and declares, as class attributes, what the runner and the rest of the library n
   new name: ``--suite NAME`` runs every installed adapter declaring it, ``all`` their union);
 - ``world_model_domain``: the AgentWorldBench domain its episodes harvest into (``terminal``,
   ``swe``, ``mcp``, ``search``, ...), or None;
+- ``suite_position``: where it stands in its suites' lists and tables (lower first, then by name);
+- ``paper_reference``: a :class:`PaperReference` (published numbers the report prints beside ours), or None;
 - ``runs_default``: the trials per task its protocol asks for (``--runs`` overrides);
 - ``Config``: a dataclass of its settings (``--set benchmarks.NAME.KEY=VALUE`` or a recipe's
   ``benchmark_config``), checked strictly: an unknown key is an error saying "did you mean";
@@ -214,6 +216,20 @@ class Environment:
         self.stop()
 
 
+@dataclass(frozen=True)
+class PaperReference:
+    """Published numbers of the study for a benchmark, printed beside a run's score (never mixed in)."""
+
+    label: str
+    """How the study names the benchmark and its protocol, e.g. ``"Claw-Eval (Avg@3)"``."""
+    sft: float
+    """The SFT checkpoint's score (same unit as the adapter's ``aggregate()["score"]``)."""
+    lwm_rl: float
+    """The score after the world-model RL warmup (+LWM RL)."""
+    source: str = "Qwen-AgentWorld report, Paradigm II"
+    """Where the numbers come from."""
+
+
 @dataclass
 class NoConfig:
     """The settings of an adapter that takes none (any key is an unknown-key error)."""
@@ -225,19 +241,22 @@ class Adapter:
     name: ClassVar[str] = ""
     suites: ClassVar[tuple[str, ...]] = ()
     """Suites this benchmark belongs to (``--suite NAME``)."""
+    suite_position: ClassVar[int] = 100
+    """Order within a suite (lower first, ties by name): the study's benchmarks take 1-7 in the paper's
+    order, so an outside adapter with the default comes after them."""
     world_model_domain: ClassVar[str | None] = None
-    """AgentWorldBench domain its episodes harvest into (``python -m unified.lwm.harvest``)."""
+    """AgentWorldBench domain its episodes harvest into (``python -m unified.lwm.harvest``): one of
+    :data:`unified.lwm.records.DOMAINS` (``mcp``, ``search``, ``terminal``, ``swe``, ...), or None."""
+    paper_reference: ClassVar[PaperReference | None] = None
+    """The study's published numbers for this benchmark (the report shows them beside ours), or None."""
     runs_default: ClassVar[int] = 1
     """Rollouts per task the benchmark's protocol asks for (Claw-Eval Avg@3: 3); ``--runs`` overrides."""
-    Config: ClassVar[type | None] = None  # issue 16: flipped to NoConfig once every adapter declares one
+    Config: ClassVar[type] = NoConfig
     """The dataclass of this adapter's settings; ``self.settings`` holds the parsed instance."""
 
     def __init__(self, **config: Any) -> None:
         from unified.config import from_dict  # config imports yaml; keep this module light to import
 
-        if self.Config is None:  # transitional: an adapter not yet converted to a typed Config
-            self.settings, self.config = None, dict(config)
-            return
         self.settings = from_dict(self.Config, dict(config), where=f"benchmarks.{self.name or type(self).__name__}")
         self.config = {f.name: getattr(self.settings, f.name) for f in dataclasses.fields(self.settings)}
         """The parsed settings as a plain dict (recorded in run.json)."""

@@ -28,49 +28,63 @@ import ast
 import dataclasses
 import inspect
 from collections import defaultdict
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from evaluators.bfcl_v4 import data, scoring
 from evaluators.bfcl_v4.environment import BFCLEnvironment
 from evaluators.bfcl_v4.isolation import import_bfcl
-from unified.contracts import Adapter, Task
+from unified.contracts import Adapter, PaperReference, Task
 from unified.types import Episode, EpisodeResult, ToolCall
 
 
-INFERENCE_RULES = ("bfcl", "unified")
 NO_EPISODE_CAP = 10**9
 """bfcl has no per-episode cap on policy calls (only the per-turn step limit)."""
 
 
+@dataclass
+class BFCLConfig:
+    """Settings of the BFCL v4 adapter (``--set benchmarks.bfcl_v4.KEY=VALUE``; module docstring)."""
+
+    categories: list[str] | str | None = None
+    """bfcl category names or collections, a list or comma-separated (None: ``all``, every scoring
+    category); ``--split`` does the same for one run."""
+    limit_order: Literal["round_robin", "per_category"] = "round_robin"
+    """How ``--limit N`` picks tasks: N across categories in turn, or N per category."""
+    inference: Literal["bfcl", "unified"] = "bfcl"
+    """Whose episode rules apply: bfcl's own (step limit per turn, malformed step ends the turn) or
+    the run's ``--max-turns``/``--max-steps-per-turn`` and the loop's parse-error observations."""
+
+
 class BFCLAdapter(Adapter):
     name = "bfcl_v4"
+    suites = ("ood",)
+    suite_position = 7
+    world_model_domain = "mcp"
+    paper_reference = PaperReference("BFCL v4, overall (1 rollout)", 62.29, 71.25)
     runs_default = 1
+    Config = BFCLConfig
 
-    def __init__(self, categories: str | list[str] | None = None, limit_order: str = "round_robin",
-                 inference: str = "bfcl", **config: Any) -> None:
-        super().__init__(categories=categories, limit_order=limit_order, inference=inference, **config)
+    def __init__(self, **config: Any) -> None:
+        super().__init__(**config)
         import_bfcl("bfcl_eval.utils")  # fails as BenchmarkUnavailable when bfcl-eval is missing
-        self.categories = data.resolve_categories(categories)
-        self.limit_order = limit_order
-        if inference not in INFERENCE_RULES:
-            raise ValueError(f"bfcl_v4: inference must be one of {', '.join(INFERENCE_RULES)}, got {inference!r}")
-        self.inference = inference
+        self.categories = data.resolve_categories(self.settings.categories)
 
     def agent_limits(self, limits: Any) -> Any:
         """bfcl's limits (``inference=bfcl``): MAXIMUM_STEP_LIMIT executed steps per user turn (the
         step after the limit is still asked and executed, then the episode is force-quit, so
         ``MAXIMUM_STEP_LIMIT + 1`` policy calls), no cap on calls per episode."""
-        if self.inference != "bfcl":
+        if self.settings.inference != "bfcl":
             return limits
         step_limit = import_bfcl("bfcl_eval.constants.default_prompts").MAXIMUM_STEP_LIMIT
         return dataclasses.replace(limits, max_steps_per_user_turn=step_limit + 1, max_turns=NO_EPISODE_CAP)
 
     def tasks(self, split: str | None = None, limit: int | None = None) -> list[Task]:
         categories = data.resolve_categories(split) if split else self.categories
-        return data.select_tasks(categories, limit, self.limit_order)
+        return data.select_tasks(categories, limit, self.settings.limit_order)
 
     def open(self, task: Task) -> BFCLEnvironment:
-        return BFCLEnvironment(task, self.work_dir, bfcl_inference=self.inference == "bfcl")
+        return BFCLEnvironment(task, self.work_dir, bfcl_inference=self.settings.inference == "bfcl")
 
     def score(self, task: Task, episode: Episode, env: BFCLEnvironment) -> EpisodeResult:  # type: ignore[override]
         category = task.payload["category"]
@@ -113,7 +127,7 @@ class BFCLAdapter(Adapter):
             reasons.append(f"{cut} episodes cut by our token/time/turn limits, which bfcl does not have")
         if skipped_web := sum(1 for r in results if r.skipped is not None and "web search" in r.skipped):
             reasons.append(f"key missing: web search (SERPAPI_API_KEY), {skipped_web} tasks skipped")
-        if self.inference != "bfcl":
+        if self.settings.inference != "bfcl":
             reasons.append("inference=unified: our loop's turn/step limits and parse-error rule, not bfcl's")
         if official["complete"]:
             score, metric = official["overall"], "BFCL v4 overall (%), official weights"
@@ -126,8 +140,8 @@ class BFCLAdapter(Adapter):
             "metric": metric,
             "overall": official["overall"] if official["complete"] else "N/A",
             "complete": official["complete"],
-            "comparable": official["complete"] and self.inference == "bfcl",
-            "inference": self.inference,
+            "comparable": official["complete"] and self.settings.inference == "bfcl",
+            "inference": self.settings.inference,
             "not_comparable_because": reasons,
             "groups": official["groups"],
             "subgroups": official["subgroups"],

@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from unified.contracts import Adapter, Environment, Task
+from unified.config import bounded
+from unified.contracts import Adapter, Environment, PaperReference, Task
 from unified.eval.adapter import config_list, limit_runnable
 from unified.types import Episode, EpisodeResult
 
@@ -70,41 +71,69 @@ class _TrialEnvironment(ClawEvalEnvironment):
                 self._adapter._release_services(self.task, group, failed=not self.scored_ok)
 
 
+@dataclass
+class ClawEvalConfig:
+    """Settings of the Claw-Eval adapter (``--set benchmarks.claw_eval.KEY=VALUE``; module docstring)."""
+
+    root: str | None = None
+    """The claw-eval checkout (None: ``$CLAW_EVAL_ROOT``)."""
+    splits: list[str] | str | None = None
+    """general, multimodal, multi_turn: a list or comma-separated (None: all)."""
+    categories: list[str] | str | None = None
+    """Only these task categories (a list or comma-separated; None: all)."""
+    judge: str | None = None
+    """The graders' LLM judge: ``openai:URL#MODEL`` or a local checkpoint spec served on loopback
+    (None: ``$CLAW_EVAL_JUDGE``, else ``embedded``)."""
+    user_model: str | None = None
+    """The simulated user of multi-turn tasks, same forms (None: ``$CLAW_EVAL_USER_MODEL``, else the judge)."""
+    judge_max_tokens: int | None = bounded(None, ge=1)
+    """Cap on the judge's answer (None: the checkout's own 8192; a cap makes the run not comparable)."""
+    user_max_tokens: int = bounded(256, ge=1)
+    """Cap on one simulated-user message."""
+    sandbox_tools: bool = True
+    """Offer Bash/Read/Write/Edit/Glob/Grep on a sandboxed workspace (the benchmark's ``--sandbox`` runs)."""
+    grader_timeout_s: float = bounded(900.0, gt=0)
+    """Wall time of one grader run."""
+    exec_timeout_s: float = bounded(120.0, gt=0)
+    """Wall time of one sandboxed tool call."""
+    memory_mb: int = bounded(2048, ge=1)
+    """Memory of the sandbox."""
+
+    def __post_init__(self) -> None:
+        self.splits, self.categories = config_list(self.splits), config_list(self.categories)
+
+
 class ClawEvalAdapter(Adapter):
     """Tasks from the checkout, mock services per task, the task's grader, Avg@3 / pass^3."""
 
     name = "claw_eval"
+    suites = ("ood",)
+    suite_position = 5
+    world_model_domain = "mcp"
+    paper_reference = PaperReference("Claw-Eval (Avg@3)", 53.60, 64.88)
     runs_default = 3
+    Config = ClawEvalConfig
 
     def __init__(self, **config: Any) -> None:
         super().__init__(**config)
-        self.root = config.get("root")
-        self.splits = config_list(config.get("splits"))
-        self.categories = config_list(config.get("categories"))
-        self.judge_spec = str(config.get("judge") or os.environ.get("CLAW_EVAL_JUDGE") or "embedded")
-        self.user_spec = str(config.get("user_model") or os.environ.get("CLAW_EVAL_USER_MODEL") or self.judge_spec)
-        cap = config.get("judge_max_tokens")
-        self.judge_max_tokens = int(cap) if cap not in (None, "", "none", "None") else None
-        self.user_max_tokens = int(config.get("user_max_tokens", 256))
-        self.sandbox_tools = str(config.get("sandbox_tools", True)).lower() not in ("0", "false", "no")
-        self.grader_timeout_s = float(config.get("grader_timeout_s", 900))
-        self.exec_timeout_s = float(config.get("exec_timeout_s", 120))
-        self.memory_mb = int(config.get("memory_mb", 2048))
+        self.judge_spec = str(self.settings.judge or os.environ.get("CLAW_EVAL_JUDGE") or "embedded")
+        """The judge that runs (the setting, else the environment's)."""
+        self.user_spec = str(self.settings.user_model or os.environ.get("CLAW_EVAL_USER_MODEL") or self.judge_spec)
         self._idle: dict[str, list[ServiceGroup]] = {}
         self._lock = threading.Lock()
 
     # -- tasks -----------------------------------------------------------------------------
 
     def tasks(self, split: str | None = None, limit: int | None = None) -> list[Task]:
-        checkout = resolve_checkout(self.root)
+        checkout = resolve_checkout(self.settings.root)
         parsed, broken = load_tasks(checkout)
-        splits = self.splits + config_list(None if split in (None, "", "all") else split)
+        splits = self.settings.splits + config_list(None if split in (None, "", "all") else split)
         unknown = [s for s in splits if s not in SPLITS]
         if unknown:
             from unified.registry import UnknownNameError
 
             raise UnknownNameError("Claw-Eval split", unknown[0], list(SPLITS))
-        cats = {c.lower() for c in self.categories}
+        cats = {c.lower() for c in self.settings.categories}
         out = []
         for ct in parsed:
             if (splits and ct.split not in splits) or (cats and ct.category.lower() not in cats):
@@ -119,10 +148,10 @@ class ClawEvalAdapter(Adapter):
         ct = ClawTask(**task.payload)
         user = None
         if (ct.user_agent or {}).get("enabled"):
-            user = resolve_endpoint(self.user_spec, max_new_tokens=self.user_max_tokens)
-        env = _TrialEnvironment(self, ct, user_endpoint=user, sandbox_tools=self.sandbox_tools,
-                                exec_timeout_s=self.exec_timeout_s, memory_mb=self.memory_mb)
-        env.user_max_tokens = self.user_max_tokens
+            user = resolve_endpoint(self.user_spec, max_new_tokens=self.settings.user_max_tokens)
+        env = _TrialEnvironment(self, ct, user_endpoint=user, sandbox_tools=self.settings.sandbox_tools,
+                                exec_timeout_s=self.settings.exec_timeout_s, memory_mb=self.settings.memory_mb)
+        env.user_max_tokens = self.settings.user_max_tokens
         return env
 
     def _acquire_services(self, ct: ClawTask) -> ServiceGroup:
@@ -164,7 +193,7 @@ class ClawEvalAdapter(Adapter):
         assert isinstance(env, ClawEvalEnvironment)
         ct = env.task
         audit = env.services.audit() if env.services is not None else {}
-        snapshot = env.env_snapshot() if self.sandbox_tools else (env.env_snapshot() if ct.local_grader_files else None)
+        snapshot = (env.env_snapshot() if self.settings.sandbox_tools or ct.local_grader_files else None)
         trace = build_trace(episode, env.dispatches, audit, env.user_rounds,
                             int((ct.user_agent or {}).get("max_rounds", 0)) if env.multi_turn else 0, env.user_done)
         details: dict[str, Any] = {"split": ct.split, "category": ct.category, "sandbox": env.metadata["sandbox"],
@@ -172,11 +201,12 @@ class ClawEvalAdapter(Adapter):
                                    "docker": "not used (local bubblewrap sandbox ran)", "judge": self.judge_spec,
                                    "n_dispatches": len(env.dispatches), "user_rounds": env.user_rounds}
         try:
-            judge = resolve_endpoint(self.judge_spec, max_new_tokens=self.judge_max_tokens or OFFICIAL_JUDGE_MAX_TOKENS)
+            judge = resolve_endpoint(self.judge_spec,
+                                     max_new_tokens=self.settings.judge_max_tokens or OFFICIAL_JUDGE_MAX_TOKENS)
             details["judge"] = judge.describe()
             graded = run_grader(checkout=Path(ct.checkout), task_dir=Path(ct.dir), trace=trace, env_snapshot=snapshot,
-                                judge_config=judge.config, judge_max_tokens=self.judge_max_tokens,
-                                timeout_s=self.grader_timeout_s)
+                                judge_config=judge.config, judge_max_tokens=self.settings.judge_max_tokens,
+                                timeout_s=self.settings.grader_timeout_s)
         except Exception as exc:
             graded = {"error": f"{type(exc).__name__}: {exc}"}
         details["judge_stats"] = graded.get("judge_stats")
@@ -225,8 +255,9 @@ class ClawEvalAdapter(Adapter):
                            "checkout's (runner/system_prompt.py, runner/user_agent.py could not be loaded)")
         if trials < self.runs_default:
             reasons.append(f"fewer trials than the protocol's {self.runs_default}: Avg@{trials}")
-        if self.judge_max_tokens:
-            reasons.append(f"judge max_tokens capped at {self.judge_max_tokens} (official {OFFICIAL_JUDGE_MAX_TOKENS})")
+        if self.settings.judge_max_tokens:
+            reasons.append(f"judge max_tokens capped at {self.settings.judge_max_tokens} "
+                           f"(official {OFFICIAL_JUDGE_MAX_TOKENS})")
         if self.judge_spec == "embedded":
             reasons.append("judge: the embedded model, not the benchmark's hosted judge")
         out.update({"trials": trials, "trials_protocol": self.runs_default, "n_errors": sum(1 for r in scored if r.error),

@@ -30,10 +30,12 @@ offline); OpenClaw, which the benchmark runs, allows all its tools (``openclaw_c
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from unified.contracts import Adapter, Environment, Task
+from unified.config import bounded
+from unified.contracts import Adapter, Environment, PaperReference, Task
 from unified.eval.adapter import config_list, limit_runnable
 from unified.types import Episode, EpisodeResult
 
@@ -64,46 +66,75 @@ def external_skip(qt: QCBTask) -> str | None:
 
 
 
+@dataclass
+class QwenClawBenchConfig:
+    """Settings of the QwenClawBench adapter (``--set benchmarks.qwenclawbench.KEY=VALUE``; module docstring)."""
+
+    root: str | None = None
+    """The QwenClawBench checkout (None: ``$QWENCLAWBENCH_ROOT``)."""
+    dataset: str = DEFAULT_DATASET
+    """``data/<dataset>`` inside the checkout."""
+    judge: str | None = None
+    """The rubric judge: ``openai:URL#MODEL`` or a local checkpoint spec served on loopback
+    (None: ``$QWENCLAWBENCH_JUDGE``, else ``embedded``)."""
+    judge_max_tokens: int = bounded(512, ge=1)
+    """Answer budget of our fallback judge only (the checkout's own judge asks for 20480)."""
+    judge_when_penalised: bool = False
+    """Also ask the judge when the automated part is < 0.75 (its share is zeroed then)."""
+    exec_timeout_s: float = bounded(120.0, gt=0)
+    """Wall time of one sandboxed tool call."""
+    memory_mb: int = bounded(2048, ge=1)
+    """Memory of the sandbox (tools and automated checks)."""
+    grader_timeout_s: float = bounded(120.0, gt=0)
+    """Wall time of the automated checks of one episode."""
+    categories: list[str] | str | None = None
+    """Only these categories/subcategories/task ids (a list or comma-separated; None: all)."""
+    judge_retry_max_delay_s: float = bounded(60.0, ge=0)
+    """Cap on the checkout's doubling retry back-off."""
+    run_external: bool = False
+    """Also run tasks whose ``external_dependency`` is a live service (skipped by default)."""
+
+    def __post_init__(self) -> None:
+        self.categories = config_list(self.categories)
+
+
 class QwenClawBenchAdapter(Adapter):
     """Tasks from the checkout, a sandboxed workspace per run, the benchmark's penalised score."""
 
     name = "qwenclawbench"
+    suites = ("ood",)
+    suite_position = 6
+    world_model_domain = "mcp"
+    paper_reference = PaperReference("QwenClawBench (3 rollouts)", 39.76, 49.43)
     runs_default = 3
+    Config = QwenClawBenchConfig
 
     def __init__(self, **config: Any) -> None:
         super().__init__(**config)
-        self.root = config.get("root")
-        self.dataset = config.get("dataset", DEFAULT_DATASET)
-        self.judge_spec = str(config.get("judge") or os.environ.get("QWENCLAWBENCH_JUDGE") or "embedded")
-        self.judge_max_tokens = int(config.get("judge_max_tokens", 512))
-        self.judge_when_penalised = bool(config.get("judge_when_penalised", False))
-        self.exec_timeout_s = float(config.get("exec_timeout_s", 120))
-        self.memory_mb = int(config.get("memory_mb", 2048))
-        self.grader_timeout_s = float(config.get("grader_timeout_s", 120))
-        self.categories = config_list(config.get("categories"))
-        self.judge_retry_max_delay_s = float(config.get("judge_retry_max_delay_s", 60))
-        self.run_external = str(config.get("run_external", False)).lower() in ("1", "true", "yes")
+        self.judge_spec = str(self.settings.judge or os.environ.get("QWENCLAWBENCH_JUDGE") or "embedded")
+        """The judge that runs (the setting, else the environment's)."""
         self._official: Any = None
 
     # -- tasks -----------------------------------------------------------------------------
 
     def tasks(self, split: str | None = None, limit: int | None = None) -> list[Task]:
-        dataset_dir = resolve_dataset_dir(self.root, self.dataset)
+        dataset_dir = resolve_dataset_dir(self.settings.root, self.settings.dataset)
         parsed, broken = load_tasks(dataset_dir)
-        wanted = [c.lower() for c in self.categories + config_list(None if split in (None, "", "all") else split)]
+        asked = config_list(None if split in (None, "", "all") else split)
+        wanted = [c.lower() for c in self.settings.categories + asked]
         out: list[Task] = []
         for qt in parsed:
             if wanted and not {qt.category.lower(), qt.subcategory.lower(), qt.id.lower()} & set(wanted):
                 continue
             out.append(Task(id=qt.id, benchmark=self.name, split=qt.category, group=qt.subcategory,
-                            payload=_payload(qt), skip_reason=None if self.run_external else external_skip(qt)))
+                            payload=_payload(qt), skip_reason=None if self.settings.run_external else external_skip(qt)))
         if not wanted:
             out += [Task(id=stem, benchmark=self.name, split="unparseable", skip_reason=error) for stem, error in broken]
         return limit_runnable(out, limit)
 
     def open(self, task: Task) -> Environment:
-        return QwenClawBenchEnvironment(QCBTask(**task.payload), exec_timeout_s=self.exec_timeout_s,
-                                        memory_mb=self.memory_mb)
+        return QwenClawBenchEnvironment(QCBTask(**task.payload), exec_timeout_s=self.settings.exec_timeout_s,
+                                        memory_mb=self.settings.memory_mb)
 
     # -- scoring ---------------------------------------------------------------------------
 
@@ -119,8 +150,8 @@ class QwenClawBenchAdapter(Adapter):
         if qt.grading_type in ("automated", "hybrid"):
             code = qt.grading_code
             if code:
-                auto = run_automated_checks(code, transcript, env.workspace, timeout_s=self.grader_timeout_s,
-                                            memory_mb=self.memory_mb)
+                auto = run_automated_checks(code, transcript, env.workspace, timeout_s=self.settings.grader_timeout_s,
+                                            memory_mb=self.settings.memory_mb)
             else:
                 auto = {"score": 0.0, "breakdown": {}, "error": "no automated grading code in the task"}
             s_auto = auto["score"]
@@ -128,7 +159,7 @@ class QwenClawBenchAdapter(Adapter):
             if auto.get("error"):  # timed out, crashed, no grade(): the score stays the benchmark's 0,
                 details["grader_error"] = auto["error"]  # the summary counts the task as errored
         need_judge = qt.grading_type == "llm_judge" or (
-            qt.grading_type == "hybrid" and (s_auto >= PENALTY_THRESHOLD or self.judge_when_penalised))
+            qt.grading_type == "hybrid" and (s_auto >= PENALTY_THRESHOLD or self.settings.judge_when_penalised))
         if need_judge:
             judged = self._judge(qt, transcript)
             details["llm_judge"] = judged
@@ -161,7 +192,8 @@ class QwenClawBenchAdapter(Adapter):
                         "protocol": "checkout"}
             prompt = official.judge_prompt(lib, qt, transcript)
             answer = official.judge(lib, prompt, base_url=endpoint.config.base_url, model=endpoint.config.model,
-                                    api_key=endpoint.config.api_key or "unused", max_delay_s=self.judge_retry_max_delay_s)
+                                    api_key=endpoint.config.api_key or "unused",
+                                    max_delay_s=self.settings.judge_retry_max_delay_s)
             answer.update({"judge": endpoint.describe(), "protocol": "checkout"})
             if "error" in answer:
                 answer["total"] = 0.0
@@ -169,9 +201,9 @@ class QwenClawBenchAdapter(Adapter):
         rubric = qt.llm_judge_rubric or "\n".join(f"- {c}" for c in qt.grading_criteria)
         prompt = judge_prompt(qt.prompt, qt.expected_behavior, summarize_transcript(transcript), rubric)
         try:
-            endpoint = resolve_endpoint(self.judge_spec, max_new_tokens=self.judge_max_tokens)
+            endpoint = resolve_endpoint(self.judge_spec, max_new_tokens=self.settings.judge_max_tokens)
             answer = endpoint.client.chat([{"role": "user", "content": prompt}], temperature=0.0,
-                                          max_tokens=self.judge_max_tokens)
+                                          max_tokens=self.settings.judge_max_tokens)
         except Exception as exc:
             return {"total": 0.0, "error": f"{type(exc).__name__}: {exc}", "judge": self.judge_spec}
         parsed = parse_judge_answer(answer.text)

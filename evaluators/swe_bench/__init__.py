@@ -33,10 +33,12 @@ from __future__ import annotations
 
 import os
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from unified.contracts import Adapter, BenchmarkUnavailable, Environment, Task
+from unified.config import bounded
+from unified.contracts import Adapter, BenchmarkUnavailable, Environment, PaperReference, Task
 from unified.eval.adapter import config_list, limit_runnable, require_execution_backend
 from unified.types import Episode, EpisodeResult, ToolCall
 
@@ -46,9 +48,6 @@ from evaluators.swe_bench.grading import complete_from_task_repo, grade_pro, gra
 
 __all__ = ["SWEBenchProAdapter", "SWEBenchVerifiedAdapter", "aggregate_resolved"]
 
-
-def _flag(value: Any) -> bool:
-    return value if isinstance(value, bool) else str(value).strip().lower() in ("1", "true", "on", "yes")
 
 
 
@@ -82,32 +81,63 @@ def aggregate_resolved(results: list[EpisodeResult]) -> dict[str, Any]:
             "backends": backends, "comparable": not reasons, "not_comparable_because": reasons}
 
 
+@dataclass
+class SWEBenchConfig:
+    """Settings of the SWE-bench adapters (``--set benchmarks.swe_bench_verified.KEY=VALUE``, same for
+    ``swe_bench_pro``; module docstring)."""
+
+    dataset: str | None = None
+    """Local file/dir or hub id (None: ``$SWE_BENCH_VERIFIED_DATA``/``$SWE_BENCH_PRO_DATA``, else the fixtures)."""
+    split: str = "test"
+    """Dataset split for directories and hub ids."""
+    backend: str | None = None
+    """``local``/``docker``/``podman``/``apptainer``/``auto`` (:mod:`unified.execution`; None: auto)."""
+    repos_dir: str | None = None
+    """Local backend only: ``<owner>__<name>`` copies of the repositories (None: ``$SWE_BENCH_REPOS``,
+    else ``repos/`` next to a local dataset file)."""
+    scripts_dir: str | None = None
+    """Pro only: ``run_scripts`` of a SWE-bench Pro checkout (None: ``$SWE_BENCH_PRO_SCRIPTS``, else the
+    fixture scripts next to the data file)."""
+    task_repo: str | None = None
+    """Verified: a checkout of SWE-bench/swe-bench-tasks (None: ``$SWE_BENCH_TASK_REPO``)."""
+    instances: list[str] | str | None = None
+    """Only these instance ids (a list or comma-separated; None: all)."""
+    exec_timeout_s: float = bounded(180.0, gt=0)
+    """Wall time of one tool call."""
+    eval_timeout_s: float = bounded(1800.0, gt=0)
+    """Wall time of grading one patch."""
+    memory_mb: int = bounded(4096, ge=1)
+    """Memory of the environment."""
+    network: bool = False
+    """Network during rollouts."""
+    grading_network: bool = True
+    """Network during grading (the official harnesses' containers have it)."""
+
+    def __post_init__(self) -> None:
+        self.instances = config_list(self.instances)
+
+
 class _SWEBenchAdapter(Adapter):
     variant = "verified"
     workdir = "/testbed"
+    suites = ("in_domain",)
+    world_model_domain = "swe"
     runs_default = 3
+    Config = SWEBenchConfig
 
     def __init__(self, **config: Any) -> None:
         super().__init__(**config)
-        self.dataset = config.get("dataset")
-        self.split = str(config.get("split", "test"))
-        self.backend_name = config.get("backend")
-        self.repos_dir = config.get("repos_dir") or os.environ.get("SWE_BENCH_REPOS")
-        self.scripts_dir = config.get("scripts_dir") or os.environ.get("SWE_BENCH_PRO_SCRIPTS")
-        self.task_repo = config.get("task_repo") or os.environ.get("SWE_BENCH_TASK_REPO")
-        self.only = config_list(config.get("instances"))
-        self.exec_timeout_s = float(config.get("exec_timeout_s", 180))
-        self.eval_timeout_s = float(config.get("eval_timeout_s", 1800))
-        self.memory_mb = int(config.get("memory_mb", 4096))
-        self.network = _flag(config.get("network", False))
-        self.grading_network = _flag(config.get("grading_network", True))
+        self.repos_dir = self.settings.repos_dir or os.environ.get("SWE_BENCH_REPOS")
+        """Where the local backend finds repository copies (the setting, else the environment's)."""
+        self.scripts_dir = self.settings.scripts_dir or os.environ.get("SWE_BENCH_PRO_SCRIPTS")
+        self.task_repo = self.settings.task_repo or os.environ.get("SWE_BENCH_TASK_REPO")
 
     def _backend(self):
-        return require_execution_backend(self.backend_name)
+        return require_execution_backend(self.settings.backend)
 
     def tasks(self, split: str | None = None, limit: int | None = None) -> list[Task]:
-        source = resolve_source(self.variant, self.dataset)
-        rows = load_rows(source, self.split)
+        source = resolve_source(self.variant, self.settings.dataset)
+        rows = load_rows(source, self.settings.split)
         backend = self._backend()
         local_dir = Path(source).parent if Path(source).is_file() else None
         repos = Path(self.repos_dir) if self.repos_dir else (local_dir / "repos" if local_dir else None)
@@ -116,7 +146,7 @@ class _SWEBenchAdapter(Adapter):
         out = []
         for row, problem in check_rows(rows, self.variant, source):
             iid = str(row.get("instance_id"))
-            if self.only and iid not in self.only:
+            if self.settings.instances and iid not in self.settings.instances:
                 continue
             skip = problem
             schema = row_schema(row) if self.variant == "verified" else "pro"
@@ -138,11 +168,11 @@ class _SWEBenchAdapter(Adapter):
             out.append(Task(id=iid, benchmark=self.name, split=self.variant, group=str(row.get("repo", "")),
                             payload=payload, skip_reason=skip))
         if not out:
-            raise BenchmarkUnavailable(f"no instances in {source}" + (f" matching {self.only}" if self.only else ""))
+            raise BenchmarkUnavailable(f"no instances in {source}" + (f" matching {self.settings.instances}" if self.settings.instances else ""))
         return limit_runnable(out, limit)
 
     def _spec(self, row: dict[str, Any], network: bool = False):
-        spec = environment_spec(self.workdir, image_for(row, self.variant), self.exec_timeout_s, self.memory_mb,
+        spec = environment_spec(self.workdir, image_for(row, self.variant), self.settings.exec_timeout_s, self.settings.memory_mb,
                                 str(row["instance_id"]))
         spec.network = network
         return spec
@@ -150,7 +180,7 @@ class _SWEBenchAdapter(Adapter):
     def open(self, task: Task) -> Environment:
         row = task.payload["row"]
         repos = task.payload.get("repos_dir")
-        return SWEEnvironment(row, self.variant, self._backend(), self._spec(row, self.network),
+        return SWEEnvironment(row, self.variant, self._backend(), self._spec(row, self.settings.network),
                               repo_source(Path(repos) if repos else None, str(row["repo"])))
 
     def score(self, task: Task, episode: Episode, env: Environment) -> EpisodeResult:
@@ -158,19 +188,19 @@ class _SWEBenchAdapter(Adapter):
         row = task.payload["row"]
         patch = env.final_patch()
         details: dict[str, Any] = {"backend": env.session.backend if env.session else None, "model_patch": patch,
-                                   "image": env.spec.image, "grading_network": self.grading_network,
+                                   "image": env.spec.image, "grading_network": self.settings.grading_network,
                                    "dataset_schema": task.payload.get("dataset_schema")}
         if not patch.strip():
             details.update({"resolved": False, "reason": "empty patch"})
             return EpisodeResult(self.name, task.id, episode.trial, 0.0, passed=False, details=details)
         repos = task.payload.get("repos_dir")
-        with open_repository(self._backend(), self._spec(row, self.grading_network), row["base_commit"],
+        with open_repository(self._backend(), self._spec(row, self.settings.grading_network), row["base_commit"],
                              repo_source(Path(repos) if repos else None, str(row["repo"]))) as fresh:
             if self.variant == "verified":
-                graded = grade_verified(fresh, row, patch, self.eval_timeout_s,
+                graded = grade_verified(fresh, row, patch, self.settings.eval_timeout_s,
                                         log_dir=(self.work_dir / "logs") if self.work_dir else None)
             else:
-                graded = grade_pro(fresh, row, patch, Path(task.payload["scripts_dir"]), self.eval_timeout_s)
+                graded = grade_pro(fresh, row, patch, Path(task.payload["scripts_dir"]), self.settings.eval_timeout_s)
         details.update(graded)
         resolved = bool(graded.get("resolved"))
         return EpisodeResult(self.name, task.id, episode.trial, 1.0 if resolved else 0.0, passed=resolved,
@@ -196,6 +226,8 @@ class SWEBenchVerifiedAdapter(_SWEBenchAdapter):
     name = "swe_bench_verified"
     variant = "verified"
     workdir = "/testbed"
+    suite_position = 2
+    paper_reference = PaperReference("SWE-bench Verified (3 rollouts)", 64.47, 67.86)
 
 
 class SWEBenchProAdapter(_SWEBenchAdapter):
@@ -204,3 +236,5 @@ class SWEBenchProAdapter(_SWEBenchAdapter):
     name = "swe_bench_pro"
     variant = "pro"
     workdir = "/app"
+    suite_position = 3
+    paper_reference = PaperReference("SWE-bench Pro (3 rollouts)", 42.18, 47.42)

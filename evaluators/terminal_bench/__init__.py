@@ -30,10 +30,12 @@ from __future__ import annotations
 import math
 import shlex
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from unified.contracts import Adapter, BenchmarkUnavailable, Environment, Task
+from unified.config import bounded
+from unified.contracts import Adapter, BenchmarkUnavailable, Environment, PaperReference, Task
 from unified.eval.adapter import config_list, limit_runnable, require_execution_backend
 from unified.types import Episode, EpisodeResult, ToolCall
 
@@ -82,39 +84,58 @@ def aggregate_rewards(results: list[EpisodeResult]) -> dict[str, Any]:
             "comparable": not reasons, "not_comparable_because": reasons}
 
 
+@dataclass
+class TerminalBench2Config:
+    """Settings of the Terminal-Bench 2.0 adapter (``--set benchmarks.terminal_bench_2.KEY=VALUE``;
+    module docstring)."""
+
+    root: str | None = None
+    """Directory of task folders (None: ``$TERMINAL_BENCH_ROOT``, else the fixtures)."""
+    backend: str | None = None
+    """``local``, ``docker``, ``podman``, ``apptainer`` or ``auto`` (None: ``$UNIFIED_EXEC_BACKEND`` or auto)."""
+    tasks: list[str] | str | None = None
+    """Only these task ids (a list or comma-separated; None: all)."""
+    exec_timeout_s: float = bounded(180.0, gt=0)
+    """Wall time of one tmux/exec call."""
+    agent_timeout_s: float | None = bounded(None, gt=0)
+    """Overrides every task's ``[agent] timeout_sec`` (None: the task's)."""
+    network: Literal["task", "on", "off"] = "task"
+    """``task``: as the task says (Harbor's default, on, when silent); ``off``/``on`` for every task."""
+    network_off: list[str] | str | None = None
+    """Task ids whose network is cut whatever ``network`` says (a list or comma-separated)."""
+    build: Literal["auto", "always"] = "auto"
+    """``auto``: the task's prebuilt image when it names one, else its Dockerfile; ``always``: build."""
+
+    def __post_init__(self) -> None:
+        self.tasks, self.network_off = config_list(self.tasks), config_list(self.network_off)
+
+
 class TerminalBench2Adapter(Adapter):
     """Terminal-Bench 2.0 (5 runs a task)."""
 
     name = "terminal_bench_2"
+    suites = ("in_domain",)
+    suite_position = 1
+    world_model_domain = "terminal"
+    paper_reference = PaperReference("Terminal-Bench 2.0 (5 runs)", 33.25, 39.55)
     runs_default = 5
+    Config = TerminalBench2Config
 
     def __init__(self, **config: Any) -> None:
         super().__init__(**config)
-        self.root = config.get("root")
-        self.backend_name = config.get("backend")
-        self.only = config_list(config.get("tasks"))
-        self.exec_timeout_s = float(config.get("exec_timeout_s", 180))
-        self.agent_timeout_s = config.get("agent_timeout_s")
-        self.network = str(config.get("network", "task")).lower()
-        if self.network not in ("task", "on", "off"):
-            raise ValueError(f"terminal_bench_2: network must be task, on or off, got {self.network!r}")
-        self.network_off = set(config_list(config.get("network_off")))
-        self.build = str(config.get("build", "auto")).lower()
-        if self.build not in ("auto", "always"):
-            raise ValueError(f"terminal_bench_2: build must be auto or always, got {self.build!r}")
         self.oracle_tasks: set[str] = set()
         """Tasks whose gold solution was asked for: their environments get ``solution/`` copied in."""
 
     def _backend(self):
-        return require_execution_backend(self.backend_name)
+        return require_execution_backend(self.settings.backend)
 
     def tasks(self, split: str | None = None, limit: int | None = None) -> list[Task]:
-        root = resolve_root(self.root)
+        root = resolve_root(self.settings.root)
         parsed, broken = load_tasks(root)
         backend = self._backend()
         out = []
         for t in parsed:
-            if self.only and t.id not in self.only:
+            if self.settings.tasks and t.id not in self.settings.tasks:
                 continue
             if split not in (None, "", "all") and split not in (t.category, t.difficulty, t.id):
                 continue
@@ -124,7 +145,7 @@ class TerminalBench2Adapter(Adapter):
                 reason = f"local backend cannot run it: {reason}" if reason else None  # category first: reports group by it
             out.append(Task(id=t.id, benchmark=self.name, split=t.category, group=t.difficulty,
                             payload=t.to_payload(), skip_reason=reason))
-        if not self.only:
+        if not self.settings.tasks:
             out += [Task(id=name, benchmark=self.name, split="unparseable", skip_reason=err) for name, err in broken]
         if not out and not broken:
             raise BenchmarkUnavailable(f"no task folders (with task.toml) under {root}",
@@ -133,17 +154,17 @@ class TerminalBench2Adapter(Adapter):
 
     def _task(self, task: Task) -> TBTask:
         t = TBTask(**task.payload)
-        if self.agent_timeout_s is not None:
-            t.agent_timeout_s = float(self.agent_timeout_s)
+        if self.settings.agent_timeout_s is not None:
+            t.agent_timeout_s = float(self.settings.agent_timeout_s)
         return t
 
     def network_for(self, t: TBTask) -> tuple[bool, str]:
         """(network on?, why): the task's (Harbor's default: on), cut by ``network``/``network_off``."""
-        if t.id in self.network_off:
+        if t.id in self.settings.network_off:
             return False, "cut by the adapter's network_off"
-        if self.network == "off":
+        if self.settings.network == "off":
             return False, "cut by the adapter's network=off"
-        if self.network == "on":
+        if self.settings.network == "on":
             return True, "forced on by the adapter's network=on"
         return t.network, t.network_source
 
@@ -151,7 +172,7 @@ class TerminalBench2Adapter(Adapter):
         """(image, build context) to start: the prebuilt image unless building is asked or needed."""
         if backend_name == "local":
             return t.docker_image, t.build_context
-        if t.docker_image and not (self.build == "always" and t.build_context):
+        if t.docker_image and not (self.settings.build == "always" and t.build_context):
             return t.docker_image, None
         return None, t.build_context
 
@@ -160,7 +181,7 @@ class TerminalBench2Adapter(Adapter):
         backend = self._backend()
         image, context = self.image_for(t, backend.name)
         network, why = self.network_for(t)
-        return TerminalBenchEnvironment(t, backend, exec_timeout_s=self.exec_timeout_s, image=image,
+        return TerminalBenchEnvironment(t, backend, exec_timeout_s=self.settings.exec_timeout_s, image=image,
                                         build_context=context, network=network, network_source=why,
                                         oracle_requested=lambda: task.id in self.oracle_tasks)
 
@@ -191,7 +212,7 @@ class TerminalBench2Adapter(Adapter):
         env = {"DEBIAN_FRONTEND": "noninteractive", **t.solution_env}
         assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
         keys = f"env {assignments} bash /solution/solve.sh > /logs/agent/oracle.txt 2>&1 < /dev/null\n"
-        timeout = float(self.agent_timeout_s) if self.agent_timeout_s is not None else t.agent_timeout_s
+        timeout = self._task(task).agent_timeout_s
         calls = [ToolCall(name="send_keys", arguments={"keystrokes": keys, "duration": MAX_WAIT_S}, id="gold_0")]
         for i in range(max(0, math.ceil(timeout / MAX_WAIT_S) - 1)):  # keep waiting while solve.sh runs
             calls.append(ToolCall(name="send_keys", arguments={"keystrokes": "", "duration": MAX_WAIT_S,

@@ -34,12 +34,15 @@ from __future__ import annotations
 import json
 import os
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
 
-from unified.contracts import Adapter, BenchmarkUnavailable, Environment, Task
+from unified.config import bounded
+from unified.contracts import Adapter, BenchmarkUnavailable, Environment, PaperReference, Task
+from unified.eval.adapter import config_list, limit_runnable
 from unified.types import Episode, EpisodeResult, Message, Observation, ToolCall, ToolSpec
 
 from evaluators.widesearch.metrics import evaluate_table
@@ -211,22 +214,48 @@ class WideSearchEnvironment(Environment):
                            "open_page(url).", is_error=True, metadata=meta)
 
 
+@dataclass
+class WideSearchConfig:
+    """Settings of the WideSearch adapter (``--set benchmarks.widesearch.KEY=VALUE``; module docstring)."""
+
+    data: str | None = None
+    """The dataset: a directory, a JSONL file or a hub id (None: ``$WIDESEARCH_DATA``, else the fixtures)."""
+    search: Literal["auto", "bing", "corpus", "simulated"] | None = None
+    """The search backend (None: ``$WIDESEARCH_SEARCH``, else ``auto``: a corpus next to the data, else
+    bing with a key, else simulated when ``search_model`` is set)."""
+    corpus: str | None = None
+    """A local corpus file for ``search=corpus``."""
+    search_model: str | None = None
+    """The world model that plays the web for ``search=simulated`` (``openai:URL#MODEL`` or a checkpoint spec)."""
+    judge: str | None = None
+    """The official evaluator's LLM (None: ``$WIDESEARCH_JUDGE``, else ``embedded``; ``none``: exact fallbacks)."""
+    judge_max_tokens: int = bounded(1024, ge=1)
+    """Answer budget of the judge."""
+    checkout: str | None = None
+    """A clone of ByteDance-Seed/WideSearch whose prompts are used (None: ``$WIDESEARCH_ROOT``)."""
+    instances: list[str] | str | None = None
+    """Only these instance ids (a list or comma-separated; None: all)."""
+
+    def __post_init__(self) -> None:
+        self.instances = config_list(self.instances)
+
+
 class WideSearchAdapter(Adapter):
     """WideSearch (F1 by item headline, F1 by row too)."""
 
     name = "widesearch"
+    suites = ("in_domain",)
+    suite_position = 4
+    world_model_domain = "search"
+    paper_reference = PaperReference("WideSearch, F1 by item", 33.38, 46.17)
     runs_default = 1
+    Config = WideSearchConfig
 
     def __init__(self, **config: Any) -> None:
         super().__init__(**config)
-        self.data = config.get("data")
-        self.search = str(config.get("search") or os.environ.get("WIDESEARCH_SEARCH") or "auto")
-        self.corpus = config.get("corpus")
-        self.search_model = config.get("search_model")
-        self.judge_spec = str(config.get("judge") or os.environ.get("WIDESEARCH_JUDGE") or "embedded")
-        self.judge_max_tokens = int(config.get("judge_max_tokens", 1024))
-        self.checkout = config.get("checkout")
-        self.only = [s.strip() for s in str(config.get("instances") or "").split(",") if s.strip()]
+        self.search = str(self.settings.search or os.environ.get("WIDESEARCH_SEARCH") or "auto")
+        """The search backend asked for (the setting, else the environment's, else auto)."""
+        self.judge_spec = str(self.settings.judge or os.environ.get("WIDESEARCH_JUDGE") or "embedded")
         self._judge = None
         self._judge_name = ""
         self._prompts: OfficialPrompts | None = None
@@ -234,22 +263,22 @@ class WideSearchAdapter(Adapter):
     @property
     def prompts(self) -> OfficialPrompts:
         if self._prompts is None:
-            self._prompts = load_official_prompts(self.checkout)
+            self._prompts = load_official_prompts(self.settings.checkout)
         return self._prompts
 
     def _search_choice(self, corpus: Path | None) -> tuple[str, dict[str, Any]]:
-        corpus_path = self.corpus or (str(corpus) if corpus else None)
+        corpus_path = self.settings.corpus or (str(corpus) if corpus else None)
         name = self.search
         if name == "auto":
             name = ("corpus" if corpus_path else "bing" if os.environ.get("BingSearch_APIKEY")
-                    else "simulated" if self.search_model else "")
+                    else "simulated" if self.settings.search_model else "")
         if not name:
             raise SearchUnavailable("no search backend: set $BingSearch_APIKEY, or --set benchmarks.widesearch."
                                     "search=simulated with search_model=..., or give a corpus")
-        return name, {"corpus": corpus_path, "model": self.search_model}
+        return name, {"corpus": corpus_path, "model": self.settings.search_model}
 
     def tasks(self, split: str | None = None, limit: int | None = None) -> list[Task]:
-        rows, broken, corpus = load_widesearch(_source(self.data))
+        rows, broken, corpus = load_widesearch(_source(self.settings.data))
         try:
             self.prompts
         except (OSError, ValueError) as exc:
@@ -265,14 +294,14 @@ class WideSearchAdapter(Adapter):
             name, options, skip = "", {}, str(exc)
         out = []
         for row in rows:
-            if self.only and row["instance_id"] not in self.only:
+            if self.settings.instances and row["instance_id"] not in self.settings.instances:
                 continue
             if split not in (None, "", "all") and split != row["language"]:
                 continue
             out.append(Task(id=row["instance_id"], benchmark=self.name, split=row["language"],
                             payload={**row, "search": name, "search_options": options}, skip_reason=skip))
         out += [Task(id=iid, benchmark=self.name, split="unparseable", skip_reason=err) for iid, err in broken]
-        return out[:limit] if limit else out
+        return limit_runnable(out, limit)
 
     def open(self, task: Task) -> Environment:
         payload = task.payload
@@ -288,11 +317,11 @@ class WideSearchAdapter(Adapter):
         if self._judge is None:
             from evaluators.qwenclawbench.endpoints import resolve_endpoint
 
-            endpoint = resolve_endpoint(self.judge_spec, max_new_tokens=self.judge_max_tokens)
+            endpoint = resolve_endpoint(self.judge_spec, max_new_tokens=self.settings.judge_max_tokens)
             client = endpoint.client
             self._judge_name = endpoint.describe()
             self._judge = lambda prompt: client.chat([{"role": "user", "content": prompt}], temperature=0.0,
-                                                     max_tokens=self.judge_max_tokens).text
+                                                     max_tokens=self.settings.judge_max_tokens).text
         return self._judge
 
     def score(self, task: Task, episode: Episode, env: Environment) -> EpisodeResult:

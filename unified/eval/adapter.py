@@ -6,6 +6,13 @@ The contract itself (Task, Environment, Adapter, ...) lives in :mod:`unified.con
 ``load_adapter(name, **config)`` finds an adapter by name; an unknown name is an error that
 lists the registered ones ("did you mean ...?"). A name registered by entry point whose
 module is not there yet raises :class:`BenchmarkUnavailable` ("not yet available").
+
+Suites are what the installed adapters declare (``Adapter.suites``): ``--suite NAME`` runs
+every adapter registered in the ``unified.benchmarks`` entry-point group whose class declares
+NAME, ordered by ``suite_position`` then name. ``all`` is the study's agent suites together
+(:data:`STUDY_SUITES`: ``in_domain`` then ``ood``), outside adapters that declare one of them
+included; a suite under a new name is run only when asked for by name. Nothing here names a
+benchmark.
 """
 
 from __future__ import annotations
@@ -14,16 +21,14 @@ import importlib
 import importlib.metadata
 from typing import Any, Iterable
 
+from unified.config import ConfigError, from_dict
 from unified.contracts import ENTRY_POINT_GROUP, Adapter, BenchmarkUnavailable, Task
 from unified.registry import UnknownNameError
 
-SUITES: dict[str, list[str]] = {
-    "ood": ["claw_eval", "qwenclawbench", "bfcl_v4"],
-    "in_domain": ["terminal_bench_2", "swe_bench_verified", "swe_bench_pro", "widesearch"],
-}
-"""The suites of the study (Qwen-AgentWorld report, Paradigm II); ``all`` is their union."""
-SUITES["all"] = SUITES["in_domain"] + SUITES["ood"]
-
+STUDY_SUITES = ("in_domain", "ood")
+"""The agent suites of the study (Qwen-AgentWorld report, Paradigm II), in its table's order."""
+ALL_SUITE = "all"
+"""``--suite all``: every adapter declaring one of :data:`STUDY_SUITES`."""
 
 def config_list(value: Any) -> list[str]:
     """``None``/empty -> []; ``"a, b"`` -> ["a", "b"]; a list -> its items as strings."""
@@ -83,16 +88,117 @@ def registered_benchmarks() -> dict[str, importlib.metadata.EntryPoint]:
     return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
 
 
+def adapter_class(name: str) -> type:
+    """The factory registered as ``name`` (normally the Adapter class), without constructing it.
+
+    Raises UnknownNameError for a name nobody registered, BenchmarkUnavailable when its module
+    (or a package it needs) is missing."""
+    eps = registered_benchmarks()
+    if name not in eps:
+        raise UnknownNameError("benchmark", name, list(eps))
+    ep = eps[name]
+    module_name = ep.value.split(":", 1)[0].strip()
+    try:
+        return ep.load()
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if missing and (module_name == missing or module_name.startswith(missing + ".")):
+            raise BenchmarkUnavailable(
+                "not yet available", f"its adapter module {module_name!r} is not in this installation") from None
+        raise BenchmarkUnavailable(f"its adapter needs the missing package {missing!r}",
+                                   f"pip install {missing.split('.')[0]}") from None
+    except AttributeError:
+        raise BenchmarkUnavailable("not yet available", f"{ep.value!r} does not exist yet") from None
+
+
+def declared_suites() -> tuple[dict[str, list[str]], dict[str, str]]:
+    """(suite -> benchmark names in suite order, name -> why its suites are unknown).
+
+    Reads ``suites`` and ``suite_position`` off every registered adapter class; one whose module
+    does not import cannot say which suites it joins and is listed in the second mapping."""
+    members: dict[str, list[tuple[int, str]]] = {}
+    broken: dict[str, str] = {}
+    for name in registered_benchmarks():
+        try:
+            cls = adapter_class(name)
+        except BenchmarkUnavailable as exc:
+            broken[name] = str(exc)
+            continue
+        except Exception as exc:  # an outside package that fails to import: the others still run
+            broken[name] = f"{type(exc).__name__}: {exc}"
+            continue
+        for suite in getattr(cls, "suites", ()) or ():
+            members.setdefault(str(suite), []).append((int(getattr(cls, "suite_position", 100)), name))
+    suites = {suite: [n for _, n in sorted(rows)] for suite, rows in members.items()}
+    suites[ALL_SUITE] = list(dict.fromkeys(n for s in STUDY_SUITES for n in suites.get(s, [])))
+    return suites, broken
+
+
+def suite_members(suite: str) -> list[str]:
+    """The benchmarks of ``suite`` (see :func:`declared_suites`); an unknown suite is an error
+    listing the declared ones ("did you mean")."""
+    suites, _ = declared_suites()
+    if suite not in suites or (suite != ALL_SUITE and not suites[suite]):
+        raise UnknownNameError("suite", suite, sorted(s for s, names in suites.items() if names or s == ALL_SUITE))
+    return suites[suite]
+
+
 def expand_benchmarks(suite: str | None = None, benchmarks: Iterable[str] | None = None) -> list[str]:
     """Benchmark names from ``--suite`` and/or ``--benchmarks`` (order kept, duplicates dropped)."""
     names: list[str] = []
     if suite:
-        if suite not in SUITES:
-            raise UnknownNameError("suite", suite, list(SUITES))
-        names += SUITES[suite]
+        names += suite_members(suite)
     for item in benchmarks or []:
         names += [part.strip() for part in str(item).split(",") if part.strip()]
     return list(dict.fromkeys(names))
+
+
+def benchmark_facts(name: str) -> dict[str, Any]:
+    """What a summary records about a benchmark from its class: ``suites`` and ``paper_reference``
+    (empty when the class cannot be loaded)."""
+    try:
+        cls = adapter_class(name) if ":" not in name else None
+    except Exception:
+        cls = None
+    if cls is None:
+        return {"suites": []}
+    ref = getattr(cls, "paper_reference", None)
+    facts: dict[str, Any] = {"suites": [str(s) for s in getattr(cls, "suites", ()) or ()]}
+    if ref is not None:
+        facts["paper_reference"] = {"label": ref.label, "sft": ref.sft, "lwm_rl": ref.lwm_rl, "source": ref.source}
+    return facts
+
+
+def world_model_domain(name: str) -> str | None:
+    """The AgentWorldBench domain the adapter registered as ``name`` declares (``world_model_domain``),
+    or None when it declares none or cannot be loaded here."""
+    try:
+        cls = adapter_class(name)
+    except (BenchmarkUnavailable, UnknownNameError):
+        return None
+    domain = getattr(cls, "world_model_domain", None)
+    return str(domain) if domain else None
+
+
+def check_benchmark_config(benchmark_config: dict[str, dict[str, Any]]) -> None:
+    """Parse every ``benchmarks.NAME`` section against its adapter's ``Config`` before anything runs:
+    an unknown benchmark or key is a ConfigError/UnknownNameError with "did you mean". Sections of
+    adapters that cannot be loaded here are left for the run to report as skipped."""
+    for name, section in benchmark_config.items():
+        if ":" in name:
+            continue
+        try:
+            cls = adapter_class(name)
+        except BenchmarkUnavailable:
+            continue
+        except UnknownNameError as exc:
+            raise UnknownNameError(exc.kind, exc.name, exc.valid, where="benchmarks") from None
+        config_cls = getattr(cls, "Config", None)
+        if config_cls is None:
+            continue
+        if not isinstance(section, dict):
+            raise ConfigError(f"benchmarks.{name}: expected a mapping of settings, got {section!r}")
+        from_dict(config_cls, dict(section), where=f"benchmarks.{name}")
 
 
 def load_adapter(name: str, **config: Any) -> Adapter:
@@ -111,27 +217,7 @@ def load_adapter(name: str, **config: Any) -> Adapter:
         if not getattr(adapter, "name", ""):
             adapter.name = attr  # type: ignore[misc]
         return adapter
-    eps = registered_benchmarks()
-    if name not in eps:
-        known = sorted(set(eps) | set(SUITES["all"]))
-        if name in SUITES["all"]:
-            raise BenchmarkUnavailable(
-                "not registered by any installed package",
-                "run `make setup` (or `pip install -e .`) to refresh the entry points in pyproject.toml")
-        raise UnknownNameError("benchmark", name, known)
-    ep = eps[name]
-    module_name = ep.value.split(":", 1)[0].strip()
-    try:
-        factory = ep.load()
-    except ModuleNotFoundError as exc:
-        missing = exc.name or ""
-        if missing and (module_name == missing or module_name.startswith(missing + ".")):
-            raise BenchmarkUnavailable(
-                "not yet available", f"its adapter module {module_name!r} is not in this installation") from None
-        raise BenchmarkUnavailable(f"its adapter needs the missing package {missing!r}",
-                                   f"pip install {missing.split('.')[0]}") from None
-    except AttributeError:
-        raise BenchmarkUnavailable("not yet available", f"{ep.value!r} does not exist yet") from None
+    factory = adapter_class(name)
     adapter = factory(**config)
     if not getattr(adapter, "name", ""):
         adapter.name = name  # type: ignore[misc]

@@ -48,9 +48,9 @@ def _flag(flag: str, kind: type = int):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m unified.eval", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--suite", help="ood | in_domain | all | general | lwm; several comma-separated "
-                        "(general = lm-evaluation-harness tasks, options under --set general.KEY=VALUE; "
-                        "`all` is the agent suites only)")
+    parser.add_argument("--suite", help="ood | in_domain | all | general | lwm | any suite an installed adapter "
+                        "declares; several comma-separated (general = lm-evaluation-harness tasks, options under "
+                        "--set general.KEY=VALUE; `all` = in_domain + ood)")
     parser.add_argument("--benchmarks", nargs="+", help="benchmark names (comma or space separated)")
     parser.add_argument("--model", help="embedded | CHECKPOINT_DIR | FILE.gguf | openai:URL#MODEL | vllm:PATH | gold")
     parser.add_argument("--backend", choices=["hf", "vllm", "openai"], help="backend for a local checkpoint")
@@ -124,13 +124,16 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, KeyError) as exc:
         parser.error(str(exc))
     if args.dry_run:
-        from unified.eval.adapter import expand_benchmarks
-
-        print(dump_yaml(cfg))
+        from unified.eval.adapter import check_benchmark_config, expand_benchmarks
         from unified.eval.general import split_suites
 
-        agent_suites, want_general = split_suites(cfg.suite)
-        names = [n for s in agent_suites for n in expand_benchmarks(s)] + expand_benchmarks(None, cfg.benchmarks)
+        try:
+            check_benchmark_config(cfg.benchmark_config)
+            agent_suites, want_general = split_suites(cfg.suite)
+            names = [n for s in agent_suites for n in expand_benchmarks(s)] + expand_benchmarks(None, cfg.benchmarks)
+        except (ConfigError, UnknownNameError) as exc:
+            parser.error(str(exc))
+        print(dump_yaml(cfg))
         names += [f"general (lm-eval: {', '.join(cfg.general.tasks)})"] if want_general else []
         print(f"# would evaluate: {', '.join(dict.fromkeys(names))}")
         return 0

@@ -18,7 +18,11 @@ leaderboard / the paper, with the reasons when it cannot.
          "results": n, "errors": n, "skipped": n,     # episodes (results.jsonl lines)
          "comparable": bool, "not_comparable_because": [str, ...],
          "reason", "how_to_fix"}},                     # when the benchmark did not run at all
+         "suites": [SUITE, ...], "paper_reference": {"label", "sft", "lwm_rl", "source"}}},  # from the adapter class
      "suites": {SUITE: {NAME: score or null}}}
+
+Each benchmark is listed under one suite: the first of the study's (``in_domain``, ``ood``) its
+adapter declares, else the first it declares, else ``other``.
 
 Status (per scored task: *skipped* when all its results are skipped, *errored* when one of its
 results has ``error`` or ``details["grader_error"]``, *run* when it has every trial and none
@@ -48,7 +52,7 @@ skipped, errored or unrecorded tasks, and fewer trials than ``runs_default``. ``
 true only when the adapter says so and no reason, the adapter's or the runner's, applies.
 
 The markdown has one table per suite (tasks run / skipped / errored, status, comparable, the
-paper's SFT -> +LWM RL numbers beside ours where the study reports the benchmark), the reasons
+paper's SFT -> +LWM RL numbers beside ours where the adapter declares a ``paper_reference``), the reasons
 under it, and per benchmark its group/category breakdown when the aggregate has one.
 """
 
@@ -60,23 +64,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable
 
-from unified.eval.adapter import SUITES
+from unified.eval.adapter import STUDY_SUITES, benchmark_facts
 from unified.eval.general_report import attach_general, general_compare, general_markdown
 from unified.store import write_json_atomic, write_text_atomic
 
 STATUSES = ("ok", "partial", "skipped", "error")
 """Benchmark statuses: see the module docstring."""
-
-PAPER_NUMBERS: dict[str, tuple[str, float, float]] = {
-    "terminal_bench_2": ("Terminal-Bench 2.0 (5 runs)", 33.25, 39.55),
-    "swe_bench_verified": ("SWE-bench Verified (3 rollouts)", 64.47, 67.86),
-    "swe_bench_pro": ("SWE-bench Pro (3 rollouts)", 42.18, 47.42),
-    "widesearch": ("WideSearch, F1 by item", 33.38, 46.17),
-    "claw_eval": ("Claw-Eval (Avg@3)", 53.60, 64.88),
-    "qwenclawbench": ("QwenClawBench (3 rollouts)", 39.76, 49.43),
-    "bfcl_v4": ("BFCL v4, overall (1 rollout)", 62.29, 71.25),
-}
-"""The Qwen-AgentWorld report's Paradigm II table (SFT, +LWM RL), as in ARCHITECTURE.md."""
 
 NOT_STATED = "the adapter does not state whether its number is computed as the official one"
 
@@ -206,15 +199,29 @@ def _counts_cell(entry: dict[str, Any]) -> tuple[str, str, str]:
             str(entry.get("tasks_errored", 0)))
 
 
+def _facts(name: str, entry: dict[str, Any]) -> dict[str, Any]:
+    """The adapter-declared facts of an entry (a summary written before they were recorded: the
+    installed adapter's)."""
+    return entry if "suites" in entry else {**benchmark_facts(name), **entry}
+
+
+def suite_of(name: str, entry: dict[str, Any]) -> str:
+    """The one suite a benchmark is listed under (module docstring)."""
+    declared = [str(s) for s in _facts(name, entry).get("suites") or []]
+    return next((s for s in STUDY_SUITES if s in declared), declared[0] if declared else "other")
+
+
+def _by_suite(benchmarks: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
+    """Suite -> its benchmarks (run order); the study's suites first, ``other`` last."""
+    grouped: dict[str, list[str]] = {}
+    for name, entry in benchmarks.items():
+        grouped.setdefault(suite_of(name, entry), []).append(name)
+    order = [s for s in STUDY_SUITES if s in grouped] + [s for s in grouped if s not in STUDY_SUITES and s != "other"]
+    return {s: grouped[s] for s in order + (["other"] if "other" in grouped else [])}
+
+
 def build_summary(cfg: Any, benchmarks: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    suites: dict[str, dict[str, float | None]] = {}
-    for suite in ("in_domain", "ood"):
-        members = [b for b in SUITES[suite] if b in benchmarks]
-        if members:
-            suites[suite] = {b: _score(benchmarks[b]) for b in members}
-    others = [b for b in benchmarks if b not in SUITES["all"]]
-    if others:
-        suites["other"] = {b: _score(benchmarks[b]) for b in others}
+    suites = {suite: {b: _score(benchmarks[b]) for b in members} for suite, members in _by_suite(benchmarks).items()}
     return {"model": getattr(cfg, "model", ""), "prompting": getattr(cfg, "prompting", ""),
             "updated_at": time.time(), "benchmarks": benchmarks, "suites": suites}
 
@@ -253,9 +260,9 @@ def render_markdown(summary: dict[str, Any]) -> str:
             agg = entry.get("aggregate") or {}
             score = _score(entry)
             shown = _fmt(score) + ("*" if score is not None and entry.get("status") == "partial" else "")
-            paper = PAPER_NUMBERS.get(name)
-            paper_cell = (f"{paper[1]:.2f} → {paper[2]:.2f}" + ("" if entry.get("comparable") else " (not comparable)")
-                          if paper else "")
+            paper = _facts(name, entry).get("paper_reference")
+            paper_cell = (f"{paper['sft']:.2f} → {paper['lwm_rl']:.2f}"
+                          + ("" if entry.get("comparable") else " (not comparable)") if paper else "")
             run, skipped, errored = _counts_cell(entry)
             lines.append(f"| {name} | {shown} | {agg.get('metric', '')} | {run} | {skipped} | {errored} | "
                          f"{_status_cell(entry)} | {_comparable_cell(entry)} | {paper_cell} |")
@@ -306,8 +313,8 @@ def compare(run_a: str | Path, run_b: str | Path) -> str:
     names = list(dict.fromkeys([*a["benchmarks"], *b["benchmarks"]]))
     lines = [f"| suite | benchmark | A: {a.get('model')} | B: {b.get('model')} | Δ (B−A) |", "|---|---|---|---|---:|"]
     notes: list[str] = []
-    for suite in ("in_domain", "ood", "other"):
-        members = [n for n in names if (n in SUITES.get(suite, [])) or (suite == "other" and n not in SUITES["all"])]
+    merged = {name: b["benchmarks"].get(name) or a["benchmarks"].get(name) or {} for name in names}
+    for suite, members in _by_suite(merged).items():
         for name in members:
             ea, eb = a["benchmarks"].get(name, {}), b["benchmarks"].get(name, {})
             sa, sb = _score(ea), _score(eb)

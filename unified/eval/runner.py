@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from unified.agent.loop import AgentLoop, Job
-from unified.config import bounded, to_dict
+from unified.config import ConfigError, bounded, to_dict
 from unified.contracts import AgentLimits, BenchmarkUnavailable
-from unified.eval.adapter import SUITES, expand_benchmarks, limit_runnable, load_adapter, select_task_ids
+from unified.eval.adapter import (ALL_SUITE, benchmark_facts, check_benchmark_config, declared_suites,
+                                    expand_benchmarks, limit_runnable, load_adapter, select_task_ids)
 from unified.eval.general import GENERAL_SUITE, GeneralConfig, run_general, split_suites
 from unified.eval.report import benchmark_entry, write_summary
 from unified.eval.store import BenchmarkStore, RunDirLock
@@ -119,8 +120,9 @@ def _run_eval(cfg: EvalConfig, *, policy: Policy | None = None) -> dict[str, Any
     names = list(dict.fromkeys([n for s in agent_suites for n in expand_benchmarks(s)]
                                + expand_benchmarks(None, cfg.benchmarks)))
     if not names and not want_general:
-        raise ValueError("nothing to evaluate: give --suite or --benchmarks "
-                         f"(suites: {', '.join([*SUITES, GENERAL_SUITE])})")
+        suites = sorted({*declared_suites()[0], ALL_SUITE, GENERAL_SUITE})
+        raise ValueError(f"nothing to evaluate: give --suite or --benchmarks (suites: {', '.join(suites)})")
+    check_benchmark_config(cfg.benchmark_config)  # a mistyped key fails now, not after hours of other benchmarks
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "run.json", {"config": to_dict(cfg), "updated_at": time.time()})
@@ -132,7 +134,8 @@ def _run_eval(cfg: EvalConfig, *, policy: Policy | None = None) -> dict[str, Any
     own_policy = policy is None
     try:
         for name in names:
-            benchmarks[name] = _run_benchmark(name, cfg, out, sampling, limits, lambda: policy)
+            benchmarks[name] = {**benchmark_facts(name),
+                                **_run_benchmark(name, cfg, out, sampling, limits, lambda: policy)}
             if benchmarks[name].get("_policy") is not None:
                 policy = benchmarks[name].pop("_policy")
             benchmarks[name].pop("_policy", None)
@@ -163,7 +166,7 @@ def _run_benchmark(name: str, cfg: EvalConfig, out: Path, sampling: SamplingConf
     except BenchmarkUnavailable as exc:
         _log(exc.line(name))
         return {"status": "skipped", "reason": exc.reason, "how_to_fix": exc.how_to_fix, "comparable": False}
-    except UnknownNameError:
+    except (UnknownNameError, ConfigError):  # a misspelt name or setting: the usage error it is
         raise
     except Exception as exc:  # an adapter that cannot even list its tasks: recorded, the run goes on
         _log(f"{name}: failed before any episode: {type(exc).__name__}: {exc}")
