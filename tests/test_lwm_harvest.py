@@ -89,3 +89,30 @@ def test_records_from_saved_episodes(tmp_path):
     bad.write_text(json.dumps({"benchmark": "x", "task_id": "t", "bogus": 1}) + "\n")
     with pytest.raises(ValueError, match="bad.jsonl:1"):
         records_from_episodes(bad)
+
+
+def test_a_run_directory_harvests_by_the_domain_each_adapter_declares(tmp_path):
+    """An eval run dir of terminal_bench_2 and swe_bench_verified episodes harvests without --domain:
+    the domains come from the adapters (``world_model_domain``), not from a map in core."""
+    from unified.lwm.harvest import main
+
+    run = tmp_path / "run"
+    for benchmark in ("terminal_bench_2", "swe_bench_verified"):
+        episode = fixture_episode(0)
+        episode.benchmark = benchmark
+        (run / benchmark).mkdir(parents=True)
+        (run / benchmark / "episodes.jsonl").write_text(json.dumps(episode.to_dict()) + "\n")
+    out = tmp_path / "lwm"
+    assert main(["--out", str(out), "--terminal", "0", "--mcp", "0", "--episodes", str(run)]) == 0
+    manifest = json.loads((out / "MANIFEST.json").read_text())
+    assert set(manifest["files"]) == {"terminal.jsonl", "swe.jsonl"}
+    (record,) = load_records(out / "terminal.jsonl")
+    assert record.id == "terminal_bench_2-multi_turn_base_1-0"
+    unknown = run / "zz_not_a_benchmark"
+    unknown.mkdir()
+    episode = fixture_episode(0)
+    episode.benchmark = "zz_not_a_benchmark"
+    (unknown / "episodes.jsonl").write_text(json.dumps(episode.to_dict()) + "\n")
+    with pytest.raises(ValueError, match="declares no world-model domain.*pass --domain"):
+        records_from_episodes(run)
+    assert {r.task for r in records_from_episodes(run, domain="mcp")} == {"mcp"}

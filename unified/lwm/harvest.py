@@ -2,7 +2,7 @@
 
     python -m unified.lwm.harvest --out data/lwm                 # the shipped data, bit for bit
     python -m unified.lwm.harvest --out DIR --terminal 100 --mcp 200 --seed 1
-    python -m unified.lwm.harvest --out DIR --episodes runs/x/episodes.jsonl [--domain mcp]
+    python -m unified.lwm.harvest --out DIR --episodes runs/x [--domain mcp]   # an eval run dir or JSONL
 
 Sources: terminal sessions in the bubblewrap sandbox (:mod:`unified.lwm.harvest_terminal`),
 function calls against bfcl-eval's executable backends (:mod:`unified.lwm.harvest_mcp`), and
@@ -29,22 +29,46 @@ SHIPPED_SEED = 0
 SHIPPED_TERMINAL = 48
 SHIPPED_MCP = 60
 
-BENCHMARK_DOMAINS = {"bfcl_v4": "mcp", "claw_eval": "mcp", "qwenclawbench": "mcp", "terminal_bench": "terminal",
-                     "swe_bench": "swe", "swe_bench_pro": "swe", "widesearch": "search"}
-"""Which world-model domain an eval benchmark's episodes belong to."""
+def benchmark_domain(benchmark: str) -> str | None:
+    """The world-model domain an eval benchmark's episodes belong to: what its adapter declares
+    (``Adapter.world_model_domain``), None when the adapter declares none or is not installed."""
+    from unified.eval.adapter import world_model_domain
+
+    return world_model_domain(benchmark)
+
+
+def episode_files(path: str | os.PathLike[str]) -> list[Path]:
+    """``path`` itself for a file; for an eval run directory (``--out`` of ``python -m unified.eval``)
+    every ``<benchmark>/episodes.jsonl`` in it, sorted."""
+    path = Path(path)
+    if path.is_dir():
+        found = sorted(path.glob("*/episodes.jsonl"))
+        if not found:
+            raise ValueError(f"{path}: no <benchmark>/episodes.jsonl (is it an eval run directory?)")
+        return found
+    return [path]
 
 
 def records_from_episodes(path: str | os.PathLike[str], domain: str | None = None) -> list[AWBRecord]:
-    """World-model records from saved agent Episodes (``unified.types.Episode`` JSONL).
+    """World-model records from saved agent Episodes (``unified.types.Episode`` JSONL, or an eval
+    run directory: every benchmark's ``episodes.jsonl`` in it).
 
+    The domain is ``domain`` when given, else the one the episodes' benchmark adapter declares.
     Every step that made tool calls is a turn: the action is the calls, one JSON object
     ``{"name", "arguments"}`` a line; the observation is the environment's answers, in call
     order, separated by blank lines. Steps without calls (final answers) are skipped;
     crashed episodes (``error`` set) and episodes without any call are left out.
     """
+    records: list[AWBRecord] = []
+    domains: dict[str, str | None] = {}
+    for file in episode_files(path):
+        records += _records_from_file(file, domain, domains)
+    return records
+
+
+def _records_from_file(path: Path, domain: str | None, domains: dict[str, str | None]) -> list[AWBRecord]:
     from unified.types import Episode
 
-    path = Path(path)
     records: list[AWBRecord] = []
     with path.open(encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, 1):
@@ -56,10 +80,13 @@ def records_from_episodes(path: str | os.PathLike[str], domain: str | None = Non
                 raise ValueError(f"{path}:{lineno}: not an Episode record: {exc}") from None
             if episode.error:
                 continue
-            dom = domain or BENCHMARK_DOMAINS.get(episode.benchmark)
+            if domain is None and episode.benchmark not in domains:
+                domains[episode.benchmark] = benchmark_domain(episode.benchmark)
+            dom = domain or domains[episode.benchmark]
             if dom not in DOMAINS:
-                raise ValueError(f"{path}:{lineno}: benchmark {episode.benchmark!r} has no world-model domain; "
-                                 f"pass --domain (one of {', '.join(DOMAINS)})")
+                declared = f"declares {dom!r}, not a domain" if dom else "declares no world-model domain"
+                raise ValueError(f"{path}:{lineno}: benchmark {episode.benchmark!r} {declared} (its adapter's "
+                                 f"world_model_domain); pass --domain (one of {', '.join(DOMAINS)})")
             actions, observations = [], []
             for step in episode.steps:
                 if not step.tool_calls:
@@ -128,8 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=SHIPPED_SEED)
     parser.add_argument("--terminal", type=int, default=SHIPPED_TERMINAL, help="terminal trajectories")
     parser.add_argument("--mcp", type=int, default=SHIPPED_MCP, help="function-calling trajectories")
-    parser.add_argument("--episodes", action="append", default=[], help="saved Episode JSONL (repeatable)")
-    parser.add_argument("--domain", choices=DOMAINS, default=None, help="domain of --episodes (else by benchmark)")
+    parser.add_argument("--episodes", action="append", default=[],
+                        help="saved Episode JSONL or an eval run directory (repeatable)")
+    parser.add_argument("--domain", choices=DOMAINS, default=None,
+                        help="domain of --episodes (else the one each benchmark's adapter declares)")
     args = parser.parse_args(argv)
     manifest = harvest(args.out, seed=args.seed, terminal=args.terminal, mcp=args.mcp, episodes=args.episodes,
                        domain=args.domain)
