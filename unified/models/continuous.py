@@ -42,7 +42,8 @@ from typing import Hashable
 import torch
 
 from unified.models.generation import (GenerationOutput, GenerationStats, SamplingParams, _cache_kwarg, _eos_ids,
-                                       _next_tokens, _strip_padding_tokens, prefill_row)
+                                       _next_tokens, _strip_padding_tokens, prefill_row,
+                                       token_logprobs)
 from unified.models.prefix_cache import PrefixCache
 
 ROW_ATTENTION = "unified_rows"
@@ -116,6 +117,8 @@ class _Row:
     generator: torch.Generator | None = None
     """Per-row sampler state when ``params.seed`` is set (sampling only)."""
     generated: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    """Per generated token, :func:`unified.models.generation.token_logprobs`."""
     deadline: float | None = None
     """``time.monotonic()`` after which the row ends with ``finish_reason="timeout"``."""
 
@@ -268,12 +271,14 @@ class ContinuousBatcher:
                             logits_to_keep=1, **{self._cache_kwarg: cache}).logits[:, -1, :]
         cache.advance()
         chosen = self._choose(rows, logits)
+        chosen_logprobs = token_logprobs(logits, chosen, [r.params for r in rows])
         self.stats.decode_steps += 1
         self.stats.row_steps += len(rows)
         finished: list[tuple[Hashable, GenerationOutput]] = []
         now = time.monotonic()
-        for row, token in zip(rows, chosen):
+        for row, token, logprob in zip(rows, chosen, chosen_logprobs):
             row.generated.append(token)
+            row.logprobs.append(logprob)
             row.next_token = token
             reason = ("stop" if token in self.eos else "length" if len(row.generated) >= row.params.max_new_tokens
                       else "timeout" if row.deadline is not None and now >= row.deadline else "")
@@ -300,7 +305,8 @@ class ContinuousBatcher:
         text_ids = row.generated[:-1] if reason == "stop" else row.generated
         text = _strip_padding_tokens(self.tokenizer.decode(text_ids, skip_special_tokens=False), self.tokenizer)
         self.stats.completion_tokens += len(row.generated)
-        return GenerationOutput(text=text, token_ids=list(row.generated), prompt_tokens=len(row.prompt_ids),
+        return GenerationOutput(text=text, token_ids=list(row.generated), logprobs=list(row.logprobs),
+                                prompt_tokens=len(row.prompt_ids),
                                 prompt_token_ids=list(row.prompt_ids),
                                 finish_reason=reason, seconds=time.perf_counter() - row.started)
 

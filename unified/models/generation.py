@@ -41,6 +41,9 @@ class GenerationOutput:
     prompt_tokens: int = 0
     prompt_token_ids: list[int] = field(default_factory=list)
     """The prompt's ids as fed to the model (no padding)."""
+    logprobs: list[float] | None = None
+    """Log-probability of each generated token under the distribution it was drawn from
+    (:func:`token_logprobs`), aligned with ``token_ids``."""
     finish_reason: str = "stop"
     """``stop`` (EOS generated), ``length`` (max_new_tokens reached) or ``timeout`` (the row's
     deadline passed; the text generated until then is kept)."""
@@ -188,17 +191,40 @@ def prefilled_batch_cache(model, input_ids: torch.Tensor, attention_mask: torch.
     return left_pad_caches(caches, width - 1, capacity)
 
 
-def _next_tokens(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None = None) -> torch.Tensor:
-    """(b, V) logits -> (b,) tokens: argmax, or top-p (nucleus) sampling at ``temperature``
-    (drawn from ``generator`` when given, else from torch's global generator)."""
-    if params.temperature <= 0:
-        return logits.argmax(dim=-1)
+def _sampling_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """(b, V) logits -> the (unnormalised) probabilities tokens are drawn from at ``temperature`` > 0:
+    softmax(logits / T), zero outside the top-p nucleus (the most likely token is always kept)."""
     probs = torch.softmax(logits.float() / params.temperature, dim=-1)
     if params.top_p < 1.0:
         sorted_probs, order = probs.sort(dim=-1, descending=True)
         outside = sorted_probs.cumsum(dim=-1) - sorted_probs > params.top_p  # keeps the first token always
         probs = probs.scatter(-1, order, sorted_probs.masked_fill(outside, 0.0))
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return probs
+
+
+def _next_tokens(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None = None) -> torch.Tensor:
+    """(b, V) logits -> (b,) tokens: argmax, or top-p (nucleus) sampling at ``temperature``
+    (drawn from ``generator`` when given, else from torch's global generator)."""
+    if params.temperature <= 0:
+        return logits.argmax(dim=-1)
+    return torch.multinomial(_sampling_probs(logits, params), 1, generator=generator).squeeze(-1)
+
+
+def token_logprobs(logits: torch.Tensor, tokens: list[int], params: list[SamplingParams]) -> list[float]:
+    """Log-probability of ``tokens[b]`` under the distribution row b drew it from; ``logits`` (b, V).
+
+    Greedy rows (temperature 0): ``log softmax(logits_b)[x_b]``, the model's own distribution
+    (the argmax is its most likely token). Sampled rows: ``log(p_b[x_b] / sum_v p_b[v])`` with
+    ``p_b`` the tempered top-p probabilities of :func:`_sampling_probs` (what the token was
+    drawn from). One log-softmax over the vocabulary per row and step.
+    """
+    index = torch.tensor(tokens, device=logits.device)[:, None]
+    out = torch.log_softmax(logits.float(), dim=-1).gather(-1, index)[:, 0].tolist()
+    for b, p in enumerate(params):
+        if p.temperature > 0:
+            probs = _sampling_probs(logits[b:b + 1], p)[0]
+            out[b] = float(torch.log(probs[tokens[b]] / probs.sum()))
+    return out
 
 
 def past_deadline(deadline: float | None) -> bool:
@@ -226,7 +252,8 @@ def finish_reason(ids: list[int], eos, max_new_tokens: int) -> str:
 
 @torch.no_grad()
 def decode_shrinking_batch(model, cache, enc: dict, params: SamplingParams, eos: list[int],
-                           on_row_done=None, deadlines: list[float | None] | None = None) -> list[list[int]]:
+                           on_row_done=None, deadlines: list[float | None] | None = None,
+                           logprobs: list[list[float]] | None = None) -> list[list[int]]:
     """Batched decoding over a prefilled left-padded cache; a row leaves the batch when it ends.
 
     ``cache`` holds (B, H_kv, L_max - 1, D) per layer (:func:`prefilled_batch_cache`); step t
@@ -237,7 +264,9 @@ def decode_shrinking_batch(model, cache, enc: dict, params: SamplingParams, eos:
     until the last one ends); so is a row whose ``deadlines[row]`` (``time.monotonic()``) has
     passed. ``on_row_done(row, ids, cache, batch_row)`` is called before the
     row is dropped, while its KV (columns ``L_max - L_b : L_max - 1 + len(ids) - 1``) is in
-    ``cache`` at index ``batch_row``. Returns each row's generated ids (EOS included).
+    ``cache`` at index ``batch_row``. Returns each row's generated ids (EOS included); when
+    ``logprobs`` (one empty list per row) is given, each token's :func:`token_logprobs` is
+    appended to its row's list.
     """
     mask = enc["attention_mask"]
     tokens = enc["input_ids"][:, -1:]
@@ -252,8 +281,12 @@ def decode_shrinking_batch(model, cache, enc: dict, params: SamplingParams, eos:
         chosen = _next_tokens(logits, params)
         done = []
         now = time.monotonic()
-        for i, token in enumerate(chosen.tolist()):
+        chosen_list = chosen.tolist()
+        step_logprobs = token_logprobs(logits, chosen_list, [params] * len(chosen_list)) if logprobs is not None else None
+        for i, token in enumerate(chosen_list):
             generated[live[i]].append(token)
+            if step_logprobs is not None:
+                logprobs[live[i]].append(step_logprobs[i])
             deadline = deadlines[live[i]] if deadlines else None
             if token in stop or len(generated[live[i]]) >= params.max_new_tokens or (
                     deadline is not None and now >= deadline):
@@ -337,7 +370,7 @@ def batched_generate(model, tokenizer, prompts: list[str], params: SamplingParam
         t0 = time.perf_counter()
         row_ids, enc = _encode_left_padded(tokenizer, chunk, pad_id, model.device)
         kwargs = dict(max_new_tokens=params.max_new_tokens, eos_token_id=eos, pad_token_id=pad_id,
-                      return_dict_in_generate=True)  # ``generate`` serves batches without a prefilled cache
+                      return_dict_in_generate=True, output_scores=True)  # ``generate`` serves batches without a prefilled cache
         if params.temperature > 0:
             kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p)
             if params.seed is not None:
@@ -362,12 +395,18 @@ def batched_generate(model, tokenizer, prompts: list[str], params: SamplingParam
             if batch_cache.get_seq_length() >= begin + len(seq):
                 prefix_cache.insert_row(seq, batch_cache, batch_row, begin)
 
+        row_logprobs: list[list[float]] = [[] for _ in chunk]
         if cache is not None:
-            generated = decode_shrinking_batch(model, cache, enc, params, eos,
-                                               on_row_done=store if caching else None, deadlines=chunk_deadlines)
-        else:
-            sequences = model.generate(**enc, **kwargs).sequences
-            generated = [sequences[row, width:].tolist() for row in range(len(chunk))]
+            generated = decode_shrinking_batch(model, cache, enc, params, eos, on_row_done=store if caching else None,
+                                               deadlines=chunk_deadlines, logprobs=row_logprobs)
+        else:  # ``scores`` are the processed logits tokens were chosen from (tempered, top-p masked)
+            result = model.generate(**enc, **kwargs)
+            generated = [result.sequences[row, width:].tolist() for row in range(len(chunk))]
+            for t, scores in enumerate(result.scores):
+                chosen = result.sequences[:, width + t]
+                step = torch.log_softmax(scores.float(), dim=-1).gather(-1, chosen[:, None])[:, 0].tolist()
+                for row in range(len(chunk)):
+                    row_logprobs[row].append(step[row])
         t2 = time.perf_counter()
         for row in range(len(chunk)):
             ids = generated[row]
@@ -377,7 +416,7 @@ def batched_generate(model, tokenizer, prompts: list[str], params: SamplingParam
             text_ids = ids[:-1] if finish == "stop" else ids
             text = tokenizer.decode(text_ids, skip_special_tokens=False)
             outputs.append(GenerationOutput(
-                text=_strip_padding_tokens(text, tokenizer), token_ids=ids,
+                text=_strip_padding_tokens(text, tokenizer), token_ids=ids, logprobs=row_logprobs[row][:len(ids)],
                 prompt_tokens=len(row_ids[row]), prompt_token_ids=list(row_ids[row]), finish_reason=finish, seconds=t2 - t0))
         if stats is not None:
             stats.calls += 1
