@@ -17,7 +17,7 @@
 # SERVER=vllm   `vllm serve MODEL` on this node (tensor parallel over GPUS_PER_NODE, Qwen3.5 tool and
 #               reasoning parsers); the eval talks to it as openai:http://127.0.0.1:PORT/v1#SERVED_NAME,
 #               many episodes concurrently.
-# SERVER=local  unified's own OpenAI-compatible server (python -m unified.clients.local_server), same
+# SERVER=local  unified's own OpenAI-compatible server (python -m unified.inference.server), same
 #               protocol, for CPU nodes or a quick check of a small checkpoint.
 # SERVER=none   in-process generation (the hf backend, batched), no server at all.
 # SUITE=general runs lm-evaluation-harness tasks (docs/general_suite.md) through the same server (lm-eval's
@@ -71,7 +71,7 @@ case "$SERVER" in
         SERVER_CMD=(vllm serve "$MODEL" --host 127.0.0.1 --port "$PORT" --served-model-name "$SERVED_NAME"
                     --tensor-parallel-size "$GPUS_PER_NODE" --max-model-len "$MAX_MODEL_LEN" $VLLM_ARGS) ;;
     local)
-        SERVER_CMD=("$PYTHON" -m unified.clients.local_server --model "$MODEL" --host 127.0.0.1 --port "$PORT"
+        SERVER_CMD=("$PYTHON" -m unified.inference.server --model "$MODEL" --host 127.0.0.1 --port "$PORT"
                     --served-name "$SERVED_NAME") ;;
     none)
         SERVER_CMD=() ;;

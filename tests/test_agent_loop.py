@@ -7,8 +7,8 @@ import pytest
 from unified.contracts import AgentLimits
 from unified.agent.loop import AgentLoop, Job
 from unified.agent.parsing import parse_completion, render_tool_call
-from unified.policy import PolicyOutput, make_policy
-from unified.policy.base import Policy
+from unified.inference import PolicyOutput, make_policy
+from unified.inference.base import Policy
 from unified.types import ToolCall, ToolSpec
 
 from fixture_eval_bench import FixtureAdapter
@@ -95,8 +95,8 @@ def test_limits_recorded():
 @pytest.mark.slow
 def test_hf_policy_batches_tiny_model(tiny_checkpoint):
     from unified.models import load_checkpoint
-    from unified.policy.base import SamplingConfig
-    from unified.policy.hf import HFPolicy
+    from unified.inference.base import SamplingConfig
+    from unified.inference.hf import HFPolicy
 
     policy = HFPolicy(str(tiny_checkpoint), SamplingConfig(max_new_tokens=8), loaded=load_checkpoint(str(tiny_checkpoint)))
     adapter = FixtureAdapter(n=3)

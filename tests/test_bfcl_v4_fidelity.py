@@ -66,7 +66,7 @@ import json  # noqa: E402
 
 from unified.contracts import AgentLimits  # noqa: E402
 from unified.agent.loop import AgentLoop, Job  # noqa: E402
-from unified.policy.base import Policy, PolicyOutput  # noqa: E402
+from unified.inference.base import Policy, PolicyOutput  # noqa: E402
 
 DONE = "</think>\n\nDone."
 

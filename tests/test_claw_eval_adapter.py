@@ -181,7 +181,7 @@ def test_unsafe_action_zeroes_the_score(adapter):
 @pytest.mark.slow
 @needs_bwrap
 def test_multi_turn_with_simulated_user_and_judge_on_a_local_server(tmp_path):
-    from unified.clients.local_server import LocalOpenAIServer
+    from unified.inference.server import LocalOpenAIServer
     from unified.models.tiny import save_tiny_checkpoint
 
     save_tiny_checkpoint(tmp_path / "tiny")

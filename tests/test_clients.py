@@ -7,8 +7,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from unified.clients.local_server import LocalOpenAIServer, split_reasoning
-from unified.clients.openai_compat import EndpointConfig, EndpointError, OpenAICompatClient, parse_endpoint_spec
+from unified.inference.reasoning import split_reasoning
+from unified.inference.server import LocalOpenAIServer
+from unified.inference.openai_compat import EndpointConfig, EndpointError, OpenAICompatClient, parse_endpoint_spec
 from unified.models import load_checkpoint
 from unified.models.generation import SamplingParams, batched_generate
 

@@ -14,7 +14,7 @@ from unified.models import load_checkpoint
 from unified.models.continuous import ContinuousBatcher, ContinuousStats, continuous_batching_supported
 from unified.models.generation import SamplingParams, batched_generate
 from unified.models.prefix_cache import PrefixCache
-from unified.policy.base import Policy, PolicyOutput, SamplingConfig
+from unified.inference.base import Policy, PolicyOutput, SamplingConfig
 
 from fixture_eval_bench import FixtureAdapter
 
@@ -117,7 +117,7 @@ def test_unsupported_models_are_refused_with_the_reason(tiny_checkpoint):
     assert not ok and "eager" in why
     with pytest.raises(ValueError, match="not supported.*eager"):
         ContinuousBatcher(eager.model, eager.tokenizer)
-    from unified.policy.hf import HFPolicy
+    from unified.inference.hf import HFPolicy
 
     assert not HFPolicy(str(tiny_checkpoint), loaded=eager).supports_continuous_batching
     with pytest.raises(ValueError, match="eager"):
@@ -170,7 +170,7 @@ def test_loop_schedules_continuously_without_waiting_for_slow_episodes():
 
 
 def make_rounds_only_policy():
-    from unified.policy import make_policy
+    from unified.inference import make_policy
 
     return make_policy("gold")
 
@@ -195,7 +195,7 @@ def test_loop_records_a_failing_engine_per_episode_and_goes_on():
 
 @pytest.mark.slow
 def test_hf_policy_continuous_equals_rounds(tiny_checkpoint, loaded):
-    from unified.policy.hf import HFPolicy
+    from unified.inference.hf import HFPolicy
 
     def run(scheduling):
         policy = HFPolicy(str(tiny_checkpoint), SamplingConfig(max_new_tokens=8, enable_thinking=False),

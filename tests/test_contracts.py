@@ -10,7 +10,7 @@ import pytest
 
 from unified.agent.loop import AgentLoop, Job
 from unified.contracts import Adapter, Environment, StopReason, Task
-from unified.policy.base import Policy, PolicyOutput
+from unified.inference.base import Policy, PolicyOutput
 from unified.types import Episode, EpisodeResult, Message, Observation, Step, ToolSpec
 
 

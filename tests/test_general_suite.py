@@ -20,7 +20,7 @@ import pytest
 
 pytest.importorskip("lm_eval", reason="lm-eval is not installed (make setup BENCH=0)")
 
-from unified.clients.local_server import LocalOpenAIServer  # noqa: E402
+from unified.inference.server import LocalOpenAIServer  # noqa: E402
 from unified.eval import cli  # noqa: E402
 from unified.eval.general import DEFAULT_TASKS, GeneralConfig, GeneralStore, run_general, split_suites  # noqa: E402
 

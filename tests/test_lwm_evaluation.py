@@ -44,7 +44,7 @@ def test_limit_is_seeded_and_covers_every_domain():
 
 @pytest.mark.slow
 def test_suite_runs_end_to_end_with_a_tiny_world_model_and_a_loopback_judge(tiny_checkpoint, tmp_path, capsys):
-    from unified.clients.local_server import LocalOpenAIServer
+    from unified.inference.server import LocalOpenAIServer
 
     data = tmp_path / "data"
     recs = fixture_records()

@@ -8,8 +8,8 @@ import pytest
 
 from unified.contracts import AgentLimits
 from unified.agent.loop import AgentLoop, Job
-from unified.policy import make_policy
-from unified.policy.base import PolicyRequest, SamplingConfig
+from unified.inference import make_policy
+from unified.inference.base import PolicyRequest, SamplingConfig
 from unified.registry import UnknownNameError
 
 from fixture_eval_bench import FixtureAdapter
@@ -17,7 +17,7 @@ from fixture_eval_bench import FixtureAdapter
 
 @pytest.mark.slow
 def test_openai_backend_runs_episodes_against_local_server(tiny_checkpoint):
-    from unified.clients.local_server import LocalOpenAIServer
+    from unified.inference.server import LocalOpenAIServer
 
     with LocalOpenAIServer(str(tiny_checkpoint), max_new_tokens=8) as server:
         policy = make_policy(server.spec, SamplingConfig(max_new_tokens=8))
@@ -41,7 +41,7 @@ def test_openai_backend_runs_episodes_against_local_server(tiny_checkpoint):
 def test_openai_backend_reports_unreachable_endpoint_per_request():
     policy = make_policy("openai:http://127.0.0.1:9/v1#none")
     policy.config = type(policy.config)(base_url=policy.config.base_url, model="none", timeout_s=2, max_retries=0)
-    from unified.clients.openai_compat import OpenAICompatClient
+    from unified.inference.openai_compat import OpenAICompatClient
 
     policy.client = OpenAICompatClient(policy.config)
     outs = policy.generate([PolicyRequest(messages=[{"role": "user", "content": "hi"}])] * 2)

@@ -132,7 +132,7 @@ def _fixture_adapter():
 
 def _fixture_replay_policy(completions):
     """Answers turn k of an episode with ``completions[k]`` (counted from the request's assistant turns)."""
-    from unified.policy.base import Policy, PolicyOutput
+    from unified.inference.base import Policy, PolicyOutput
 
     class FixtureReplayPolicy(Policy):
         name = "fixture_replay"
@@ -198,7 +198,7 @@ def test_prefill_opens_the_block_with_a_real_model(tiny_checkpoint):
     """hf policy + tiny model: the completion starts with the opened block; act has no prefix."""
     from unified.contracts import AgentLimits
     from unified.agent.loop import AgentLoop, Job
-    from unified.policy import SamplingConfig, make_policy
+    from unified.inference import SamplingConfig, make_policy
 
     policy = make_policy(str(tiny_checkpoint), SamplingConfig(max_new_tokens=6))
     adapter = _fixture_adapter()

@@ -126,8 +126,8 @@ def test_linear_attention_model_falls_back(tiny_tokenizer):
 
 
 def test_hf_policy_cache_switch(loaded, monkeypatch):
-    from unified.policy.base import PolicyRequest, SamplingConfig
-    from unified.policy.hf import HFPolicy
+    from unified.inference.base import PolicyRequest, SamplingConfig
+    from unified.inference.hf import HFPolicy
 
     sampling = SamplingConfig(max_new_tokens=5)
     on = HFPolicy("tiny", sampling, loaded=loaded)

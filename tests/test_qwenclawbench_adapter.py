@@ -156,7 +156,7 @@ def test_transcript_has_the_openclaw_shape():
 @pytest.mark.slow
 @needs_bwrap
 def test_judge_on_a_local_server(tmp_path):
-    from unified.clients.local_server import LocalOpenAIServer
+    from unified.inference.server import LocalOpenAIServer
     from unified.models.tiny import save_tiny_checkpoint
 
     save_tiny_checkpoint(tmp_path / "tiny")

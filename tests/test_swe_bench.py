@@ -13,7 +13,7 @@ import pytest
 from evaluators.swe_bench import SWEBenchProAdapter, SWEBenchVerifiedAdapter
 from unified.agent.loop import AgentLoop, Job
 from unified.contracts import BenchmarkUnavailable
-from unified.policy.gold import GoldPolicy
+from unified.inference.gold import GoldPolicy
 from unified.types import Episode, ToolCall
 from _requires import needs_local
 

@@ -14,7 +14,7 @@ from evaluators.terminal_bench.tasks import TaskFormatError, read_task
 from unified.agent.loop import AgentLoop, Job
 from unified.contracts import BenchmarkUnavailable
 from unified.execution import LocalBackend
-from unified.policy.gold import GoldPolicy
+from unified.inference.gold import GoldPolicy
 from unified.types import Episode, ToolCall
 from _requires import needs_local, needs_tmux
 

@@ -58,7 +58,7 @@ def test_domain_of_benchmarks():
 @pytest.mark.slow
 def test_judge_through_a_real_local_server(tiny_checkpoint, tmp_path):
     """A tiny random model is a bad judge: its answers don't parse, and the rule verdicts stay."""
-    from unified.clients.local_server import LocalOpenAIServer
+    from unified.inference.server import LocalOpenAIServer
 
     rule_only = trace_run([fixture_weather_episode()])
     with LocalOpenAIServer(str(tiny_checkpoint), max_new_tokens=8) as server:

@@ -18,7 +18,7 @@ import pytest
 from evaluators.widesearch import WideSearchAdapter, load_widesearch
 from evaluators.widesearch.metrics import date_near, evaluate_table, extract_table, number_near
 from unified.agent.loop import AgentLoop, Job
-from unified.policy.gold import GoldPolicy
+from unified.inference.gold import GoldPolicy
 from unified.types import Episode, Message, ToolCall
 
 FIXTURES = Path(__file__).parent / "fixtures" / "widesearch"
@@ -193,7 +193,7 @@ def test_key_aliases_are_aligned_by_the_judge_with_the_official_prompts(scripted
                   "eval_pipeline": {"country": {"metric": ["exact_match"]},
                                     "capital": {"metric": ["llm_judge"], "criterion": "same city"}}}
     answer = "| country | capital |\n|-|-|\n| Deutschland | Berlin |\n| The Netherlands | Amsterdam |\n| France | Paris |\n"
-    from evaluators.qwenclawbench.endpoints import resolve_endpoint
+    from unified.inference.endpoints import resolve_endpoint
 
     client = resolve_endpoint(scripted_judge).client
     judge = lambda prompt: client.chat([{"role": "user", "content": prompt}]).text  # noqa: E731

@@ -1,6 +1,7 @@
 """Text rules shared by the rewards, the world-model data and the trace analysis.
 
-A leaf module (it imports nothing from the library), so :mod:`unified.rewards`,
+A leaf module (it imports nothing from the library but the stdlib-only reasoning rule,
+:mod:`unified.inference.reasoning`), so :mod:`unified.rewards`,
 :mod:`unified.lwm` and :mod:`unified.trace` all use the same rules without importing each other.
 
 **Runtime-noise normalisation** (:func:`normalise_runtime`), the one definition of "the same
@@ -35,9 +36,10 @@ character. The function is idempotent.
 **Observation parsing**: what part of a world model's completion the judge and verifiers see
 (:func:`parse_observation`):
 
-1. Drop reasoning: every closed ``<think>...</think>`` block, and everything before a stray
-   ``</think>`` (templates often put the opening tag in the prompt). An unclosed ``<think>``
-   swallows the rest of the text (the model never finished thinking: nothing to judge).
+1. Drop reasoning with :func:`unified.inference.reasoning.strip_reasoning`: everything before
+   the first ``</think>`` (templates put the opening tag in the prompt), every later
+   ``<think>...</think>`` block, and everything after an unclosed ``<think>`` (the model never
+   finished thinking: nothing to judge).
 2. If a ``<predicted_observation>...</predicted_observation>`` block remains, keep the content
    of the *last* one; an opened but unclosed last block keeps what follows the tag.
 3. Otherwise keep the cleaned text. Surrounding whitespace is stripped.
@@ -48,6 +50,8 @@ So self-praise in the reasoning, or anything outside the answer tags, never reac
 from __future__ import annotations
 
 import re
+
+from unified.inference.reasoning import strip_reasoning
 
 _MONTH = r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)"
 _WEEKDAY = r"(?:mon|tue|wed|thu|fri|sat|sun)"
@@ -89,19 +93,8 @@ def normalise_runtime(text: str, *, fold: bool = False) -> str:
     return "\n".join(lines).strip()
 
 
-_THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL)
 _ANSWER_BLOCK = re.compile(r"<predicted_observation>(.*?)</predicted_observation>", re.DOTALL)
 _OPEN_ANSWER = "<predicted_observation>"
-
-
-def strip_reasoning(text: str) -> str:
-    """Remove ``<think>`` blocks (see the module docstring for the edge cases)."""
-    text = _THINK_BLOCK.sub("", text or "")
-    if "</think>" in text:
-        text = text.rsplit("</think>", 1)[1]
-    if "<think>" in text:
-        text = text.split("<think>", 1)[0]
-    return text
 
 
 def parse_observation(completion: str) -> str:

@@ -40,7 +40,7 @@ from evaluators.claw_eval.environment import ClawEvalEnvironment
 from evaluators.claw_eval.grading import aggregate_trials, build_trace, group_scores, is_pass, run_grader, task_score
 from evaluators.claw_eval.services import ServiceGroup, ServiceSpec
 from evaluators.claw_eval.tasks import SPLITS, ClawTask, load_tasks, resolve_checkout, skip_reason
-from evaluators.qwenclawbench.endpoints import resolve_endpoint
+from unified.inference.endpoints import resolve_endpoint
 
 __all__ = ["ClawEvalAdapter"]
 
@@ -148,7 +148,7 @@ class ClawEvalAdapter(Adapter):
         ct = ClawTask(**task.payload)
         user = None
         if (ct.user_agent or {}).get("enabled"):
-            user = resolve_endpoint(self.user_spec, max_new_tokens=self.settings.user_max_tokens)
+            user = resolve_endpoint(self.user_spec)
         env = _TrialEnvironment(self, ct, user_endpoint=user, sandbox_tools=self.settings.sandbox_tools,
                                 exec_timeout_s=self.settings.exec_timeout_s, memory_mb=self.settings.memory_mb)
         env.user_max_tokens = self.settings.user_max_tokens
@@ -201,8 +201,7 @@ class ClawEvalAdapter(Adapter):
                                    "docker": "not used (local bubblewrap sandbox ran)", "judge": self.judge_spec,
                                    "n_dispatches": len(env.dispatches), "user_rounds": env.user_rounds}
         try:
-            judge = resolve_endpoint(self.judge_spec,
-                                     max_new_tokens=self.settings.judge_max_tokens or OFFICIAL_JUDGE_MAX_TOKENS)
+            judge = resolve_endpoint(self.judge_spec)
             details["judge"] = judge.describe()
             graded = run_grader(checkout=Path(ct.checkout), task_dir=Path(ct.dir), trace=trace, env_snapshot=snapshot,
                                 judge_config=judge.config, judge_max_tokens=self.settings.judge_max_tokens,

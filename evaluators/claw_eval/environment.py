@@ -31,7 +31,7 @@ from unified.types import Episode, Message, Observation, ToolCall, ToolSpec
 from evaluators.claw_eval import official
 from evaluators.claw_eval.services import ServiceGroup, ServiceSpec
 from evaluators.claw_eval.tasks import ClawTask, fixture_source
-from evaluators.qwenclawbench.sandbox_ops import run_op, run_shell
+from unified.sandbox.ops import run_op, run_shell
 
 WORKSPACE = "/workspace"
 SHIM_DIR = "/tmp/.unified-shims"

@@ -40,7 +40,7 @@ from unified.eval.adapter import config_list, limit_runnable
 from unified.types import Episode, EpisodeResult
 
 from evaluators.qwenclawbench import official
-from evaluators.qwenclawbench.endpoints import resolve_endpoint
+from unified.inference.endpoints import resolve_endpoint
 from evaluators.qwenclawbench.environment import QwenClawBenchEnvironment, transcript_from_episode
 from evaluators.qwenclawbench.grading import (
     PENALTY_THRESHOLD, aggregate_runs, combine, judge_prompt, parse_judge_answer, run_automated_checks,
@@ -186,7 +186,7 @@ class QwenClawBenchAdapter(Adapter):
         lib = self._official_lib(qt)
         if lib is not None:
             try:
-                endpoint = resolve_endpoint(self.judge_spec, max_new_tokens=OFFICIAL_JUDGE_MAX_TOKENS)
+                endpoint = resolve_endpoint(self.judge_spec)
             except Exception as exc:
                 return {"total": 0.0, "error": f"{type(exc).__name__}: {exc}", "judge": self.judge_spec,
                         "protocol": "checkout"}
@@ -201,7 +201,7 @@ class QwenClawBenchAdapter(Adapter):
         rubric = qt.llm_judge_rubric or "\n".join(f"- {c}" for c in qt.grading_criteria)
         prompt = judge_prompt(qt.prompt, qt.expected_behavior, summarize_transcript(transcript), rubric)
         try:
-            endpoint = resolve_endpoint(self.judge_spec, max_new_tokens=self.settings.judge_max_tokens)
+            endpoint = resolve_endpoint(self.judge_spec)
             answer = endpoint.client.chat([{"role": "user", "content": prompt}], temperature=0.0,
                                           max_tokens=self.settings.judge_max_tokens)
         except Exception as exc:

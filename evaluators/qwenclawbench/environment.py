@@ -18,7 +18,7 @@ from unified.contracts import Environment
 from unified.sandbox import Sandbox, ScratchSandbox
 from unified.types import Episode, Message, Observation, ToolCall, ToolSpec
 
-from evaluators.qwenclawbench.sandbox_ops import run_op, run_shell
+from unified.sandbox.ops import run_op, run_shell
 from evaluators.qwenclawbench.tasks import QCBTask, materialise_workspace
 
 WORKSPACE_MOUNT = "/workspace"

@@ -315,9 +315,9 @@ class WideSearchAdapter(Adapter):
             self._judge_name = "none (exact-match fallbacks)"
             return None
         if self._judge is None:
-            from evaluators.qwenclawbench.endpoints import resolve_endpoint
+            from unified.inference.endpoints import resolve_endpoint
 
-            endpoint = resolve_endpoint(self.judge_spec, max_new_tokens=self.settings.judge_max_tokens)
+            endpoint = resolve_endpoint(self.judge_spec)
             client = endpoint.client
             self._judge_name = endpoint.describe()
             self._judge = lambda prompt: client.chat([{"role": "user", "content": prompt}], temperature=0.0,

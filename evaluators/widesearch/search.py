@@ -23,6 +23,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+from unified.inference import shared_chat_model
+
 RESULT_FORMAT = "[index] {i}\n[title] {title}\n[Url] {url}\n[snippet] {snippet}"
 
 
@@ -177,23 +179,12 @@ class SimulatedSearch(SearchBackend):
     name, label = "simulated", "simulated"
 
     def __init__(self, model: str, max_tokens: int = 512) -> None:
-        from unified.clients.openai_compat import OpenAICompatClient, parse_endpoint_spec
-
-        self._server = None
-        spec = model
-        if not model.startswith("openai:"):
-            from unified.clients.local_server import LocalOpenAIServer
-
-            self._server = LocalOpenAIServer(model, max_new_tokens=max_tokens)
-            self._server.__enter__()
-            spec = self._server.spec
-        self.client = OpenAICompatClient(parse_endpoint_spec(spec))
+        self.chat_model = shared_chat_model(model)  # a local checkpoint: the process's one copy
         self.max_tokens = max_tokens
         self.model = model
 
     def _ask(self, prompt: str) -> str:
-        result = self.client.chat([{"role": "user", "content": prompt}], max_tokens=self.max_tokens, temperature=0.0)
-        return result.text.strip()
+        return self.chat_model.chat([{"role": "user", "content": prompt}], max_tokens=self.max_tokens, temperature=0.0)
 
     def search(self, query: str, count: int = 10) -> str:
         return "[simulated] " + self._ask(SIM_SEARCH_PROMPT.format(count=count, query=query))
@@ -202,9 +193,7 @@ class SimulatedSearch(SearchBackend):
         return "[simulated] " + self._ask(SIM_PAGE_PROMPT.format(url=url, goal=goal or "the page's content"))
 
     def close(self) -> None:
-        if self._server is not None:
-            self._server.__exit__(None, None, None)
-            self._server = None
+        """Nothing to release: the shared model stays for the process's other callers."""
 
 
 def make_backend(name: str, *, corpus: str | None = None, model: str | None = None, **options: Any) -> SearchBackend:

@@ -51,7 +51,7 @@ def test_local_server_dies_with_its_parent_killed_by_sigkill(tiny_checkpoint, tm
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
     parent_code = (
-        "import sys, time\nfrom unified.clients.local_server import LocalOpenAIServer\n"
+        "import sys, time\nfrom unified.inference.server import LocalOpenAIServer\n"
         f"server = LocalOpenAIServer({str(tiny_checkpoint)!r}, max_new_tokens=4).__enter__()\n"
         "print(server.process.pid, server.port, flush=True)\ntime.sleep(600)\n")
     parent = subprocess.Popen([sys.executable, "-c", parent_code], stdout=subprocess.PIPE, text=True,
@@ -77,7 +77,7 @@ def test_local_server_dies_with_its_parent_killed_by_sigkill(tiny_checkpoint, tm
 def test_server_log_goes_where_asked_and_a_temporary_one_is_removed(tiny_checkpoint, tmp_path, monkeypatch):
     import tempfile
 
-    from unified.clients.local_server import LocalOpenAIServer
+    from unified.inference.server import LocalOpenAIServer
 
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
@@ -91,7 +91,7 @@ def test_server_log_goes_where_asked_and_a_temporary_one_is_removed(tiny_checkpo
 
 
 def test_a_server_that_cannot_start_reports_its_log(tmp_path):
-    from unified.clients.local_server import LocalOpenAIServer
+    from unified.inference.server import LocalOpenAIServer
 
     with pytest.raises(RuntimeError, match="exited with") as failed:
         with LocalOpenAIServer(str(tmp_path / "no-such-checkpoint"), ready_timeout_s=120):

@@ -23,7 +23,7 @@ from unified.agent.loop import AgentLoop, Job
 from unified.models import load_checkpoint
 from unified.models.continuous import ContinuousBatcher
 from unified.models.generation import SamplingParams, batched_generate
-from unified.policy.base import SamplingConfig
+from unified.inference.base import SamplingConfig
 
 LONG = 100_000
 """A token budget no test could wait for: only the deadline can end these generations."""
@@ -67,7 +67,7 @@ def test_continuous_rows_stop_at_their_deadline(loaded):
 @pytest.mark.timeout(300)  # without the deadline this generation runs for an hour: fail instead
 @pytest.mark.parametrize("scheduling", ["rounds", "continuous"])
 def test_the_loop_ends_a_long_generation_at_max_seconds(tiny_checkpoint, loaded, scheduling):
-    from unified.policy.hf import HFPolicy
+    from unified.inference.hf import HFPolicy
 
     policy = HFPolicy(str(tiny_checkpoint), SamplingConfig(max_new_tokens=LONG, enable_thinking=False),
                       loaded=loaded)
@@ -109,7 +109,7 @@ class _SilentServer:
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("scheduling", ["rounds", "continuous"])
 def test_a_server_that_never_answers_ends_at_max_seconds(scheduling):
-    from unified.policy.openai_backend import OpenAIPolicy
+    from unified.inference.openai_backend import OpenAIPolicy
 
     with _SilentServer() as spec:
         policy = OpenAIPolicy(spec, timeout_s=300.0, max_retries=4)  # the request's own limits are far away

@@ -17,7 +17,7 @@ from security._support import needs_bwrap, needs_local
 from unified.agent.loop import AgentLoop, Job
 from unified.contracts import Adapter, Environment, Task
 from unified.execution import EnvironmentSpec, LocalBackend
-from unified.policy.gold import GoldPolicy
+from unified.inference.gold import GoldPolicy
 from unified.sandbox import throwaway_sandbox
 from unified.types import EpisodeResult, Message, Observation, ToolCall, ToolSpec
 

@@ -25,7 +25,7 @@ from unified.agent.parsing import (MAX_JSON_DEPTH, UntrustedJSONError, calls_fro
 from unified.agent.prompting import PROMPTING, PromptingModule
 from unified.eval.runner import EvalConfig, run_eval
 from unified.eval.store import BenchmarkStore
-from unified.policy.base import Policy, PolicyOutput
+from unified.inference.base import Policy, PolicyOutput
 
 NESTED = '<tool_call>{"name": "x", "arguments": {"a": ' + "[" * 50000 + "]" * 50000 + "}}</tool_call>"
 BIG_INT = '<tool_call>{"name": "x", "arguments": {"a": ' + "7" * 5000 + "}}</tool_call>"

@@ -23,7 +23,7 @@ from unified.agent.loop import AgentLoop, Job
 from unified.agent.parsing import parse_completion
 from unified.eval.store import BenchmarkStore
 from unified.store import json_line
-from unified.policy.base import Policy, PolicyOutput
+from unified.inference.base import Policy, PolicyOutput
 from unified.types import Episode, EpisodeResult, ToolSpec
 
 MUTATIONS = 10_000
@@ -105,7 +105,7 @@ class FuzzedGoldPolicy(Policy):
     needs_context = True
 
     def __init__(self, seed: int) -> None:
-        from unified.policy import make_policy
+        from unified.inference import make_policy
 
         super().__init__("fuzzed_gold")
         self.gold, self.rng, self.answers = make_policy("gold"), random.Random(seed), 0

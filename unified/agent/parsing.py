@@ -36,99 +36,21 @@ replacement). :func:`parse_completion` never raises: whatever it meets becomes a
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from unified.inference.gold import render_tool_call  # noqa: F401 (the tool-call markup's writer)
+from unified.inference.reasoning import split_reasoning
+from unified.inference.untrusted import (  # noqa: F401 (model-output readers, used here and re-exported)
+    MAX_INT_DIGITS,
+    MAX_JSON_DEPTH,
+    UntrustedJSONError,
+    check_untrusted_value,
+    clean_text,
+    load_untrusted_json,
+)
 from unified.types import ToolCall, ToolSpec
-
-MAX_JSON_DEPTH = 64
-"""Deepest nesting of arrays/objects accepted in model-written JSON (tool arguments). Deeper
-values would overflow recursive code downstream (``copy.deepcopy``, ``dataclasses.asdict``,
-chat templates)."""
-MAX_INT_DIGITS = 4300
-"""Longest integer literal accepted (Python's default ``sys.get_int_max_str_digits()``: a longer
-int can be parsed by nothing downstream that prints it)."""
-
-
-class UntrustedJSONError(ValueError):
-    """Model-written JSON that is malformed or unsafe to pass on; the message says why."""
-
-
-def clean_text(value: Any) -> str:
-    """Any completion-like value as valid Unicode text: bytes decoded as UTF-8 with U+FFFD for
-    invalid sequences, lone surrogates replaced by U+FFFD (pairs kept), None -> ``""``."""
-    if value is None:
-        return ""
-    if isinstance(value, (bytes, bytearray)):
-        return bytes(value).decode("utf-8", errors="replace")
-    if not isinstance(value, str):
-        value = str(value)
-    try:
-        value.encode("utf-8")
-        return value
-    except UnicodeEncodeError:
-        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-
-
-def _reject_constant(name: str) -> Any:
-    raise UntrustedJSONError(f"{name} is not a JSON number")
-
-
-def _checked_int(text: str) -> int:
-    digits = len(text.lstrip("-"))
-    if digits > MAX_INT_DIGITS:
-        raise UntrustedJSONError(f"an integer with {digits} digits (at most {MAX_INT_DIGITS})")
-    return int(text)
-
-
-def _checked_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise UntrustedJSONError(f"the number {text[:40]} overflows to {value}")
-    return value
-
-
-def _check_value(value: Any) -> None:
-    """Depth and text checks of a parsed value, iteratively (a deep value cannot overflow the stack)."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, (dict, list)):
-            if depth > MAX_JSON_DEPTH:
-                raise UntrustedJSONError(f"nested deeper than {MAX_JSON_DEPTH} levels")
-            children = item.items() if isinstance(item, dict) else ((None, v) for v in item)
-            for key, child in children:
-                if key is not None:
-                    stack.append((key, depth))
-                stack.append((child, depth + 1))
-        elif isinstance(item, str):
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                raise UntrustedJSONError("a string holds a lone UTF-16 surrogate (e.g. \\ud800), which is not "
-                                         "valid Unicode") from None
-
-
-def load_untrusted_json(text: Any) -> Any:
-    """``json.loads`` for model-written text; any problem is an :class:`UntrustedJSONError`."""
-    if not isinstance(text, (str, bytes, bytearray)):
-        raise UntrustedJSONError(f"expected JSON text, got {type(text).__name__}")
-    try:
-        value = json.loads(text, parse_int=_checked_int, parse_float=_checked_float,
-                           parse_constant=_reject_constant)
-    except UntrustedJSONError:
-        raise
-    except RecursionError:
-        raise UntrustedJSONError(f"nested deeper than {MAX_JSON_DEPTH} levels") from None
-    except json.JSONDecodeError as exc:
-        raise UntrustedJSONError(str(exc)) from None
-    except (ValueError, TypeError, OverflowError, MemoryError) as exc:
-        raise UntrustedJSONError(f"{type(exc).__name__}: {str(exc)[:200]}") from None
-    _check_value(value)
-    return value
-
 
 _OPEN, _CLOSE = "<tool_call>", "</tool_call>"
 _FUNCTION = re.compile(r"<function=([^>\n]*)>(.*?)(?:</function>|\Z)", re.DOTALL)
@@ -145,23 +67,6 @@ class ParsedCompletion:
     """The visible answer: no reasoning, no tool-call markup."""
     tool_calls: list[ToolCall] = field(default_factory=list)
     """Every call, malformed ones included (with ``parse_error``)."""
-
-
-def split_reasoning(text: str) -> tuple[str | None, str]:
-    """``[<think>]R</think>A`` -> (R, A). The generation prompt opens ``<think>``, so the
-    completion usually starts inside it; text without ``</think>`` has no reasoning unless it
-    starts with ``<think>`` (then it is all reasoning: the model never closed it)."""
-    if "</think>" in text:
-        reasoning, answer = text.split("</think>", 1)
-        return reasoning.replace("<think>", "", 1).strip(), answer.strip()
-    stripped = text.lstrip()
-    if stripped.startswith("<think>"):
-        body = stripped[len("<think>"):]
-        if "<tool_call>" in body:  # thinking never closed but calls were made: keep the calls visible
-            reasoning, rest = body.split("<tool_call>", 1)
-            return reasoning.strip(), "<tool_call>" + rest
-        return body.strip(), ""
-    return None, text.strip()
 
 
 def _schema_types(tools: list[ToolSpec] | None) -> dict[str, dict[str, Any]]:
@@ -292,7 +197,7 @@ def calls_from_structured(raw_calls: list[dict[str, Any]]) -> list[ToolCall]:
             if isinstance(args, str):
                 args = load_untrusted_json(args or "{}")
             else:
-                _check_value(args)
+                check_untrusted_value(args)
         except UntrustedJSONError as exc:
             error, args = f"arguments are not valid JSON: {exc}", {}
         if error is None and not isinstance(args, dict):
@@ -307,13 +212,3 @@ def calls_from_structured(raw_calls: list[dict[str, Any]]) -> list[ToolCall]:
         calls.append(ToolCall(name=clean_text(name), arguments=args, id=clean_text(raw.get("id") or f"call_{i}"),
                               raw=raw_text, parse_error=error or (None if name else "empty function name")))
     return calls
-
-
-def render_tool_call(call: ToolCall) -> str:
-    """A ToolCall in the Qwen3.5 XML form (what the gold policy emits)."""
-    lines = ["<tool_call>", f"<function={call.name}>"]
-    for key, value in call.arguments.items():
-        text = value if isinstance(value, str) else json.dumps(value)
-        lines += [f"<parameter={key}>", text, "</parameter>"]
-    lines += ["</function>", "</tool_call>"]
-    return "\n".join(lines)

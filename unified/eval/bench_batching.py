@@ -2,7 +2,7 @@
 
 ``python -m unified.eval.bench_batching --tasks 8`` runs the same real BFCL v4 episodes
 (round-robin over categories, so multi-turn ones are included) twice through
-:class:`unified.agent.loop.AgentLoop` with one in-process :class:`unified.policy.hf.HFPolicy`:
+:class:`unified.agent.loop.AgentLoop` with one in-process :class:`unified.inference.hf.HFPolicy`:
 once with ``--max-in-flight`` episodes in flight (default: all N; ``--scheduling`` continuous
 batching, the default where the model supports it, or rounds) and
 once one episode at a time (``max_in_flight=1``), with the same greedy settings and the same
@@ -124,8 +124,8 @@ def _bench(args: argparse.Namespace, work_dir: Path) -> int:
     from unified.contracts import AgentLimits
     from unified.eval.adapter import load_adapter
     from unified.models import load_checkpoint
-    from unified.policy.base import SamplingConfig
-    from unified.policy.hf import HFPolicy
+    from unified.inference.base import SamplingConfig
+    from unified.inference.hf import HFPolicy
 
     config = {"categories": args.categories} if args.categories else {}
     adapter = load_adapter("bfcl_v4", **config)

@@ -507,7 +507,7 @@ def _run_failure(task: str, exc: BaseException, task_manager: Any, base: dict[st
     if isinstance(exc, NotImplementedError) and "oglikelihood" in str(exc):
         return TaskRecord(task=task, status="skipped", reason=f"the model class cannot score log-likelihoods: {exc}",
                           how_to_fix="use general.api_model=local-completions against a server with /v1/completions "
-                                     "(echo + logprobs), e.g. vLLM or python -m unified.clients.local_server", **base)
+                                     "(echo + logprobs), e.g. vLLM or python -m unified.inference.server", **base)
     return TaskRecord(task=task, status="error", reason=f"{type(exc).__name__}: {exc}",
                       how_to_fix=traceback.format_exc(limit=-3), **base)
 

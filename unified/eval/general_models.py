@@ -1,11 +1,13 @@
 """A ``--model`` spec -> one of lm-evaluation-harness's own model classes (``lm_eval.api.model.LM``).
 
-- ``embedded``, a checkpoint dir, a ``.gguf`` or a hub id: :func:`unified.models.load_checkpoint`
-  loads it (dtype and the attention/experts kernels of :func:`unified.kernels.select_kernels`,
+The spec is parsed by :func:`unified.inference.parse_spec`.
+
+- ``embedded``, a checkpoint dir, a ``.gguf`` or a hub id: the process's shared copy
+  (:func:`unified.inference.shared_checkpoint`, the agent suites' policy uses the same) is loaded (dtype and the attention/experts kernels of :func:`unified.kernels.select_kernels`,
   exactly as the agent suites' ``hf`` backend does) and lm-eval's ``HFLM`` wraps the loaded
   model and tokenizer (``HFLM(pretrained=<PreTrainedModel>, tokenizer=<tokenizer>)``);
 - ``openai:URL#MODEL``: lm-eval's ``local-completions`` (``URL/completions``; loglikelihood
-  tasks need ``echo`` + ``logprobs`` there, as vLLM and ``unified.clients.local_server`` give)
+  tasks need ``echo`` + ``logprobs`` there, as vLLM and ``unified.inference.server`` give)
   or ``local-chat-completions`` (``URL/chat/completions``; generation tasks only), chosen by
   ``general.api_model``;
 - ``vllm:PATH`` (or ``--backend vllm``): lm-eval's ``vllm`` class (the ``gpu`` extra; imported
@@ -16,19 +18,26 @@ from __future__ import annotations
 
 from typing import Any
 
+from unified.config import ConfigError
+from unified.inference import parse_spec, shared_checkpoint
+from unified.inference.openai_compat import parse_endpoint_spec
+from unified.models.checkpoint import CheckpointNotFoundError
+from unified.models.embedded import ensure_embedded_checkpoint
+
 THINK_END = "</think>"
 """End of the reasoning block in the library's chat template; lm-eval scores the text after it."""
 
 
 def make_lm(model: str, cfg: Any, *, backend: str | None = None, loaded: Any = None) -> Any:
     """The lm-eval ``LM`` for ``model`` (see the module docstring); ``cfg`` is a GeneralConfig."""
-    if model == "gold":
+    spec = parse_spec(model, backend=backend) if model != "gold" else None
+    if spec is None:
         raise ValueError("--model gold replays agent-benchmark answers; the general suite needs a real model")
-    if model.startswith("openai:") or backend == "openai":
+    if spec.backend == "openai":
         return api_lm(model, cfg)
-    if model.startswith("vllm:") or backend == "vllm":
-        return vllm_lm(model.removeprefix("vllm:"), cfg)
-    return hf_lm(model, cfg, loaded=loaded)
+    if spec.backend == "vllm":
+        return vllm_lm(spec.checkpoint, cfg)
+    return hf_lm(spec.checkpoint, cfg, loaded=loaded)
 
 
 def hf_lm(model: str, cfg: Any, *, loaded: Any = None) -> Any:
@@ -36,9 +45,7 @@ def hf_lm(model: str, cfg: Any, *, loaded: Any = None) -> Any:
     from lm_eval.models.huggingface import HFLM
 
     if loaded is None:
-        from unified.models import load_checkpoint
-
-        loaded = load_checkpoint(model)
+        loaded = shared_checkpoint(model)
     kwargs: dict[str, Any] = {"batch_size": cfg.batch_size, "max_batch_size": cfg.max_batch_size or 64,
                               "backend": "causal", "enable_thinking": cfg.thinking, "think_end_token": THINK_END}
     if cfg.max_length:
@@ -48,19 +55,13 @@ def hf_lm(model: str, cfg: Any, *, loaded: Any = None) -> Any:
 
 def check_options(model: str, cfg: Any, backend: str | None = None) -> None:
     """Option combinations lm-eval cannot run, as a ConfigError before any task starts."""
-    from unified.config import ConfigError
-
     if model == "gold":
         raise ConfigError("--model gold replays agent-benchmark answers; the general suite needs a real model")
-    if not (model.startswith(("openai:", "vllm:")) or backend in ("openai", "vllm")):
-        from unified.models.checkpoint import CheckpointNotFoundError, resolve_spec
-
-        try:  # a path that is no checkpoint: one clear line before any task is loaded
-            resolve_spec(model)
-        except CheckpointNotFoundError as exc:
-            raise ConfigError(f"--model: {exc}") from None
-        return
-    if not (model.startswith("openai:") or backend == "openai"):
+    try:  # a path that is no checkpoint, a malformed endpoint: one clear line before any task is loaded
+        spec = parse_spec(model, backend=backend)
+    except (CheckpointNotFoundError, ValueError) as exc:
+        raise ConfigError(f"--model: {exc}") from None
+    if spec.backend != "openai":
         return
     if cfg.api_model == "local-chat-completions" and not cfg.apply_chat_template:
         raise ConfigError("general.api_model=local-chat-completions sends chat messages: it needs "
@@ -77,9 +78,7 @@ def api_lm(model: str, cfg: Any) -> Any:
     """lm-eval's OpenAI-compatible classes against ``openai:URL#MODEL``."""
     from lm_eval.api.registry import get_model
 
-    from unified.clients.openai_compat import parse_endpoint_spec
-
-    endpoint = parse_endpoint_spec(model if model.startswith("openai:") else f"openai:{model}")
+    endpoint = parse_endpoint_spec(model)
     chat = cfg.api_model == "local-chat-completions"
     check_options(model, cfg)
     kwargs: dict[str, Any] = {
@@ -117,8 +116,6 @@ def vllm_lm(path: str, cfg: Any) -> Any:
     from lm_eval.api.registry import get_model
 
     if path == "embedded":
-        from unified.models.embedded import ensure_embedded_checkpoint
-
         path = str(ensure_embedded_checkpoint())
     kwargs: dict[str, Any] = {"pretrained": path, "batch_size": cfg.batch_size if cfg.batch_size != 1 else "auto",
                               "seed": cfg.seed, "enable_thinking": cfg.thinking, "think_end_token": THINK_END}

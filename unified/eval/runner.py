@@ -25,7 +25,7 @@ from unified.eval.general import GENERAL_SUITE, GeneralConfig, run_general, spli
 from unified.eval.report import benchmark_entry, write_summary
 from unified.eval.store import BenchmarkStore, RunDirLock
 from unified.store import write_json_atomic
-from unified.policy.base import Policy, SamplingConfig, make_policy
+from unified.inference.base import Policy, SamplingConfig, make_policy
 from unified.registry import UnknownNameError
 
 

@@ -1,22 +1,29 @@
-"""One interface for every generation backend: a batch of chat requests in, completions out.
+"""The chat model: one interface for every generation backend, a batch of chat requests in, completions out.
 
-``Policy.generate(requests)`` takes the next turn of many episodes at once (the agent loop
+:class:`ChatModel` (the agent calls it its policy: ``Policy`` is the same class) serves the
+policy, judges, simulated users, simulated search and the lwm eval. ``generate(requests)`` takes the next turn of many episodes at once (the agent loop
 gathers every episode in flight that waits for the policy) and returns, per request, a
 :class:`PolicyOutput` or the Exception that request raised (one failing request must not
 take the batch down). Backends:
 
-- ``hf``     (:mod:`unified.policy.hf`): in-process transformers, one left-padded batch;
-- ``openai`` (:mod:`unified.policy.openai_backend`): any OpenAI-compatible server, concurrent;
-- ``vllm``   (:mod:`unified.policy.vllm_backend`): vLLM's offline engine (``gpu`` extra);
-- ``gold``   (:mod:`unified.policy.gold`): replays an adapter's ground truth (adapter checks).
+- ``hf``     (:mod:`unified.inference.hf`): in-process transformers, one left-padded batch;
+- ``openai`` (:mod:`unified.inference.openai_backend`): any OpenAI-compatible server, concurrent;
+- ``vllm``   (:mod:`unified.inference.vllm_backend`): vLLM's offline engine (``gpu`` extra);
+- ``gold``   (:mod:`unified.inference.gold`): replays an adapter's ground truth (adapter checks).
 
-:func:`make_policy` picks one from a ``--model`` spec.
+:func:`make_chat_model` picks one from a model spec (:mod:`unified.inference.spec`); single-shot
+callers (a judge, a simulated user) use :meth:`ChatModel.chat` / :meth:`ChatModel.chat_many`, with
+their own ``max_tokens`` per request. :func:`unified.inference.shared.shared_chat_model` hands
+every caller in a process the same in-process copy of a model.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Hashable
+
+from unified.inference.reasoning import strip_reasoning
+from unified.inference.spec import ModelSpec, parse_spec
 
 
 @dataclass(frozen=True)
@@ -46,6 +53,15 @@ class PolicyRequest:
     prefix: str = ""
     """Text to prefill after the generation prompt (a prompting module's ``response_prefix``);
     backends that cannot prefill ignore it and leave ``PolicyOutput.prefix`` empty."""
+    max_new_tokens: int | None = None
+    """This request's completion budget (a judge's or a user's own ``max_tokens``); None: the
+    model's :class:`SamplingConfig`."""
+    temperature: float | None = None
+    """This request's temperature; None: the model's :class:`SamplingConfig`."""
+    enable_thinking: bool | None = None
+    """Open a ``<think>`` block for this request; None: the model's :class:`SamplingConfig`."""
+    logprobs: bool = False
+    """Ask for :attr:`PolicyOutput.logprobs` (in-process backends give them anyway)."""
     deadline: float | None = None
     """``time.monotonic()`` by which the episode must end (its ``--max-seconds``): ``hf`` stops the
     row there, ``openai`` bounds the request's timeout and retries by it; either way the output
@@ -81,7 +97,7 @@ class PolicyOutput:
     ``prefix + text``; ``token_ids`` are the generated tokens only)."""
 
 
-class Policy:
+class ChatModel:
     """Base class; ``generate`` must keep the order of ``requests``."""
 
     name = "base"
@@ -110,43 +126,79 @@ class Policy:
     def close(self) -> None:
         """Release resources (engines, servers)."""
 
-    def __enter__(self) -> "Policy":
+    def sampling_for(self, request: PolicyRequest) -> SamplingConfig:
+        """The model's sampling with ``request``'s own overrides (max_new_tokens, temperature, thinking)."""
+        s = self.sampling
+        return replace(s, max_new_tokens=s.max_new_tokens if request.max_new_tokens is None else request.max_new_tokens,
+                       temperature=s.temperature if request.temperature is None else request.temperature,
+                       enable_thinking=s.enable_thinking if request.enable_thinking is None else request.enable_thinking)
+
+    def chat_many(self, conversations: list[list[dict[str, Any]]], *, max_tokens: int, temperature: float = 0.0,
+                  thinking: bool = False) -> list[str | Exception]:
+        """Single-shot answers (a judge's batch): each conversation's answer text, reasoning removed
+        (:func:`unified.inference.reasoning.strip_reasoning`), or the Exception of a failed one."""
+        requests = [PolicyRequest(messages=list(m), max_new_tokens=int(max_tokens), temperature=float(temperature),
+                                  enable_thinking=thinking) for m in conversations]
+        if not requests:
+            return []
+        try:
+            outputs = self.generate(requests)
+        except Exception as exc:  # the whole call failed: every conversation reports it
+            return [exc for _ in requests]
+        return [out if isinstance(out, Exception) else strip_reasoning(out.prefix + out.text) for out in outputs]
+
+    def chat(self, messages: list[dict[str, Any]], *, max_tokens: int, temperature: float = 0.0,
+             thinking: bool = False) -> str:
+        """One answer (a simulated user's reply, a simulated page); raises what generation raised."""
+        answer = self.chat_many([messages], max_tokens=max_tokens, temperature=temperature, thinking=thinking)[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def __enter__(self) -> "ChatModel":
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
 
 
-def make_policy(spec: str, sampling: SamplingConfig = SamplingConfig(), *, backend: str | None = None,
-                concurrency: int | None = None, **options: Any) -> Policy:
-    """A policy from a ``--model`` spec.
+Policy = ChatModel
+"""The agent's name for a chat model (the model whose turns an episode records)."""
 
-    ``gold`` -> the ground-truth replayer; ``openai:URL#MODEL`` -> the OpenAI-compatible
-    backend; anything else (``embedded``, a checkpoint dir, a .gguf, a hub id) is loaded
-    in-process by ``hf`` unless ``backend="vllm"`` (or the spec starts with ``vllm:``).
-    ``concurrency`` (the agent loop's episodes in flight) becomes ``hf``'s batch rows and
-    ``openai``'s concurrent requests, so neither throttles ``--max-in-flight``.
+
+def make_chat_model(spec: str | ModelSpec, sampling: SamplingConfig = SamplingConfig(), *, backend: str | None = None,
+                    concurrency: int | None = None, **options: Any) -> ChatModel:
+    """A chat model from a model spec (:func:`unified.inference.spec.parse_spec`).
+
+    ``gold`` -> the ground-truth replayer; an endpoint -> the OpenAI-compatible backend; a
+    checkpoint (``embedded``, a directory, a .gguf, a hub id) is loaded in-process by ``hf``
+    unless ``backend="vllm"`` (or the spec starts with ``vllm:``). ``concurrency`` (the agent
+    loop's episodes in flight) becomes ``hf``'s batch rows and ``openai``'s concurrent requests,
+    so neither throttles ``--max-in-flight``. An ``hf`` model takes its weights from the
+    process's shared copy (:func:`unified.inference.shared.shared_checkpoint`) unless ``loaded``
+    is given.
     """
-    if spec == "gold":
-        from unified.policy.gold import GoldPolicy
+    parsed = parse_spec(spec, backend=backend)
+    if parsed.backend == "gold":
+        from unified.inference.gold import GoldPolicy
 
         return GoldPolicy(sampling=sampling)
-    if spec.startswith("openai:") or backend == "openai":
-        from unified.policy.openai_backend import OpenAIPolicy
+    if parsed.backend == "openai":
+        from unified.inference.openai_backend import OpenAIPolicy
 
         if concurrency:
             options.setdefault("max_concurrency", concurrency)
-        return OpenAIPolicy(spec, sampling, **options)
-    if spec.startswith("vllm:") or backend == "vllm":
-        from unified.policy.vllm_backend import VLLMPolicy
+        return OpenAIPolicy(parsed, sampling, **options)
+    if parsed.backend == "vllm":
+        from unified.inference.vllm_backend import VLLMPolicy
 
-        return VLLMPolicy(spec.removeprefix("vllm:"), sampling, **options)
-    if backend not in (None, "hf"):
-        from unified.registry import UnknownNameError
-
-        raise UnknownNameError("policy backend", str(backend), ["hf", "openai", "vllm", "gold"])
-    from unified.policy.hf import HFPolicy
+        return VLLMPolicy(parsed, sampling, **options)
+    from unified.inference.hf import HFPolicy
 
     if concurrency:
         options.setdefault("max_batch_size", concurrency)
-    return HFPolicy(spec, sampling, **options)
+    return HFPolicy(parsed, sampling, **options)
+
+
+make_policy = make_chat_model
+"""The runner's name for :func:`make_chat_model`."""

@@ -9,8 +9,10 @@ on benchmarks whose ground truth is a call sequence (BFCL multi-turn).
 
 from __future__ import annotations
 
-from unified.agent.parsing import render_tool_call
-from unified.policy.base import Policy, PolicyOutput, PolicyRequest, SamplingConfig
+import json
+
+from unified.inference.base import Policy, PolicyOutput, PolicyRequest, SamplingConfig
+from unified.types import ToolCall
 
 
 class GoldPolicy(Policy):
@@ -51,3 +53,13 @@ class GoldPolicy(Policy):
             answer = adapter.gold_answer(task) if turn == len(turns) - 1 else None
             text = answer if answer is not None else "Done."
         return PolicyOutput(text="</think>\n\n" + text, prompt="", finish_reason="stop")
+
+
+def render_tool_call(call: ToolCall) -> str:
+    """A ToolCall in the Qwen3.5 XML form (what the gold policy emits)."""
+    lines = ["<tool_call>", f"<function={call.name}>"]
+    for key, value in call.arguments.items():
+        text = value if isinstance(value, str) else json.dumps(value)
+        lines += [f"<parameter={key}>", text, "</parameter>"]
+    lines += ["</function>", "</tool_call>"]
+    return "\n".join(lines)

@@ -16,31 +16,39 @@ SDPA attention and a plain KV cache) turns the second way on; ``max_batch_size``
 rows decoded together in both. A request's ``deadline`` ends its row when it passes
 (``finish_reason="timeout"``, the text so far kept); a request whose deadline has already
 passed is answered at once with no text.
+
+The weights come from the process's shared copy (:func:`unified.inference.shared.shared_checkpoint`:
+a judge or a local server on the same spec uses the same tensors) unless ``loaded`` is given;
+every forward pass runs under the model's :func:`unified.inference.shared.model_lock`. A request's
+own ``max_new_tokens``/``temperature``/``enable_thinking`` override the model's sampling (rows
+of one batch may differ). Outputs carry each generated token's log-probability
+(:func:`unified.models.generation.token_logprobs`).
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any, Hashable
 
-from unified.policy.base import Policy, PolicyOutput, PolicyRequest, SamplingConfig
+from unified.inference.base import Policy, PolicyOutput, PolicyRequest, SamplingConfig
+from unified.inference.shared import model_lock, shared_checkpoint
+from unified.inference.spec import ModelSpec, parse_spec
+from unified.models.continuous import ContinuousBatcher, ContinuousStats, continuous_batching_supported
+from unified.models.generation import SamplingParams, batched_generate, past_deadline
+from unified.models.prefix_cache import PrefixCache
 
 
 class HFPolicy(Policy):
     name = "hf"
 
-    def __init__(self, model: str = "embedded", sampling: SamplingConfig = SamplingConfig(), *,
+    def __init__(self, model: str | ModelSpec = "embedded", sampling: SamplingConfig = SamplingConfig(), *,
                  loaded: Any = None, max_batch_size: int = 16, prefix_cache_mb: float | None = None,
                  continuous: bool | None = None) -> None:
-        from unified.models.continuous import ContinuousStats, continuous_batching_supported
-        from unified.models.prefix_cache import PrefixCache
-
-        super().__init__(str(model), sampling)
+        spec = parse_spec(model) if loaded is None else None
+        super().__init__(spec.text if spec is not None else str(model), sampling)
         if loaded is None:
-            from unified.models import load_checkpoint
-
-            loaded = load_checkpoint(model)
+            loaded = shared_checkpoint(spec)
         self.loaded = loaded
+        self.lock = model_lock(loaded.model)
         self.max_batch_size = max_batch_size
         self.prefix_cache = PrefixCache(None if prefix_cache_mb is None else int(prefix_cache_mb * (1 << 20)))
         self.stats = ContinuousStats()
@@ -52,20 +60,17 @@ class HFPolicy(Policy):
         self._requests: dict[Hashable, tuple[PolicyRequest, str]] = {}  # submitted: (request, rendered prompt)
         self._ready: list[tuple[Hashable, PolicyOutput | Exception]] = []
 
-    def _sampling_params(self):
-        from unified.models.generation import SamplingParams
-
-        s = self.sampling
+    def _sampling_params(self, request: PolicyRequest | None = None) -> SamplingParams:
+        s = self.sampling_for(request) if request is not None else self.sampling
         return SamplingParams(max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p, seed=s.seed)
 
     def render(self, request: PolicyRequest) -> str:
+        thinking = self.sampling.enable_thinking if request.enable_thinking is None else request.enable_thinking
         return self.loaded.tokenizer.apply_chat_template(
             request.messages, tools=request.tools or None, tokenize=False, add_generation_prompt=True,
-            enable_thinking=self.sampling.enable_thinking) + request.prefix
+            enable_thinking=thinking) + request.prefix
 
     def generate(self, requests: list[PolicyRequest]) -> list[PolicyOutput | Exception]:
-        from unified.models.generation import batched_generate, past_deadline
-
         results: list[PolicyOutput | Exception | None] = [None] * len(requests)
         prompts, index = [], []
         for i, request in enumerate(requests):
@@ -77,12 +82,16 @@ class HFPolicy(Policy):
                 index.append(i)
             except Exception as exc:  # a template error belongs to that request only
                 results[i] = exc
-        if prompts:
-            outputs = batched_generate(self.loaded.model, self.loaded.tokenizer, prompts, self._sampling_params(),
-                                       max_batch_size=self.max_batch_size, prefix_cache=self.prefix_cache,
-                                       stats=self.stats, deadlines=[requests[i].deadline for i in index])
-            for i, prompt, out in zip(index, prompts, outputs):
-                results[i] = _policy_output(out, prompt, requests[i])
+        groups: dict[SamplingParams, list[int]] = {}  # rows with the same sampling decode together
+        for j, i in enumerate(index):
+            groups.setdefault(self._sampling_params(requests[i]), []).append(j)
+        for params, rows in groups.items():
+            with self.lock:
+                outputs = batched_generate(self.loaded.model, self.loaded.tokenizer, [prompts[j] for j in rows], params,
+                                           max_batch_size=self.max_batch_size, prefix_cache=self.prefix_cache,
+                                           stats=self.stats, deadlines=[requests[index[j]].deadline for j in rows])
+            for j, out in zip(rows, outputs):
+                results[index[j]] = _policy_output(out, prompts[j], requests[index[j]])
         return results  # type: ignore[return-value]
 
     # continuous batching ------------------------------------------------------------------
@@ -92,19 +101,16 @@ class HFPolicy(Policy):
         if key in self._requests:
             raise ValueError(f"request key {key!r} is already being generated")
         if self._batcher is None:
-            from unified.models.continuous import ContinuousBatcher
-
-            self._batcher = ContinuousBatcher(self.loaded.model, self.loaded.tokenizer, self._sampling_params(),
-                                              max_rows=self.max_batch_size, prefix_cache=self.prefix_cache,
-                                              stats=self.stats)
-        from unified.models.generation import past_deadline
-
+            with self.lock:
+                self._batcher = ContinuousBatcher(self.loaded.model, self.loaded.tokenizer, self._sampling_params(),
+                                                  max_rows=self.max_batch_size, prefix_cache=self.prefix_cache,
+                                                  stats=self.stats)
         if past_deadline(request.deadline):
             self._ready.append((key, _timed_out(request)))
             return
         try:
             prompt = self.render(request)
-            self._batcher.add(key, prompt, deadline=request.deadline)
+            self._batcher.add(key, prompt, self._sampling_params(request), deadline=request.deadline)
         except Exception as exc:  # a template error belongs to that request only
             self._ready.append((key, exc))
             return
@@ -117,7 +123,8 @@ class HFPolicy(Policy):
         if self._batcher is None or not self._batcher.busy:
             return done
         try:
-            finished = self._batcher.step()
+            with self.lock:
+                finished = self._batcher.step()
         except Exception as exc:  # the engine's state is unknown: fail every request in it, start afresh
             done += [(key, exc) for key in self._requests]
             self._requests.clear()
@@ -130,8 +137,6 @@ class HFPolicy(Policy):
 
     def reset_stats(self) -> None:
         """Start counting afresh (benchmarks measure one mode at a time)."""
-        from unified.models.continuous import ContinuousStats
-
         self.stats = ContinuousStats()
         if self._batcher is not None:
             self._batcher.stats = self.stats
@@ -149,11 +154,7 @@ def _timed_out(request: PolicyRequest) -> PolicyOutput:
 def _policy_output(out, prompt: str, request: PolicyRequest) -> PolicyOutput:
     """A :class:`GenerationOutput` as the policy's output for ``request``."""
     return PolicyOutput(text=out.text, prompt=prompt, token_ids=list(out.token_ids), prefix=request.prefix,
-                        prompt_token_ids=list(out.prompt_token_ids),
+                        prompt_token_ids=list(out.prompt_token_ids), logprobs=out.logprobs,
                         prompt_tokens=out.prompt_tokens, completion_tokens=len(out.token_ids),
                         finish_reason=out.finish_reason, seconds=out.seconds)
 
-
-def request_json(request: PolicyRequest) -> str:
-    """The request as JSON (the ``prompt`` record of remote backends)."""
-    return json.dumps({"messages": request.messages, "tools": request.tools}, default=str)

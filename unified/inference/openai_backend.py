@@ -1,7 +1,7 @@
 """``openai``: any OpenAI-compatible server (vLLM, SGLang, ``transformers serve``, our local server).
 
 Requests of one batch go out concurrently through
-:class:`unified.clients.openai_compat.OpenAICompatClient` (bounded concurrency, retries with
+:class:`unified.inference.openai_compat.OpenAICompatClient` (bounded concurrency, retries with
 backoff on 429/5xx/connection errors, per-request timeouts). The server's split-out reasoning
 is put back in front of the answer as ``...</think>`` so that every backend hands the agent
 loop the same raw-completion shape; calls the server already parsed are passed through.
@@ -12,6 +12,10 @@ the server (vLLM, SGLang, our local server) batches continuously on its side.
 
 A request's ``deadline`` bounds its HTTP timeout and retries; when it passes the output is empty
 with ``finish_reason="timeout"`` (the agent loop then ends the episode as ``timeout``).
+
+``logprobs=True`` (an option of the backend, or a request's ``logprobs``) asks the server for
+each generated token's log-probability (``"logprobs": true``); servers that return them
+(vLLM, SGLang, our local server) fill :attr:`PolicyOutput.logprobs`.
 """
 
 from __future__ import annotations
@@ -21,8 +25,10 @@ import json
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Hashable
 
-from unified.policy.base import Policy, PolicyOutput, PolicyRequest, SamplingConfig
-from unified.policy.hf import request_json
+from unified.inference.base import Policy, PolicyOutput, PolicyRequest, SamplingConfig
+from unified.inference.openai_compat import DeadlineExceeded, OpenAICompatClient, parse_endpoint_spec
+from unified.inference.reasoning import join_reasoning
+from unified.inference.spec import ModelSpec
 
 
 def to_wire(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -44,11 +50,11 @@ class OpenAIPolicy(Policy):
     poll_interval_s = 0.05
     """Longest wait of one ``poll`` for a request to finish (the loop services environments between polls)."""
 
-    def __init__(self, spec: str, sampling: SamplingConfig = SamplingConfig(), *, timeout_s: float = 300.0,
-                 max_retries: int = 4, max_concurrency: int = 8, api_key: str | None = None) -> None:
-        from unified.clients.openai_compat import OpenAICompatClient, parse_endpoint_spec
-
-        super().__init__(spec, sampling)
+    def __init__(self, spec: str | ModelSpec, sampling: SamplingConfig = SamplingConfig(), *, timeout_s: float = 300.0,
+                 max_retries: int = 4, max_concurrency: int = 8, api_key: str | None = None,
+                 logprobs: bool = False) -> None:
+        super().__init__(spec.text if isinstance(spec, ModelSpec) else spec, sampling)
+        self.logprobs = logprobs
         self.config = parse_endpoint_spec(spec, timeout_s=timeout_s, max_retries=max_retries,
                                           max_concurrency=max_concurrency, api_key=api_key)
         self.client = OpenAICompatClient(self.config)
@@ -56,23 +62,23 @@ class OpenAIPolicy(Policy):
         self._inflight: dict[Future, tuple[Hashable, PolicyRequest]] = {}
 
     def _payload(self, request: PolicyRequest) -> dict[str, Any]:
-        s = self.sampling
-        return dict(messages=to_wire(request.messages), tools=request.tools or None, max_tokens=s.max_new_tokens,
-                    temperature=s.temperature, top_p=s.top_p, seed=s.seed,
-                    chat_template_kwargs={"enable_thinking": s.enable_thinking}, deadline=request.deadline)
+        s = self.sampling_for(request)
+        payload = dict(messages=to_wire(request.messages), tools=request.tools or None, max_tokens=s.max_new_tokens,
+                       temperature=s.temperature, top_p=s.top_p, seed=s.seed,
+                       chat_template_kwargs={"enable_thinking": s.enable_thinking}, deadline=request.deadline)
+        if self.logprobs or request.logprobs:
+            payload["logprobs"] = True
+        return payload
 
     @staticmethod
     def _output(request: PolicyRequest, answer) -> PolicyOutput | Exception:
-        from unified.clients.openai_compat import DeadlineExceeded
-
         if isinstance(answer, DeadlineExceeded):
             return PolicyOutput(text="", prompt=request_json(request), finish_reason="timeout")
         if isinstance(answer, Exception):
             return answer
-        text = answer.text or ""
-        if answer.reasoning:
-            text = f"{answer.reasoning}\n</think>\n\n{text}"
+        text = join_reasoning(answer.reasoning, answer.text or "")
         return PolicyOutput(text=text, prompt=request_json(request), prompt_tokens=answer.prompt_tokens,
+                            logprobs=answer.logprobs,
                             completion_tokens=answer.completion_tokens, finish_reason=answer.finish_reason,
                             seconds=answer.latency_s, tool_calls=answer.tool_calls or None)
 
@@ -100,3 +106,8 @@ class OpenAIPolicy(Policy):
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
+
+
+def request_json(request: PolicyRequest) -> str:
+    """The request as JSON (the ``prompt`` record of remote backends)."""
+    return json.dumps({"messages": request.messages, "tools": request.tools}, default=str)

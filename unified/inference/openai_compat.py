@@ -2,7 +2,7 @@
 
 Used by the ``openai`` policy backend, the rubric judge and the simulated users. It speaks the
 plain HTTP API (``POST {base_url}/chat/completions``) so that any server works: vLLM, SGLang,
-``transformers serve`` or :mod:`unified.clients.local_server`. Concurrency is bounded by a
+``transformers serve`` or :mod:`unified.inference.server`. Concurrency is bounded by a
 semaphore; 429, 5xx, connection errors and timeouts are retried with exponential backoff and
 jitter; other 4xx answers fail at once with the server's message. A request may carry a
 ``deadline`` (``time.monotonic()``): no attempt or backoff outlasts it, and passing it raises
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import random
 import threading
@@ -26,6 +27,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+
+from unified.inference.spec import ENDPOINT_EXAMPLE, ModelSpec, SpecError, is_endpoint_spec, parse_spec
+from unified.inference.untrusted import UntrustedJSONError, load_untrusted_json
 
 RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
@@ -77,15 +81,13 @@ class EndpointConfig:
     """Requests in flight at once."""
 
 
-def parse_endpoint_spec(spec: str, **overrides: Any) -> EndpointConfig:
-    """``openai:URL#MODEL`` (or ``URL#MODEL``) -> EndpointConfig."""
-    text = spec[len("openai:"):] if spec.startswith("openai:") else spec
-    if "#" not in text:
-        raise ValueError(f"endpoint spec {spec!r}: expected openai:URL#MODEL, e.g. openai:http://127.0.0.1:8000/v1#my-model")
-    url, model = text.split("#", 1)
-    if not url.startswith(("http://", "https://")) or not model:
-        raise ValueError(f"endpoint spec {spec!r}: URL must start with http(s):// and MODEL must be non-empty")
-    return EndpointConfig(base_url=url.rstrip("/"), model=model, **overrides)
+def parse_endpoint_spec(spec: str | ModelSpec, **overrides: Any) -> EndpointConfig:
+    """``openai:URL#MODEL`` (or ``http(s)://URL#MODEL``) -> EndpointConfig (grammar: :mod:`unified.inference.spec`)."""
+    text = spec.text if isinstance(spec, ModelSpec) else str(spec)
+    if not is_endpoint_spec(text):
+        raise SpecError(f"model spec {text!r} is not an endpoint: expected openai:URL#MODEL, e.g. {ENDPOINT_EXAMPLE}")
+    parsed = parse_spec(text)
+    return EndpointConfig(base_url=parsed.target, model=parsed.served_name, **overrides)
 
 
 @dataclass
@@ -102,7 +104,22 @@ class ChatResult:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     latency_s: float = 0.0
+    logprobs: list[float] | None = None
+    """Per generated token, when the request asked for ``logprobs`` and the server gave them."""
     raw: dict[str, Any] = field(default_factory=dict)
+
+
+def _logprobs(choice: dict[str, Any]) -> list[float] | None:
+    """``choices[0].logprobs.content[i].logprob`` as floats; None when absent or not all finite numbers."""
+    block = choice.get("logprobs")
+    content = block.get("content") if isinstance(block, dict) else None
+    if not isinstance(content, list):
+        return None
+    values = [item.get("logprob") if isinstance(item, dict) else None for item in content]
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v <= 0
+               for v in values):
+        return None
+    return [float(v) for v in values]
 
 
 def _parse_response(body: dict[str, Any], latency: float) -> ChatResult:
@@ -113,8 +130,6 @@ def _parse_response(body: dict[str, Any], latency: float) -> ChatResult:
             raise TypeError
     except (KeyError, IndexError, TypeError, AttributeError):
         raise EndpointError(f"malformed chat completion (no choices[0].message): {str(body)[:500]}") from None
-    from unified.agent.parsing import UntrustedJSONError, load_untrusted_json
-
     calls = []
     raw_calls = message.get("tool_calls")
     for i, call in enumerate(raw_calls if isinstance(raw_calls, list) else []):
@@ -136,7 +151,7 @@ def _parse_response(body: dict[str, Any], latency: float) -> ChatResult:
         reasoning=_content_text(reasoning) if reasoning else None,
         tool_calls=calls, finish_reason=str(choice.get("finish_reason") or ""),
         prompt_tokens=_count(usage.get("prompt_tokens")), completion_tokens=_count(usage.get("completion_tokens")),
-        latency_s=latency, raw=body)
+        latency_s=latency, logprobs=_logprobs(choice), raw=body)
 
 
 def _count(value: Any) -> int:

@@ -1,18 +1,28 @@
 """A real OpenAI-compatible chat server over a local checkpoint, for tests and laptops.
 
-``python -m unified.clients.local_server --model SPEC --port 8000`` serves
+``python -m unified.inference.server --model SPEC --port 8000`` serves
 ``POST /v1/chat/completions``, ``POST /v1/completions`` (token-id or text prompts; ``echo`` +
 ``logprobs`` for log-likelihood scoring, as lm-evaluation-harness's ``local-completions`` sends),
 vLLM's tokenizer endpoints ``GET /tokenizer_info``, ``POST /tokenize``, ``POST /detokenize``
-(see :mod:`unified.clients.completions`), ``GET /v1/models`` and ``GET /health`` on loopback. Concurrent
+(see :mod:`unified.inference.completions`), ``GET /v1/models`` and ``GET /health`` on loopback. Concurrent
 requests are generated together by continuous batching
 (:class:`unified.models.continuous.ContinuousBatcher`: a request joins the decoding batch at the
 next step and leaves it when it ends, each with its own sampling settings), so concurrent clients
 (the judge, many episodes in flight) get real throughput. Models the batcher does not support fall
 back to gathering requests for ``--batch-wait`` seconds and generating them as one batch
 (:func:`unified.models.generation.batched_generate`). Prompts are rendered with the checkpoint's own chat
-template; the reasoning before ``</think>`` comes back as ``reasoning_content`` and tool-call
-markup stays in ``content`` (like a vLLM server started without a tool parser).
+template; the reasoning (split by :func:`unified.inference.reasoning.split_reasoning`) comes back
+as ``reasoning_content`` and tool-call markup stays in ``content`` (like a vLLM server started
+without a tool parser). Every request brings its own ``max_tokens`` (``--max-new-tokens`` is
+only the default for requests that give none), so one server serves a judge, a simulated user
+and a policy with different budgets. ``"logprobs": true`` on a chat request returns each
+generated token's log-probability in ``choices[0].logprobs.content`` (OpenAI's shape).
+
+:class:`InProcessServer` serves the same routes from threads of *this* process over its shared
+copy of the model (:func:`unified.inference.shared.shared_checkpoint`): an embedded run whose
+judge and simulated user need an HTTP endpoint (a grader in a sandbox, a checkout's own client)
+loads the model once, for the policy and the server together. Generation holds the model's
+:func:`unified.inference.shared.model_lock` one step at a time.
 
 :class:`LocalOpenAIServer` starts it in a subprocess on a free port, waits until it is healthy
 and always stops it. The server never outlives the process that started it: started with
@@ -26,7 +36,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import queue
+import signal
 import socket
 import subprocess
 import sys
@@ -40,6 +52,13 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+from unified.inference import completions as comp
+from unified.inference.reasoning import split_reasoning
+from unified.inference.shared import model_lock, shared_checkpoint
+from unified.models.continuous import ContinuousBatcher, continuous_batching_supported
+from unified.models.generation import SamplingParams, batched_generate
+from unified.models.prefix_cache import PrefixCache
 
 log = logging.getLogger(__name__)
 
@@ -62,20 +81,12 @@ class _ScoreJob:
     future: Future
 
     def run(self, loaded) -> None:
-        from unified.clients.completions import score_prompt
-
         try:
-            self.future.set_result(score_prompt(loaded.model, loaded.tokenizer, self.ids, self.top, self.generate))
+            with model_lock(loaded.model):
+                result = comp.score_prompt(loaded.model, loaded.tokenizer, self.ids, self.top, self.generate)
+            self.future.set_result(result)
         except Exception as exc:  # reported to the request, the thread goes on
             self.future.set_exception(exc)
-
-
-def split_reasoning(text: str) -> tuple[str | None, str]:
-    """``"...</think>\\n\\nanswer"`` -> (reasoning, answer); text without ``</think>`` is all answer."""
-    if "</think>" not in text:
-        return None, text.strip()
-    reasoning, answer = text.split("</think>", 1)
-    return reasoning.replace("<think>", "").strip() or None, answer.strip()
 
 
 def _normalise_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -105,26 +116,27 @@ class _Batcher(threading.Thread):
     """The generation thread: continuous batching when the model supports it, else gathered batches."""
 
     def __init__(self, loaded, max_batch: int, wait_s: float, prefix_cache_mb: float | None = None) -> None:
-        from unified.models.prefix_cache import PrefixCache
-
-        super().__init__(daemon=True)
+        super().__init__(daemon=True, name="unified-server-generation")
         self.loaded, self.max_batch, self.wait_s = loaded, max_batch, wait_s
-        self.jobs: queue.Queue[_Job] = queue.Queue()
+        self.lock = model_lock(loaded.model)
+        self.jobs: queue.Queue[_Job | _ScoreJob | None] = queue.Queue()
+        """Work for the generation thread; None stops it."""
         # KV reuse across requests (a multi-turn client resends its growing history)
         self.prefix_cache = PrefixCache(None if prefix_cache_mb is None else int(prefix_cache_mb * (1 << 20)))
 
     def run(self) -> None:
-        from unified.models.continuous import continuous_batching_supported
-
         supported, _ = continuous_batching_supported(self.loaded.model)
         self._run_continuous() if supported else self._run_gathered()
 
-    def _run_continuous(self) -> None:
-        from unified.models.continuous import ContinuousBatcher
+    def stop(self) -> None:
+        """End the thread once the work queued before this call is done."""
+        self.jobs.put(None)
 
+    def _run_continuous(self) -> None:
         def new_engine():
-            return ContinuousBatcher(self.loaded.model, self.loaded.tokenizer, max_rows=self.max_batch,
-                                     prefix_cache=self.prefix_cache)
+            with self.lock:
+                return ContinuousBatcher(self.loaded.model, self.loaded.tokenizer, max_rows=self.max_batch,
+                                         prefix_cache=self.prefix_cache)
 
         engine, futures, count = new_engine(), {}, 0
         while True:
@@ -133,6 +145,10 @@ class _Batcher(threading.Thread):
                     job = self.jobs.get(block=not engine.busy)
                 except queue.Empty:
                     break
+                if job is None:
+                    for future in futures.values():
+                        future.set_exception(RuntimeError("the server stopped"))
+                    return
                 if isinstance(job, _ScoreJob):
                     job.run(self.loaded)
                     continue
@@ -145,7 +161,8 @@ class _Batcher(threading.Thread):
             if not engine.busy:
                 continue
             try:
-                finished = engine.step()
+                with self.lock:
+                    finished = engine.step()
             except Exception as exc:  # the engine's state is unknown: fail what it held, start afresh
                 for future in futures.values():
                     future.set_exception(exc)
@@ -155,8 +172,6 @@ class _Batcher(threading.Thread):
                 futures.pop(key).set_result(output)
 
     def _run_gathered(self) -> None:
-        from unified.models.generation import batched_generate
-
         while True:
             batch = [self.jobs.get()]
             deadline = time.monotonic() + self.wait_s
@@ -165,6 +180,11 @@ class _Batcher(threading.Thread):
                     batch.append(self.jobs.get(timeout=max(0.0, deadline - time.monotonic())))
                 except queue.Empty:
                     break
+            if None in batch:
+                for job in batch:
+                    if job is not None:
+                        job.future.set_exception(RuntimeError("the server stopped"))
+                return
             for job in [j for j in batch if isinstance(j, _ScoreJob)]:
                 job.run(self.loaded)
             batch = [j for j in batch if not isinstance(j, _ScoreJob)]
@@ -176,9 +196,10 @@ class _Batcher(threading.Thread):
                 groups.setdefault(job.params, []).append(job)
             for params, jobs in groups.items():
                 try:
-                    outputs = batched_generate(self.loaded.model, self.loaded.tokenizer, [j.prompt for j in jobs],
-                                               params, max_batch_size=self.max_batch,
-                                               prefix_cache=self.prefix_cache)
+                    with self.lock:
+                        outputs = batched_generate(self.loaded.model, self.loaded.tokenizer, [j.prompt for j in jobs],
+                                                   params, max_batch_size=self.max_batch,
+                                                   prefix_cache=self.prefix_cache)
                     for job, output in zip(jobs, outputs):
                         job.future.set_result(output)
                 except Exception as exc:  # reported to every waiting request
@@ -186,9 +207,16 @@ class _Batcher(threading.Thread):
                         job.future.set_exception(exc)
 
 
-def make_handler(loaded, batcher: _Batcher, served_name: str, default_max_tokens: int):
-    from unified.models.generation import SamplingParams
+def _chat_logprobs(tokenizer, output) -> dict[str, Any] | None:
+    """OpenAI's ``choices[i].logprobs`` for a chat completion: one entry per generated token."""
+    if output.logprobs is None:
+        return None
+    tokens = tokenizer.convert_ids_to_tokens(list(output.token_ids))
+    return {"content": [{"token": token, "logprob": logprob, "bytes": None, "top_logprobs": []}
+                        for token, logprob in zip(tokens, output.logprobs)]}
 
+
+def make_handler(loaded, batcher: _Batcher, served_name: str, default_max_tokens: int):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -207,9 +235,7 @@ def make_handler(loaded, batcher: _Batcher, served_name: str, default_max_tokens
             if self.path.rstrip("/") in ("/health", "/v1/health"):
                 self._send(200, {"status": "ok"})
             elif self.path.rstrip("/") == "/tokenizer_info":
-                from unified.clients.completions import tokenizer_info
-
-                self._send(200, tokenizer_info(loaded.tokenizer))
+                self._send(200, comp.tokenizer_info(loaded.tokenizer))
             elif self.path.rstrip("/") == "/v1/models":
                 self._send(200, {"object": "list", "data": [{"id": served_name, "object": "model"}]})
             else:
@@ -246,17 +272,18 @@ def make_handler(loaded, batcher: _Batcher, served_name: str, default_max_tokens
             message: dict[str, Any] = {"role": "assistant", "content": content}
             if reasoning:
                 message["reasoning_content"] = reasoning
+            choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": output.finish_reason}
+            if request.get("logprobs") is True:
+                choice["logprobs"] = _chat_logprobs(loaded.tokenizer, output)
             self._send(200, {
                 "id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion", "created": int(time.time()),
                 "model": served_name,
-                "choices": [{"index": 0, "message": message, "finish_reason": output.finish_reason}],
+                "choices": [choice],
                 "usage": {"prompt_tokens": output.prompt_tokens, "completion_tokens": len(output.token_ids),
                           "total_tokens": output.prompt_tokens + len(output.token_ids)},
             })
 
         def _completions_or_tokenizer(self, route: str) -> None:
-            from unified.clients import completions as comp
-
             tokenizer = loaded.tokenizer
             try:
                 request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
@@ -308,14 +335,58 @@ def make_handler(loaded, batcher: _Batcher, served_name: str, default_max_tokens
 def serve(model: str, host: str = "127.0.0.1", port: int = 8000, *, served_name: str | None = None,
           max_batch: int = 8, batch_wait_s: float = 0.05, max_new_tokens: int = 256,
           prefix_cache_mb: float | None = None) -> None:
-    from unified.models import load_checkpoint
-
-    loaded = load_checkpoint(model)
+    loaded = shared_checkpoint(model)
     batcher = _Batcher(loaded, max_batch, batch_wait_s, prefix_cache_mb)
     batcher.start()
     server = ThreadingHTTPServer((host, port), make_handler(loaded, batcher, served_name or model, max_new_tokens))
     print(f"unified local server: {served_name or model} on http://{host}:{port}/v1", flush=True)
     server.serve_forever()
+
+
+class InProcessServer:
+    """The server's routes on a loopback port, served by threads of this process over its shared
+    copy of ``model`` (see the module docstring); ``stop()`` (or leaving the ``with``) ends them.
+
+    Same attributes as :class:`LocalOpenAIServer` (``port``, ``base_url``, ``spec``, ``running()``).
+    """
+
+    def __init__(self, model: str, *, served_name: str = "local", max_new_tokens: int = 1024, max_batch: int = 8,
+                 batch_wait_s: float = 0.05, prefix_cache_mb: float | None = None, loaded: Any = None) -> None:
+        self.model, self.served_name = str(model), served_name
+        self.loaded = loaded if loaded is not None else shared_checkpoint(model)
+        self._batcher = _Batcher(self.loaded, max_batch, batch_wait_s, prefix_cache_mb)
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(self.loaded, self._batcher, served_name,
+                                                                          max_new_tokens))
+        self._httpd.daemon_threads = True
+        self.port = self._httpd.server_address[1]
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="unified-server-http", daemon=True)
+        self._batcher.start()
+        self._thread.start()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def spec(self) -> str:
+        """The ``openai:URL#MODEL`` spec of this server."""
+        return f"openai:{self.base_url}#{self.served_name}"
+
+    def running(self) -> bool:
+        return self._thread.is_alive() and self._batcher.is_alive()
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self._httpd.shutdown()
+        self._httpd.server_close()
+        self._batcher.stop()
+        self._batcher.join(timeout=30)
+
+    def __enter__(self) -> "InProcessServer":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.stop()
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -336,8 +407,6 @@ def exit_with_parent(parent_pid: int, poll_s: float = PARENT_POLL_S) -> threadin
     (``PR_SET_PDEATHSIG`` is not used: it fires when the *thread* that started the child ends,
     and servers are started lazily from worker threads.)
     """
-    import os
-
     def watch() -> None:
         while os.getppid() == parent_pid:
             time.sleep(poll_s)
@@ -375,16 +444,17 @@ class LocalOpenAIServer:
         """The ``openai:URL#MODEL`` spec of this server."""
         return f"openai:{self.base_url}#{self.served_name}"
 
-    def __enter__(self) -> "LocalOpenAIServer":
-        import os
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
 
+    def __enter__(self) -> "LocalOpenAIServer":
         self.port = free_port()
         if self.log_path is not None:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log = open(self.log_path, "a+b")
         else:  # unlinked once the server has it open: nothing is left in /tmp, even after a kill -9 of us
             self._log = tempfile.TemporaryFile(prefix="unified-server-", suffix=".log")
-        cmd = [sys.executable, "-m", "unified.clients.local_server", "--model", self.model, "--port", str(self.port),
+        cmd = [sys.executable, "-m", "unified.inference.server", "--model", self.model, "--port", str(self.port),
                "--served-name", self.served_name, "--max-new-tokens", str(self.max_new_tokens),
                "--max-batch", str(self.max_batch), "--parent-pid", str(os.getpid())]
         self.process = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT,
@@ -409,8 +479,6 @@ class LocalOpenAIServer:
         """The end of the server's output (read through the open log, which may have no name)."""
         if not self._log:
             return ""
-        import os
-
         try:
             size = os.fstat(self._log.fileno()).st_size
             data = os.pread(self._log.fileno(), 4 * chars, max(0, size - 4 * chars))
@@ -419,9 +487,6 @@ class LocalOpenAIServer:
         return data.decode("utf-8", "replace")[-chars:]
 
     def __exit__(self, *exc_info) -> None:
-        import os
-        import signal
-
         if self.process and self.process.poll() is None:
             try:
                 os.killpg(self.process.pid, signal.SIGTERM)
@@ -438,7 +503,7 @@ class LocalOpenAIServer:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m unified.clients.local_server", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m unified.inference.server", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="embedded")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)

@@ -1,12 +1,15 @@
 """``vllm``: vLLM's offline engine (``pip install unified[gpu]``; imported only when used).
 
 Prompts are rendered with the checkpoint's chat template and generated in one
-``LLM.generate`` call, which schedules the whole batch with continuous batching.
+``LLM.generate`` call, which schedules the whole batch with continuous batching; each request
+has its own ``SamplingParams`` (its ``max_new_tokens``/``temperature``), with ``logprobs=0`` so
+that vLLM returns the log-probability of every sampled token.
 """
 
 from __future__ import annotations
 
-from unified.policy.base import Policy, PolicyOutput, PolicyRequest, SamplingConfig
+from unified.inference.base import Policy, PolicyOutput, PolicyRequest, SamplingConfig
+from unified.inference.spec import ModelSpec, parse_spec
 
 
 class VLLMUnavailable(RuntimeError):
@@ -16,16 +19,15 @@ class VLLMUnavailable(RuntimeError):
 class VLLMPolicy(Policy):
     name = "vllm"
 
-    def __init__(self, model: str, sampling: SamplingConfig = SamplingConfig(), **engine_kwargs) -> None:
-        super().__init__(model, sampling)
+    def __init__(self, model: str | ModelSpec, sampling: SamplingConfig = SamplingConfig(), **engine_kwargs) -> None:
+        spec = parse_spec(model, backend="vllm")
+        super().__init__(spec.text, sampling)
         try:
             import vllm  # noqa: F401
         except ImportError:
             raise VLLMUnavailable("the vllm backend needs vLLM: pip install 'unified[gpu]' on a CUDA machine") from None
-        from unified.models.checkpoint import resolve_spec
-
-        kind, path = resolve_spec(model)
-        if kind == "embedded":
+        path = spec.checkpoint
+        if spec.kind == "embedded":
             from unified.models import ensure_embedded_checkpoint
 
             path = str(ensure_embedded_checkpoint())
@@ -37,18 +39,23 @@ class VLLMPolicy(Policy):
 
         from vllm import SamplingParams
 
-        s = self.sampling
+        settings = [self.sampling_for(r) for r in requests]
         prompts = [self.tokenizer.apply_chat_template(r.messages, tools=r.tools or None, tokenize=False,
                                                       add_generation_prompt=True, enable_thinking=s.enable_thinking)
-                   + r.prefix for r in requests]
-        params = SamplingParams(temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_new_tokens, seed=s.seed)
+                   + r.prefix for r, s in zip(requests, settings)]
+        params = [SamplingParams(temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_new_tokens, seed=s.seed,
+                                 logprobs=0) for s in settings]
         t0 = time.perf_counter()
         results = self.llm.generate(prompts, params)
         seconds = time.perf_counter() - t0
         outputs: list[PolicyOutput | Exception] = []
         for request, prompt, result in zip(requests, prompts, results):
             out = result.outputs[0]
+            logprobs = None
+            if out.logprobs:  # one {token_id: Logprob} per generated token, the sampled one included
+                logprobs = [float(step[t].logprob) for t, step in zip(out.token_ids, out.logprobs)]
             outputs.append(PolicyOutput(text=out.text, prompt=prompt, token_ids=list(out.token_ids), prefix=request.prefix,
+                                        logprobs=logprobs,
                                         prompt_token_ids=list(result.prompt_token_ids or []),
                                         prompt_tokens=len(result.prompt_token_ids or []),
                                         completion_tokens=len(out.token_ids), finish_reason=out.finish_reason or "",

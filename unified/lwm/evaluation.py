@@ -2,8 +2,8 @@
 
     python -m unified.lwm.evaluation --model SPEC --judge SPEC --data DIR --out DIR [--limit N]
 
-SPEC is a :func:`unified.models.load_checkpoint` spec (``embedded``, a HF directory, ...) or an
-OpenAI-compatible endpoint ``openai:URL#MODEL``.
+SPEC is any model spec of :mod:`unified.inference.spec` (``embedded``, a HF directory, ...,
+``openai:URL#MODEL``); a world model and a judge on the same checkpoint share one loaded copy.
 
 1. infer: for each selected record, the world model sees the record's chat sample (system,
    the full earlier turns, the current action) and predicts the observation;
@@ -40,6 +40,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from unified.inference import PolicyRequest, SamplingConfig, parse_spec, shared_chat_model
 from unified.lwm.dataset import sample_one_turn_per_trajectory, to_chat
 from unified.text import parse_observation
 from unified.lwm.records import AWBRecord, load_records
@@ -82,41 +83,31 @@ def _append(path: Path, row: dict) -> None:
 
 
 class WorldModel:
-    """Predicts observations with a local checkpoint (batched) or an OpenAI-compatible endpoint."""
+    """Predicts observations with any chat model (:func:`unified.inference.shared_chat_model`: a local
+    checkpoint batched on the process's shared copy, or an OpenAI-compatible endpoint)."""
 
     def __init__(self, spec: str, *, max_new_tokens: int = 128, batch_size: int = 8, thinking: bool = False) -> None:
         self.spec, self.max_new_tokens, self.batch_size, self.thinking = spec, max_new_tokens, batch_size, thinking
-        self.loaded = None
-        self.client = None
-        if spec.startswith("openai:"):
-            from unified.clients.openai_compat import OpenAICompatClient, parse_endpoint_spec
-
-            self.client = OpenAICompatClient(parse_endpoint_spec(spec))
-        else:
-            from unified.models import load_checkpoint
-
-            self.loaded = load_checkpoint(spec)
+        self.parsed = parse_spec(spec)
+        options = {"max_batch_size": batch_size} if self.parsed.backend == "hf" else {}
+        self.model = shared_chat_model(self.parsed, sampling=SamplingConfig(max_new_tokens=max_new_tokens,
+                                                                            enable_thinking=thinking), **options)
+        self.loaded = getattr(self.model, "loaded", None)
 
     def predict(self, messages: list[list[dict]]) -> list[str | Exception]:
-        if self.client is not None:
-            results = self.client.chat_many([{"messages": m, "max_tokens": self.max_new_tokens, "temperature": 0.0,
-                                              "chat_template_kwargs": {"enable_thinking": self.thinking}}
-                                             for m in messages])
-            return [r if isinstance(r, Exception) else
-                    (f"<think>{r.reasoning}</think>" if r.reasoning else "") + r.text for r in results]
-        from unified.models.continuous import generate_all
-        from unified.models.generation import SamplingParams
-
-        tok = self.loaded.tokenizer
-        prompts = [tok.apply_chat_template(m, tokenize=False, add_generation_prompt=True,
-                                           enable_thinking=self.thinking) for m in messages]
-        outs = generate_all(self.loaded.model, tok, prompts, SamplingParams(max_new_tokens=self.max_new_tokens),
-                            max_batch_size=self.batch_size)
-        return [o.text for o in outs]
+        """Raw completions (reasoning kept as ``...</think>``, :func:`unified.inference.join_reasoning`)."""
+        requests = [PolicyRequest(messages=m, max_new_tokens=self.max_new_tokens, temperature=0.0,
+                                  enable_thinking=self.thinking) for m in messages]
+        try:
+            outputs = self.model.generate(requests)
+        except Exception as exc:  # the whole batch failed: every sample records it
+            return [exc for _ in messages]
+        return [o if isinstance(o, Exception) else o.prefix + o.text for o in outputs]
 
 
 def build_judge_backend(spec: str, *, max_tokens: int, world_model: WorldModel | None = None, batch_size: int = 8):
-    if spec.startswith("openai:"):
+    """The rubric judge on ``spec``; a local checkpoint shares the process's copy (the world model's too)."""
+    if parse_spec(spec).is_endpoint:
         return OpenAIJudgeBackend(spec, max_tokens=max_tokens)
     shared = world_model.loaded if world_model is not None and world_model.spec == spec else None
     return LocalHFJudgeBackend(spec, max_tokens=max_tokens, batch_size=batch_size, loaded=shared)

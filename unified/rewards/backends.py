@@ -16,7 +16,9 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from unified.text import strip_reasoning
+from unified.inference.base import SamplingConfig
+from unified.inference.hf import HFPolicy
+from unified.inference.openai_compat import OpenAICompatClient, parse_endpoint_spec
 
 
 class JudgeBackend(Protocol):
@@ -28,14 +30,12 @@ class JudgeBackend(Protocol):
 
 
 class OpenAIJudgeBackend:
-    """Any OpenAI-compatible server through :class:`unified.clients.openai_compat.OpenAICompatClient`
+    """Any OpenAI-compatible server through :class:`unified.inference.openai_compat.OpenAICompatClient`
     (concurrent requests, retries with backoff, per-request timeouts)."""
 
     def __init__(self, endpoint: str, *, max_tokens: int = 256, temperature: float = 0.0,
                  max_concurrency: int = 8, timeout_s: float = 120.0, max_retries: int = 4,
                  disable_thinking: bool = True) -> None:
-        from unified.clients.openai_compat import OpenAICompatClient, parse_endpoint_spec
-
         self.config = parse_endpoint_spec(endpoint, max_concurrency=max_concurrency, timeout_s=timeout_s,
                                           max_retries=max_retries)
         self.client = OpenAICompatClient(self.config)
@@ -50,34 +50,29 @@ class OpenAIJudgeBackend:
 
 
 class LocalHFJudgeBackend:
-    """A local checkpoint (any :func:`unified.models.load_checkpoint` spec), greedy, batched."""
+    """A local checkpoint (any :mod:`unified.inference.spec` checkpoint spec), greedy, batched, on the
+    process's shared copy of the model (:func:`unified.inference.shared_checkpoint`: a judge on the
+    policy's checkpoint loads nothing more) unless ``loaded`` is given."""
 
     def __init__(self, spec: str, *, max_tokens: int = 256, batch_size: int = 8, loaded=None) -> None:
         self.spec, self.max_tokens, self.batch_size = str(spec), max_tokens, batch_size
         self._loaded = loaded
+        self._model: HFPolicy | None = None
         self.name = f"hf:{self.spec}|max_tokens={max_tokens}|greedy"
 
     @property
-    def loaded(self):
-        if self._loaded is None:
-            from unified.models import load_checkpoint
+    def model(self) -> HFPolicy:
+        if self._model is None:
+            self._model = HFPolicy(self.spec, SamplingConfig(max_new_tokens=self.max_tokens, enable_thinking=False),
+                                   loaded=self._loaded, max_batch_size=self.batch_size)
+        return self._model
 
-            self._loaded = load_checkpoint(self.spec)
-        return self._loaded
+    @property
+    def loaded(self):
+        return self.model.loaded
 
     def complete(self, requests: list[list[dict[str, str]]]) -> list[str | Exception]:
-        from unified.models.continuous import generate_all
-        from unified.models.generation import SamplingParams
-
-        tok = self.loaded.tokenizer
-        prompts = [tok.apply_chat_template(m, tokenize=False, add_generation_prompt=True, enable_thinking=False)
-                   for m in requests]
-        try:
-            outs = generate_all(self.loaded.model, tok, prompts, SamplingParams(max_new_tokens=self.max_tokens),
-                                max_batch_size=self.batch_size)
-        except Exception as exc:  # one failure: every request of the call reports it
-            return [exc for _ in requests]
-        return [strip_reasoning(o.text).strip() for o in outs]
+        return self.model.chat_many(requests, max_tokens=self.max_tokens, temperature=0.0, thinking=False)
 
 
 class JudgeCache:

@@ -24,6 +24,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from unified.inference.spec import parse_spec
+from unified.models.embedded import embedded_checkpoint_dir
 from unified.warmup.config import WarmupConfig
 
 _PLACEHOLDER = re.compile(r"\$[A-Z_][A-Z0-9_]*")
@@ -58,12 +60,10 @@ def _tool(name: str, python: str) -> str:
 
 
 def _vllm_model(spec: str) -> str:
-    """vLLM needs a directory or a hub id; the embedded spec is its cache directory."""
-    if spec == "embedded":
-        from unified.models.embedded import embedded_checkpoint_dir
-
-        return str(embedded_checkpoint_dir())
-    return spec
+    """vLLM needs a directory or a hub id (:func:`unified.inference.parse_spec`); the embedded spec is its
+    cache directory."""
+    parsed = parse_spec(spec, backend="vllm")
+    return str(embedded_checkpoint_dir()) if parsed.kind == "embedded" else parsed.checkpoint
 
 
 def launch_plan(cfg: WarmupConfig, recipe: str | None, overrides: list[str], *, python: str | None = None

@@ -1,0 +1,89 @@
+"""Model endpoints that graders and simulated users talk to over HTTP.
+
+Some callers need an OpenAI-compatible URL rather than an in-process model: a grader running in
+a sandbox reaches its LLM judge through a relay, a benchmark checkout's own client code sends
+the simulated user's requests. :func:`resolve_endpoint` turns any model spec into one:
+
+- an endpoint spec (``openai:URL#MODEL``, ``http(s)://URL#MODEL``) is used as is;
+- a checkpoint spec (``embedded``, a directory, ...) is served on loopback by one
+  :class:`unified.inference.server.InProcessServer` per checkpoint and process, over the
+  process's shared copy of the weights (the policy's too, when it runs the same checkpoint).
+  The server takes each request's own ``max_tokens``, so a judge and a simulated user with
+  different budgets share it; it stops at interpreter exit (:func:`stop_local_servers`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from dataclasses import dataclass
+
+from unified.inference.openai_compat import EndpointConfig, OpenAICompatClient, parse_endpoint_spec
+from unified.inference.server import InProcessServer
+from unified.inference.shared import checkpoint_key
+from unified.inference.spec import ENDPOINT_EXAMPLE, SpecError, parse_spec
+
+_SERVERS: dict[tuple, InProcessServer] = {}
+_LOCK = threading.Lock()
+
+
+@dataclass
+class ResolvedEndpoint:
+    """An endpoint ready to call."""
+
+    spec: str
+    """What the user configured (recorded with the results)."""
+    config: EndpointConfig
+    """Where requests go."""
+    local: bool
+    """True when this process serves a local checkpoint itself."""
+
+    @property
+    def client(self) -> OpenAICompatClient:
+        return OpenAICompatClient(self.config)
+
+    def describe(self) -> str:
+        where = f"{self.config.base_url}#{self.config.model}"
+        return f"{self.spec} (local server {where})" if self.local else where
+
+
+def local_server(spec: str) -> InProcessServer:
+    """The process's loopback server for checkpoint ``spec`` (started on first use, restarted if it died)."""
+    parsed = parse_spec(spec)
+    key = checkpoint_key(parsed)
+    with _LOCK:
+        server = _SERVERS.get(key)
+        if server is None or not server.running():
+            server = _SERVERS[key] = InProcessServer(parsed.checkpoint, served_name="local", max_batch=8)
+        return server
+
+
+def resolve_endpoint(spec: str, *, timeout_s: float = 600.0) -> ResolvedEndpoint:
+    """An endpoint for ``spec`` (module docstring); a checkpoint spec starts (once) a loopback server for it."""
+    text = str(spec).strip()
+    if not text:
+        raise SpecError(f"empty model endpoint spec (expected {ENDPOINT_EXAMPLE} or a local checkpoint such as "
+                        "`embedded`)")
+    parsed = parse_spec(text)
+    if parsed.is_endpoint:
+        return ResolvedEndpoint(text, parse_endpoint_spec(parsed, timeout_s=timeout_s, max_retries=2), local=False)
+    if parsed.backend != "hf":
+        raise SpecError(f"model spec {text!r}: an endpoint needs {ENDPOINT_EXAMPLE} or a checkpoint served "
+                        f"in-process, not a {parsed.backend} spec")
+    server = local_server(text)
+    return ResolvedEndpoint(text, parse_endpoint_spec(server.spec, timeout_s=timeout_s, max_retries=1), local=True)
+
+
+def stop_local_servers() -> None:
+    """Stop every loopback server this module started (also runs at interpreter exit)."""
+    with _LOCK:
+        servers = list(_SERVERS.values())
+        _SERVERS.clear()
+    for server in servers:
+        try:
+            server.stop()
+        except Exception:  # pragma: no cover - best effort at exit
+            pass
+
+
+atexit.register(stop_local_servers)
