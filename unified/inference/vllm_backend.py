@@ -8,8 +8,11 @@ that vLLM returns the log-probability of every sampled token.
 
 from __future__ import annotations
 
+import time
+
 from unified.inference.base import Policy, PolicyOutput, PolicyRequest, SamplingConfig
 from unified.inference.spec import ModelSpec, parse_spec
+from unified.models.embedded import ensure_embedded_checkpoint
 
 
 class VLLMUnavailable(RuntimeError):
@@ -28,15 +31,11 @@ class VLLMPolicy(Policy):
             raise VLLMUnavailable("the vllm backend needs vLLM: pip install 'unified[gpu]' on a CUDA machine") from None
         path = spec.checkpoint
         if spec.kind == "embedded":
-            from unified.models import ensure_embedded_checkpoint
-
             path = str(ensure_embedded_checkpoint())
         self.llm = vllm.LLM(model=path, **engine_kwargs)
         self.tokenizer = self.llm.get_tokenizer()
 
     def generate(self, requests: list[PolicyRequest]) -> list[PolicyOutput | Exception]:
-        import time
-
         from vllm import SamplingParams
 
         settings = [self.sampling_for(r) for r in requests]
