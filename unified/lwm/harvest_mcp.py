@@ -25,6 +25,7 @@ from typing import Any
 
 from unified.lwm.prompts import build_system_prompt
 from unified.lwm.records import AWBRecord, trajectory_records
+from unified.sandbox.scratch import process_temp_dir
 
 _BASE = "bfcl_eval.eval_checker.multi_turn_eval.func_source_code"
 BACKENDS = {
@@ -45,8 +46,6 @@ def load_backend(kind: str, scenario: dict[str, Any]):
     import importlib
 
     if "BFCL_PROJECT_ROOT" not in os.environ:  # removed at exit: nothing left in /tmp
-        from unified.sandbox.scratch import process_temp_dir
-
         os.environ["BFCL_PROJECT_ROOT"] = str(process_temp_dir("unified-bfcl-"))
     module_name, class_name = BACKENDS[kind]
     cls = getattr(importlib.import_module(f"{_BASE}.{module_name}"), class_name)

@@ -20,6 +20,7 @@ import json
 from typing import Any
 
 from unified.predict.extract import Prediction, episode_key
+from unified.rewards import RewardConfig, build_judge, judge_messages, parse_judge_answer
 from unified.types import Episode, ToolCall
 
 _DOMAINS = (("bfcl", "mcp"), ("claw", "mcp"), ("qwenclaw", "mcp"), ("terminal", "terminal"), ("swe", "swe"),
@@ -46,17 +47,12 @@ class RubricJudge:
 
     def __init__(self, endpoint: str = "", *, local_model: str = "", correct_if_factuality: float = 4.0,
                  judge: Any = None, **reward_options: Any) -> None:
-        from unified.rewards import RewardConfig, build_judge
-
         self.correct_if_factuality = correct_if_factuality
         self.config = RewardConfig(judge_endpoint=endpoint, judge_model=local_model, **reward_options)
         self.judge = judge if judge is not None else build_judge(self.config)
         self.requests_sent = 0
 
     def __call__(self, predictions: list[Prediction], episodes: dict[str, Episode]) -> None:
-        from unified.rewards import parse_judge_answer
-        from unified.rewards.rubric import judge_messages
-
         todo, requests = [], []
         for pred in predictions:
             episode = episodes.get(pred.episode)

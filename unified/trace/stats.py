@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from unified.predict.extract import Prediction, episode_key, episode_predictions, self_corrections
+from unified.trace.judge import RubricJudge, episodes_by_key
 from unified.trace.load import SavedRun, load_run
 from unified.predict.score import score_prediction
 from unified.types import Episode, EpisodeResult
@@ -250,8 +251,6 @@ def trace_run(run: str | Path | SavedRun | Iterable[Episode], results: Iterable[
     by_key = {(r.benchmark, r.task_id, r.trial): r for r in results}
     traces = [trace_episode(e, by_key.get((e.benchmark, e.task_id, e.trial)), threshold=threshold) for e in episodes]
     if judge:
-        from unified.trace.judge import RubricJudge, episodes_by_key
-
         if isinstance(judge, str):
             judge = RubricJudge(judge)
         judge([p for t in traces for p in t.predictions if p.observation is not None], episodes_by_key(episodes))
