@@ -43,6 +43,7 @@ import pandas as pd
 from unified.config import bounded
 from unified.contracts import Adapter, BenchmarkUnavailable, Environment, PaperReference, Task
 from unified.eval.adapter import config_list, limit_runnable
+from unified.inference.endpoints import resolve_endpoint
 from unified.types import Episode, EpisodeResult, Message, Observation, ToolCall, ToolSpec
 
 from evaluators.widesearch.metrics import evaluate_table
@@ -315,8 +316,6 @@ class WideSearchAdapter(Adapter):
             self._judge_name = "none (exact-match fallbacks)"
             return None
         if self._judge is None:
-            from unified.inference.endpoints import resolve_endpoint
-
             endpoint = resolve_endpoint(self.judge_spec)
             client = endpoint.client
             self._judge_name = endpoint.describe()
