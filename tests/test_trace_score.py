@@ -110,7 +110,7 @@ def test_load_run_dedups_resumed_keys_skips_truncated_tail_and_names_bad_lines(t
         load_run(tmp_path / "run")
     (tmp_path / "run" / "episodes.jsonl").write_text(json.dumps({"benchmark": "b", "task_id": "t", "steps": [],
                                                                  "bogus": 1}) + "\n")
-    with pytest.raises(ValueError, match=r"episodes\.jsonl:1: Episode: unknown field\(s\) \['bogus'\]"):
+    with pytest.raises(ValueError, match=r"episodes\.jsonl:1: Episode: unknown key 'bogus'\. Valid keys: benchmark, "):
         load_run(tmp_path / "run")
 
 

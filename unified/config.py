@@ -1,7 +1,9 @@
-"""Recipes: YAML files into typed dataclasses, ``--set key=value`` overrides, ``--dry-run``.
+"""Recipes: YAML files into typed dataclasses, ``--set key=value`` overrides, ``--dry-run``;
+and the library's one dict -> dataclass loader (:func:`from_dict`), which also revives the
+stored records of :mod:`unified.types` (``Record.from_dict`` calls it).
 
 Every config section is a dataclass. Loading is strict: an unknown key is an error that
-names the file, the line and the section and lists the valid keys; a value of the wrong type
+names the file, the line and the section, says "did you mean" and lists the valid keys; a value of the wrong type
 is an error that names the field and the expected type; a number outside the bounds a field
 declares (:func:`bounded`: ``max_steps >= 1``, ``learning_rate > 0``, no NaN) is an error that
 names the field, the bound and the value. :func:`flag_type` turns the same bounds into an
@@ -39,7 +41,11 @@ C = TypeVar("C")
 
 
 class ConfigError(ValueError):
-    """A recipe or override that cannot be turned into the typed config."""
+    """A recipe, override or stored record that cannot be turned into its typed dataclass."""
+
+
+class ConfigNameError(UnknownNameError, ConfigError):
+    """An unknown key or value: says "did you mean", and is a :class:`ConfigError` (a ``ValueError``)."""
 
 
 # --------------------------------------------------------------------------------------
@@ -170,8 +176,10 @@ def _describe(tp: Any) -> str:
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 
 
-def _coerce(value: Any, tp: Any, where: str) -> Any:
-    """Check/convert ``value`` to the annotated type ``tp``; raise ConfigError naming ``where``."""
+def _coerce(value: Any, tp: Any, where: str, source: str = "", lines: dict[tuple[str, ...], int] | None = None) -> Any:
+    """Check/convert ``value`` to the annotated type ``tp``; raise ConfigError naming ``where``.
+
+    ``source``/``lines`` are passed on to nested dataclasses (their errors name the file)."""
     if tp is Any:
         return value
     origin = typing.get_origin(tp)
@@ -182,36 +190,36 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         errors = []
         for option in (a for a in args if a is not type(None)):
             try:
-                return _coerce(value, option, where)
+                return _coerce(value, option, where, source, lines)
             except ConfigError as exc:
                 errors.append(str(exc))
         raise ConfigError(f"{where}: expected {_describe(tp)}, got {value!r}")
     if origin is typing.Literal:
         if value not in args:
-            raise UnknownNameError("value", str(value), [str(a) for a in args], where=where)
+            raise ConfigNameError("value", str(value), [str(a) for a in args], where=where)
         return value
     if origin in (list, tuple, set, frozenset) or tp in (list, tuple):
         if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
             raise ConfigError(f"{where}: expected a list, got {value!r}")
         item_tp = args[0] if args else Any
-        items = [_coerce(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value)]
+        items = [_coerce(v, item_tp, f"{where}[{i}]", source, lines) for i, v in enumerate(value)]
         return tuple(items) if origin is tuple else items
     if origin is dict or tp is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: expected a mapping, got {value!r}")
         val_tp = args[1] if len(args) == 2 else Any
-        return {str(k): _coerce(v, val_tp, f"{where}.{k}") for k, v in value.items()}
+        return {str(k): _coerce(v, val_tp, f"{where}.{k}", source, lines) for k, v in value.items()}
     if dataclasses.is_dataclass(tp):
         if isinstance(value, tp):
             return value
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: expected a section (mapping) for {tp.__name__}, got {value!r}")
-        return from_dict(tp, value, where=where)
+        return from_dict(tp, value, where=where, lines=lines, source=source)
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         try:
             return tp(value)
         except ValueError:
-            raise UnknownNameError("value", str(value), [str(m.value) for m in tp], where=where) from None
+            raise ConfigNameError("value", str(value), [str(m.value) for m in tp], where=where) from None
     if tp is bool:
         if isinstance(value, bool):
             return value
@@ -247,11 +255,22 @@ def from_dict(cls: type[C], data: dict[str, Any], *, where: str = "", lines: dic
               source: str = "") -> C:
     """Build dataclass ``cls`` from ``data``, strictly: unknown keys and bad types are errors.
 
-    ``where`` is the dotted section path used in messages; ``lines``/``source`` add the file
-    and line of an offending key when the data came from a YAML file.
+    The one dict -> dataclass loader: recipes and adapter configs, and the stored records
+    (``unified.types.Record.from_dict``). Nested dataclasses, lists and dicts of them, optional
+    values, ``Literal`` and enum fields are revived by the annotations; scalars are checked and
+    converted (``"3e-4"`` -> 3e-4, ``"true"`` -> True); bounds of :func:`bounded` fields are
+    checked. Errors are :class:`ConfigError` (``ValueError``); an unknown key or value is a
+    :class:`ConfigNameError` that says "did you mean".
+
+    ``where`` is the dotted section path used in messages; ``source`` prefixes every message
+    (a file, or ``file:line`` for a JSONL record) and, with ``lines`` (key path -> line, for a
+    YAML file), the line of the offending key is added.
     """
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"{cls!r} is not a dataclass")
+    if not isinstance(data, dict):
+        raise ConfigError(f"{_location(source, lines, ())}{where or cls.__name__}: expected a mapping "
+                          f"(an object), got {type(data).__name__}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     kwargs: dict[str, Any] = {}
@@ -260,16 +279,18 @@ def from_dict(cls: type[C], data: dict[str, Any], *, where: str = "", lines: dic
         key_where = f"{where}.{key}" if where else str(key)
         loc = _location(source, lines, section + (str(key),))
         if key not in fields:
-            raise UnknownNameError("key", str(key), list(fields), where=f"{loc}{where or cls.__name__}") from None
+            raise ConfigNameError("key", str(key), list(fields), where=f"{loc}{where or cls.__name__}") from None
         tp = hints[key]
         if dataclasses.is_dataclass(tp) and isinstance(value, dict):  # nested errors carry their own line
             kwargs[key] = from_dict(tp, value, where=key_where, lines=lines, source=source)
             continue
         try:
-            kwargs[key] = _coerce(value, tp, key_where)
+            kwargs[key] = _coerce(value, tp, key_where, source, lines)
             check_bounds(kwargs[key], fields[key].metadata.get("bounds", {}), key_where)
         except UnknownNameError as exc:
-            raise UnknownNameError(exc.kind, exc.name, exc.valid, where=f"{loc}{key_where}") from None
+            if loc and str(exc).startswith(loc):  # raised by a nested section, which named the file
+                raise
+            raise ConfigNameError(exc.kind, exc.name, exc.valid, where=f"{loc}{key_where}") from None
         except ConfigError as exc:
             if loc and not str(exc).startswith(loc):
                 raise ConfigError(f"{loc}{exc}") from None

@@ -4,15 +4,17 @@ Everything that crosses a module boundary is one of these dataclasses: the agent
 writes Episodes, the eval stores EpisodeResults, the world-model data is
 :class:`unified.lwm.records.AWBRecord` (its own format), the
 rewards return RewardBreakdowns. Each has ``to_dict``/``from_dict`` for JSONL storage;
-``from_dict`` rejects unknown fields (naming them) so that a corrupted file is noticed.
+``from_dict`` (the one loader, :func:`unified.config.from_dict`) rejects unknown fields
+(naming them, with "did you mean") and wrong types, so that a corrupted file is noticed.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
+
+from unified.config import from_dict
 
 R = TypeVar("R", bound="Record")
 
@@ -27,42 +29,12 @@ class Record:
 
     @classmethod
     def from_dict(cls: type[R], data: dict[str, Any], where: str = "") -> R:
-        where = where or cls.__name__
-        if not isinstance(data, dict):
-            raise ValueError(f"{where}: expected an object, got {type(data).__name__}")
-        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-        unknown = sorted(set(data) - names)
-        if unknown:
-            raise ValueError(f"{where}: unknown field(s) {unknown}; valid fields: {sorted(names)}")
-        hints = typing.get_type_hints(cls)
-        kwargs = {}
-        for key, value in data.items():
-            kwargs[key] = _revive(value, hints[key], f"{where}.{key}")
-        try:
-            return cls(**kwargs)
-        except TypeError as exc:
-            raise ValueError(f"{where}: {exc}") from None
+        """The record of ``data`` through the library's one loader, :func:`unified.config.from_dict`:
+        nested records revived, unknown fields an error with "did you mean", types checked.
 
-
-def _revive(value: Any, tp: Any, where: str) -> Any:
-    """Turn nested dicts back into Record dataclasses according to the annotation."""
-    if value is None:
-        return None
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if isinstance(tp, type) and issubclass(tp, Record):
-        return tp.from_dict(value, where)
-    if origin is list and args:
-        return [_revive(v, args[0], f"{where}[{i}]") for i, v in enumerate(value)]
-    if origin is dict and len(args) == 2:
-        return {k: _revive(v, args[1], f"{where}.{k}") for k, v in value.items()}
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType")):
-        for option in args:
-            if option is type(None):
-                continue
-            if isinstance(option, type) and issubclass(option, Record) and isinstance(value, dict):
-                return option.from_dict(value, where)
-        return value
-    return value
+        ``where`` (a file, ``file:line``) prefixes every error message; errors are ``ValueError``.
+        """
+        return from_dict(cls, data, source=where)
 
 
 @dataclass

@@ -53,9 +53,9 @@ def _classify(obj: Any, where: str) -> Iterable[Episode | EpisodeResult]:
             yield EpisodeResult.from_dict(obj["result"], f"{where}: result")
         return
     if "steps" in obj:
-        yield Episode.from_dict(obj, f"{where}: Episode")
+        yield Episode.from_dict(obj, where)
     elif "score" in obj and "task_id" in obj:
-        yield EpisodeResult.from_dict(obj, f"{where}: EpisodeResult")
+        yield EpisodeResult.from_dict(obj, where)
     # anything else (progress, metadata lines) is not ours to judge
 
 
