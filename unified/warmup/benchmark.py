@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
+from einops import reduce
 
 from unified.store import write_json_atomic
 from unified.warmup.callbacks import peak_memory_gib
@@ -101,7 +102,8 @@ def heldout_reward(model, tokenizer, dataset, reward_funcs: Sequence[Callable], 
         vals = torch.tensor([float("nan") if v is None else float(v) for v in values], dtype=torch.float64)
         per_func[_reward_name(func)] = float(torch.nanmean(vals)) if len(vals) else float("nan")
         total += w * torch.nan_to_num(vals, nan=0.0)
-    per_prompt = total.view(len(dataset), samples_per_prompt).mean(dim=1) if len(rows) else total
+    # completions are grouped prompt by prompt: (P * S,) -> (P,), the mean over each prompt's S samples
+    per_prompt = reduce(total, "(prompt sample) -> prompt", "mean", sample=samples_per_prompt) if len(rows) else total
     return {
         "mean_reward": float(total.mean()) if len(rows) else float("nan"),
         "per_prompt": [round(float(v), 6) for v in per_prompt],
