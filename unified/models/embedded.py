@@ -235,8 +235,3 @@ def ensure_embedded_checkpoint(spec: UpcycleSpec = UpcycleSpec(), *, rebuild: bo
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return final
-
-
-def build_record(spec: UpcycleSpec = UpcycleSpec()) -> dict:
-    """The ``unified_build.json`` of the cached checkpoint (building it if needed)."""
-    return json.loads((ensure_embedded_checkpoint(spec) / BUILD_RECORD).read_text())
