@@ -8,23 +8,19 @@ A leaf module (it imports nothing from the library but the stdlib-only reasoning
 observation up to runtime metadata". Each rule below replaces a match by its placeholder, in this
 order (earlier rules win, so a UUID is never half-eaten by the hex rule):
 
-============================================================ ===============
-what                                                         placeholder
-============================================================ ===============
-UUID ``123e4567-e89b-12d3-a456-426614174000``                ``<uuid>``
-ISO-8601 date-time ``2024-01-02T10:11:12.5+02:00`` / ``2024-01-02 10:11`` ``<timestamp>``
-RFC-2822 date-time ``Tue, 3 Jun 2025 10:00:00 GMT``          ``<timestamp>``
-ISO date ``2024-01-02``                                      ``<date>``
-weekday + month + day ``Mon Jan 12`` / ``Monday January 12`` ``<date>``
-``ls -l`` date ``Nov 14 09:13`` / ``Nov 14  2023``           ``<date>``
-clock time ``9:13``, ``09:13:02``, ``09:13:02.25``           ``<time>``
-duration ``0.52s``, ``12 ms``, ``3 µs``, ``5 seconds``       ``<duration>``
-memory address ``0x7ffd5e8c`` (6+ hex digits)                ``<addr>``
-hex id / hash, 12+ hex digits (git SHA, container id)        ``<hex>``
-temporary path under ``/tmp``, ``/var/tmp``, macOS ``/private/var/folders``  ``<tmp>``
-process id after ``pid``/``process`` (``pid 4242``, ``PID=17``)  ``pid <pid>`` (the word kept)
-Unix epoch seconds 1.5e9..2e9 (``1714557600``, ``1714557600.25``)  ``<epoch>``
-============================================================ ===============
+- UUID ``123e4567-e89b-12d3-a456-426614174000`` -> ``<uuid>``
+- ISO-8601 date-time ``2024-01-02T10:11:12.5+02:00``, ``2024-01-02 10:11`` -> ``<timestamp>``
+- RFC-2822 date-time ``Tue, 3 Jun 2025 10:00:00 GMT`` -> ``<timestamp>``
+- ISO date ``2024-01-02`` -> ``<date>``
+- weekday + month + day ``Mon Jan 12``, ``Monday January 12`` -> ``<date>``
+- ``ls -l`` date ``Nov 14 09:13``, ``Nov 14  2023`` -> ``<date>``
+- clock time ``9:13``, ``09:13:02``, ``09:13:02.25`` -> ``<time>``
+- duration ``0.52s``, ``12 ms``, ``3 µs``, ``5 seconds`` -> ``<duration>``
+- memory address ``0x7ffd5e8c`` (6+ hex digits) -> ``<addr>``
+- hex id or hash of 12+ hex digits (git SHA, container id) -> ``<hex>``
+- temporary path under ``/tmp``, ``/var/tmp``, macOS ``/private/var/folders`` -> ``<tmp>``
+- process id after ``pid``/``process`` (``pid 4242``, ``PID=17``) -> ``pid <pid>`` (the word kept)
+- Unix epoch seconds 1.5e9..2e9 (``1714557600``, ``1714557600.25``) -> ``<epoch>``
 
 Month and weekday names and ``pid`` match in any case. Then ``\\r\\n`` becomes ``\\n``, runs of
 spaces and tabs collapse to one space, and every line is stripped (the line structure is kept).
