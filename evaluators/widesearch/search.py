@@ -6,8 +6,9 @@
 - ``corpus``: keyword search over a local JSONL of pages (``{"url", "title", "text"}``), e.g.
   the fixture corpus; a page is its stored text. Label ``local_corpus``.
 - ``simulated``: a world model plays the web (the study's Paradigm I): an OpenAI-compatible
-  endpoint (``openai:URL#MODEL``) or a local checkpoint served on loopback is asked for the
-  result list of a query and for the text of a page. Label ``simulated``, and every
+  endpoint (``openai:URL#MODEL``) or a local checkpoint (the process's shared copy,
+  :func:`unified.inference.shared_chat_model`) is asked for the result list of a query and for
+  the text of a page. Label ``simulated``, and every
   observation it produces starts with ``[simulated]``.
 """
 
