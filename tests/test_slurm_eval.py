@@ -54,7 +54,7 @@ def test_vllm_layout_serves_the_checkpoint_and_evaluates_through_it():
 def test_no_server_runs_in_process_with_the_chosen_benchmarks():
     out = run_script(MODEL="/ckpt/final", SERVER="none", BENCHMARKS="bfcl_v4 claw_eval",
                      PROMPTING="predict_then_act").stdout
-    assert "vllm" not in out and "local_server" not in out
+    assert "vllm" not in out and "unified.inference.server" not in out
     evaluation = next(line for line in out.splitlines() if "-m unified.eval" in line)
     assert "--benchmarks bfcl_v4 claw_eval" in evaluation and "--suite" not in evaluation
     assert "--model /ckpt/final" in evaluation and "--prompting predict_then_act" in evaluation
