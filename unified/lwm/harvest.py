@@ -39,10 +39,10 @@ def benchmark_domain(benchmark: str) -> str | None:
 
 def episode_files(path: str | os.PathLike[str]) -> list[Path]:
     """``path`` itself for a file; for an eval run directory (``--out`` of ``python -m unified.eval``)
-    every ``<benchmark>/episodes.jsonl`` in it, sorted."""
+    every ``<benchmark>/episodes.jsonl`` in it, sorted; for one benchmark's directory its ``episodes.jsonl``."""
     path = Path(path)
     if path.is_dir():
-        found = sorted(path.glob("*/episodes.jsonl"))
+        found = [path / "episodes.jsonl"] if (path / "episodes.jsonl").is_file() else sorted(path.glob("*/episodes.jsonl"))
         if not found:
             raise ValueError(f"{path}: no <benchmark>/episodes.jsonl (is it an eval run directory?)")
         return found
