@@ -143,3 +143,49 @@ def test_act_is_identity_and_registry_lists_names():
     with pytest.raises(UnknownNameError):
         make_prompting("predict_then_actt")
     assert ToolCall(name="f").arguments == {}
+
+
+def test_no_core_module_names_a_benchmark():
+    """Code and data in unified/ never key on a benchmark's name (docstrings may use them as examples):
+    suites, paper numbers and world-model domains come from the adapters. Two modules use bfcl-eval
+    on purpose: harvest_mcp runs its executable backends as an environment source, bench_batching
+    measures throughput on real BFCL episodes."""
+    import ast
+    import re
+
+    names = re.compile("|".join([*registered_benchmarks(), "bfcl", "claw", "terminal_bench", "swe_bench"]), re.I)
+    allowed = {"unified/lwm/harvest_mcp.py", "unified/eval/bench_batching.py"}
+    found = []
+    for path in sorted((ROOT / "unified").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel in allowed:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(getattr(node, "body", None), list) and node.body
+                      and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+        docstrings |= {id(node.value) for node in ast.walk(tree)  # attribute docstrings after an assignment
+                       if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)}
+        for node in ast.walk(tree):
+            text = (node.value if isinstance(node, ast.Constant) and isinstance(node.value, str)
+                    and id(node) not in docstrings else getattr(node, "id", None) or getattr(node, "attr", None))
+            if isinstance(text, str) and names.search(text):
+                found.append(f"{rel}:{node.lineno}: {text[:80]!r}")
+    assert not found, "\n".join(found)
+
+
+def test_an_adapter_that_does_not_load_is_named_when_suites_are_expanded(monkeypatch, capsys):
+    import importlib.metadata as md
+
+    from unified.eval.runner import EvalConfig, benchmarks_to_run
+
+    real = registered_benchmarks()
+    fake = md.EntryPoint(name="zz_bench", value="evaluators.zz_not_written:Adapter", group="unified.benchmarks")
+    monkeypatch.setattr("unified.eval.adapter.registered_benchmarks", lambda: {**real, "zz_bench": fake})
+    suites, broken = declared_suites()
+    assert "not yet available" in broken["zz_bench"] and "zz_bench" not in suites["all"]
+    names, general = benchmarks_to_run(EvalConfig(suite="ood,general"))
+    assert names == ["claw_eval", "qwenclawbench", "bfcl_v4"] and general
+    assert "zz_bench: not in any suite here: its adapter does not load" in capsys.readouterr().err
+    with pytest.raises(UnknownNameError, match="Did you mean 'general'.*Valid suites: all, general, in_domain, lwm"):
+        benchmarks_to_run(EvalConfig(suite="generl"))

@@ -34,10 +34,11 @@ from typing import Any
 from unified.config import bounded
 from unified.contracts import Adapter, Environment, PaperReference, Task
 from unified.eval.adapter import config_list, limit_runnable
+from unified.eval.aggregate import scores_by_task
 from unified.types import Episode, EpisodeResult
 
 from evaluators.claw_eval.environment import ClawEvalEnvironment
-from evaluators.claw_eval.grading import aggregate_trials, build_trace, group_scores, is_pass, run_grader, task_score
+from evaluators.claw_eval.grading import aggregate_trials, build_trace, is_pass, run_grader, task_score
 from evaluators.claw_eval.services import ServiceGroup, ServiceSpec
 from evaluators.claw_eval.tasks import SPLITS, ClawTask, load_tasks, resolve_checkout, skip_reason
 from unified.inference.endpoints import resolve_endpoint
@@ -228,13 +229,13 @@ class ClawEvalAdapter(Adapter):
         the runner; default the protocol's 3): a missing or crashed trial counts 0. With fewer
         trials than the protocol the metric says so ("Avg@1, protocol Avg@3") and is not comparable."""
         scored = [r for r in results if r.skipped is None]
-        grouped = group_scores([(r.task_id, r.score) for r in scored])
+        grouped = scores_by_task(scored)
         trials = int(getattr(self, "runs_requested", None) or self.runs_default)
         out = aggregate_trials(grouped, trials)
-        by_split: dict[str, list] = {}
+        by_split: dict[str, list[EpisodeResult]] = {}
         for r in scored:
-            by_split.setdefault(r.details.get("split", "?"), []).append((r.task_id, r.score))
-        out["per_split"] = {s: round(aggregate_trials(group_scores(rows), trials)["score"], 2)
+            by_split.setdefault(r.details.get("split", "?"), []).append(r)
+        out["per_split"] = {s: round(aggregate_trials(scores_by_task(rows), trials)["score"], 2)
                             for s, rows in sorted(by_split.items())}
         skipped: dict[str, int] = {}
         for r in results:

@@ -33,7 +33,6 @@ import json
 import sys
 import tempfile
 import uuid
-from collections import defaultdict
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -249,11 +248,3 @@ def run_grader(*, checkout: Path, task_dir: Path, trace: list[dict[str, Any]], e
     answer["sandbox"] = result.backend
     answer["log_tail"] = (parts[0] + result.stderr)[-1500:]
     return answer
-
-
-def group_scores(rows: list[tuple[str, float]]) -> dict[str, list[float]]:
-    """``[(task_id, score)]`` -> ``{task_id: [scores]}``."""
-    out: dict[str, list[float]] = defaultdict(list)
-    for tid, score in rows:
-        out[tid].append(score)
-    return out

@@ -35,6 +35,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from unified.eval.aggregate import pass_at_k, pass_pow_k
 from unified.sandbox import Sandbox, SandboxConfig
 
 PENALTY_THRESHOLD = 0.75
@@ -264,16 +265,6 @@ def combine(grading_type: str, weights: dict[str, float] | None, s_auto: float |
 # aggregate
 
 
-def _pass_at_k(n: int, c: int, k: int) -> float:
-    if n < k:
-        return 0.0
-    return 1.0 if c >= n else 1.0 - math.comb(n - c, k) / math.comb(n, k)
-
-
-def _pass_pow_k(n: int, c: int, k: int) -> float:
-    return 0.0 if n < k else math.comb(c, k) / math.comb(n, k)
-
-
 def aggregate_runs(runs: list[dict[str, Any]], runs_per_task: int | None = None) -> dict[str, Any]:
     """The benchmark's aggregate over ``runs`` (dicts with task_id, score, category, error).
 
@@ -299,8 +290,8 @@ def aggregate_runs(runs: list[dict[str, Any]], runs_per_task: int | None = None)
         at, pw = [], []
         for values in by_task.values():
             n, c = len(values), sum(1 for s in values if s >= 1.0 - 1e-9)
-            at.append(_pass_at_k(n, c, k))
-            pw.append(_pass_pow_k(n, c, k))
+            at.append(pass_at_k(n, c, k))
+            pw.append(pass_pow_k(n, c, k))
         out[f"pass@{k}"] = 100.0 * sum(at) / len(at)
         out[f"pass^{k}"] = 100.0 * sum(pw) / len(pw)
     per_cat: dict[str, list[float]] = defaultdict(list)

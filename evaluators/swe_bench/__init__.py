@@ -32,7 +32,6 @@ separates the run from the published protocol (``comparable``, ``not_comparable_
 from __future__ import annotations
 
 import os
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,7 @@ from typing import Any
 from unified.config import bounded
 from unified.contracts import Adapter, BenchmarkUnavailable, Environment, PaperReference, Task
 from unified.eval.adapter import config_list, limit_runnable, require_execution_backend
+from unified.eval.aggregate import avg_at_k, partition, per_trial, scores_by_task
 from unified.types import Episode, EpisodeResult, ToolCall
 
 from evaluators.swe_bench.data import check_rows, image_for, load_rows, resolve_source, row_schema
@@ -57,27 +57,22 @@ def aggregate_resolved(results: list[EpisodeResult]) -> dict[str, Any]:
     ``score = 100 * mean_i( mean_r resolved[i, r] )``; ``per_rollout[r]`` is the % resolved of
     rollout ``r`` alone. Skipped and crashed episodes are counted apart, never as unresolved.
     """
-    scored = [r for r in results if r.skipped is None and r.error is None]
-    by_task: dict[str, list[float]] = {}
-    by_run: dict[int, list[float]] = {}
-    for r in scored:
-        by_task.setdefault(r.task_id, []).append(r.score)
-        by_run.setdefault(r.trial, []).append(r.score)
-    means = [statistics.fmean(v) for v in by_task.values()]
+    parts = partition(results)
+    scored = parts.scored
+    by_task = scores_by_task(scored)
     backends = sorted({str(r.details.get("backend")) for r in scored if r.details.get("backend")})
-    skipped = sorted({r.task_id for r in results if r.skipped is not None})
-    errored = [r for r in results if r.skipped is None and r.error is not None]
+    skipped, errored = parts.skipped_tasks, parts.errored
     reasons = []
     if "local" in backends:
         reasons.append("local sandbox instead of the instance's image")
     if any(r.details.get("grading_network") is False for r in scored):
         reasons.append("network off while grading")
     # skipped/errored instances and fewer rollouts than the protocol are added by the report (unified.eval.report)
-    return {"score": 100.0 * statistics.fmean(means) if means else 0.0, "metric": "% resolved, mean over rollouts",
+    return {"score": avg_at_k(by_task), "metric": "% resolved, mean over rollouts",
             "n_instances": len(by_task), "n_episodes": len(scored),
-            "skipped": len(results) - len(scored) - len(errored), "skipped_instances": skipped,
+            "skipped": len(parts.skipped), "skipped_instances": skipped,
             "errored": len(errored),
-            "per_rollout": {str(k): 100.0 * statistics.fmean(v) for k, v in sorted(by_run.items())},
+            "per_rollout": per_trial(scored),
             "backends": backends, "comparable": not reasons, "not_comparable_because": reasons}
 
 

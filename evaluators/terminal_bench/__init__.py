@@ -37,6 +37,7 @@ from typing import Any, Literal
 from unified.config import bounded
 from unified.contracts import Adapter, BenchmarkUnavailable, Environment, PaperReference, Task
 from unified.eval.adapter import config_list, limit_runnable, require_execution_backend
+from unified.eval.aggregate import avg_at_k, partition, per_trial, scores_by_task
 from unified.types import Episode, EpisodeResult, ToolCall
 
 from evaluators.terminal_bench.environment import MAX_WAIT_S, TerminalBenchEnvironment
@@ -55,16 +56,11 @@ def aggregate_rewards(results: list[EpisodeResult]) -> dict[str, Any]:
     ``not_comparable_because`` lists what in the run's setup separates it from the published protocol
     (the report adds skips, errors and missing trials itself).
     """
-    scored = [r for r in results if r.skipped is None and r.error is None]
-    by_task: dict[str, list[float]] = {}
-    by_run: dict[int, list[float]] = {}
-    for r in scored:
-        by_task.setdefault(r.task_id, []).append(r.score)
-        by_run.setdefault(r.trial, []).append(r.score)
-    task_means = [statistics.fmean(v) for v in by_task.values()]
-    per_run = {str(k): 100.0 * statistics.fmean(v) for k, v in sorted(by_run.items())}
-    skipped_tasks = sorted({r.task_id for r in results if r.skipped is not None})
-    errored = [r for r in results if r.skipped is None and r.error is not None]
+    parts = partition(results)
+    scored = parts.scored
+    by_task = scores_by_task(scored)
+    per_run = per_trial(scored)
+    skipped_tasks, errored = parts.skipped_tasks, parts.errored
     backends = sorted({str(r.details.get("backend")) for r in scored if r.details.get("backend")})
     reasons = []
     if "local" in backends:
@@ -75,11 +71,11 @@ def aggregate_rewards(results: list[EpisodeResult]) -> dict[str, Any]:
         reasons.append(f"network off for {len(cut)} task(s) that have it under Harbor")
     runs = max((len(v) for v in by_task.values()), default=0)
     # skipped/errored tasks and fewer trials than the protocol are added by the report (unified.eval.report)
-    return {"score": 100.0 * statistics.fmean(task_means) if task_means else 0.0,
+    return {"score": avg_at_k(by_task),
             "metric": "accuracy (%), mean over runs", "n_tasks": len(by_task), "n_episodes": len(scored),
             "runs": runs, "per_run": per_run,
             "run_std": statistics.pstdev(per_run.values()) if len(per_run) > 1 else 0.0,
-            "skipped": len(results) - len(scored) - len(errored), "skipped_tasks": skipped_tasks,
+            "skipped": len(parts.skipped), "skipped_tasks": skipped_tasks,
             "errored": len(errored), "backends": backends,
             "comparable": not reasons, "not_comparable_because": reasons}
 

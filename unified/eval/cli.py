@@ -23,7 +23,8 @@ import sys
 
 from unified.config import (ConfigError, add_recipe_arguments, apply_overrides, dump_yaml, flag_type, from_dict,
                              read_yaml)
-from unified.eval.runner import EvalConfig, run_eval
+from unified.eval.adapter import check_benchmark_config
+from unified.eval.runner import EvalConfig, benchmarks_to_run, run_eval
 from unified.eval.store import RunDirError
 from unified.registry import UnknownNameError
 
@@ -124,13 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, KeyError) as exc:
         parser.error(str(exc))
     if args.dry_run:
-        from unified.eval.adapter import check_benchmark_config, expand_benchmarks
-        from unified.eval.general import split_suites
-
         try:
             check_benchmark_config(cfg.benchmark_config)
-            agent_suites, want_general = split_suites(cfg.suite)
-            names = [n for s in agent_suites for n in expand_benchmarks(s)] + expand_benchmarks(None, cfg.benchmarks)
+            names, want_general = benchmarks_to_run(cfg)
         except (ConfigError, UnknownNameError) as exc:
             parser.error(str(exc))
         print(dump_yaml(cfg))

@@ -116,9 +116,7 @@ def run_eval(cfg: EvalConfig, *, policy: Policy | None = None) -> dict[str, Any]
 
 
 def _run_eval(cfg: EvalConfig, *, policy: Policy | None = None) -> dict[str, Any]:
-    agent_suites, want_general = split_suites(cfg.suite)
-    names = list(dict.fromkeys([n for s in agent_suites for n in expand_benchmarks(s)]
-                               + expand_benchmarks(None, cfg.benchmarks)))
+    names, want_general = benchmarks_to_run(cfg)
     if not names and not want_general:
         suites = sorted({*declared_suites()[0], ALL_SUITE, GENERAL_SUITE})
         raise ValueError(f"nothing to evaluate: give --suite or --benchmarks (suites: {', '.join(suites)})")
@@ -146,6 +144,24 @@ def _run_eval(cfg: EvalConfig, *, policy: Policy | None = None) -> dict[str, Any
         if own_policy and policy is not None:
             policy.close()
     return write_summary(out, cfg, benchmarks)
+
+
+def benchmarks_to_run(cfg: EvalConfig) -> tuple[list[str], bool]:
+    """(benchmark names from ``--suite`` and ``--benchmarks``, whether ``general`` was asked for).
+
+    An unknown suite is an UnknownNameError listing every suite (the adapters', ``all``, ``general``,
+    ``lwm``); an installed adapter whose module does not import cannot say which suites it joins,
+    so it gets one line saying so when suites are asked for."""
+    agent_suites, want_general = split_suites(cfg.suite)
+    try:
+        names = [n for s in agent_suites for n in expand_benchmarks(s)]
+    except UnknownNameError as exc:
+        raise UnknownNameError("suite", exc.name, [*exc.valid, GENERAL_SUITE, "lwm"]) from None
+    if agent_suites:
+        for name, why in declared_suites()[1].items():
+            _log(f"{name}: not in any suite here: its adapter does not load ({why}); --benchmarks {name} "
+                 "runs it as a recorded skip")
+    return list(dict.fromkeys(names + expand_benchmarks(None, cfg.benchmarks))), want_general
 
 
 def _run_benchmark(name: str, cfg: EvalConfig, out: Path, sampling: SamplingConfig, limits: AgentLimits,

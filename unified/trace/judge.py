@@ -19,18 +19,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from unified.eval.adapter import world_model_domain
 from unified.predict.extract import Prediction, episode_key
 from unified.rewards import RewardConfig, build_judge, judge_messages, parse_judge_answer
 from unified.types import Episode, ToolCall
 
-_DOMAINS = (("bfcl", "mcp"), ("claw", "mcp"), ("qwenclaw", "mcp"), ("terminal", "terminal"), ("swe", "swe"),
-            ("widesearch", "search"), ("search", "search"), ("web", "web"), ("android", "android"), ("os", "os"))
-
 
 def domain_of(benchmark: str) -> str:
-    """The world-model domain whose judge guide fits a benchmark (``mcp`` by default)."""
-    name = benchmark.lower()
-    return next((domain for prefix, domain in _DOMAINS if name.startswith(prefix)), "mcp")
+    """The world-model domain whose judge guide fits a benchmark: the one its adapter declares
+    (``Adapter.world_model_domain``), ``mcp`` when it declares none or is not installed here."""
+    return world_model_domain(benchmark) or "mcp"
 
 
 def _action(call: ToolCall) -> str:
