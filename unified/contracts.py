@@ -32,7 +32,8 @@ entry point (group ``unified.benchmarks``) names a factory of an :class:`Adapter
 and declares, as class attributes, what the runner and the rest of the library need to know:
 
 - ``name``: the registered name; ``suites``: the suites it joins (``ood``, ``in_domain``, or any
-  new name: ``--suite NAME`` runs every installed adapter declaring it, ``all`` their union);
+  new name: ``--suite NAME`` runs every installed adapter declaring it; ``all`` is ``in_domain`` +
+  ``ood``, outside adapters declaring those included, a new suite name only when asked for);
 - ``world_model_domain``: the AgentWorldBench domain its episodes harvest into (``terminal``,
   ``swe``, ``mcp``, ``search``, ...), or None;
 - ``suite_position``: where it stands in its suites' lists and tables (lower first, then by name);

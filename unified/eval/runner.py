@@ -51,8 +51,9 @@ class EvalConfig:
     """Everything ``python -m unified.eval`` takes (a recipe holds the same keys)."""
 
     suite: str | None = None
-    """``ood``, ``in_domain``, ``all``, ``general`` (lm-evaluation-harness; not part of ``all``), or
-    several comma-separated (``general,ood``); ``lwm`` is the world-model eval."""
+    """``ood``, ``in_domain``, ``all`` (the two), any suite an installed adapter declares, ``general``
+    (lm-evaluation-harness; not part of ``all``), or several comma-separated (``general,ood``); ``lwm``
+    is the world-model eval. Suites are what the adapters declare (:mod:`unified.eval.adapter`)."""
     benchmarks: list[str] = field(default_factory=list)
     """Benchmark names (or ``module:Factory`` import paths) in addition to the suite."""
     model: str = "embedded"
