@@ -17,7 +17,11 @@ episode: a follow-up asking for the call again, then the end of the conversation
 scores the episode.
 
 The issue's target for each latency scenario: wall time within 1.5x the no-latency time plus
-the latency (``bound``). It prints a table and writes the figures as JSON to ``--out``.
+the latency (``bound``). ``floor`` is the least time the latency alone needs with
+``--max-in-flight`` places (each place runs its episodes' user requests one after another): with
+more episodes than places and a policy without a model (no-latency time near zero) the bound
+lies below the floor, so there the figure to read is the time over the floor. It prints a table
+and writes the figures as JSON to ``--out``.
 Models: ``gold`` (the ground-truth replay, no model: the time is the harness's own), a
 scripted streaming replay (``scripted``, the same replay through continuous batching), and any
 checkpoint spec (``embedded``: the in-process model, greedy, continuous batching; run it under
@@ -260,14 +264,14 @@ def _table_line(row: ScenarioResult) -> str:
     bound = "-" if row.bound_seconds is None else f"{row.bound_seconds:.2f}"
     verdict = "-" if row.within_bound is None else ("pass" if row.within_bound else "FAIL")
     return (f"| {row.model} ({row.scheduling}) | {row.scenario} | {row.wall_seconds:.2f} | {bound} | {verdict} | "
-            f"{row.floor_seconds:.2f} | "
+            f"{row.floor_seconds:.2f} | {row.wall_seconds - row.floor_seconds:.2f} | "
             f"{row.passed}/{row.episodes} passed, {row.errors} errors, {row.policy_calls} policy calls, "
             f"{row.completion_tokens} tokens, {row.user_requests} user / {row.judge_requests} judge requests |")
 
 
 def table(rows: list[ScenarioResult]) -> str:
-    header = ("| model (schedule) | scenario | wall s | bound s | within bound | floor s | work |\n"
-              "|---|---|---|---|---|---|---|")
+    header = ("| model (schedule) | scenario | wall s | bound s | within bound | floor s | over floor s | work |\n"
+              "|---|---|---|---|---|---|---|---|")
     return "\n".join([header] + [_table_line(r) for r in rows])
 
 
