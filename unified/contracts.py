@@ -260,7 +260,7 @@ class Adapter:
 
         self.settings = from_dict(self.Config, dict(config), where=f"benchmarks.{self.name or type(self).__name__}")
         self.config = {f.name: getattr(self.settings, f.name) for f in dataclasses.fields(self.settings)}
-        """The parsed settings as a plain dict (recorded in run.json)."""
+        """The parsed settings as a plain dict (the run records it in ``summary.json``, ``settings``)."""
 
     def tasks(self, split: str | None = None, limit: int | None = None) -> list[Task]:
         raise NotImplementedError

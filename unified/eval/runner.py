@@ -227,6 +227,7 @@ def _run_benchmark(name: str, cfg: EvalConfig, out: Path, sampling: SamplingConf
                               tasks_in_benchmark=_tasks_in_benchmark(adapter, cfg),
                               subset=f"--split {cfg.split}" if cfg.split else None)
     summary["runs_dir"] = str(store.dir)
+    summary["settings"] = dict(adapter.config)  # the adapter's parsed Config, defaults included
     summary["_policy"] = new_policy
     return summary
 
