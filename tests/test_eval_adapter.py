@@ -189,3 +189,15 @@ def test_an_adapter_that_does_not_load_is_named_when_suites_are_expanded(monkeyp
     assert "zz_bench: not in any suite here: its adapter does not load" in capsys.readouterr().err
     with pytest.raises(UnknownNameError, match="Did you mean 'general'.*Valid suites: all, general, in_domain, lwm"):
         benchmarks_to_run(EvalConfig(suite="generl"))
+
+
+def test_an_adapter_importing_a_missing_module_of_the_library_says_so(monkeypatch, tmp_path):
+    import importlib.metadata as md
+
+    (tmp_path / "zz_outside_bench.py").write_text("import unified.zz_moved_away\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    fake = md.EntryPoint(name="zz_bench", value="zz_outside_bench:Adapter", group="unified.benchmarks")
+    monkeypatch.setattr("unified.eval.adapter.registered_benchmarks", lambda: {"zz_bench": fake})
+    with pytest.raises(BenchmarkUnavailable) as info:
+        adapter_class("zz_bench")
+    assert "imports 'unified.zz_moved_away'" in info.value.reason and "pip install" not in info.value.how_to_fix

@@ -105,6 +105,9 @@ def adapter_class(name: str) -> type:
         if missing and (module_name == missing or module_name.startswith(missing + ".")):
             raise BenchmarkUnavailable(
                 "not yet available", f"its adapter module {module_name!r} is not in this installation") from None
+        if missing.split(".")[0] in ("unified", module_name.split(".")[0]):  # a module of this installation
+            raise BenchmarkUnavailable(f"its adapter imports {missing!r}, which this installation does not have",
+                                       "reinstall the library and the adapter's package from the same version")
         raise BenchmarkUnavailable(f"its adapter needs the missing package {missing!r}",
                                    f"pip install {missing.split('.')[0]}") from None
     except AttributeError:
