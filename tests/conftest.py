@@ -67,3 +67,17 @@ def tiny_checkpoint(tmp_path_factory) -> Path:
     from unified.models.tiny import save_tiny_checkpoint
 
     return save_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "qwen3_moe", "qwen3_moe")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_shared_models():
+    """Each test starts and ends without models or loopback servers shared from an earlier test
+    (the process registry of unified.inference.shared keeps one copy per checkpoint for the process)."""
+    yield
+    import sys
+
+    if "unified.inference.shared" in sys.modules:
+        from unified.inference import endpoints, shared
+
+        endpoints.stop_local_servers()
+        shared.clear()
