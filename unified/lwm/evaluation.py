@@ -33,8 +33,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -47,6 +45,7 @@ from unified.lwm.records import AWBRecord, load_records
 from unified.rewards.backends import CachedJudge, JudgeCache, LocalHFJudgeBackend, OpenAIJudgeBackend
 from unified.rewards.functions import RubricReward
 from unified.rewards.verifiers import verify
+from unified.store import append_jsonl, write_text_atomic
 
 
 def select_records(records: list[AWBRecord], limit: int | None, seed: int) -> list[AWBRecord]:
@@ -78,8 +77,7 @@ def _read_jsonl(path: Path) -> dict[str, dict]:
 
 
 def _append(path: Path, row: dict) -> None:
-    with path.open("a", encoding="utf-8") as fh:
-        fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    append_jsonl(path, row)
 
 
 class WorldModel:
@@ -225,12 +223,7 @@ def run(model: str, judge: str, data: str, out: str, *, limit: int | None = None
                    "judge_requests": judge_requests,
                    "judge_samples_per_s": round(judge_requests / judge_seconds, 4) if judge_seconds else None},
     })
-    fd, tmp = tempfile.mkstemp(prefix=".summary.", dir=out_dir)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(summary, fh, indent=2, sort_keys=True)
-        fh.write("\n")
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, out_dir / "summary.json")
+    write_text_atomic(out_dir / "summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return summary
 
 

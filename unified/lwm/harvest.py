@@ -18,12 +18,12 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 
 from unified.lwm.prompts import build_system_prompt
 from unified.lwm.records import DOMAINS, AWBRecord, trajectory_records, write_records
+from unified.store import write_text_atomic
 
 SHIPPED_SEED = 0
 SHIPPED_TERMINAL = 48
@@ -121,12 +121,7 @@ def write_dataset(out: str | os.PathLike[str], records: list[AWBRecord], setting
     manifest = {"format": "AgentWorldBench JSONL (unified.lwm.records)", "settings": settings, "files": files,
                 "regenerate": "python -m unified.lwm.harvest " + " ".join(
                     f"--{k} {v}" for k, v in settings.items() if k != "episodes" and v is not None)}
-    fd, tmp = tempfile.mkstemp(prefix=".MANIFEST.", dir=out)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(manifest, fh, indent=2, sort_keys=True)
-        fh.write("\n")
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, out / "MANIFEST.json")
+    write_text_atomic(out / "MANIFEST.json", json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return manifest
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Protocol
@@ -19,6 +18,7 @@ from typing import Any, Protocol
 from unified.inference.base import SamplingConfig
 from unified.inference.hf import HFPolicy
 from unified.inference.openai_compat import OpenAICompatClient, parse_endpoint_spec
+from unified.store import write_text_atomic
 
 
 class JudgeBackend(Protocol):
@@ -97,12 +97,8 @@ class JudgeCache:
             return None
 
     def put(self, key: str, answer: str, judge_name: str = "") -> None:
-        path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump({"answer": answer, "judge": judge_name, "time": time.time()}, fh, ensure_ascii=False)
-        os.replace(tmp, path)
+        record = {"answer": answer, "judge": judge_name, "time": time.time()}
+        write_text_atomic(self._path(key), json.dumps(record, ensure_ascii=False))
 
 
 class CachedJudge:
