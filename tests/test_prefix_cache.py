@@ -167,7 +167,9 @@ def test_bench_batching_runs_real_bfcl_episodes(tiny_checkpoint, tmp_path, capsy
         figures = report["modes"][mode]
         assert figures["max_in_flight"] == in_flight and figures["episodes"] == 2 and figures["errors"] == 0
         assert figures["completion_tokens"] > 0 and figures["prefill_seconds"] > 0 and figures["decode_seconds"] > 0
-    assert report["modes"]["batched"]["policy_calls"] == 1 and report["modes"]["sequential"]["policy_calls"] == 2
+    # environments open on worker threads, so continuous batching admits each episode when its
+    # environment is ready: one or two admissions; they still decode together (checked below)
+    assert report["modes"]["batched"]["policy_calls"] in (1, 2) and report["modes"]["sequential"]["policy_calls"] == 2
     assert report["speedup_episodes_per_s"] > 0 and report["episodes_with_identical_completions"] == 2
     # continuous batching (the default): both episodes decoded together, one at a time in the sequential mode
     assert report["scheduling"] == "auto" and report["modes"]["batched"]["mean_rows_per_decode_step"] > 1
