@@ -23,13 +23,9 @@ and flagged. Nothing here evaluates model text as code.
 
 Model output is untrusted, and nothing it contains may escape as an exception (one malformed
 completion would otherwise stop a whole eval, and its rerun, at the same episode).
-:func:`load_untrusted_json` is the one JSON reader for model-written text: nesting deeper
-than :data:`MAX_JSON_DEPTH`, integers longer than :data:`MAX_INT_DIGITS` digits (Python's own
-int/str limit), ``NaN``/``Infinity`` and numbers that overflow to them, and lone UTF-16
-surrogates (``"\\ud800"``, which no UTF-8 file can hold) are a :class:`UntrustedJSONError`
-naming the problem, never ``RecursionError``/``ValueError`` from deep inside ``json``. Text
-itself goes through :func:`clean_text` (lone surrogates -> U+FFFD, bytes decoded with
-replacement). :func:`parse_completion` never raises: whatever it meets becomes a
+Model JSON is read by :func:`unified.inference.untrusted.load_untrusted_json` (limits on
+nesting, digits, NaN/Infinity, lone surrogates; named errors) and text cleaned by ``clean_text``.
+:func:`parse_completion` never raises: whatever it meets becomes a
 ``parse_error`` on a call.
 """
 

@@ -343,7 +343,23 @@ def serve(model: str, host: str = "127.0.0.1", port: int = 8000, *, served_name:
     server.serve_forever()
 
 
-class InProcessServer:
+class _LoopbackAddress:
+    """The address of a server on 127.0.0.1 (``port``) serving ``served_name``."""
+
+    port: int
+    served_name: str
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def spec(self) -> str:
+        """The ``openai:URL#MODEL`` spec of this server."""
+        return f"openai:{self.base_url}#{self.served_name}"
+
+
+class InProcessServer(_LoopbackAddress):
     """The server's routes on a loopback port, served by threads of this process over its shared
     copy of ``model`` (see the module docstring); ``stop()`` (or leaving the ``with``) ends them.
 
@@ -362,15 +378,6 @@ class InProcessServer:
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="unified-server-http", daemon=True)
         self._batcher.start()
         self._thread.start()
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    @property
-    def spec(self) -> str:
-        """The ``openai:URL#MODEL`` spec of this server."""
-        return f"openai:{self.base_url}#{self.served_name}"
 
     def running(self) -> bool:
         return self._thread.is_alive() and self._batcher.is_alive()
@@ -417,7 +424,7 @@ def exit_with_parent(parent_pid: int, poll_s: float = PARENT_POLL_S) -> threadin
     return thread
 
 
-class LocalOpenAIServer:
+class LocalOpenAIServer(_LoopbackAddress):
     """Start ``serve`` in a subprocess on a free loopback port; stop it on exit, always.
 
     The subprocess exits by itself if this process dies (``--parent-pid``). Its output goes to
@@ -434,15 +441,6 @@ class LocalOpenAIServer:
         self.port = 0
         self.process: subprocess.Popen | None = None
         self._log = None
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    @property
-    def spec(self) -> str:
-        """The ``openai:URL#MODEL`` spec of this server."""
-        return f"openai:{self.base_url}#{self.served_name}"
 
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
