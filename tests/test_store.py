@@ -139,3 +139,18 @@ class _Circular:
 
     def __str__(self) -> str:
         raise ValueError("cannot render")
+
+
+def test_warmup_metrics_survive_a_torn_line_and_a_resumed_run(tmp_path):
+    """A run killed mid-line, then resumed: the torn line is cut before the resumed run appends,
+    so every record reads back (appending after the torn text would glue two records into one bad line)."""
+    from types import SimpleNamespace
+
+    from unified.warmup.callbacks import JsonlMetricsCallback, read_metrics
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1, "loss": 0.5}\n{"step": 2, "lo', encoding="utf-8")
+    callback = JsonlMetricsCallback(path)
+    state = SimpleNamespace(is_world_process_zero=True, global_step=2)
+    callback.on_log(None, state, None, logs={"loss": 0.25})
+    assert [(r["step"], r["loss"]) for r in read_metrics(path)] == [(1, 0.5), (2, 0.25)]

@@ -20,7 +20,6 @@ as ``memory/peak_rss_gib`` and ``memory/peak_cuda_gib``.
 
 from __future__ import annotations
 
-import json
 import math
 import resource
 import sys
@@ -30,6 +29,8 @@ from typing import Any
 
 import torch
 from transformers import TrainerCallback
+
+from unified.store import append_jsonl, read_jsonl, repair_tail
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -58,6 +59,7 @@ class JsonlMetricsCallback(TrainerCallback):
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self._start = time.time()
+        repair_tail(self.path)  # a line torn by a killed run is cut before a resumed run appends
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:
@@ -65,17 +67,10 @@ class JsonlMetricsCallback(TrainerCallback):
         record = {"step": state.global_step, "time_s": round(time.time() - self._start, 3)}
         record.update({k: _jsonable(v) for k, v in logs.items()})
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps(record) + "\n")
-            fh.flush()
+        append_jsonl(self.path, record)
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """The records of a ``metrics.jsonl`` (a torn last line from a crash is ignored)."""
-    records = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return records
+    """The records of a ``metrics.jsonl`` (a torn last line from a crash is ignored; a bad line
+    elsewhere is an error naming file and line)."""
+    return read_jsonl(path)
