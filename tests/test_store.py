@@ -19,7 +19,6 @@ from unified.store import (
     repair_tail,
     write_bytes_atomic,
     write_json_atomic,
-    write_jsonl_atomic,
     write_text_atomic,
 )
 
@@ -121,8 +120,6 @@ def test_surrogate_text_round_trips(tmp_path):
     append_jsonl(path, {"plain": "日本"})
     assert read_jsonl(path) == [row, {"plain": "日本"}]
     assert "日本".encode() in path.read_bytes()  # valid text is kept as UTF-8, not escaped
-    assert write_jsonl_atomic(tmp_path / "all.jsonl", [row, row]) == 2
-    assert read_jsonl(tmp_path / "all.jsonl") == [row, row]
 
 
 def test_unwritable_value_leaves_the_jsonl_untouched(tmp_path):

@@ -84,11 +84,6 @@ class StopReason(str, enum.Enum):
     def __str__(self) -> str:
         return self.value
 
-    @classmethod
-    def limits(cls) -> tuple["StopReason", ...]:
-        """The reasons that mean an agent limit was hit."""
-        return (cls.MAX_TURNS, cls.MAX_STEPS_PER_TURN, cls.MAX_TOKENS, cls.TIMEOUT)
-
 
 @dataclass
 class AgentLimits:

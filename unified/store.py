@@ -15,7 +15,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 
 def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
@@ -102,10 +102,3 @@ def append_jsonl(path: str | os.PathLike[str], data: dict[str, Any]) -> None:
         handle.write(encoded)
         handle.flush()
         os.fsync(handle.fileno())
-
-
-def write_jsonl_atomic(path: str | os.PathLike[str], rows: Iterable[dict[str, Any]]) -> int:
-    """Replace ``path`` with one JSON line per row, atomically; returns how many rows."""
-    lines = [json_line(row) for row in rows]
-    write_bytes_atomic(path, b"".join(lines))
-    return len(lines)
