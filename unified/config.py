@@ -359,3 +359,12 @@ def add_recipe_arguments(parser: argparse.ArgumentParser, *, recipe_required: bo
                         help="override a recipe key, e.g. --set train.learning_rate=1e-6 (repeatable)")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the resolved config and what would run, then exit")
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """``argparse.ArgumentParser`` whose usage errors are one line and a pointer to ``--help``
+    (not the whole usage block before the one useful line)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        message = " ".join(str(message).split("\n"))
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")

@@ -7,6 +7,9 @@
 - :func:`append_jsonl`: one record per line, encoded whole before anything is written, flushed
   and fsync'ed; :func:`repair_tail` cuts the partial last line a kill can leave, and
   :func:`read_jsonl` reads every complete line, naming file and line of a bad one.
+- Run identity helpers (:func:`flatten_identity`, :func:`identity_differences`, fingerprints):
+  the eval's run directory and the warmup's output directory record what defines their results
+  and name what differs when a rerun would mix in something else.
 """
 
 from __future__ import annotations
@@ -102,3 +105,64 @@ def append_jsonl(path: str | os.PathLike[str], data: dict[str, Any]) -> None:
         handle.write(encoded)
         handle.flush()
         os.fsync(handle.fileno())
+
+
+# --------------------------------------------------------------------------------------
+# run identity: what defines the results in a run directory
+
+
+def flatten_identity(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"sampling": {"top_p": 1.0}}`` -> ``{"sampling.top_p": 1.0}`` (lists and scalars are leaves)."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flatten_identity(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def identity_differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """``"KEY A -> B"`` for each key whose value differs between two flat identities.
+
+    A key present on one side only is not a difference (an older record that did not know it, or
+    a section that only one of the runs used)."""
+    def show(value: Any) -> str:
+        text = json.dumps(value, sort_keys=True, default=str) if not isinstance(value, str) else value
+        return text if len(text) <= 80 else text[:77] + "..."
+
+    return [f"{key} {show(recorded[key])} -> {show(current[key])}" for key in current
+            if key in recorded and json.dumps(recorded[key], sort_keys=True, default=str)
+            != json.dumps(current[key], sort_keys=True, default=str)]
+
+
+def files_fingerprint(path: str | os.PathLike[str], patterns: tuple[str, ...] = ("*",)) -> str:
+    """A short digest of the names, sizes and modification times of ``path`` (a file) or of the
+    files directly in ``path`` (a directory) matching ``patterns``: changes when a checkpoint is
+    rewritten, costs no read of the weights."""
+    import hashlib
+
+    root = Path(path)
+    files = [root] if root.is_file() else sorted({f for p in patterns for f in root.glob(p) if f.is_file()})
+    digest = hashlib.sha256()
+    for f in files:
+        st = f.stat()
+        digest.update(f"{f.name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def content_fingerprint(paths: list[str | os.PathLike[str]]) -> str:
+    """A short sha256 of the contents of ``paths`` (files, or every file under a directory, sorted)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for item in paths:
+        root = Path(item)
+        files = [root] if root.is_file() else sorted(f for f in root.rglob("*") if f.is_file())
+        for f in files:
+            digest.update(f.name.encode() + b"\0")
+            with open(f, "rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
+    return digest.hexdigest()[:16]

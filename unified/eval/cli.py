@@ -14,7 +14,10 @@ Examples::
 ``lwm`` is a subcommand with its own options (``python -m unified.eval lwm --help``): the
 world-model eval on AgentWorldBench records is a single-turn prediction task with a judge, not an
 agent suite. Flags override the recipe; ``--set KEY=VALUE`` reaches any key of :class:`EvalConfig`.
-Rerunning the same command resumes: finished (task, trial) pairs are not run again.
+Rerunning the same command resumes: finished (task, trial) pairs are not run again. ``--out``
+records what defines its results (``identity.json``: model, prompting, sampling, limits, benchmark
+settings); a rerun that differs stops with one line naming the difference. Ctrl-C writes the
+summary of what finished and exits 130. ``--list`` shows the benchmarks, suites and prompting modules.
 """
 
 from __future__ import annotations
@@ -22,10 +25,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from unified.config import (ConfigError, add_recipe_arguments, apply_overrides, dump_yaml, flag_type, from_dict,
+from unified.config import (ArgumentParser, ConfigError, add_recipe_arguments, apply_overrides, dump_yaml, flag_type, from_dict,
                              read_yaml)
 from unified.benchmarks.discovery import check_benchmark_config
-from unified.eval.runner import EvalConfig, benchmarks_to_run, run_eval
+from unified.eval.identity import RESUME_ANYWAY_FLAG, dry_run_line
+from unified.eval.preflight import PreflightError, check_names
+from unified.eval.runner import EvalConfig, EvalInterrupted, benchmarks_to_run, run_eval
 from unified.eval.store import RunDirError
 from unified.registry import UnknownNameError
 
@@ -48,8 +53,13 @@ def _flag(flag: str, kind: type = int):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m unified.eval", description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(prog="python -m unified.eval", description=__doc__.splitlines()[0],
+                            epilog="python -m unified.eval --list: the benchmarks (suites, what each needs), "
+                                   "suites and prompting modules",
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--list", action="store_true",
+                        help="list the benchmarks (their suites and what each needs), suites and prompting "
+                             "modules, then exit")
     parser.add_argument("--suite", help="ood | in_domain | all | general | any suite an installed adapter "
                         "declares; several comma-separated (general = lm-evaluation-harness tasks, options under "
                         "--set general.KEY=VALUE; `all` = in_domain + ood)")
@@ -57,7 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", help="embedded | CHECKPOINT_DIR | FILE.gguf | openai:URL#MODEL | vllm:PATH | gold")
     parser.add_argument("--backend", choices=["hf", "vllm", "openai"], help="backend for a local checkpoint")
     parser.add_argument("--prompting", help="prompting module (act, predict_then_act, ...)")
-    parser.add_argument("--out", help="run directory (results, summary); rerun to resume")
+    parser.add_argument("--out", help="run directory (results, summary); rerun the same command to resume")
+    parser.add_argument(RESUME_ANYWAY_FLAG, action="store_true",
+                        help="resume --out even though it holds results of another model/prompting/sampling "
+                             "(its summary then mixes both)")
     parser.add_argument("--split", help="benchmark-specific split/categories")
     parser.add_argument("--limit", type=_flag("limit"), help="tasks per benchmark")
     parser.add_argument("--task-ids", nargs="+", help="only these task ids (comma or space separated; "
@@ -125,6 +138,11 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return _run_lwm(_without_suite(argv))
     args = parser.parse_args(argv)
+    if args.list:
+        from unified.eval.preflight import listing
+
+        print(listing())
+        return 0
     if args.compare:
         from unified.eval.report import compare
 
@@ -132,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         cfg = load_eval_config(args)
-    except (ConfigError, KeyError) as exc:
+        check_names(cfg)
+    except (ConfigError, KeyError, PreflightError) as exc:
         parser.error(str(exc))
     if args.dry_run:
         try:
@@ -143,9 +162,13 @@ def main(argv: list[str] | None = None) -> int:
         print(dump_yaml(cfg))
         names += [f"general (lm-eval: {', '.join(cfg.general.tasks)})"] if want_general else []
         print(f"# would evaluate: {', '.join(dict.fromkeys(names))}")
+        print(dry_run_line(cfg.out, cfg, names))
         return 0
     try:
-        summary = run_eval(cfg)
+        summary = run_eval(cfg, resume_anyway=args.resume_anyway)
+    except EvalInterrupted as exc:  # Ctrl-C: the summary of what finished is on disk
+        print(f"{parser.prog}: {exc}", file=sys.stderr)
+        return 130
     except (UnknownNameError, ConfigError) as exc:  # a misspelt name ("did you mean"), options that cannot run
         parser.error(str(exc))
     except RunDirError as exc:  # --out unwritable, or in use by another run (named): one line, no traceback

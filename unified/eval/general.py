@@ -123,6 +123,16 @@ class GeneralConfig:
         return {k: getattr(self, k) for k in keys}
 
 
+def general_with_limit(cfg: GeneralConfig, limit: int | None) -> GeneralConfig:
+    """``cfg`` with the run's ``--limit`` as lm-eval's ``limit`` (documents per task) when
+    ``general.limit`` is not set itself; ``general.limit`` wins when both are given."""
+    if limit is None or cfg.limit is not None:
+        return cfg
+    from dataclasses import replace
+
+    return replace(cfg, limit=limit)
+
+
 def split_suites(suite: str | None) -> tuple[list[str], bool]:
     """``--suite general,ood`` -> (``["ood"]``, True): the agent suites and whether ``general`` is asked."""
     names = [p.strip() for p in (suite or "").split(",") if p.strip()]

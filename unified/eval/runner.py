@@ -22,7 +22,8 @@ from unified.benchmarks.contract import AgentLimits, BenchmarkUnavailable
 from unified.benchmarks.discovery import (ALL_SUITE, benchmark_facts, check_benchmark_config, declared_suites,
                                           expand_benchmarks, load_adapter)
 from unified.benchmarks.helpers import limit_runnable, select_task_ids
-from unified.eval.general import GENERAL_SUITE, GeneralConfig, run_general, split_suites
+from unified.eval.general import GENERAL_SUITE, GeneralConfig, general_with_limit, run_general, split_suites
+from unified.eval.identity import claim_run_dir
 from unified.eval.report import benchmark_entry, write_summary
 from unified.eval.store import BenchmarkStore, RunDirLock
 from unified.store import write_json_atomic
@@ -106,17 +107,29 @@ class _Progress:
         self.bar.close()
 
 
-def run_eval(cfg: EvalConfig, *, policy: Policy | None = None) -> dict[str, Any]:
+class EvalInterrupted(Exception):
+    """Ctrl-C (SIGINT) during a run: the summary of what finished is written; ``saved`` results
+    are in the run directory and rerunning the same command resumes."""
+
+    def __init__(self, saved: int) -> None:
+        super().__init__(f"interrupted: {saved} results saved; rerun the same command to resume")
+        self.saved = saved
+
+
+def run_eval(cfg: EvalConfig, *, policy: Policy | None = None, resume_anyway: bool = False) -> dict[str, Any]:
     """Run (or resume) the evaluation described by ``cfg``; returns the summary.
 
     The run directory is held for the whole run (:class:`unified.eval.store.RunDirLock`): a
     second run on the same ``--out`` raises :class:`unified.eval.store.RunDirError` naming this one.
+    A directory holding results of another configuration raises
+    :class:`unified.eval.identity.IdentityMismatch` (a ``RunDirError``) unless ``resume_anyway``.
+    Ctrl-C raises :class:`EvalInterrupted` after writing the summary of the finished episodes.
     """
     with RunDirLock(cfg.out):
-        return _run_eval(cfg, policy=policy)
+        return _run_eval(cfg, policy=policy, resume_anyway=resume_anyway)
 
 
-def _run_eval(cfg: EvalConfig, *, policy: Policy | None = None) -> dict[str, Any]:
+def _run_eval(cfg: EvalConfig, *, policy: Policy | None = None, resume_anyway: bool = False) -> dict[str, Any]:
     names, want_general = benchmarks_to_run(cfg)
     if not names and not want_general:
         suites = sorted({*declared_suites()[0], ALL_SUITE, GENERAL_SUITE})
@@ -124,6 +137,7 @@ def _run_eval(cfg: EvalConfig, *, policy: Policy | None = None) -> dict[str, Any
     check_benchmark_config(cfg.benchmark_config)  # a mistyped key fails now, not after hours of other benchmarks
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
+    claim_run_dir(out, cfg, names, resume_anyway=resume_anyway)
     write_json_atomic(out / "run.json", {"config": to_dict(cfg), "updated_at": time.time()})
     sampling = SamplingConfig(temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p,
                               max_new_tokens=cfg.sampling.max_new_tokens, enable_thinking=cfg.sampling.thinking,
@@ -138,9 +152,16 @@ def _run_eval(cfg: EvalConfig, *, policy: Policy | None = None) -> dict[str, Any
             if benchmarks[name].get("_policy") is not None:
                 policy = benchmarks[name].pop("_policy")
             benchmarks[name].pop("_policy", None)
+            interrupted = benchmarks[name].pop("_interrupted", False)
             write_summary(out, cfg, benchmarks)
+            if interrupted:
+                raise KeyboardInterrupt
         if want_general:  # lm-eval on the same weights (the agent suites' loaded checkpoint when there is one)
-            run_general(cfg.general, cfg.model, out, backend=cfg.backend, loaded=getattr(policy, "loaded", None))
+            run_general(general_with_limit(cfg.general, cfg.limit), cfg.model, out, backend=cfg.backend,
+                        loaded=getattr(policy, "loaded", None))
+    except KeyboardInterrupt:
+        write_summary(out, cfg, benchmarks)
+        raise EvalInterrupted(_saved_results(out)) from None
     finally:
         if own_policy and policy is not None:
             policy.close()
@@ -196,6 +217,7 @@ def _run_benchmark(name: str, cfg: EvalConfig, out: Path, sampling: SamplingConf
     finished_ids = {task_id for task_id, _ in recorded}
     policy = current_policy()
     new_policy = None
+    interrupted = False
     if jobs:
         if policy is None:
             _log(f"loading policy {cfg.model} ...")
@@ -214,10 +236,14 @@ def _run_benchmark(name: str, cfg: EvalConfig, out: Path, sampling: SamplingConf
         started = time.perf_counter()
         try:
             loop.run(jobs, finished_ids=finished_ids)
+        except KeyboardInterrupt:  # the summary below still covers what finished; the caller stops
+            interrupted = True
         finally:
             progress.close()
         elapsed = time.perf_counter() - started
-        _log(f"{name}: {len(jobs)} episodes in {elapsed:.1f}s ({len(jobs) / max(elapsed, 1e-9):.3f} episodes/s)")
+        if not interrupted:
+            _log(f"{name}: {len(jobs)} episodes in {elapsed:.1f}s "
+                 f"({len(jobs) / max(elapsed, 1e-9):.3f} episodes/s)")
     wanted = {(t.id, trial) for t in tasks for trial in range(runs)}
     scored_ids = {t.id for t in tasks if t.scored}
     results = [r for key, r in store.load().items() if key in wanted]
@@ -229,7 +255,17 @@ def _run_benchmark(name: str, cfg: EvalConfig, out: Path, sampling: SamplingConf
     summary["runs_dir"] = str(store.dir)
     summary["settings"] = dict(adapter.config)  # the adapter's parsed Config, defaults included
     summary["_policy"] = new_policy
+    summary["_interrupted"] = interrupted
     return summary
+
+
+def _saved_results(out: Path) -> int:
+    """Results recorded in the run directory (every benchmark, this run's and earlier ones)."""
+    count = 0
+    for path in out.glob("*/results.jsonl"):
+        with open(path, "rb") as handle:
+            count += sum(1 for line in handle if line.endswith(b"\n"))
+    return count
 
 
 def _tasks_in_benchmark(adapter: Any, cfg: EvalConfig) -> int | None:

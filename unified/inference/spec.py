@@ -27,10 +27,11 @@ a checkpoint spec runs under ``hf`` or ``vllm``; an endpoint only under ``openai
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from typing import Literal
 
-from unified.models.checkpoint import resolve_spec
+from unified.models.checkpoint import CheckpointNotFoundError, resolve_spec
 from unified.registry import UnknownNameError
 
 SpecKind = Literal["embedded", "local", "gguf", "hub", "endpoint", "gold"]
@@ -91,6 +92,22 @@ def _endpoint(text: str, body: str) -> ModelSpec:
     return ModelSpec(text=text, kind="endpoint", backend="openai", target=url.rstrip("/"), served_name=name)
 
 
+_SPEC_WORDS = ("embedded", "gold")
+
+
+def _resolve(text: str) -> tuple[SpecKind, str]:
+    """:func:`resolve_spec`, whose not-found error says "did you mean" for a misspelt bare word
+    (``embeded`` -> ``embedded``)."""
+    try:
+        return resolve_spec(text)
+    except CheckpointNotFoundError:
+        close = difflib.get_close_matches(text.lower(), _SPEC_WORDS, n=1, cutoff=0.6) if "/" not in text else []
+        if close:
+            raise CheckpointNotFoundError(f"model spec {text!r}: no such checkpoint; did you mean {close[0]!r}?") \
+                from None
+        raise
+
+
 def parse_spec(spec: object, *, backend: str | None = None) -> ModelSpec:
     """Classify ``spec`` (a string or path) by the grammar in the module docstring; loads nothing.
 
@@ -119,13 +136,13 @@ def parse_spec(spec: object, *, backend: str | None = None) -> ModelSpec:
                             "or a hub id), e.g. vllm:Qwen/Qwen3.5-35B-A3B")
         if backend not in (None, "vllm"):
             raise SpecError(f"model spec {text!r} names the vllm backend; --backend {backend} contradicts it")
-        kind, target = resolve_spec(inner)
+        kind, target = _resolve(inner)
         return ModelSpec(text=text, kind=kind, backend="vllm", target=target)
     else:
         if backend == "openai":
             raise SpecError(f"model spec {text!r} is a checkpoint; the openai backend needs an endpoint "
                             f"({ENDPOINT_EXAMPLE}): serve it with python -m unified.inference.server --model {text}")
-        kind, target = resolve_spec(text)
+        kind, target = _resolve(text)
         return ModelSpec(text=text, kind=kind, backend="vllm" if backend == "vllm" else "hf", target=target)
     if backend not in (None, "openai"):
         raise SpecError(f"model spec {text!r} is an OpenAI-compatible endpoint; it cannot run under the "

@@ -1,0 +1,145 @@
+"""What defines an eval run directory, recorded in ``DIR/identity.json`` and checked on every rerun.
+
+Rerunning a command on the same ``--out`` resumes it: finished (task, trial) pairs are kept and
+only the rest run. That is right only when the rerun would produce the same kind of results, so
+the first run records its **identity** and a rerun whose identity differs stops before anything
+loads, with one line naming the differing fields and the fix (another ``--out``, or
+``--resume-anyway`` to add to the directory all the same).
+
+The identity is what changes a result of a given (task, trial):
+
+- ``model``: the checkpoint (an absolute path for a local directory or .gguf, the hub id,
+  ``embedded``), the endpoint (``URL#MODEL``) or ``gold``; ``model.files``: a digest of the
+  names, sizes and modification times of a local checkpoint's files (a rewritten checkpoint at
+  the same path differs); ``backend``;
+- ``prompting`` and ``prompting_options``, every ``sampling.*`` and ``limits.*`` key, ``split``;
+- ``benchmarks.NAME``: the settings given to each benchmark (``--set benchmarks.NAME.KEY=...``).
+
+The ``general`` suite keys its own records by model and lm-eval settings
+(:func:`unified.eval.general.fingerprint`), so its options are not repeated here.
+
+What only selects more or fewer tasks (``--limit``, ``--task-ids``, ``--runs``, which suites and
+benchmarks) and how episodes are scheduled (``--max-in-flight``, ``--scheduling``) is not part of
+it: a rerun with a larger ``--limit`` extends the run. A directory written before identities were
+recorded (``run.json`` only) is compared on the fields its recorded config gives, then gets its
+``identity.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from unified.config import from_dict, to_dict
+from unified.eval.store import RunDirError
+from unified.store import files_fingerprint, flatten_identity, identity_differences, write_json_atomic
+
+IDENTITY_FILE = "identity.json"
+RESUME_ANYWAY_FLAG = "--resume-anyway"
+_WEIGHT_FILES = ("*.json", "*.safetensors", "*.bin", "*.pt", "*.gguf", "*.model")
+
+
+class IdentityMismatch(RunDirError):
+    """A rerun on a run directory that holds results of another configuration (one line)."""
+
+
+def model_identity(spec: str, backend: str | None) -> dict[str, Any]:
+    """``model``, ``model.files`` (local checkpoints) and ``backend`` of a model spec."""
+    from unified.inference.spec import parse_spec
+
+    parsed = parse_spec(spec, backend=backend)
+    out: dict[str, Any] = {"backend": parsed.backend}
+    if parsed.kind in ("local", "gguf"):
+        path = Path(parsed.target).resolve()
+        out["model"] = str(path)
+        out["model.files"] = files_fingerprint(path, _WEIGHT_FILES)
+    elif parsed.is_endpoint:
+        out["model"] = f"{parsed.target}#{parsed.served_name}"
+    elif parsed.kind == "gold":
+        out["model"] = "gold"
+    else:
+        out["model"] = parsed.target
+    return out
+
+
+def eval_identity(cfg: Any, benchmarks: list[str]) -> dict[str, Any]:
+    """The record of ``cfg`` (an :class:`unified.eval.runner.EvalConfig`): ``fields`` (flat, see the
+    module docstring) and ``benchmarks`` (name -> settings given)."""
+    fields: dict[str, Any] = dict(model_identity(cfg.model, cfg.backend))
+    fields["prompting"] = cfg.prompting
+    fields["prompting_options"] = dict(cfg.prompting_options)
+    fields["split"] = cfg.split
+    fields.update(flatten_identity({"sampling": to_dict(cfg.sampling), "limits": to_dict(cfg.limits)}))
+    settings = {name: dict(cfg.benchmark_config.get(name, {})) for name in benchmarks}
+    return {"fields": fields, "benchmarks": settings}
+
+
+def _has_results(out: Path) -> bool:
+    return any(p.stat().st_size > 0 for p in out.glob("*/results.jsonl"))
+
+
+def _recorded(out: Path, cfg_cls: type) -> dict[str, Any] | None:
+    """The recorded identity, or one derived from an older directory's ``run.json`` (no ``model.files``)."""
+    try:
+        return json.loads((out / IDENTITY_FILE).read_text())
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError):
+        return None
+    try:
+        old = from_dict(cfg_cls, json.loads((out / "run.json").read_text())["config"])
+        record = eval_identity(old, list(old.benchmark_config))
+    except Exception:  # no run.json, or one this version cannot read: nothing to compare against
+        return None
+    record["fields"].pop("model.files", None)
+    record["benchmarks"] = {}  # settings of benchmarks the old config did not name are unknown
+    return record
+
+
+def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """The differing fields of two identity records, in words (``"model gold -> /x/final"``)."""
+    diffs = identity_differences(recorded.get("fields", {}), current["fields"])
+    old_benchmarks = recorded.get("benchmarks", {})
+    for name, settings in current["benchmarks"].items():
+        if name in old_benchmarks and old_benchmarks[name] != settings:
+            diffs.append(f"benchmarks.{name} {json.dumps(old_benchmarks[name], sort_keys=True)} -> "
+                         f"{json.dumps(settings, sort_keys=True)}")
+    return diffs
+
+
+def dry_run_line(out: str | Path, cfg: Any, benchmarks: list[str]) -> str:
+    """What a run of ``cfg`` would do with ``out`` (for ``--dry-run``; writes nothing)."""
+    out = Path(out)
+    if not _has_results(out):
+        return f"# --out {out}: new run directory"
+    recorded = _recorded(out, type(cfg))
+    diffs = differences(recorded, eval_identity(cfg, benchmarks)) if recorded else []
+    if diffs:
+        return f"# --out {out}: would stop: it holds results of another run ({'; '.join(diffs)})"
+    return f"# --out {out}: would resume (finished episodes are kept)"
+
+
+def claim_run_dir(out: str | Path, cfg: Any, benchmarks: list[str], *, resume_anyway: bool = False) -> list[str]:
+    """Check ``cfg`` against the identity recorded in ``out`` and record it (merged with the
+    benchmarks recorded before). Raises :class:`IdentityMismatch` when ``out`` holds results of
+    another identity, unless ``resume_anyway``; returns the differences accepted (empty if none)."""
+    out = Path(out)
+    current = eval_identity(cfg, benchmarks)
+    recorded = _recorded(out, type(cfg)) if _has_results(out) else None
+    diffs = differences(recorded, current) if recorded else []
+    if diffs and not resume_anyway:
+        raise IdentityMismatch(
+            f"holds results of another run ({'; '.join(diffs)}): give a new --out for this one, or rerun "
+            f"with {RESUME_ANYWAY_FLAG} to add to it anyway (its summary then mixes both)")
+    merged = {**(recorded or {}).get("benchmarks", {}), **current["benchmarks"]}
+    history = list((recorded or {}).get("accepted_differences", []))
+    if diffs:
+        history.append({"at": time.time(), "differences": diffs})
+    record = {"fields": current["fields"], "benchmarks": merged, "recorded_at": time.time()}
+    if history:
+        record["accepted_differences"] = history
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / IDENTITY_FILE, record)
+    return diffs
