@@ -188,6 +188,13 @@ def test_tiny_in_process_end_to_end(tiny_runs):
     assert f"| {MC_GROUP} | acc | none | {_metric(group, 'acc')['value']:.4f} ± " in md
 
 
+def test_limit_flag_is_lm_evals_limit_unless_general_limit_is_set(tiny_checkpoint, tmp_path):
+    _cli(*_general_args(tmp_path / "a", str(tiny_checkpoint), [GEN], "--limit", "2"))
+    assert len(_samples(tmp_path / "a", GEN)) == 2  # of the task's 4 documents
+    _cli(*_general_args(tmp_path / "b", str(tiny_checkpoint), [GEN], "--limit", "2", "--set", "general.limit=3"))
+    assert len(_samples(tmp_path / "b", GEN)) == 3
+
+
 def test_rerun_resumes_finished_tasks(tiny_runs, tiny_checkpoint, monkeypatch):
     a, _ = tiny_runs
     store = GeneralStore(a)

@@ -18,7 +18,8 @@ PYTHON = sys.executable
 
 
 def dry_run(*args: str, **env: str) -> str:
-    full = {**os.environ, "PYTHON": PYTHON, "REPO": str(REPO), "DRY_RUN": "1", **env}
+    full = {**os.environ, "PYTHON": PYTHON, "REPO": str(REPO), "DRY_RUN": "1",
+            "JUDGE": "openai:http://judge:8001/v1#judge", **env}  # the paper recipe needs a judge
     out = subprocess.run(["bash", str(SCRIPT), *args], env=full, capture_output=True, text=True, cwd=REPO,
                          timeout=120)
     assert out.returncode == 0, out.stderr

@@ -33,7 +33,8 @@ def test_the_two_required_recipes_ship():
 def test_every_shipped_recipe_parses_and_dry_runs(recipe, capsys):
     cfg = load_warmup_config(recipe)
     assert cfg.gspo.importance_sampling_level == "sequence" and cfg.gspo.beta == 0.0
-    assert main(["--recipe", str(recipe), "--dry-run"]) == 0
+    judge = ["--set", "rewards.judge_endpoint=openai:http://judge:8001/v1#judge"] if cfg.rewards.rubric_weight else []
+    assert main(["--recipe", str(recipe), "--dry-run", *judge]) == 0
     out = capsys.readouterr().out
     resolved = yaml.safe_load(out.split("# objective:")[0])
     assert resolved["model"]["name_or_path"] == cfg.model.name_or_path

@@ -308,11 +308,28 @@ def from_dict(cls: type[C], data: dict[str, Any], *, where: str = "", lines: dic
         raise ConfigError(f"{_location(source, lines, section)}{exc}") from None
 
 
-def _location(source: str, lines: dict[tuple[str, ...], int] | None, path: tuple[str, ...]) -> str:
+def _location(source: str, lines: dict[tuple[str, ...], Any] | None, path: tuple[str, ...]) -> str:
+    line = (lines or {}).get(path)
+    if isinstance(line, str):  # a key set by --set (see mark_overrides): the flag is to blame, not the file
+        return f"{line}: "
     if not source:
         return ""
-    line = (lines or {}).get(path)
     return f"{source}:{line}: " if line else f"{source}: "
+
+
+def mark_overrides(lines: dict[tuple[str, ...], Any], overrides: list[str] | None) -> dict[tuple[str, ...], Any]:
+    """Point the key paths that ``--set`` overrides at the flag (``"--set KEY=VALUE"``) instead of a
+    line of the recipe file, so that an error in an overridden value or a mistyped overridden key
+    names the flag. Modifies and returns ``lines``."""
+    for item in overrides or []:
+        key = item.split("=", 1)[0]
+        path = tuple(p for p in key.strip().split(".") if p)
+        if not path:
+            continue
+        for stale in [k for k in lines if k[:len(path)] == path]:
+            del lines[stale]
+        lines[path] = f"--set {item}"
+    return lines
 
 
 def load_config(cls: type[C], path: str | os.PathLike[str] | None = None, overrides: list[str] | None = None) -> C:
@@ -325,6 +342,7 @@ def load_config(cls: type[C], path: str | os.PathLike[str] | None = None, overri
         source = str(path)
     if overrides:
         apply_overrides(data, overrides)
+        mark_overrides(lines, overrides)
     return from_dict(cls, data, lines=lines, source=source)
 
 

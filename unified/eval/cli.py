@@ -25,8 +25,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from unified.config import (ArgumentParser, ConfigError, add_recipe_arguments, apply_overrides, dump_yaml, flag_type, from_dict,
-                             read_yaml)
+from unified.config import (ArgumentParser, ConfigError, add_recipe_arguments, apply_overrides, dump_yaml, flag_type,
+                             from_dict, mark_overrides, read_yaml)
 from unified.benchmarks.discovery import check_benchmark_config
 from unified.eval.identity import RESUME_ANYWAY_FLAG, dry_run_line
 from unified.eval.preflight import PreflightError, check_names
@@ -113,6 +113,7 @@ def load_eval_config(args: argparse.Namespace) -> EvalConfig:
     overrides = [("benchmark_config." + o[len("benchmarks."):]) if o.startswith("benchmarks.") else o
                  for o in args.set]
     apply_overrides(data, overrides)
+    mark_overrides(lines, overrides)
     for key, value in flags:
         node = data
         parts = key.split(".")

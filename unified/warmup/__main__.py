@@ -6,7 +6,10 @@
     python -m unified.warmup --recipe R --eval-before-after      # held-out reward before/after training
 
 Rerunning the same command after a crash resumes from the last complete checkpoint
-(``resume: auto``). The trained weights land in ``<output_dir>/final``, a Hugging Face
+(``resume: auto``). The output dir records the recipe it trains (``identity.json``); a rerun
+with another recipe stops with one line naming the differing keys. Settings that would fail
+after the weights load (a misspelt model spec, a rubric reward without a judge, missing data)
+stop the command at once, and ``--dry-run`` lists them after the plan. The trained weights land in ``<output_dir>/final``, a Hugging Face
 directory that ``python -m unified.eval --model <output_dir>/final`` loads unchanged.
 """
 
@@ -17,13 +20,13 @@ import json
 import logging
 import sys
 
-from unified.config import ConfigError, add_recipe_arguments, dump_yaml
+from unified.config import ArgumentParser, ConfigError, add_recipe_arguments, dump_yaml
 from unified.registry import UnknownNameError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m unified.warmup", description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(prog="python -m unified.warmup", description=__doc__.splitlines()[0],
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     add_recipe_arguments(parser)
     parser.add_argument("--model", help="shortcut for --set model.name_or_path=SPEC")
     parser.add_argument("--data", action="append", help="shortcut for --set data.train=[PATH] (repeatable)")
@@ -39,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--print-command", choices=["trainer", "vllm"],
                         help="print the shell command of one role of the launch plan (empty if the layout has "
                              "none) and exit; used by slurm/lwm_warmup.sh")
+    parser.add_argument("--resume-anyway", action="store_true",
+                        help="continue the output dir's checkpoint even though it was trained with another recipe")
     parser.add_argument("--log-level", default="WARNING")
     return parser
 
@@ -66,10 +71,24 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, UnknownNameError, ValueError) as exc:  # ValueError: a section's own checks
         print(f"unified.warmup: {exc}", file=sys.stderr)
         return 2
+    from unified.warmup.identity import WarmupIdentityMismatch, check_output_dir, record_output_dir
+    from unified.warmup.preflight import problems
+
+    found = problems(cfg)
+    try:
+        accepted = check_output_dir(cfg, resume_anyway=args.resume_anyway)
+    except WarmupIdentityMismatch as exc:
+        found.append(str(exc))
+        accepted = []
+    if found and not args.dry_run:
+        for line in found:
+            print(f"unified.warmup: {line}", file=sys.stderr)
+        return 2
     if args.print_command:
         from unified.warmup.launch import launch_plan, step_for_role
 
-        step = step_for_role(launch_plan(cfg, args.recipe, overrides), args.print_command)
+        step = step_for_role(launch_plan(cfg, args.recipe, overrides, resume_anyway=args.resume_anyway),
+                             args.print_command)
         print(step.shell() if step else "")
         return 0
     if args.dry_run:
@@ -81,7 +100,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"# launch: {cfg.launch.nodes} node(s) x {cfg.launch.gpus_per_node} GPU(s), "
               f"distributed={cfg.launch.distributed}, generation={cfg.generation.backend}")
         print(format_plan(launch_plan(cfg, args.recipe, overrides)))
-        return 0
+        for line in found:
+            print(f"unified.warmup: {line}", file=sys.stderr)
+        return 2 if found else 0
+    record_output_dir(cfg, accepted)
 
     from unified.warmup.trainer import run_warmup
 

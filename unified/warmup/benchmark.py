@@ -219,4 +219,9 @@ def run_before_after(cfg: WarmupConfig, *, samples_per_prompt: int = 2, temperat
         "heldout_size": len(heldout), "train_size": len(train),
     }
     write_json_atomic(path, report)
+    from unified.warmup.model_card import reward_names, write_model_card
+
+    write_model_card(cfg, result.final_dir, steps=result.global_step, train_samples=len(train),
+                     rewards=list(zip(reward_names(train_funcs), train_weights)),
+                     seconds_per_step=result.seconds_per_step, resumed_from=result.resumed_from, before_after=report)
     return report

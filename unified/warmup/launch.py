@@ -66,17 +66,18 @@ def _vllm_model(spec: str) -> str:
     return str(embedded_checkpoint_dir()) if parsed.kind == "embedded" else parsed.checkpoint
 
 
-def launch_plan(cfg: WarmupConfig, recipe: str | None, overrides: list[str], *, python: str | None = None
-                ) -> list[LaunchStep]:
+def launch_plan(cfg: WarmupConfig, recipe: str | None, overrides: list[str], *, python: str | None = None,
+                resume_anyway: bool = False) -> list[LaunchStep]:
     """The commands that run ``cfg`` on ``launch.nodes`` x ``launch.gpus_per_node``.
 
     ``python`` defaults to this interpreter; ``accelerate`` and ``trl`` are taken from its
-    environment. ``overrides`` are repeated as ``--set`` flags so every process sees the same recipe.
+    environment. ``overrides`` are repeated as ``--set`` flags so every process sees the same recipe;
+    ``resume_anyway`` passes ``--resume-anyway`` on (:mod:`unified.warmup.identity`).
     """
     python = python or sys.executable
     nodes, gpus = cfg.launch.nodes, cfg.launch.gpus_per_node
     entry = ["-m", "unified.warmup"] + (["--recipe", recipe] if recipe else [])
-    sets = [a for o in overrides for a in ("--set", o)]
+    sets = [a for o in overrides for a in ("--set", o)] + (["--resume-anyway"] if resume_anyway else [])
     if nodes == 1 and gpus <= 1:
         extra = []
         if gpus == 0 and cfg.generation.backend != "hf":

@@ -14,7 +14,8 @@ the clipped objective, the advantages, the MoE router loss and the metrics. This
   is really on;
 - runs, checkpoints, resumes from the last complete checkpoint after a crash, and writes the
   final weights as a Hugging Face directory ``<output_dir>/final`` that ``load_checkpoint``
-  (hence ``python -m unified.eval --model DIR``) reads unchanged (:func:`run_warmup`).
+  (hence ``python -m unified.eval --model DIR``) reads unchanged, with its model card
+  (:mod:`unified.warmup.model_card`) (:func:`run_warmup`).
 """
 
 from __future__ import annotations
@@ -519,6 +520,12 @@ def run_warmup(cfg: WarmupConfig, *, train_dataset=None, reward_funcs: Sequence[
         last_log=logs[-1] if logs else {},
     )
     if trainer.accelerator.is_main_process:
+        from unified.warmup.model_card import reward_names, write_model_card
+
+        weights = list(reward_weights) if reward_weights is not None else [1.0] * len(reward_funcs)
+        write_model_card(cfg, final, steps=result.global_step, train_samples=len(train_dataset),
+                         rewards=list(zip(reward_names(reward_funcs), weights)),
+                         seconds_per_step=result.seconds_per_step, resumed_from=result.resumed_from)
         write_json_atomic(out / RUN_RECORD, {**to_dict(result), "objective": describe(cfg)})
     if cfg.logging.wandb:
         try:
