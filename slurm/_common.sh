@@ -13,8 +13,23 @@ unified_env() {
         # shellcheck disable=SC1091
         source "$VENV/bin/activate"
     fi
-    "$PYTHON" -c 'import unified' 2>/dev/null \
-        || unified_die "PYTHON=$PYTHON cannot import unified (set PYTHON or VENV to the environment of this checkout)"
+    # From outside the checkout: in it, any interpreter imports the package from the cwd and the
+    # job would only die later, on `import torch`.
+    local found
+    found=$(cd / && "$PYTHON" -c 'import os, torch, unified; print(os.path.dirname(os.path.dirname(unified.__file__)))' 2>&1) \
+        || unified_die "PYTHON=$PYTHON cannot import torch and unified outside the checkout ($(tail -n 1 <<< "$found")): set VENV to the environment \`make setup\` made (VENV=$REPO/.venv) or PYTHON to its interpreter"
+    if [ "$(cd "$found" 2>/dev/null && pwd -P)" != "$(cd "$REPO" && pwd -P)" ]; then
+        echo "$(basename "${0:-slurm}"): note: PYTHON=$PYTHON imports unified from $found, not from REPO=$REPO" >&2
+    fi
+}
+
+# The last line of a script: what happened, honestly (a dry run started nothing).
+unified_finish() {
+    if [ "${DRY_RUN:-0}" = "1" ]; then
+        echo "$1: dry run: nothing was started (the commands above are what a real run would do)"
+    else
+        echo "$1: done; $2"
+    fi
 }
 
 # The hostnames of the allocation, one per line (UNIFIED_HOSTNAMES="a b c" overrides, for dry runs).

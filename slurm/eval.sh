@@ -6,7 +6,9 @@
 #SBATCH --exclusive
 #SBATCH --output=%x-%j.out
 #
-# Submit from the root of the unified checkout:
+# Submit from the root of the unified checkout (docs/slurm.md). What it needs: VENV (or PYTHON) = the
+# environment `make setup` made (checked first: torch and unified imported from outside the checkout);
+# MODEL = the checkpoint to evaluate; one node (the script runs on the node it gets).
 #   MODEL=runs/lwm_warmup-1234/final sbatch slurm/eval.sh                   # OOD suite behind vLLM
 #   MODEL=runs/lwm_warmup-1234/final SUITE=in_domain sbatch slurm/eval.sh --limit 50 --runs 3
 #   MODEL=embedded SERVER=local GPUS_PER_NODE=0 sbatch slurm/eval.sh --limit 2   # no GPU, no vLLM
@@ -39,7 +41,8 @@ SERVED_NAME=${SERVED_NAME:-policy}               # model name the server answers
 MAX_MODEL_LEN=${MAX_MODEL_LEN:-131072}           # vLLM context length
 VLLM_ARGS=${VLLM_ARGS:---enable-auto-tool-choice --tool-call-parser qwen3_coder --reasoning-parser qwen3}
 SERVER_TIMEOUT_S=${SERVER_TIMEOUT_S:-1800}       # how long the server may take to load the weights
-PYTHON=${PYTHON:-python}                         # interpreter with unified installed (or set VENV)
+VENV=${VENV:-}                                   # virtual environment to activate (make setup: $REPO/.venv)
+PYTHON=${PYTHON:-python}                         # interpreter with torch and unified (or set VENV)
 REPO=${REPO:-${SLURM_SUBMIT_DIR:-$PWD}}          # the unified checkout
 DRY_RUN=${DRY_RUN:-0}                            # 1 = print what would run
 # ------------------------------------------------------------------------------------------------------
@@ -101,4 +104,4 @@ if [ "${#SERVER_CMD[@]}" -gt 0 ]; then
     unified_wait_http "http://127.0.0.1:${PORT}/health" "$SERVER_TIMEOUT_S" "${SERVER_PID:-0}"
 fi
 unified_run "$PYTHON" -m unified.eval "${ARGS[@]}"
-echo "unified-eval: done; results in ${OUT} (summary.md)"
+unified_finish unified-eval "results in ${OUT} (summary.md)"

@@ -6,10 +6,16 @@
 #SBATCH --exclusive
 #SBATCH --output=%x-%j.out
 #
-# Submit from the root of the unified checkout:
-#   sbatch --nodes=4 slurm/lwm_warmup.sh                                   # the paper setting (recipe below)
-#   sbatch --nodes=4 slurm/lwm_warmup.sh --set train.max_steps=50         # extra args go to unified.warmup
-#   RECIPE=recipes/warmup/embedded_cpu.yaml GPUS_PER_NODE=0 sbatch --nodes=1 slurm/lwm_warmup.sh
+# Submit from the root of the unified checkout (docs/slurm.md; a one-node Slurm on one machine too):
+#   VENV=$PWD/.venv MODEL=/ckpt/sft JUDGE=openai:http://judge-host:8001/v1#judge sbatch --nodes=4 slurm/lwm_warmup.sh
+#   ... sbatch --nodes=4 slurm/lwm_warmup.sh --set train.max_steps=50    # extra args go to unified.warmup
+#   VENV=$PWD/.venv RECIPE=recipes/warmup/embedded_cpu.yaml GPUS_PER_NODE=0 sbatch --nodes=1 slurm/lwm_warmup.sh
+#   DRY_RUN=1 UNIFIED_HOSTNAMES="n0 n1 n2 n3" NODES=4 JUDGE=... bash slurm/lwm_warmup.sh   # print, start nothing
+# What it needs: VENV (or PYTHON) = the environment `make setup` made, checked before anything starts
+# (torch and unified imported from outside the checkout); `sbatch --nodes=N` = how many nodes (NODES
+# follows it); JUDGE = the rubric judge, required by the default recipe (its judge_endpoint is empty;
+# the job stops at once without it); MODEL = the SFT checkpoint (default: the recipe's hub id, which
+# needs hub access or its cache on every node).
 # Partition, account, QoS and time limit are yours to pass to sbatch (-p, -A, -q, -t).
 # With several nodes: `trl vllm-serve` on the first node, `accelerate launch` (DeepSpeed ZeRO-3 by
 # default) on the others. With one node: the trainer alone (vLLM colocated on GPUs; in-process on CPU).
@@ -27,7 +33,8 @@ JUDGE=${JUDGE:-}                                 # rubric judge, openai:URL#MODE
 DISTRIBUTED=${DISTRIBUTED:-deepspeed_zero3}      # deepspeed_zero3 | fsdp2 | ddp (several GPUs)
 VLLM_PORT=${VLLM_PORT:-8000}                     # rollout server port on the first node
 MAIN_PORT=${MAIN_PORT:-29500}                    # torch.distributed rendezvous port
-PYTHON=${PYTHON:-python}                         # interpreter with unified installed (or set VENV)
+VENV=${VENV:-}                                   # virtual environment to activate (make setup: $REPO/.venv)
+PYTHON=${PYTHON:-python}                         # interpreter with torch and unified (or set VENV)
 REPO=${REPO:-${SLURM_SUBMIT_DIR:-$PWD}}          # the unified checkout
 DRY_RUN=${DRY_RUN:-0}                            # 1 = print what would run
 # ------------------------------------------------------------------------------------------------------
@@ -79,4 +86,4 @@ else
         wait "$VLLM_PID" 2>/dev/null || true
     fi
 fi
-echo "lwm_warmup: done; the warmed-up checkpoint is ${OUTPUT}/final"
+unified_finish lwm_warmup "the warmed-up checkpoint is ${OUTPUT}/final"

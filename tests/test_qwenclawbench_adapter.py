@@ -44,6 +44,18 @@ def test_missing_checkout_says_what_to_clone(monkeypatch, tmp_path):
         QwenClawBenchAdapter(root=str(tmp_path)).tasks()
 
 
+def test_another_repository_is_not_a_checkout(monkeypatch, tmp_path):
+    other = tmp_path / "other_repo"  # has a tasks/ directory, as lm-eval's package does, but no task_*.md
+    (other / "tasks" / "gsm8k").mkdir(parents=True)
+    (other / "tasks" / "gsm8k" / "gsm8k.yaml").write_text("task: gsm8k\n")
+    monkeypatch.setenv("QWENCLAWBENCH_ROOT", str(other))
+    with pytest.raises(BenchmarkUnavailable) as info:
+        QwenClawBenchAdapter().tasks()
+    assert info.value.reason == (f"{other} is not a QwenClawBench checkout: no "
+                                 "data/qwenclawbench-v1.1-100/tasks/task_*.md in it")
+    assert "git clone" in info.value.how_to_fix
+
+
 def test_task_files_parse_and_bad_ones_name_file_and_field(adapter):
     tasks = {t.id: t for t in adapter.tasks()}
     good = tasks["task_fixture_001_sales_total"]

@@ -69,7 +69,8 @@ class QCBTask:
 
 
 def resolve_dataset_dir(root: str | os.PathLike | None, dataset: str = DEFAULT_DATASET) -> Path:
-    """``<root>/data/<dataset>`` (or ``root`` itself when it already holds tasks/ and assets/)."""
+    """``<root>/data/<dataset>`` (or ``root`` itself when it already holds tasks/ and assets/): the first
+    of the two whose ``tasks/`` holds ``task_*.md`` files; anything else is not a checkout."""
     root = root or os.environ.get(ENV_ROOT)
     if not root:
         raise BenchmarkUnavailable(f"no QwenClawBench checkout configured (${ENV_ROOT} is unset)", CLONE_HINT)
@@ -77,9 +78,10 @@ def resolve_dataset_dir(root: str | os.PathLike | None, dataset: str = DEFAULT_D
     if not base.is_dir():
         raise BenchmarkUnavailable(f"QwenClawBench checkout {base} does not exist", CLONE_HINT)
     for candidate in (base / "data" / dataset, base):
-        if (candidate / "tasks").is_dir():
+        # a tasks/ directory alone is not enough: other repositories have one (lm-eval's package does)
+        if (candidate / "tasks").is_dir() and any((candidate / "tasks").glob("task_*.md")):
             return candidate
-    raise BenchmarkUnavailable(f"{base} has no data/{dataset}/tasks directory (is it a QwenClawBench checkout?)",
+    raise BenchmarkUnavailable(f"{base} is not a QwenClawBench checkout: no data/{dataset}/tasks/task_*.md in it",
                                CLONE_HINT)
 
 
