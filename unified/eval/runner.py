@@ -24,7 +24,7 @@ from unified.benchmarks.helpers import limit_runnable, select_task_ids
 from unified.eval.config import EvalConfig
 from unified.eval.general import GENERAL_SUITE, run_general, split_suites
 from unified.eval.report import benchmark_entry, write_summary
-from unified.eval.store import BenchmarkStore, RunDirLock
+from unified.eval.rundir import BenchmarkStore, RunDirLock
 from unified.store import write_json_atomic
 from unified.inference.base import ChatModel, SamplingConfig, make_chat_model
 from unified.registry import UnknownNameError
@@ -55,8 +55,8 @@ class _Progress:
 def run_eval(cfg: EvalConfig, *, policy: ChatModel | None = None) -> dict[str, Any]:
     """Run (or resume) the evaluation described by ``cfg``; returns the summary.
 
-    The run directory is held for the whole run (:class:`unified.eval.store.RunDirLock`): a
-    second run on the same ``--out`` raises :class:`unified.eval.store.RunDirError` naming this one.
+    The run directory is held for the whole run (:class:`unified.eval.rundir.RunDirLock`): a
+    second run on the same ``--out`` raises :class:`unified.eval.rundir.RunDirError` naming this one.
     The selection and every ``benchmarks.NAME`` section are checked first: a rejected setting leaves
     no ``--out`` behind.
     """
