@@ -16,7 +16,7 @@ import pytest
 
 from unified.eval.cli import main
 from unified.eval.identity import IDENTITY_FILE, eval_identity
-from unified.eval.runner import EvalConfig
+from unified.eval.config import EvalConfig
 
 TESTS = Path(__file__).parent
 FIXTURE = "fixture_eval_bench:FixtureAdapter"  # a benchmark in the adapter contract's format (tests/)

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from unified.config import from_dict, to_dict
-from unified.eval.store import RunDirError
+from unified.eval.rundir import RunDirError
 from unified.store import files_fingerprint, flatten_identity, identity_differences, write_json_atomic
 
 IDENTITY_FILE = "identity.json"
@@ -65,7 +65,7 @@ def model_identity(spec: str, backend: str | None) -> dict[str, Any]:
 
 
 def eval_identity(cfg: Any, benchmarks: list[str]) -> dict[str, Any]:
-    """The record of ``cfg`` (an :class:`unified.eval.runner.EvalConfig`): ``fields`` (flat, see the
+    """The record of ``cfg`` (an :class:`unified.eval.config.EvalConfig`): ``fields`` (flat, see the
     module docstring) and ``benchmarks`` (name -> settings given)."""
     fields: dict[str, Any] = dict(model_identity(cfg.model, cfg.backend))
     fields["prompting"] = cfg.prompting
