@@ -18,7 +18,6 @@ the eval where they stopped.
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import logging
@@ -28,6 +27,8 @@ import time
 from pathlib import Path
 
 import torch
+
+from unified.config import ArgumentParser
 
 DEMO_TOOLS = [{
     "type": "function",
@@ -49,7 +50,7 @@ DEMO_MESSAGES = [
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m unified.demo", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m unified.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="embedded", help="checkpoint spec (default: embedded)")
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--out", default="runs/demo", help="where the warmup and eval runs go (reruns resume)")

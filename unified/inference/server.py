@@ -33,7 +33,6 @@ goes to ``log_path`` when given, else to a temporary file removed when the serve
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -53,6 +52,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from unified.config import ArgumentParser
 from unified.inference import completions as comp
 from unified.inference.reasoning import split_reasoning
 from unified.inference.shared import model_lock, shared_checkpoint
@@ -501,7 +501,7 @@ class LocalOpenAIServer(_LoopbackAddress):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m unified.inference.server", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m unified.inference.server", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="embedded")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)

@@ -7,16 +7,16 @@ each implementation, and their ratio.
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import torch
 
+from unified.config import ArgumentParser
 from unified.kernels import experts_parity, select_kernels
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m unified.kernels")
+    parser = ArgumentParser(prog="python -m unified.kernels")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--arch", default="qwen3_moe", choices=["qwen3_moe", "qwen3_5_moe"])

@@ -31,13 +31,13 @@ domains so that every domain is represented.
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from unified.config import ArgumentParser
 from unified.inference import PolicyRequest, SamplingConfig, parse_spec, shared_chat_model
 from unified.inference.judge import make_judge
 from unified.lwm.dataset import sample_one_turn_per_trajectory, to_chat
@@ -219,7 +219,7 @@ def run(model: str, judge: str, data: str, out: str, *, limit: int | None = None
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m unified.lwm.evaluation") -> int:
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="world model: load_checkpoint spec or openai:URL#MODEL")
     parser.add_argument("--judge", required=True, help="judge: load_checkpoint spec or openai:URL#MODEL")
     parser.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "data" / "lwm"),

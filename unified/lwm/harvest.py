@@ -13,7 +13,6 @@ each file), all written atomically.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -21,6 +20,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
+from unified.config import ArgumentParser
 from unified.lwm.prompts import build_system_prompt
 from unified.lwm.records import DOMAINS, AWBRecord, trajectory_records, write_records
 from unified.store import write_text_atomic
@@ -145,7 +145,7 @@ def harvest(out: str | os.PathLike[str], *, seed: int = SHIPPED_SEED, terminal: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m unified.lwm.harvest", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m unified.lwm.harvest", description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="output directory (one <domain>.jsonl per domain)")
     parser.add_argument("--seed", type=int, default=SHIPPED_SEED)
     parser.add_argument("--terminal", type=int, default=SHIPPED_TERMINAL, help="terminal trajectories")
