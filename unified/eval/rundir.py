@@ -3,6 +3,7 @@
 Layout of ``--out DIR``::
 
     DIR/run.json                      the resolved config of the run (rewritten atomically)
+    DIR/identity.json                 what defines the results (unified.eval.identity); checked on rerun
     DIR/summary.json, DIR/summary.md  aggregates per benchmark and suite (atomic)
     DIR/<benchmark>/episodes.jsonl    one Episode per line, appended as episodes finish
     DIR/<benchmark>/results.jsonl     one EpisodeResult per line, appended after its episode
