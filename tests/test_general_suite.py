@@ -188,6 +188,7 @@ def test_tiny_in_process_end_to_end(tiny_runs):
     assert f"| {MC_GROUP} | acc | none | {_metric(group, 'acc')['value']:.4f} ± " in md
 
 
+@pytest.mark.slow
 def test_limit_flag_is_lm_evals_limit_unless_general_limit_is_set(tiny_checkpoint, tmp_path):
     _cli(*_general_args(tmp_path / "a", str(tiny_checkpoint), [GEN], "--limit", "2"))
     assert len(_samples(tmp_path / "a", GEN)) == 2  # of the task's 4 documents

@@ -103,4 +103,6 @@ def test_another_recipe_on_the_same_output_dir_stops_and_the_card_says_what_was_
     assert main([*base, "--set", "train.learning_rate=1e-3", "--set", "train.max_steps=2", "--resume-anyway"]) == 0
     accepted = json.loads((out / IDENTITY_FILE).read_text())["accepted_differences"]
     assert accepted[0]["differences"] == ["train.learning_rate 2e-05 -> 0.001"]
-    assert "- steps: 2 (train.max_steps 2)" in (out / "final" / "README.md").read_text()
+    card = (out / "final" / "README.md").read_text()
+    assert "- steps: 2 (train.max_steps 2)" in card
+    assert "continued under a changed recipe (--resume-anyway): train.learning_rate 2e-05 -> 0.001" in card

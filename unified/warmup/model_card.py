@@ -88,6 +88,8 @@ def render_model_card(cfg: WarmupConfig, *, identity: dict[str, Any], steps: int
         lines.append(f"- seconds per step (last process): {seconds_per_step:g}")
     if resumed_from:
         lines.append(f"- resumed from `{resumed_from}`")
+    for accepted in identity.get("accepted_differences", []):
+        lines.append(f"- continued under a changed recipe (--resume-anyway): {'; '.join(accepted['differences'])}")
     lines += ["", "## Held-out reward before and after", ""]
     if before_after and before_after.get("status") == "done":
         p = before_after.get("paired", {})
@@ -111,13 +113,19 @@ def write_model_card(cfg: WarmupConfig, final_dir: str | Path, **facts: Any) -> 
     """Write (or replace) ``final_dir/README.md``; ``facts`` as in :func:`render_model_card`
     (``before_after`` is read from ``<output_dir>/before_after.json`` when not given)."""
     from unified.warmup.benchmark import REPORT_FILE
-    from unified.warmup.identity import warmup_identity
+    from unified.warmup.identity import IDENTITY_FILE, warmup_identity
 
     if facts.get("before_after") is None:
         try:
             facts["before_after"] = json.loads((Path(cfg.output_dir) / REPORT_FILE).read_text())
         except (OSError, ValueError):
             facts["before_after"] = None
+    identity = warmup_identity(cfg)
+    try:  # the changes a --resume-anyway accepted on the way (unified.warmup.identity)
+        recorded = json.loads((Path(cfg.output_dir) / IDENTITY_FILE).read_text())
+        identity["accepted_differences"] = list(recorded.get("accepted_differences", []))
+    except (OSError, ValueError):
+        pass
     path = Path(final_dir) / CARD_FILE
-    write_text_atomic(path, render_model_card(cfg, identity=warmup_identity(cfg), **facts))
+    write_text_atomic(path, render_model_card(cfg, identity=identity, **facts))
     return path
