@@ -6,7 +6,10 @@ the loop survived into verification, the verifier could not overwrite the file, 
 scored 1.0 in 3 of 3 runs. Now the session kills every process but its own (stop, then kill,
 until a round finds none) and makes ``/logs/verifier`` a fresh directory before the verifier
 runs. Also: the agent cannot forge the local backend's answers by writing into the command
-runner's pipes through ``/proc/<pid>/fd``.
+runner's pipes through ``/proc/<pid>/fd``, nor read the host's requests (the verifier's
+environment) from them. Before the fix, on a non-root host bubblewrap's own init (pid 1, dumpable,
+the agent's user) held those pipes and ``/proc/1/fd/1`` took forged answers; the command runner
+is now pid 1 itself (non-dumpable) and reaps the orphans the agent leaves.
 """
 
 from __future__ import annotations
@@ -66,6 +69,29 @@ def test_the_agent_cannot_inject_answers_into_the_local_command_runner():
         res = s.exec(inject)
         assert res.stdout.endswith("tried\n") and "injected" not in res.stdout, res.stdout
         assert s.exec("echo honest").stdout == "honest\n"
+
+
+@needs_local
+def test_the_agent_cannot_read_the_hosts_requests_or_the_runners_environment():
+    with LocalBackend().start(EnvironmentSpec()) as s:
+        # a reader left on pid 1's request pipe would see the verifier's command and env
+        s.exec("(setsid sh -c 'cat /proc/1/fd/0 > /tmp/stolen 2>/tmp/err' >/dev/null 2>&1 &); sleep 0.2; echo ok")
+        s.exec("true", env={"VERIFIER_ONLY": "secret-request-marker"})
+        res = s.exec("cat /tmp/stolen; cat /proc/1/environ; ls /proc/1/fd; echo END")
+        assert "secret-request-marker" not in res.stdout and res.stdout.endswith("END\n"), res.stdout
+        assert s.exec("cat /proc/1/cmdline").stdout.startswith(s.exec("command -v python3").stdout.strip())
+
+
+@needs_local
+def test_orphans_of_the_agent_are_reaped_inside_the_local_sandbox():
+    """The command runner is pid 1: what the agent orphans must not pile up as zombies (the process limit)."""
+    with LocalBackend().start(EnvironmentSpec(max_processes=64)) as s:
+        for _ in range(3):  # 3 x 40 orphans would exceed the limit of 64 if none were reaped
+            res = s.exec("for i in $(seq 40); do (sh -c 'exit 0' &); done; echo ok", timeout_s=30)
+            assert res.stdout == "ok\n", res.output()
+        zombies = lambda: [ln for ln in s.exec("ps -eo stat=").stdout.split() if ln.startswith("Z")]  # noqa: E731
+        from unified.execution.local import wait_until
+        assert wait_until(lambda: zombies() == [], 5.0), zombies()
 
 
 @needs_local

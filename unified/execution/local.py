@@ -181,7 +181,8 @@ class LocalSession(ExecutionSession):
         binds = self._plan_extra_dirs(list(spec.extra_dirs) + self._dockerfile_targets())
         config = SandboxConfig(workspace=self.host_workspace, timeout_s=spec.timeout_s,
                                memory_mb=spec.memory_mb or 1 << 20, max_processes=spec.max_processes,
-                               network=spec.network, env=self._env, readonly_binds=binds, mount_point=self._workdir)
+                               network=spec.network, env=self._env, readonly_binds=binds, mount_point=self._workdir,
+                               command_is_init=True)
         self._box = Sandbox(config)
         self._box.__enter__()
         self._stderr = open(self._state / "keeper.stderr", "w+b")

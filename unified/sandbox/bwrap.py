@@ -109,6 +109,12 @@ class SandboxConfig:
     host uid, is not shared with other sandboxes; None: stay root."""
     hostname: str = "sandbox"
     """Hostname inside."""
+    command_is_init: bool = False
+    """Run the command itself as the sandbox's pid 1 (``bwrap --as-pid-1``) instead of under
+    bubblewrap's own init. bubblewrap's init holds the command's stdin/stdout/stderr and runs as the
+    sandbox's user, dumpable: any process inside may open ``/proc/1/fd/0`` and ``/proc/1/fd/1``. A
+    long-lived command that talks to the host through those pipes (the ``local`` backend's command
+    runner) sets this, makes itself non-dumpable, and reaps the orphans reparented to it."""
 
 
 @dataclass
@@ -267,6 +273,8 @@ class Sandbox:
         state = Path(self._state.name)
         cmd += ["bwrap", "--unshare-user", "--uid", "1000", "--gid", "1000", "--unshare-pid", "--unshare-ipc",
                 "--unshare-uts", "--unshare-cgroup-try", "--hostname", cfg.hostname]
+        if cfg.command_is_init:
+            cmd.append("--as-pid-1")
         if not cfg.network:
             cmd.append("--unshare-net")
         cmd += ["--tmpfs", "/"]
