@@ -104,6 +104,21 @@ def test_process_limit_holds_even_when_the_sandbox_stays_root():
 
 
 @needs_bwrap
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root caller drops each sandbox to a host uid of its own")
+def test_live_sandboxes_of_one_process_never_share_a_host_uid():
+    """The process limit is counted per host uid: 40 sandboxes open at once need 40 uids (32 repeated)."""
+    import contextlib
+
+    with contextlib.ExitStack() as stack:
+        boxes = [stack.enter_context(throwaway_sandbox()) for _ in range(40)]
+        for box in (boxes[0], boxes[32]):  # the files a sandbox writes belong to its own host uid
+            assert box.run("touch mine").exit_code == 0
+        owners = [(box.workspace / "mine").stat().st_uid for box in (boxes[0], boxes[32])]
+        assert owners[0] != owners[1] and 0 not in owners, owners
+        assert len({box.workspace.stat().st_uid for box in boxes}) == 40
+
+
+@needs_bwrap
 def test_disk_limit_of_the_workspace():
     with throwaway_sandbox(disk_mb=150, timeout_s=60) as box:
         res = box.run("for i in 1 2 3 4; do head -c 100M /dev/zero > f$i; done; sleep 3; echo survived")

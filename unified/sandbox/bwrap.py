@@ -41,6 +41,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -105,8 +106,9 @@ class SandboxConfig:
     """stdout/stderr beyond this many bytes are cut (with a marker) in the result."""
     host_uid: int | str | None = "auto"
     """When the caller is root: the unprivileged host uid the sandbox runs as. ``"auto"`` picks a
-    fresh uid (from 200000 up) per Sandbox, so that the process limit, which the kernel counts per
-    host uid, is not shared with other sandboxes; None: stay root."""
+    fresh uid per Sandbox (from 1000000000 up; never one another live sandbox of this process holds),
+    so that the process limit, which the kernel counts per host uid, is not shared with other
+    sandboxes and no sandbox may signal another's processes; None: stay root."""
     hostname: str = "sandbox"
     """Hostname inside."""
     command_is_init: bool = False
@@ -159,6 +161,7 @@ class Sandbox:
         self._watchdogs: dict[int, Watchdog] = {}
         self._drop_to: int | None = None
         self._cgroup: Cgroup | None = None
+        self._lent_uid: int | None = None
         self.limits_info: dict[str, str] = {}
         """How the sandbox-wide limits are enforced here (``memory``: cgroup v2 or watchdog, and why)."""
 
@@ -189,7 +192,10 @@ class Sandbox:
         for name in ("passwd", "group"):
             os.chmod(state / name, 0o644)
         if os.geteuid() == 0 and self.config.host_uid is not None:
-            self._drop_to = _fresh_uid() if self.config.host_uid == "auto" else int(self.config.host_uid)
+            if self.config.host_uid == "auto":
+                self._drop_to = self._lent_uid = _UIDS.take()
+            else:
+                self._drop_to = int(self.config.host_uid)
             self._give_workspace(ws)
         self._limits = SandboxLimits(memory_mb=self.config.memory_mb, max_processes=self.config.max_processes,
                                      disk_mb=self.config.disk_mb, workspace=ws, max_files=self.config.max_files)
@@ -217,6 +223,9 @@ class Sandbox:
             self._cgroup = None
         if self._drop_to is not None:  # hand the workspace back to the caller
             _chown_tree(self.workspace, os.getuid(), os.getgid())
+        if self._lent_uid is not None:  # its processes are gone: the uid may serve another sandbox
+            _UIDS.give_back(self._lent_uid)
+            self._lent_uid = None
         if self._state is not None:
             self._state.cleanup()
             self._state = None
@@ -271,6 +280,9 @@ class Sandbox:
             workspace = str(self._stage)
             ro_binds = [(str(stage), dest) for (_src, stage), (_s, dest) in zip(self._ro_stage, ro_binds)]
         state = Path(self._state.name)
+        # bubblewrap's own environment stays readable as /proc/1/environ: the shells of the launcher
+        # chain export PWD (the host's working directory), so it is dropped right before
+        cmd += ["env", "-u", "PWD", "-u", "OLDPWD", "--"]
         cmd += ["bwrap", "--unshare-user", "--uid", "1000", "--gid", "1000", "--unshare-pid", "--unshare-ipc",
                 "--unshare-uts", "--unshare-cgroup-try", "--hostname", cfg.hostname]
         if cfg.command_is_init:
@@ -396,12 +408,36 @@ def _cgroup_parent() -> tuple:
     return _CGROUP_PARENT
 
 
-_uid_counter = itertools.count()
+class _UidPool:
+    """Host uids for sandboxes of this process: ``BASE + (pid % 10**6) * 1000 + slot``.
+
+    A slot is never handed out twice while a sandbox holds it (at most ``SLOTS`` live sandboxes a
+    process); other processes use other pids, hence other ranges.
+    """
+
+    BASE, SLOTS = 1_000_000_000, 1000
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: set[int] = set()
+        self._next = itertools.count()
+
+    def take(self) -> int:
+        with self._lock:
+            for _ in range(self.SLOTS):
+                slot = next(self._next) % self.SLOTS
+                uid = self.BASE + (os.getpid() % 1_000_000) * self.SLOTS + slot
+                if uid not in self._held:
+                    self._held.add(uid)
+                    return uid
+        raise SandboxError(f"more than {self.SLOTS} live sandboxes in one process: no fresh host uid left")
+
+    def give_back(self, uid: int) -> None:
+        with self._lock:
+            self._held.discard(uid)
 
 
-def _fresh_uid() -> int:
-    """A host uid no other live sandbox of this machine is likely to use (pid x counter)."""
-    return 200_000 + (os.getpid() % 30_000) * 32 + next(_uid_counter) % 32
+_UIDS = _UidPool()
 
 
 def _traversable_tmp() -> str:
