@@ -42,6 +42,44 @@ def test_a_background_process_cannot_forge_a_terminal_bench_reward():
     assert result.score == 0.0 and not result.passed, result.details
 
 
+USERCUSTOMIZE = ("d=$(python3 -c 'import site; print(site.getusersitepackages())') && mkdir -p \"$d\" && "
+                 "printf '%s\\n' 'import atexit' "
+                 "'atexit.register(lambda: open(\"/logs/verifier/reward.json\", \"w\").write(\"{\\\"reward\\\": 1.0}\"))' "
+                 "> \"$d/usercustomize.py\" && echo planted \"$d\"")
+
+
+@needs_local
+@needs_tmux
+def test_code_the_agent_left_in_its_home_does_not_run_in_the_verifier():
+    """A ``usercustomize.py`` in the agent's home ran in the verifier's python and wrote reward.json (1.0)."""
+    from evaluators.terminal_bench import TerminalBench2Adapter
+
+    adapter = TerminalBench2Adapter(root=str(FIXTURES), backend="local", tasks="fixture_region_report")
+    task = adapter.tasks()[0]
+    with adapter.open(task) as env:
+        planted = env.session.exec(USERCUSTOMIZE)
+        assert planted.stdout.startswith("planted /app/"), planted.output()  # the agent's home is its workdir
+        # the door is real: any python the agent itself starts now writes the reward file
+        env.session.exec(["python3", "-c", "pass"])
+        assert b'"reward": 1.0' in env.session.read_file("/logs/verifier/reward.json")
+        env.session.exec(["sh", "-c", "printf 'print(1)' > /app/pytest.py"])  # and `python -m pytest` from /app
+        result = adapter.score(task, Episode(benchmark=adapter.name, task_id=task.id), env)
+    assert result.score == 0.0 and not result.passed, result.details
+
+
+@needs_local
+def test_the_verifier_environment_leaves_out_what_the_agent_could_write():
+    spec = EnvironmentSpec(env={"PATH": "/workspace/bin:/tmp/x:bin:/usr/bin:/bin"})
+    with LocalBackend().start(spec) as s:
+        s.exec("mkdir -p bin && printf '#!/bin/sh\\necho forged\\n' > bin/ls && chmod +x bin/ls")
+        env = s.verifier_env()
+        assert env["PATH"] == "/usr/bin:/bin" and env["PYTHONNOUSERSITE"] == "1", env
+        assert env["HOME"].startswith("/tmp/") and env["HOME"] != s.verifier_env()["HOME"]  # fresh each time
+        res = s.exec('ls -A "$HOME"; echo "home=$HOME"; python3 -c "import site, sys; print(site.ENABLE_USER_SITE)"',
+                     env=env)
+        assert res.stdout == f"home={env['HOME']}\nFalse\n", res.output()
+
+
 @needs_local
 def test_every_agent_process_is_gone_before_verification():
     with LocalBackend().start(EnvironmentSpec(extra_dirs=["/logs/verifier"], max_processes=64)) as s:

@@ -343,6 +343,9 @@ class LocalSession(ExecutionSession):
             return
         super().copy_in(src, dest)
 
+    def command_path(self) -> str | None:
+        return self._env.get("PATH", _PATH)
+
     def stop_agent_processes(self) -> dict:
         # done by the command runner itself, without forking: works even when the process table is full
         res = self._request({"op": "reap"}, 60.0)
