@@ -127,6 +127,15 @@ def test_disk_limit_of_the_workspace():
 
 
 @needs_bwrap
+def test_sparse_files_count_with_their_apparent_size():
+    """Sparse files use no blocks (free space never drops), yet a grader's copy writes them out whole."""
+    with throwaway_sandbox(disk_mb=150, timeout_s=60) as box:
+        res = box.run("for i in 1 2 3 4; do truncate -s 200M s$i || exit 1; done; sleep 5; echo survived")
+        assert "survived" not in res.stdout
+        assert res.limit and res.limit.startswith("disk limit of 150 MiB"), (res.limit, res.stderr[-300:])
+
+
+@needs_bwrap
 def test_file_count_limit_of_the_workspace():
     """Empty files use no disk bytes, only the host filesystem's inodes."""
     with throwaway_sandbox(max_files=2000, timeout_s=60) as box:

@@ -18,7 +18,11 @@ one is used and recorded (``Sandbox.limits_info``):
 
 The workspace's disk use is always watched the second way (no kernel quota is assumed): free
 space of its filesystem is polled cheaply and, when it dropped by more than the room left, the
-workspace is measured and the sandbox killed if it holds more than ``disk_mb``. Files are
+workspace is measured and the sandbox killed if it holds more than ``disk_mb``. A file counts
+with its apparent size when that is larger than its blocks: a sparse file uses no disk here but
+becomes real bytes wherever it is copied or read whole (a grader's copy, a snapshot); since it
+leaves free space untouched, the workspace is also measured every few seconds (at most 5% of
+the time goes to measuring). Files are
 counted the same way (free inodes polled, ``max_files``): empty files use no bytes, only inodes.
 
 A hit is recorded as one clear line in :attr:`Watchdog.hit` (and in the command's result).
@@ -31,7 +35,9 @@ import os
 import re
 import shutil
 import signal
+import stat
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -229,12 +235,16 @@ def _private_tmp_bytes(pids: list[int]) -> int:
 
 
 def tree_bytes(root: Path) -> int:
-    """Disk blocks used under ``root`` (hard links counted once, symlinks not followed)."""
+    """Bytes under ``root``: each file's disk blocks or apparent size, the larger (see :func:`tree_usage`)."""
     return tree_usage(root)[0]
 
 
 def tree_usage(root: Path) -> tuple[int, int]:
-    """``(bytes of disk blocks, entries)`` under ``root`` (hard links counted once, symlinks not followed)."""
+    """``(bytes, entries)`` under ``root`` (hard links counted once, symlinks not followed).
+
+    A file's bytes are the larger of its disk blocks and its apparent size (``st_size``: a
+    sparse file is as large as what reading or copying it produces).
+    """
     seen, total = set(), 0
     for dirpath, dirnames, filenames in os.walk(root):
         for name in dirnames + filenames:
@@ -245,7 +255,7 @@ def tree_usage(root: Path) -> tuple[int, int]:
             if (st.st_dev, st.st_ino) in seen:
                 continue
             seen.add((st.st_dev, st.st_ino))
-            total += st.st_blocks * 512
+            total += max(st.st_blocks * 512, st.st_size if stat.S_ISREG(st.st_mode) else 0)
     return total, len(seen)
 
 
@@ -263,6 +273,7 @@ class Watchdog(threading.Thread):
         if limits.disk_mb is not None:
             self._disk_room = max(0, limits.disk_mb * MIB - workspace_bytes)
             self._free_at_start = _free_bytes(limits.workspace)
+        self._next_walk, self._walk_every = time.monotonic() + 1.0, 1.0
         self._file_room = None
         if limits.max_files is not None:
             self._file_room = max(0, limits.max_files - workspace_files)
@@ -293,8 +304,12 @@ class Watchdog(threading.Thread):
             if used > lim.memory_mb * MIB:
                 return (f"memory limit of {lim.memory_mb} MiB reached (all processes and /tmp together: "
                         f"{used // MIB} MiB, watchdog): the sandbox was killed")
-        if self._disk_room is not None and self._free_at_start - _free_bytes(lim.workspace) > self._disk_room:
+        due = self._disk_room is not None and time.monotonic() >= self._next_walk  # sparse files use no space
+        if due or (self._disk_room is not None and self._free_at_start - _free_bytes(lim.workspace) > self._disk_room):
+            started = time.monotonic()
             used = tree_bytes(lim.workspace)
+            self._walk_every = max(1.0, 20 * (time.monotonic() - started))
+            self._next_walk = time.monotonic() + self._walk_every
             if used > lim.disk_mb * MIB:
                 return (f"disk limit of {lim.disk_mb} MiB reached (the workspace holds {used // MIB} MiB): "
                         "the sandbox was killed")
