@@ -55,6 +55,7 @@ from unified.sandbox.limits import (
     Watchdog,
     bwrap_supports_size,
     cgroup_parent,
+    ipc_setup,
     tree_usage,
 )
 from unified.sandbox.streams import communicate_capped, cut_text
@@ -63,9 +64,11 @@ BACKEND = "bwrap"
 
 _SYSTEM_DIRS = ("/usr", "/etc", "/opt")
 _SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-_STAGE_SCRIPT = ('while [ "$1" != "--" ]; do mount --bind "$1" "$2" || exit 125; shift 2; done; '
+_STAGE_SCRIPT = ('{ipc} && while [ "$1" != "--" ]; do mount --bind "$1" "$2" || exit 125; shift 2; done; '
                  'shift; exec "$@"')
-"""Run as root in a private mount namespace: bind each host path onto its stage path, then exec."""
+"""Run as root in a private mount and IPC namespace: cap System V IPC, bind each host path onto its stage path, then exec."""
+_IPC_SCRIPT = '{ipc} && exec "$@"'
+"""Run first in the sandbox's own IPC namespace (root in it): cap System V IPC, then exec."""
 _DEFAULT_PATH = DEFAULT_PATH
 
 
@@ -198,18 +201,26 @@ class Sandbox:
                 self._drop_to = int(self.config.host_uid)
             self._give_workspace(ws)
         self._limits = SandboxLimits(memory_mb=self.config.memory_mb, max_processes=self.config.max_processes,
-                                     disk_mb=self.config.disk_mb, workspace=ws, max_files=self.config.max_files)
+                                     disk_mb=self.config.disk_mb, workspace=ws, max_files=self.config.max_files,
+                                     file_size_bytes=self.config.file_size_mb * 1024 * 1024)
         watched = self.config.disk_mb is not None or self.config.max_files is not None
         self._workspace_bytes, self._workspace_files = tree_usage(ws) if watched else (0, 0)
         parent, why = _cgroup_parent()
         if parent is not None:
             try:
                 self._cgroup = Cgroup(parent, self._limits)
-                self.limits_info = {"memory": "cgroup v2", "cgroup": str(self._cgroup.path)}
+                self.limits_info = {"memory": "cgroup v2", "cgroup": str(self._cgroup.path),
+                                    "shared_memory": "cgroup v2 (shared memory is charged to the cgroup)"}
             except OSError as exc:
                 self.limits_info = {"memory": "watchdog", "why": f"cannot create a cgroup under {parent}: {exc}"}
         else:
             self.limits_info = {"memory": "watchdog", "why": why}
+        if self._cgroup is None:
+            self.limits_info["shared_memory"] = (
+                "watchdog: MAP_SHARED, memfd and attached System V memory counted"
+                + ("" if os.geteuid() == 0 else " (a memfd only mapped counts the file size limit)"))
+        self.limits_info["sysv_ipc"] = (f"own IPC namespace: segments removed when detached, at most "
+                                        f"{self.config.memory_mb} MiB together")
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -270,12 +281,18 @@ class Sandbox:
                 f"--fsize={cfg.file_size_mb * mib}", "--core=0", "--"]
         workspace = str(self.workspace)
         ro_binds = self._readonly_binds()
-        if self._drop_to is not None:
+        # the sandbox's IPC namespace is made here, where we are root in it, to cap System V IPC
+        # (see unified.sandbox.limits.ipc_setup); bubblewrap then keeps it (no --unshare-ipc)
+        ipc = ipc_setup(cfg.memory_mb)
+        if self._drop_to is None:
+            who = ["--user", "--map-root-user"] if os.geteuid() != 0 else []
+            cmd += ["unshare", *who, "--ipc", "--", "/bin/sh", "-c", _IPC_SCRIPT.replace("{ipc}", ipc), "ipc"]
+        else:
             pairs = [workspace, str(self._stage)]
             for src, stage in self._ro_stage:
                 pairs += [src, str(stage)]
-            cmd += ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", _STAGE_SCRIPT, "stage",
-                    *pairs, "--",
+            cmd += ["unshare", "--mount", "--ipc", "--propagation", "private", "--", "/bin/sh", "-c",
+                    _STAGE_SCRIPT.replace("{ipc}", ipc), "stage", *pairs, "--",
                     "setpriv", f"--reuid={self._drop_to}", f"--regid={self._drop_to}", "--clear-groups", "--"]
             workspace = str(self._stage)
             ro_binds = [(str(stage), dest) for (_src, stage), (_s, dest) in zip(self._ro_stage, ro_binds)]
@@ -283,7 +300,7 @@ class Sandbox:
         # bubblewrap's own environment stays readable as /proc/1/environ: the shells of the launcher
         # chain export PWD (the host's working directory), so it is dropped right before
         cmd += ["env", "-u", "PWD", "-u", "OLDPWD", "--"]
-        cmd += ["bwrap", "--unshare-user", "--uid", "1000", "--gid", "1000", "--unshare-pid", "--unshare-ipc",
+        cmd += ["bwrap", "--unshare-user", "--uid", "1000", "--gid", "1000", "--unshare-pid",
                 "--unshare-uts", "--unshare-cgroup-try", "--hostname", cfg.hostname]
         if cfg.command_is_init:
             cmd.append("--as-pid-1")
@@ -302,7 +319,8 @@ class Sandbox:
         # /tmp and /dev/shm are memory (tmpfs): each never larger than the sandbox's memory limit, both
         # counted in it; the rest of /dev (a tmpfs of host RAM) is read-only
         size = ["--size", str(cfg.memory_mb * mib)] if bwrap_supports_size() else []
-        cmd += ["--dev", "/dev", *size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev", "--proc", "/proc"]
+        cmd += ["--dev", "/dev", *size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev", "--proc", "/proc",
+                "--ro-bind", "/proc/sys", "/proc/sys"]  # the IPC caps above must stay as they are
         cmd += [*size, "--tmpfs", "/tmp", "--dir", "/var/tmp", "--bind", workspace, cfg.mount_point]
         for src, dest in ro_binds:  # after /tmp and the workspace, so they may lie inside those
             cmd += ["--ro-bind", src, dest]
