@@ -94,7 +94,9 @@ class SandboxConfig:
     max_files: int | None = 1_000_000
     """Most files and directories the workspace may hold (watched while commands run); None: no limit."""
     network: bool = False
-    """Share the host network (default: none, only a private loopback)."""
+    """Share the host's network namespace (default: none, only a private loopback). Shared means
+    everything: the host's loopback services, link-local addresses, abstract Unix sockets; the
+    ``local`` execution backend never asks for it (agents run there)."""
     env: dict = field(default_factory=dict)
     """Extra environment variables (the host environment is never inherited)."""
     readonly_binds: list = field(default_factory=list)
