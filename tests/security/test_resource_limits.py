@@ -79,6 +79,10 @@ SHARED_MEMORY = {
                   "for i in range(0, N, 1 << 20): m[i:i + (1 << 20)] = b'x' * (1 << 20)",
     "memfd": "import os; fd = os.memfd_create('held')\n"
              "for _ in range(N >> 20): os.write(fd, b'x' * (1 << 20))",
+    "memfd_only_mapped": "import mmap, os; fd = os.memfd_create('held')\n"
+                         "for _ in range(N >> 20): os.write(fd, b'x' * (1 << 20))\n"
+                         "import ctypes; libc = ctypes.CDLL(None); libc.mmap.restype = ctypes.c_void_p\n"
+                         "addr = libc.mmap(None, 4096, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0); os.close(fd)",
     "sysv": "import ctypes; libc = ctypes.CDLL(None, use_errno=True); libc.shmat.restype = ctypes.c_void_p\n"
             "sid = libc.shmget(0, N, 0o1600); assert sid >= 0, ctypes.get_errno()\n"
             "addr = libc.shmat(sid, None, 0); ctypes.memset(addr, 1, N)",
