@@ -19,7 +19,8 @@ import json
 from pathlib import Path
 
 from security._support import needs_local, needs_tmux
-from unified.execution import EnvironmentSpec, ExecutionSession, LocalBackend
+from unified.execution import EnvironmentSpec, ExecutionError, ExecutionSession, LocalBackend
+from unified.execution.local import wait_until
 from unified.types import Episode, ToolCall
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "terminal_bench"
@@ -37,7 +38,13 @@ def test_a_background_process_cannot_forge_a_terminal_bench_reward():
     with adapter.open(task) as env:
         env.step([ToolCall("send_keys", {"keystrokes": FORGER, "duration": 1}, "c0"),
                   ToolCall("task_complete", {}, "c1")])
-        assert env.session.read_file("/logs/verifier/reward.txt") == b"1\n"  # the forger is at work
+        def forged() -> bool:  # the forger deletes and rewrites the file in a loop: a read may fall in between
+            try:
+                return env.session.read_file("/logs/verifier/reward.txt") == b"1\n"
+            except (FileNotFoundError, ExecutionError):
+                return False
+
+        assert wait_until(forged, 10.0)  # the forger is at work
         result = adapter.score(task, Episode(benchmark=adapter.name, task_id=task.id), env)
     assert result.score == 0.0 and not result.passed, result.details
 
