@@ -84,7 +84,7 @@ def test_another_recipe_on_the_same_output_dir_stops_and_the_card_says_what_was_
     assert record["fields"]["model.name_or_path"] == str(Path(tiny_checkpoint).resolve()) and record["recipe_hash"]
 
     card = (out / "final" / "README.md").read_text()
-    assert "None" not in card
+    assert "None" not in card and (out / "README.md").read_text() == card  # TRL's card in output_dir replaced
     for piece in (f"spec: `{tiny_checkpoint}`", f"recipe hash: `{record['recipe_hash']}`", "| similarity",
                   "- steps: 1 (train.max_steps 1)", f"- train: `{data}`", "## Recipe (resolved)", "unified 0.1.0",
                   "Not measured for this checkpoint", "repetition penalty weight 5"):

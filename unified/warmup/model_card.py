@@ -1,7 +1,8 @@
 """The model card of a warmup's ``final/``: ``<output_dir>/final/README.md``.
 
 TRL's trainer writes a generic card whose base model is "None" and which says nothing of the
-recipe; this one replaces it after ``final/`` is saved (:func:`unified.warmup.trainer.run_warmup`)
+recipe (into ``<output_dir>/README.md`` at each save); this one replaces it there and is written
+into ``final/`` after ``final/`` is saved (:func:`unified.warmup.trainer.run_warmup`)
 and again when ``--eval-before-after`` has measured the held-out reward
 (:func:`unified.warmup.benchmark.run_before_after`). It says what a reader needs to trust or
 reproduce the checkpoint: the base checkpoint (and the digest of its files when it is local),
@@ -110,7 +111,7 @@ def render_model_card(cfg: WarmupConfig, *, identity: dict[str, Any], steps: int
 
 
 def write_model_card(cfg: WarmupConfig, final_dir: str | Path, **facts: Any) -> Path:
-    """Write (or replace) ``final_dir/README.md``; ``facts`` as in :func:`render_model_card`
+    """Write (or replace) ``final_dir/README.md`` and ``<output_dir>/README.md``; ``facts`` as in :func:`render_model_card`
     (``before_after`` is read from ``<output_dir>/before_after.json`` when not given)."""
     from unified.warmup.benchmark import REPORT_FILE
     from unified.warmup.identity import IDENTITY_FILE, warmup_identity
@@ -127,5 +128,7 @@ def write_model_card(cfg: WarmupConfig, final_dir: str | Path, **facts: Any) -> 
     except (OSError, ValueError):
         pass
     path = Path(final_dir) / CARD_FILE
-    write_text_atomic(path, render_model_card(cfg, identity=identity, **facts))
+    card = render_model_card(cfg, identity=identity, **facts)
+    write_text_atomic(path, card)
+    write_text_atomic(Path(cfg.output_dir) / CARD_FILE, card)  # TRL writes its "None" card there at each save
     return path
