@@ -42,13 +42,23 @@ def test_script_conventions():
 
 def test_vllm_layout_serves_the_checkpoint_and_evaluates_through_it():
     out = run_script("--limit", "3", MODEL="/ckpt/final", SUITE="in_domain", GPUS_PER_NODE="4", PORT="8123").stdout
-    serve = next(line for line in out.splitlines() if line.startswith("vllm serve"))
-    assert "vllm serve /ckpt/final" in serve and "--tensor-parallel-size 4" in serve and "--port 8123" in serve
-    assert "--tool-call-parser qwen3_coder" in serve
+    serve = next(line for line in out.splitlines() if "-m vllm.entrypoints.openai.api_server" in line)
+    assert serve.startswith(f"{REPO}/.venv-vllm/bin/python -m vllm.entrypoints.openai.api_server --model /ckpt/final")
+    assert "--tensor-parallel-size 4" in serve and "--port 8123" in serve and "--max-model-len 131072" in serve
+    assert "--tool-call-parser qwen3_coder" in serve and "--dtype" not in serve
     assert "# wait for http://127.0.0.1:8123/health" in out
     evaluation = next(line for line in out.splitlines() if "-m unified.eval" in line)
     assert "--model openai:http://127.0.0.1:8123/v1#policy" in evaluation
     assert "--suite in_domain" in evaluation and evaluation.rstrip().endswith("--limit 3")
+
+
+def test_vllm_on_a_cpu_node_runs_fp32_on_a_free_port():
+    out = run_script(MODEL="/ckpt/final", GPUS_PER_NODE="0", VLLM_PYTHON="/opt/vllm/bin/python").stdout
+    serve = next(line for line in out.splitlines() if "-m vllm.entrypoints.openai.api_server" in line)
+    port = int(re.search(r"--port (\d+)", serve).group(1))
+    assert serve.startswith("/opt/vllm/bin/python ") and port > 0
+    assert "--dtype float32 --max-model-len 4096" in serve and "--tensor-parallel-size" not in serve
+    assert f"# wait for http://127.0.0.1:{port}/health" in out
 
 
 def test_no_server_runs_in_process_with_the_chosen_benchmarks():
@@ -62,7 +72,8 @@ def test_no_server_runs_in_process_with_the_chosen_benchmarks():
 
 @pytest.mark.parametrize("env, message", [
     ({"SERVER": "triton"}, "SERVER=triton: expected vllm, local or none"),
-    ({"SERVER": "vllm", "GPUS_PER_NODE": "0"}, "SERVER=vllm needs GPUS_PER_NODE >= 1"),
+    ({"SERVER": "vllm", "DRY_RUN": "0", "VLLM_PYTHON": "/nonexistent/bin/python"},
+     "SERVER=vllm: no interpreter at VLLM_PYTHON=/nonexistent/bin/python (run make vllm"),
 ])
 def test_bad_settings_are_clear_errors(env, message):
     out = run_script(check=False, **env)

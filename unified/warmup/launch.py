@@ -132,3 +132,26 @@ def format_plan(steps: list[LaunchStep]) -> str:
 
 def repo_root() -> Path:
     return Path(__file__).resolve().parents[2]
+
+
+def vllm_rollouts_blocker(cfg: WarmupConfig) -> str | None:
+    """Why the recipe's vLLM rollouts cannot run on this machine (no CUDA), or None when they can.
+
+    ``vllm_server``: TRL's trainer pushes its updated weights into ``trl vllm-serve`` after each
+    step through a NCCL communicator (``VLLMClient.init_communicator``/``update_named_param``);
+    NCCL is CUDA-only, so both sides need CUDA GPUs, even where vLLM itself can serve on a CPU.
+    ``vllm_colocate``: TRL starts vLLM on the trainer's own GPU. ``hf`` runs anywhere.
+    """
+    backend = cfg.generation.backend
+    if backend == "hf":
+        return None
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    if backend == "vllm_server":
+        return ("generation.backend=vllm_server needs CUDA: TRL syncs the trainer's weights into the vLLM "
+                "server over NCCL after every step, and NCCL has no CPU transport; this machine has no CUDA "
+                "GPU (use generation.backend=hf here)")
+    return ("generation.backend=vllm_colocate needs CUDA: TRL runs vLLM on the trainer's GPU; this machine has "
+            "no CUDA GPU (use generation.backend=hf here)")

@@ -469,6 +469,11 @@ def run_warmup(cfg: WarmupConfig, *, train_dataset=None, reward_funcs: Sequence[
     """
     from unified.warmup.data import load_rewards, load_splits
 
+    from unified.warmup.launch import vllm_rollouts_blocker
+
+    blocker = vllm_rollouts_blocker(cfg)
+    if blocker:
+        raise RuntimeError(f"unified.warmup: {blocker}")
     out = Path(cfg.output_dir)
     done = finished_run(cfg)
     if done is not None:
