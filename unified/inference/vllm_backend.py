@@ -13,9 +13,13 @@ its endpoint). Requests go through the ``openai`` backend (:class:`OpenAIPolicy`
 
 With a tool-call parser (``tool_parser``; default by checkpoint, :data:`TOOL_PARSERS`; ``"none"``
 turns it off) the server is started with ``--enable-auto-tool-choice`` and its parser: calls come
-back parsed (``PolicyOutput.tool_calls``) and their markup leaves ``content``. Without one the
-markup stays in the text and the agent's own parser reads it. A request's ``prefix`` (prefill)
-is not sent: the chat API has no place for it, and ``PolicyOutput.prefix`` stays empty.
+back parsed (``PolicyOutput.tool_calls``) and their markup leaves ``content``. The policy's text
+is still the *raw* completion, as every other backend gives it: the generated ids decoded with the
+checkpoint's tokenizer exactly as the in-process engine decodes them (final EOS dropped, special
+tokens kept), so the agent loop parses the same markup whatever served it and ``Step.completion``
+stays what the model wrote (the server's parsed calls are the fallback when the text has none).
+A request's ``prefix`` (prefill) is not sent: the chat API has no place for it, and
+``PolicyOutput.prefix`` stays empty.
 """
 
 from __future__ import annotations
@@ -60,14 +64,16 @@ class VLLMPolicy(OpenAIPolicy):
         super().__init__(self.server.spec, sampling, timeout_s=timeout_s, max_retries=max_retries,
                          max_concurrency=max_concurrency, logprobs=True)
         self.model = spec.text
+        from unified.models.checkpoint import load_tokenizer
+
+        self.tokenizer = load_tokenizer(self.server.model_dir)
 
     def _payload(self, request: PolicyRequest) -> dict[str, Any]:
         payload = super()._payload(request)
         payload["return_token_ids"] = True
         return payload
 
-    @staticmethod
-    def _output(request: PolicyRequest, answer) -> PolicyOutput | Exception:
+    def _output(self, request: PolicyRequest, answer) -> PolicyOutput | Exception:
         out = OpenAIPolicy._output(request, answer)
         if isinstance(out, PolicyOutput) and not isinstance(answer, Exception):
             body = answer.raw or {}
@@ -76,7 +82,19 @@ class VLLMPolicy(OpenAIPolicy):
             out.token_ids = _ids(choice.get("token_ids"))
             if out.logprobs is not None and len(out.logprobs) != len(out.token_ids):
                 out.logprobs = None  # misaligned: better none than wrong
+            if out.token_ids:
+                out.text = raw_completion(self.tokenizer, out.token_ids)
         return out
+
+
+def raw_completion(tokenizer, ids: list[int]) -> str:
+    """The completion text of generated ``ids`` as the in-process engine writes it: a final EOS dropped,
+    special tokens kept, padding tokens removed (:mod:`unified.models.generation`)."""
+    eos = {tokenizer.eos_token_id, tokenizer.pad_token_id} - {None}
+    text = tokenizer.decode(ids[:-1] if ids and ids[-1] in eos else ids, skip_special_tokens=False)
+    for token in {tokenizer.pad_token, "<|endoftext|>"} - {None}:
+        text = text.replace(token, "")
+    return text
 
 
 def _ids(value: Any) -> list[int]:
