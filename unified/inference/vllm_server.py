@@ -82,8 +82,9 @@ def vllm_available() -> bool:
 
 
 def _log_dir() -> Path:
-    root = Path(os.environ.get("UNIFIED_CACHE", Path.home() / ".cache" / "unified"))
-    return root / "vllm-logs"
+    from unified.models.embedded import cache_dir
+
+    return cache_dir() / "vllm-logs"
 
 
 class VLLMServer:
