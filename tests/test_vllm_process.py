@@ -86,3 +86,16 @@ def test_missing_vllm_says_how_to_install_it(monkeypatch, tmp_path):
     monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
     with pytest.raises(VLLMUnavailable, match="run `make vllm`"):
         vllm_python()
+
+
+def test_raw_completion_decodes_like_the_in_process_engine(tiny_checkpoint):
+    """vLLM's generated ids become the same text the in-process engine writes: final EOS dropped,
+    markup and special tokens kept."""
+    from unified.inference.vllm_backend import raw_completion
+    from unified.models.checkpoint import load_tokenizer
+
+    tokenizer = load_tokenizer(str(tiny_checkpoint))
+    text = "<think>\nhm\n</think>\n\n<tool_call>\n<function=f>\n</function>\n</tool_call>"
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert raw_completion(tokenizer, ids + [tokenizer.eos_token_id]) == text
+    assert raw_completion(tokenizer, ids) == text  # cut by max_tokens: nothing to drop

@@ -110,7 +110,7 @@ def test_greedy_agreement_with_the_in_process_engine(vllm_policy, loaded, tmp_pa
     one_turn = AgentLimits(max_turns=1, max_steps_per_user_turn=1)
     adapter, tasks = _bfcl(tmp_path / "vllm", 8)
     firsts = {}
-    for name, policy in (("vllm", vllm_policy), ("hf", make_policy("embedded", SAMPLING, concurrency=8))):
+    for name, policy in (("vllm", vllm_policy), ("hf", make_policy("embedded", SAMPLING, concurrency=8, loaded=loaded))):
         adapter.work_dir = tmp_path / name
         episodes = {}
         AgentLoop(adapter, policy, max_in_flight=8, limits=one_turn,
