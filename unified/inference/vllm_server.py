@@ -91,12 +91,12 @@ class VLLMServer:
     """One vLLM API server on loopback (module docstring). Use as a context manager or call start()/stop()."""
 
     def __init__(self, model_dir: str | Path, *, served_name: str = "local", max_model_len: int = DEFAULT_MAX_MODEL_LEN,
-                 dtype: str = "float32", tool_parser: str | None = None, kvcache_gb: float = DEFAULT_KVCACHE_GB,
+                 dtype: str = "float32", tool_parser: str | None = None, kvcache_gb: int = DEFAULT_KVCACHE_GB,
                  log_path: str | Path | None = None, ready_timeout_s: float = 1800.0, progress_every_s: float = 30.0,
                  stop_timeout_s: float = 20.0, extra_args: list[str] | None = None, python: str | None = None) -> None:
         self.model_dir, self.served_name = str(model_dir), served_name
         self.max_model_len, self.dtype, self.tool_parser = int(max_model_len), dtype, tool_parser
-        self.kvcache_gb = kvcache_gb
+        self.kvcache_gb = int(kvcache_gb)  # vLLM reads VLLM_CPU_KVCACHE_SPACE as an int (GiB)
         self.ready_timeout_s, self.progress_every_s, self.stop_timeout_s = ready_timeout_s, progress_every_s, stop_timeout_s
         self.extra_args = list(extra_args or [])
         self.python = python
@@ -251,7 +251,7 @@ def vllm_server_for(model_dir: str | Path, *, tool_parser: str | None = None,
     with _LOCK:
         server = _SERVERS.get(key)
         if server is None or not server.running():
-            kv = float(os.environ.get("UNIFIED_VLLM_KVCACHE_GB") or DEFAULT_KVCACHE_GB)
+            kv = int(os.environ.get("UNIFIED_VLLM_KVCACHE_GB") or DEFAULT_KVCACHE_GB)
             server = VLLMServer(model_dir, served_name="local", tool_parser=tool_parser, max_model_len=length,
                                 kvcache_gb=kv, log_path=log_path or os.environ.get("UNIFIED_VLLM_LOG") or None)
             server.start()
