@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -133,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {"args": vars(args), "eval": {}, "raw": {}}
     sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, enable_thinking=args.thinking)
     limits = AgentLimits(max_turns=args.max_turns)
+    os.environ.setdefault("UNIFIED_VLLM_MAX_MODEL_LEN", "8192")  # BFCL multi-turn prompts reach ~4k tokens
     if "vllm" in engines:
         t0 = time.perf_counter()
         server = server_for_spec(args.model)

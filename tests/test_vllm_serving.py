@@ -40,9 +40,12 @@ order can flip)."""
 
 @pytest.fixture(scope="module")
 def vllm_policy():
-    policy = make_policy("vllm:embedded", SAMPLING, concurrency=8)
-    server = policy.server
-    yield policy
+    with pytest.MonkeyPatch.context() as patch:
+        # BFCL multi-turn prompts reach ~4k tokens: the model's whole window, for every caller of the server
+        patch.setenv("UNIFIED_VLLM_MAX_MODEL_LEN", "8192")
+        policy = make_policy("vllm:embedded", SAMPLING, concurrency=8)
+        server = policy.server
+        yield policy
     policy.close()
     stop_vllm_servers()
     assert not group_alive(server.process.pid), "the vLLM server's process group outlived stop()"
