@@ -8,8 +8,9 @@ next to this checkout, else this interpreter when it can import ``vllm``.
 :class:`VLLMServer` runs ``python -m vllm.entrypoints.openai.api_server --model DIR
 --served-model-name NAME --dtype float32 --max-model-len N`` (plus ``--enable-auto-tool-choice
 --tool-call-parser P`` when a parser is given) on a free loopback port, in a session of its own,
-with the CPU settings ``VLLM_CPU_KVCACHE_SPACE`` (GiB of KV cache) and
-``VLLM_CPU_OMP_THREADS_BIND=nobind``. It waits for ``GET /health`` and prints a progress line
+with the CPU settings ``VLLM_CPU_KVCACHE_SPACE`` (GiB of KV cache),
+``VLLM_CPU_OMP_THREADS_BIND=nobind`` and ``OMP_NUM_THREADS`` = the CPUs this process may use
+(vLLM-CPU otherwise drops to one thread). It waits for ``GET /health`` and prints a progress line
 every ``progress_every_s`` seconds (vLLM compiles its kernels at start-up: minutes on a small
 CPU). Everything the server prints goes to ``log_path`` (kept; the progress line names it).
 
@@ -128,6 +129,8 @@ class VLLMServer:
         env = {**os.environ}
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.kvcache_gb))
         env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+        # without it vLLM-CPU serves with one torch thread ("Reducing Torch threads ... for serving")
+        env.setdefault("OMP_NUM_THREADS", str(len(os.sched_getaffinity(0))))
         env.setdefault("VLLM_NO_USAGE_STATS", "1")
         env.setdefault("DO_NOT_TRACK", "1")
         env.pop("PYTHONPATH", None)  # our tree's packages must not shadow the vLLM venv's
