@@ -68,10 +68,15 @@ def _run(adapter, tasks, policy):
     return results, episodes
 
 
-def _bfcl(tmp_path, n):
-    adapter = load_adapter("bfcl_v4", categories="multi_turn")
+def _bfcl(tmp_path, n, categories="simple_python"):
+    adapter = load_adapter("bfcl_v4", categories=categories)
     adapter.work_dir = tmp_path
     return adapter, adapter.tasks(limit=n)
+
+
+FORWARD_MAX_PROMPT = 1500
+"""Steps with a longer prompt are not re-run through a forward pass (a 4k-token multi-turn prompt costs
+~30 s on a 2-core CPU); the short single-turn ones are."""
 
 
 def _forward_logprobs(loaded, prompt_ids: list[int], completion_ids: list[int]) -> torch.Tensor:
@@ -85,29 +90,34 @@ def _forward_logprobs(loaded, prompt_ids: list[int], completion_ids: list[int]) 
 
 def test_bfcl_tasks_through_the_vllm_server_record_token_ids_and_logprobs(vllm_policy, loaded, tmp_path):
     pytest.importorskip("bfcl_eval")
-    adapter, tasks = _bfcl(tmp_path, 3)
+    adapter, tasks = _bfcl(tmp_path, 4, "simple_python,multi_turn_base")
     results, episodes = _run(adapter, tasks, vllm_policy)
     assert sorted(r.task_id for r in results) == sorted(t.id for t in tasks)
     assert all(r.error is None for r in results), [r.error for r in results]
     steps = [s for e in episodes.values() for s in e.steps]
     assert steps, "no policy turn was recorded"
     tokenizer = loaded.tokenizer
-    for episode in episodes.values():
-        for step in episode.steps:
-            # vLLM's own ids: the prompt is the checkpoint's chat template of this turn's messages, the
-            # completion decodes to the recorded raw text, one log-probability per generated token
-            assert step.prompt_token_ids and step.completion_token_ids
-            assert step.completion_logprobs is not None
-            assert len(step.completion_logprobs) == len(step.completion_token_ids)
-            assert tokenizer.decode(step.prompt_token_ids).startswith("<|im_start|>system\n")
-            expected = _forward_logprobs(loaded, step.prompt_token_ids, step.completion_token_ids)
-            got = torch.tensor(step.completion_logprobs)
-            assert torch.allclose(got, expected, atol=LOGPROB_ATOL, rtol=0), \
-                f"max |diff| {float((got - expected).abs().max()):.2e} > {LOGPROB_ATOL}"
+    checked = 0
+    for step in steps:
+        # vLLM's own ids: the prompt starts with the checkpoint's chat template, one log-probability per
+        # generated token, and those match a forward pass of the same checkpoint
+        assert step.prompt_token_ids and step.completion_token_ids
+        assert tokenizer.decode(step.prompt_token_ids).startswith("<|im_start|>system\n")
+        assert step.completion_logprobs is not None
+        assert len(step.completion_logprobs) == len(step.completion_token_ids)
+        if len(step.prompt_token_ids) > FORWARD_MAX_PROMPT:
+            continue
+        expected = _forward_logprobs(loaded, step.prompt_token_ids, step.completion_token_ids)
+        diff = float((torch.tensor(step.completion_logprobs) - expected).abs().max())
+        print(f"logprobs vs forward pass: {len(expected)} tokens after {len(step.prompt_token_ids)}, "
+              f"max |diff| {diff:.2e}")
+        assert diff <= LOGPROB_ATOL
+        checked += 1
+    assert checked >= 1, "no short step to check against a forward pass"
 
 
 def test_greedy_agreement_with_the_in_process_engine(vllm_policy, loaded, tmp_path):
-    """The first turn of 8 BFCL tasks, greedy, fp32 both sides: identical prompt ids; completions and tool
+    """The first turn of 8 BFCL simple_python tasks (short prompts), greedy, fp32 both sides: identical prompt ids; completions and tool
     calls compared; every completion that differs must differ first at a near-tie of the in-process logits."""
     pytest.importorskip("bfcl_eval")
     one_turn = AgentLimits(max_turns=1, max_steps_per_user_turn=1)
