@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from unified.benchmarks.contract import AgentLimits
     from unified.benchmarks.discovery import load_adapter
-    from unified.inference import make_policy
+    from unified.inference import make_chat_model
     from unified.inference.base import SamplingConfig
     from unified.inference.shared import shared_checkpoint
     from unified.inference.spec import parse_spec
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     engines = args.engines.split(",")
     parts = args.parts.split(",")
     report: dict[str, Any] = {"args": vars(args), "eval": {}, "raw": {}}
-    sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, enable_thinking=args.thinking)
+    sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, thinking=args.thinking)
     limits = AgentLimits(max_turns=args.max_turns)
     os.environ.setdefault("UNIFIED_VLLM_MAX_MODEL_LEN", "8192")  # BFCL multi-turn prompts reach ~4k tokens
     if "vllm" in engines:
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             tasks = adapter.tasks(None, args.tasks)
             for engine in engines:
                 spec = args.model if engine == "hf" else f"vllm:{args.model}"
-                policy = make_policy(spec, sampling, concurrency=args.max_in_flight)
+                policy = make_chat_model(spec, sampling, concurrency=args.max_in_flight)
                 result = _eval(policy, tasks, adapter, Path(tmp) / engine, args.max_in_flight, limits)
                 policy.close()
                 report["eval"][engine] = result

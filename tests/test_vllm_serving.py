@@ -16,7 +16,7 @@ from _requires import needs_bwrap, needs_vllm
 from unified.agent.loop import AgentLoop, Job
 from unified.benchmarks.contract import AgentLimits
 from unified.benchmarks.discovery import load_adapter
-from unified.inference import make_policy
+from unified.inference import make_chat_model
 from unified.inference.base import SamplingConfig
 from unified.inference.endpoints import resolve_endpoint
 from unified.inference.shared import shared_checkpoint
@@ -26,7 +26,7 @@ from unified.inference.watchdog import group_alive
 
 pytestmark = [pytest.mark.slow, needs_vllm]
 
-SAMPLING = SamplingConfig(max_new_tokens=48, enable_thinking=False)
+SAMPLING = SamplingConfig(max_new_tokens=48, thinking=False)
 LIMITS = AgentLimits(max_turns=3, max_steps_per_user_turn=2)
 LOGPROB_ATOL = 2e-3
 """|vLLM logprob - forward-pass logprob| per token, fp32 both sides: the two engines sum the same
@@ -43,7 +43,7 @@ def vllm_policy():
     with pytest.MonkeyPatch.context() as patch:
         # BFCL multi-turn prompts reach ~4k tokens: the model's whole window, for every caller of the server
         patch.setenv("UNIFIED_VLLM_MAX_MODEL_LEN", "8192")
-        policy = make_policy("vllm:embedded", SAMPLING, concurrency=8)
+        policy = make_chat_model("vllm:embedded", SAMPLING, concurrency=8)
         server = policy.server
         yield policy
     policy.close()
@@ -123,7 +123,7 @@ def test_greedy_agreement_with_the_in_process_engine(vllm_policy, loaded, tmp_pa
     one_turn = AgentLimits(max_turns=1, max_steps_per_user_turn=1)
     adapter, tasks = _bfcl(tmp_path / "vllm", 8)
     firsts = {}
-    for name, policy in (("vllm", vllm_policy), ("hf", make_policy("embedded", SAMPLING, concurrency=8, loaded=loaded))):
+    for name, policy in (("vllm", vllm_policy), ("hf", make_chat_model("embedded", SAMPLING, concurrency=8, loaded=loaded))):
         adapter.work_dir = tmp_path / name
         episodes = {}
         AgentLoop(adapter, policy, max_in_flight=8, limits=one_turn,
