@@ -27,7 +27,7 @@ from unified.inference.watchdog import group_alive
 pytestmark = [pytest.mark.slow, needs_vllm]
 
 SAMPLING = SamplingConfig(max_new_tokens=48, thinking=False)
-LIMITS = AgentLimits(max_turns=3, max_steps_per_user_turn=2)
+LIMITS = AgentLimits(max_turns=3, max_steps_per_turn=2)
 LOGPROB_ATOL = 2e-3
 """|vLLM logprob - forward-pass logprob| per token, fp32 both sides: the two engines sum the same
 products in different orders (vLLM's CPU attention/GEMM kernels vs PyTorch's), which moves fp32
@@ -120,7 +120,7 @@ def test_greedy_agreement_with_the_in_process_engine(vllm_policy, loaded, tmp_pa
     """The first turn of 8 BFCL simple_python tasks (short prompts), greedy, fp32 both sides: identical prompt ids; completions and tool
     calls compared; every completion that differs must differ first at a near-tie of the in-process logits."""
     pytest.importorskip("bfcl_eval")
-    one_turn = AgentLimits(max_turns=1, max_steps_per_user_turn=1)
+    one_turn = AgentLimits(max_turns=1, max_steps_per_turn=1)
     adapter, tasks = _bfcl(tmp_path / "vllm", 8)
     firsts = {}
     for name, policy in (("vllm", vllm_policy), ("hf", make_chat_model("embedded", SAMPLING, concurrency=8, loaded=loaded))):
