@@ -24,6 +24,7 @@ from unified.benchmarks.discovery import (ALL_SUITE, benchmark_facts, check_benc
 from unified.benchmarks.helpers import limit_runnable, select_task_ids
 from unified.eval.general import GENERAL_SUITE, GeneralConfig, run_general, split_suites
 from unified.eval.report import benchmark_entry, write_summary
+from unified.eval.shards import MissingPairs, check_unsharded_parts, parse_shard, shard_pairs
 from unified.eval.store import BenchmarkStore, RunDirLock
 from unified.store import write_json_atomic
 from unified.inference.base import Policy, SamplingConfig, make_policy
@@ -82,6 +83,8 @@ class EvalConfig:
     """Per-benchmark adapter config, e.g. ``{bfcl_v4: {categories: multi_turn}}``."""
     general: GeneralConfig = field(default_factory=GeneralConfig)
     """The ``general`` suite's lm-eval options (:class:`unified.eval.general.GeneralConfig`)."""
+    shard: str | None = None
+    """``I/N``: run only shard I of N of the (task, trial) pairs (:mod:`unified.eval.shards`)."""
 
 
 def _log(message: str) -> None:
@@ -106,18 +109,21 @@ class _Progress:
         self.bar.close()
 
 
-def run_eval(cfg: EvalConfig, *, policy: Policy | None = None) -> dict[str, Any]:
+def run_eval(cfg: EvalConfig, *, policy: Policy | None = None, allow_new_episodes: bool = True) -> dict[str, Any]:
     """Run (or resume) the evaluation described by ``cfg``; returns the summary.
 
     The run directory is held for the whole run (:class:`unified.eval.store.RunDirLock`): a
     second run on the same ``--out`` raises :class:`unified.eval.store.RunDirError` naming this one.
+    ``allow_new_episodes=False`` (a merge of shards) raises :class:`unified.eval.shards.MissingPairs`
+    instead of running a pair that has no result.
     """
     with RunDirLock(cfg.out):
-        return _run_eval(cfg, policy=policy)
+        return _run_eval(cfg, policy=policy, allow_new=allow_new_episodes)
 
 
-def _run_eval(cfg: EvalConfig, *, policy: Policy | None = None) -> dict[str, Any]:
+def _run_eval(cfg: EvalConfig, *, policy: Policy | None = None, allow_new: bool = True) -> dict[str, Any]:
     names, want_general = benchmarks_to_run(cfg)
+    check_unsharded_parts(cfg, want_general)
     if not names and not want_general:
         suites = sorted({*declared_suites()[0], ALL_SUITE, GENERAL_SUITE})
         raise ValueError(f"nothing to evaluate: give --suite or --benchmarks (suites: {', '.join(suites)})")
@@ -134,7 +140,7 @@ def _run_eval(cfg: EvalConfig, *, policy: Policy | None = None) -> dict[str, Any
     try:
         for name in names:
             benchmarks[name] = {**benchmark_facts(name),
-                                **_run_benchmark(name, cfg, out, sampling, limits, lambda: policy)}
+                                **_run_benchmark(name, cfg, out, sampling, limits, lambda: policy, allow_new)}
             if benchmarks[name].get("_policy") is not None:
                 policy = benchmarks[name].pop("_policy")
             benchmarks[name].pop("_policy", None)
@@ -166,7 +172,7 @@ def benchmarks_to_run(cfg: EvalConfig) -> tuple[list[str], bool]:
 
 
 def _run_benchmark(name: str, cfg: EvalConfig, out: Path, sampling: SamplingConfig, limits: AgentLimits,
-                   current_policy) -> dict[str, Any]:
+                   current_policy, allow_new: bool = True) -> dict[str, Any]:
     try:
         adapter = load_adapter(name, **cfg.benchmark_config.get(name, {}))
         store = BenchmarkStore(out, adapter.name or name)
@@ -192,7 +198,12 @@ def _run_benchmark(name: str, cfg: EvalConfig, out: Path, sampling: SamplingConf
     runs = cfg.runs or adapter.runs_default
     adapter.runs_requested = runs  # trials the run asked for (an aggregate pads missing ones to it)
     recorded = store.load()
-    jobs = [Job(task, trial) for task in tasks for trial in range(runs) if (task.id, trial) not in recorded]
+    wanted = shard_pairs(adapter.name or name, tasks, runs, parse_shard(cfg.shard))
+    tasks = [t for t in tasks if any((t.id, trial) in wanted for trial in range(runs))]
+    jobs = [Job(task, trial) for task in tasks for trial in range(runs)
+            if (task.id, trial) in wanted and (task.id, trial) not in recorded]
+    if jobs and not allow_new:
+        raise MissingPairs(name, [(j.task.id, j.trial) for j in jobs])
     finished_ids = {task_id for task_id, _ in recorded}
     policy = current_policy()
     new_policy = None
@@ -218,7 +229,6 @@ def _run_benchmark(name: str, cfg: EvalConfig, out: Path, sampling: SamplingConf
             progress.close()
         elapsed = time.perf_counter() - started
         _log(f"{name}: {len(jobs)} episodes in {elapsed:.1f}s ({len(jobs) / max(elapsed, 1e-9):.3f} episodes/s)")
-    wanted = {(t.id, trial) for t in tasks for trial in range(runs)}
     scored_ids = {t.id for t in tasks if t.scored}
     results = [r for key, r in store.load().items() if key in wanted]
     aggregate = adapter.aggregate([r for r in results if r.task_id in scored_ids or r.details.get("prereq")])
