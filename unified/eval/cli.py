@@ -27,9 +27,10 @@ import sys
 from unified.config import (ConfigError, add_recipe_arguments, apply_overrides, dump_yaml, flag_type, from_dict,
                              read_yaml)
 from unified.benchmarks.discovery import check_benchmark_config
-from unified.eval.runner import EvalConfig, benchmarks_to_run, run_eval
+from unified.eval.config import EvalConfig
+from unified.eval.runner import benchmarks_to_run, run_eval
 from unified.eval.shards import ShardError, merge_runs, shard_type
-from unified.eval.store import RunDirError
+from unified.eval.rundir import RunDirError
 from unified.registry import UnknownNameError
 
 # flag -> config key (flags left at None do not override the recipe)
@@ -39,7 +40,7 @@ _FLAG_KEYS = {
     "scheduling": "scheduling",
     "temperature": "sampling.temperature", "top_p": "sampling.top_p", "max_new_tokens": "sampling.max_new_tokens",
     "thinking": "sampling.thinking", "seed": "sampling.seed", "max_turns": "limits.max_turns",
-    "max_steps_per_turn": "limits.max_steps_per_user_turn", "max_episode_tokens": "limits.max_completion_tokens",
+    "max_steps_per_turn": "limits.max_steps_per_turn", "max_episode_tokens": "limits.max_episode_tokens",
     "max_seconds": "limits.max_seconds", "shard": "shard",
 }
 
@@ -171,9 +172,7 @@ def _merge(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         parser.error("--merge needs --out (the merged run directory)")
     try:
         summary = merge_runs(args.merge, args.out)
-    except (ShardError, ConfigError) as exc:
-        parser.exit(2, f"{parser.prog}: error: --merge: {exc}\n")
-    except RunDirError as exc:  # a shard still running, or --out in use
+    except (ShardError, ConfigError, RunDirError) as exc:  # RunDirError: a shard still running, or --out in use
         parser.exit(2, f"{parser.prog}: error: --merge: {exc}\n")
     from unified.eval.report import render_markdown
 

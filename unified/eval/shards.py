@@ -193,8 +193,9 @@ def merge_runs(shard_dirs: list[str], out: str) -> dict[str, Any]:
     one is still running, when two hold different results for one pair, or when a pair has no
     result in any shard (naming the shard to rerun). ``out`` must be new or a previous merge of
     the same shards (merging again replaces its records)."""
-    from unified.eval.runner import EvalConfig, run_eval
-    from unified.eval.store import RunDirLock
+    from unified.eval.config import EvalConfig
+    from unified.eval.runner import run_eval
+    from unified.eval.rundir import RunDirLock
 
     dirs = [Path(d) for d in shard_dirs]
     target = Path(out)
@@ -240,7 +241,7 @@ def _pair_shard(benchmark: str, cfg: Any, count: int, pair: tuple[str, int]) -> 
 
 def _merge_benchmark(bench: str, dirs: list[Path], target: Path) -> None:
     """One benchmark's results and episodes from every shard into ``target/bench`` (rewritten)."""
-    from unified.eval.store import BenchmarkStore
+    from unified.eval.rundir import BenchmarkStore
 
     results: dict[tuple[str, int], tuple[dict, Path]] = {}
     episodes: dict[tuple[str, int], dict] = {}
