@@ -83,6 +83,8 @@ def test_cpu_processes_are_an_accelerate_launch_under_srun_and_fsdp2_says_why_no
     for piece in (r"accelerate\ launch\ --config_file\ recipes/accelerate/ddp_cpu.yaml", r"--num_processes\ 2",
                   r"--main_process_port\ 29611", r"launch.distributed=ddp", r"launch.cpu_processes=2"):
         assert piece in srun[0], piece
+    zero3 = _dry_run(CPU_PROCESSES="2", DISTRIBUTED="deepspeed_zero3")
+    assert zero3.returncode == 0 and r"--config_file\ recipes/accelerate/deepspeed_zero3_cpu.yaml" in zero3.stdout
     fsdp = _dry_run(CPU_PROCESSES="2", DISTRIBUTED="fsdp2")
     assert fsdp.returncode != 0
     assert "launch.distributed=fsdp2 with launch.cpu_processes=2: accelerate (1.15) applies FSDP only on " \

@@ -252,10 +252,6 @@ class WarmupConfig:
             raise ConfigError(f"resume: expected auto, never or an existing checkpoint dir, got {self.resume!r}")
         if self.model.trainable_layers is not None and self.model.trainable_layers < 1:
             raise ConfigError(f"model.trainable_layers: expected >= 1 or null, got {self.model.trainable_layers}")
-        if self.model.trainable_layers is not None and self.launch.distributed in ("deepspeed_zero3", "fsdp2"):
-            raise ConfigError(f"model.trainable_layers={self.model.trainable_layers} with launch.distributed="
-                              f"{self.launch.distributed}: freezing layers is for one process and ddp (ZeRO-3/FSDP "
-                              "shard every parameter); set model.trainable_layers=null")
         if self.generation.cpu_threads is not None and self.generation.cpu_threads < 1:
             raise ConfigError(f"generation.cpu_threads: expected >= 1 or null, got {self.generation.cpu_threads}")
         if self.launch.nodes < 1:
