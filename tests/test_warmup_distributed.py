@@ -75,6 +75,7 @@ def _dry_run(**env: str) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(SCRIPT)], env=full, capture_output=True, text=True, cwd=REPO, timeout=120)
 
 
+@pytest.mark.slow  # four dry runs of the script, each a Python start: 10-20 s
 def test_cpu_processes_are_an_accelerate_launch_under_srun_and_fsdp2_says_why_not():
     out = _dry_run(CPU_PROCESSES="2", DISTRIBUTED="ddp", MAIN_PORT="29611")
     assert out.returncode == 0, out.stderr
