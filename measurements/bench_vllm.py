@@ -89,7 +89,8 @@ def _raw_vllm(server, prompts: list[list[int]], new_tokens: int) -> dict[str, An
     def one(ids: list[int]) -> int:
         body = {"model": server.served_name, "prompt": ids, "max_tokens": new_tokens, "temperature": 0,
                 "ignore_eos": True, "return_token_ids": True}
-        answer = httpx.post(f"{server.base_url}/completions", json=body, timeout=1800).json()
+        answer = httpx.post(f"{server.base_url}/completions", json=body, timeout=1800,
+                            headers={"Authorization": f"Bearer {server.token}"}).json()
         return int(answer["usage"]["completion_tokens"])
 
     started = time.perf_counter()

@@ -165,6 +165,12 @@ def test_claw_eval_task_with_its_judge_and_user_on_the_same_vllm_server(vllm_pol
     judge = resolve_endpoint("vllm:embedded")
     user = resolve_endpoint("vllm:embedded")
     assert judge.config.base_url == user.config.base_url == vllm_policy.server.base_url  # one server for all three
+    assert judge.config.api_key == vllm_policy.server.token
+    import httpx
+
+    anonymous = httpx.post(f"{judge.config.base_url}/chat/completions", timeout=30,
+                           json={"model": "local", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})
+    assert anonymous.status_code == 401  # loopback is shared: the server answers only its token's holders
     adapter = ClawEvalAdapter(root=str(checkout), judge="vllm:embedded", user_model="vllm:embedded",
                               judge_max_tokens=16)
     try:

@@ -62,7 +62,7 @@ class VLLMPolicy(OpenAIPolicy):
         spec = parse_spec(model, backend="vllm")
         self.server = server_for_spec(spec, tool_parser=tool_parser, max_model_len=max_model_len)
         super().__init__(self.server.spec, sampling, timeout_s=timeout_s, max_retries=max_retries,
-                         max_concurrency=max_concurrency, logprobs=True)
+                         max_concurrency=max_concurrency, logprobs=True, api_key=self.server.token)
         self.model = spec.text
         from unified.models.checkpoint import load_tokenizer
 

@@ -12,7 +12,8 @@ with the CPU settings ``VLLM_CPU_KVCACHE_SPACE`` (GiB of KV cache),
 ``VLLM_CPU_OMP_THREADS_BIND=nobind`` and ``OMP_NUM_THREADS`` = the CPUs this process may use
 (vLLM-CPU otherwise drops to one thread). It waits for ``GET /health`` and prints a progress line
 every ``progress_every_s`` seconds (vLLM compiles its kernels at start-up: minutes on a small
-CPU). Everything the server prints goes to ``log_path`` (kept; the progress line names it).
+CPU). Its API routes require a random bearer token (``token``, handed to its clients; ``/health`` is
+open). Everything the server prints goes to ``log_path`` (kept; the progress line names it).
 
 Stopping: ``stop()`` (the context manager's exit, :func:`stop_vllm_servers` at interpreter exit,
 Ctrl-C through either) sends SIGTERM to the server's process group (the API server and its
@@ -33,6 +34,7 @@ import argparse
 import atexit
 import importlib.util
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -105,6 +107,9 @@ class VLLMServer:
         self.port = 0
         self.process: subprocess.Popen | None = None
         self.watchdog: subprocess.Popen | None = None
+        self.token = secrets.token_urlsafe(24)
+        """The bearer token the server requires on its API routes (``VLLM_API_KEY``; ``/health`` is open):
+        loopback is shared with whatever else runs on the host, and the model is not theirs to call."""
         self.startup_s: float | None = None
         """Seconds from launch to a healthy ``/health`` (set by :meth:`start`)."""
 
@@ -133,6 +138,7 @@ class VLLMServer:
         env.setdefault("OMP_NUM_THREADS", str(len(os.sched_getaffinity(0))))
         env.setdefault("VLLM_NO_USAGE_STATS", "1")
         env.setdefault("DO_NOT_TRACK", "1")
+        env["VLLM_API_KEY"] = self.token  # in the environment, not on the command line (ps shows that)
         env.pop("PYTHONPATH", None)  # our tree's packages must not shadow the vLLM venv's
         return env
 
