@@ -128,3 +128,19 @@ def test_stop_keeps_the_collapsed_weights(tmp_path):
     assert result.global_step == 1 and result.collapse["action"] == "stop"
     now = _trainable(model)
     assert any(not torch.equal(now[n], start[n]) for n in start)
+
+
+def test_the_probe_leaves_the_training_rng_alone():
+    from unified.warmup.config import MonitorSection
+    from unified.warmup.guard import CollapseGuard
+
+    model, tok = tiny_policy(seed=0)
+    guard = CollapseGuard(MonitorSection(probe_size=2), DegenerateMonitor(6, tok.eos_token_id),
+                          probe=fixture_rl_dataset(2), score_funcs=[token_f1], score_weights=[1.0], tokenizer=tok,
+                          max_new_tokens=4)
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    probe = guard.measure_probe(model)
+    assert torch.equal(torch.rand(3), expected)  # the rollouts after a probe draw what they would have drawn
+    assert set(probe) >= {"probe/loop_share", "probe/reward", "probe/kl_to_start"}

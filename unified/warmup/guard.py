@@ -70,6 +70,10 @@ class CollapseGuard(TrainerCallback):
         from unified.warmup.benchmark import heldout_reward
 
         was_training = model.training
+        # heldout_reward seeds torch's global RNG; the rollouts of the next steps must not see that, so a
+        # run with the guard samples exactly what the same run without it would
+        rng = torch.random.get_rng_state()
+        cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
         try:
             scored = heldout_reward(model, self.tokenizer, self.probe, self.score_funcs, self.score_weights,
                                     samples_per_prompt=1, max_new_tokens=self.max_new_tokens, temperature=0.0,
@@ -85,6 +89,9 @@ class CollapseGuard(TrainerCallback):
                 out["probe/kl_to_start"] = self._kl_to_start(model)
             return out
         finally:
+            torch.random.set_rng_state(rng)
+            if cuda_rng is not None:
+                torch.cuda.set_rng_state_all(cuda_rng)
             model.train(was_training)
 
     def _inputs(self, ids: list[int], row) -> torch.Tensor:
