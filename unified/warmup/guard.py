@@ -41,13 +41,13 @@ class CollapseGuard(TrainerCallback):
 
     def __init__(self, monitor: MonitorSection, rollouts: DegenerateMonitor, *, probe=None,
                  score_funcs: Sequence[Callable] = (), score_weights: Sequence[float] = (), tokenizer=None,
-                 max_new_tokens: int = 32, cpu_threads: int | None = None, enable_thinking: bool = False):
+                 max_new_tokens: int = 32, cpu_threads: int | None = None, thinking: bool = False):
         self.cfg = monitor
         self.rollouts = rollouts
         self.probe = probe if monitor.probe_size > 0 else None
         self.score_funcs, self.score_weights = list(score_funcs), list(score_weights)
         self.tokenizer = tokenizer
-        self.max_new_tokens, self.cpu_threads, self.enable_thinking = max_new_tokens, cpu_threads, enable_thinking
+        self.max_new_tokens, self.cpu_threads, self.thinking = max_new_tokens, cpu_threads, thinking
         self.trainer = None
         self.start: dict[str, Any] | None = None
         self._start_logprobs: list[torch.Tensor] = []
@@ -77,7 +77,7 @@ class CollapseGuard(TrainerCallback):
         try:
             scored = heldout_reward(model, self.tokenizer, self.probe, self.score_funcs, self.score_weights,
                                     samples_per_prompt=1, max_new_tokens=self.max_new_tokens, temperature=0.0,
-                                    batch_size=len(self.probe), enable_thinking=self.enable_thinking,
+                                    batch_size=len(self.probe), thinking=self.thinking,
                                     cpu_threads=self.cpu_threads)
             loops = [find_loop(t, i) is not None for t, i in zip(scored["completions_text"], scored["completion_ids"])]
             out = {"probe/loop_share": sum(loops) / len(loops), "probe/reward": scored["mean_reward"],
@@ -96,7 +96,7 @@ class CollapseGuard(TrainerCallback):
 
     def _inputs(self, ids: list[int], row) -> torch.Tensor:
         text = self.tokenizer.apply_chat_template(row["prompt"], tokenize=False, add_generation_prompt=True,
-                                                  enable_thinking=self.enable_thinking)
+                                                  enable_thinking=self.thinking)
         prompt = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         return torch.tensor([prompt + list(ids)])
 

@@ -569,7 +569,7 @@ def _with_collapse_guard(cfg: WarmupConfig, train_dataset, tokenizer, reward_fun
         score_funcs, score_weights = probe_rewards
     guard = CollapseGuard(m, monitor, probe=probe, score_funcs=score_funcs, score_weights=score_weights,
                           tokenizer=tokenizer, max_new_tokens=cfg.generation.max_completion_length,
-                          cpu_threads=cfg.generation.cpu_threads, enable_thinking=cfg.generation.enable_thinking)
+                          cpu_threads=cfg.generation.cpu_threads, thinking=cfg.generation.thinking)
     return [*reward_funcs, monitor], [*weights, 0.0], guard
 
 
