@@ -33,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dir")
     parser.add_argument("--rise", type=float, default=None, help="monitor.max_probe_loop_rise")
     parser.add_argument("--rollout-share", type=float, default=None, help="monitor.max_rollout_loop_share")
+    parser.add_argument("--step", type=int, default=None,
+                        help="score checkpoint-STEP instead (as if the guard had kept it): a run's held-out curve")
     args = parser.parse_args(argv)
 
     from unified.warmup.benchmark import REPORT_FILE, heldout_reward, paired_difference
@@ -43,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     run = Path(args.run_dir)
     report = json.loads((run / REPORT_FILE).read_text())
     k = first_collapse(read_metrics(run / METRICS_FILE), args.rise, args.rollout_share)
+    if args.step is not None:
+        k = args.step + 1
     out = {"run": str(run), "collapsed_at": k, "unguarded": report["paired"],
            "unguarded_loops": report.get("loops")}
     before = report["before"]["per_prompt"]
@@ -73,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
                    guarded_loops={"before": loop_count(report["before"]["completions_text"]),
                                   "after": loop_count(after["completions_text"])},
                    guarded_after=after)
-    (run / "guard_replay.json").write_text(json.dumps(out, indent=2))
+    name = "guard_replay.json" if args.step is None else f"heldout_step{args.step}.json"
+    (run / name).write_text(json.dumps(out, indent=2))
     g, u = out["guarded"], out["unguarded"]
     print(f"{run.name}: unguarded {u['mean_diff']:+.2f} +- {u['se_diff']:.2f} ({u['up']} up, {u['down']} down); "
           f"collapse at step {k}; guarded (weights of step {out['kept_step']}) {g['mean_diff']:+.2f} +- "
