@@ -80,7 +80,9 @@ def _panel(ax, records, title: str, lines: list[tuple[str, str]], band: tuple[st
             _, sd = _series(records, low)
             lo = [m - s for m, s in zip(mid, sd)]
             hi = [m + s for m, s in zip(mid, sd)]
-        if xs and len(lo) == len(xs) == len(hi):
+        if len(xs) == 1 and len(lo) == len(hi) == 1:  # one step: a band has no width, an error bar does
+            ax.errorbar(xs, mid, yerr=[[mid[0] - lo[0]], [hi[0] - mid[0]]], fmt="none", capsize=4, alpha=0.4)
+        elif xs and len(lo) == len(xs) == len(hi):
             ax.fill_between(xs, lo, hi, alpha=0.2)
     for key, label in lines:
         xs, ys = _series(records, key)
@@ -92,6 +94,10 @@ def _panel(ax, records, title: str, lines: list[tuple[str, str]], band: tuple[st
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    steps = [r["step"] for r in records]
+    if steps and max(steps) - min(steps) < 4:  # a few steps: whole-number ticks around them
+        ax.set_xlim(min(steps) - 0.5, max(steps) + 0.5)
+        ax.set_xticks(sorted(set(steps)))
     if drawn:
         if len(lines) > 1:
             ax.legend(fontsize=7)
