@@ -177,7 +177,8 @@ def test_no_core_module_names_a_benchmark():
 def test_an_adapter_that_does_not_load_is_named_when_suites_are_expanded(monkeypatch, capsys):
     import importlib.metadata as md
 
-    from unified.eval.runner import EvalConfig, benchmarks_to_run
+    from unified.eval.config import EvalConfig
+    from unified.eval.runner import benchmarks_to_run
 
     real = registered_benchmarks()
     fake = md.EntryPoint(name="zz_bench", value="evaluators.zz_not_written:Adapter", group="unified.benchmarks")

@@ -9,7 +9,8 @@ import pytest
 from unified.benchmarks.contract import Task
 from unified.eval.cli import main
 from unified.eval.report import NOT_STATED, benchmark_entry, render_markdown
-from unified.eval.runner import EvalConfig, run_eval
+from unified.eval.config import EvalConfig
+from unified.eval.runner import run_eval
 from unified.types import EpisodeResult
 
 FIXTURE = "fixture_eval_bench:FixtureAdapter"

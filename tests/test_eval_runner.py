@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from unified.eval.cli import load_eval_config, build_parser, main
-from unified.eval.runner import EvalConfig, run_eval
+from unified.eval.config import EvalConfig
+from unified.eval.runner import run_eval
 
 TESTS = Path(__file__).parent
 FIXTURE = "fixture_eval_bench:FixtureAdapter"
