@@ -46,6 +46,7 @@ def test_rows_and_summary_numbers(fixture_run: Path):
     assert numbers["alpha/score"] == 50.0 and numbers["alpha/tasks_run"] == 2 and numbers["alpha/tasks_skipped"] == 1
 
 
+@pytest.mark.slow
 def test_log_run_offline_under_the_run_dir_and_same_id_on_rerun(fixture_run: Path, monkeypatch):
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.delenv("WANDB_DIR", raising=False)

@@ -117,4 +117,5 @@ def log_run(run_dir: str | Path, *, mode: Literal["offline", "online"] = "offlin
             where = Path(run.dir).parent
         finally:
             run.finish()
+            wandb.teardown()  # waits for wandb's service to write the run out (finish alone may return first)
     return where
