@@ -21,7 +21,7 @@ from unified import view
 from unified.benchmarks.contract import Task
 from unified.eval.report import benchmark_entry, write_summary
 from unified.eval.store import BenchmarkStore
-from unified.types import Episode, EpisodeResult, Message, Observation, Step, ToolCall
+from unified.types import Episode, EpisodeResult, Message, Observation, Step, ToolCall, ToolSpec
 
 INJECTION = ("<script>document.title='pwned'</script>"
              "<img src=x onerror=\"document.body.setAttribute('data-pwned','1')\">"
@@ -38,7 +38,8 @@ def _episode(bench: str, task: str, *, reasoning: str, content: str, observation
                 Message(role="user", content="List /tmp."),
                 Message(role="assistant", content=content, reasoning=reasoning, tool_calls=[call]),
                 Message(role="tool", content=observation, tool_call_id="c0", name="ls")]
-    return Episode(benchmark=bench, task_id=task, model="fixture", messages=messages, steps=[step],
+    tools = [ToolSpec(name="ls", description="List a directory " + INJECTION)]
+    return Episode(benchmark=bench, task_id=task, model="fixture", messages=messages, steps=[step], tools=tools,
                    stop_reason="answer", metadata={"prompting": "predict_then_act"})
 
 
@@ -84,7 +85,7 @@ def test_page_has_every_episode_and_escapes_model_output(fixture_run: Path, tmp_
     # reasoning folded, predicted beside actual, skip reason, stop reason
     assert re.search(r"<details><summary>reasoning \(\d+ chars\)</summary><pre class=\"reasoning\">REASONING-T1", page)
     assert re.search(r"PREDICTED a\.txt b\.txt</pre></td><td><pre>ACTUAL a\.txt b\.txt", page)
-    assert "no key: FIXTURE_KEY" in page and "stop: answer" in page
+    assert "no key: FIXTURE_KEY" in page and "stop: answer" in page and "tools offered (1): ls" in page
     assert "http://" not in page and "https://" not in page  # nothing fetched from the network
     assert 'data-outcome="passed"' in page and 'data-outcome="skipped"' in page
 

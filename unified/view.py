@@ -253,6 +253,10 @@ def _episode(index: int, result: EpisodeResult | None, episode: Episode | None) 
     if episode is not None:
         if episode.error:
             body.append(f"<details><summary>episode error</summary>{_pre(episode.error)}</details>")
+        if episode.tools:
+            specs = json.dumps([t.to_openai()["function"] for t in episode.tools], ensure_ascii=False, indent=1)
+            body.append(f"<details><summary>tools offered ({len(episode.tools)}): "
+                        f"{_e(', '.join(t.name for t in episode.tools)[:300])}</summary>{_pre(specs)}</details>")
         body.append(_transcript(episode))
     return (f'<details class="episode" id="ep{index}" data-benchmark="{_e(ref.benchmark)}" data-outcome="{kind}" '
             f'data-score="{_e(score)}"><summary>{title}</summary>{"".join(body)}</details>')
