@@ -150,3 +150,17 @@ def test_trace_cli_writes_the_notebooks_outputs(fixture_eval_runs, tmp_path, cap
     assert _pngs(out) == {"comparison.png"}
     assert json.loads((out / "comparison.json").read_text())["benchmarks"][0]["benchmark"] == "bfcl_v4"
     assert "| bfcl_v4 |" in (out / "report.md").read_text()
+
+
+def test_view_of_a_real_predict_then_act_run(fixture_eval_runs, tmp_path):
+    """``python -m unified.view`` on a real run: every episode, and its predictions beside the observations."""
+    from unified import view
+
+    run = fixture_eval_runs["predict_then_act"]
+    out = tmp_path / "view.html"
+    assert view.main([str(run), "--out", str(out)]) == 0
+    page = out.read_text(encoding="utf-8")
+    saved = load_run(run)
+    assert page.count('class="episode"') == len({(r.benchmark, r.task_id, r.trial) for r in saved.results})
+    assert "<th>predicted</th><th>actual observation</th>" in page
+    assert "prompting: predict_then_act" in page
