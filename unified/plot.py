@@ -164,14 +164,20 @@ def plot_compare(run_a: str | Path, run_b: str | Path, labels: tuple[str, str] |
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(names) + 2), 4))
     width = 0.38
+    top = 1.0  # episode scores are 0..1 for most benchmarks; the axis grows when one is larger
     for i, (side, label) in enumerate(zip(scores, labels)):
-        xs = [j + (i - 0.5) * width for j, name in enumerate(names) if name in side]
-        means = [side[name][0] for name in names if name in side]
-        errs = [side[name][1] or 0.0 for name in names if name in side]
-        bars = ax.bar(xs, means, width, yerr=errs, capsize=4, label=label)
-        for bar, name in zip(bars, [n for n in names if n in side]):
+        present = [name for name in names if name in side]
+        xs = [names.index(name) + (i - 0.5) * width for name in present]
+        bars = ax.bar(xs, [side[name][0] for name in present], width, label=label)
+        with_se = [(x, side[name]) for x, name in zip(xs, present) if side[name][1] is not None]
+        if with_se:  # no error bar where n = 1
+            ax.errorbar([x for x, _ in with_se], [v[0] for _, v in with_se], yerr=[v[1] for _, v in with_se],
+                        fmt="none", ecolor="black", capsize=4)
+        for bar, name in zip(bars, present):
             ax.annotate(f"n={side[name][2]}", (bar.get_x() + bar.get_width() / 2, 0), xytext=(0, 2),
                         textcoords="offset points", ha="center", fontsize=7)
+        top = max(top, *(v + (se or 0.0) for v, se, _ in side.values())) if side else top
+    ax.set_ylim(0, top * 1.1)
     ax.set_xticks(range(len(names)), names, fontsize=8)
     ax.set_ylabel("mean episode score (± 1 SE)")
     ax.set_title("Per-benchmark score")
