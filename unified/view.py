@@ -46,7 +46,7 @@ th{background:#f3f3f3}pre{white-space:pre-wrap;word-break:break-word;margin:4px 
 .msg.system{border-color:#999}.msg.user{border-color:#3b7dd8}.msg.assistant{border-color:#2a9d55}
 .msg.tool{border-color:#c77d1a;background:#fffaf2}.role{font-weight:600;font-size:12px;color:#555}
 .reasoning{color:#555;background:#f7f7f7}.call{background:#eef4ff;padding:2px 6px;margin:4px 0}
-.pred td{font-size:12px}.meta{color:#555;font-size:12px}.cut{color:#a00;font-size:12px}
+.pred td{font-size:12px}.pred pre,.msg>pre{max-height:24em;overflow:auto}.meta{color:#555;font-size:12px}.cut{color:#a00;font-size:12px}
 """
 
 # Reads only data- attributes and form values; run data never enters this script.
