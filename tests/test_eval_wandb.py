@@ -15,7 +15,7 @@ import pytest
 
 from unified.benchmarks.contract import Task
 from unified.eval.report import benchmark_entry, write_summary
-from unified.eval.store import BenchmarkStore
+from unified.eval.rundir import BenchmarkStore
 from unified.eval.wandb_log import COLUMNS, episode_rows, log_run, summary_numbers
 from unified.store import write_json_atomic
 from unified.types import Episode, EpisodeResult, Step

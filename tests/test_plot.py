@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from unified import plot
-from unified.eval.store import BenchmarkStore
+from unified.eval.rundir import BenchmarkStore
 from unified.types import EpisodeResult
 
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -20,7 +20,7 @@ import pytest
 from unified import view
 from unified.benchmarks.contract import Task
 from unified.eval.report import benchmark_entry, write_summary
-from unified.eval.store import BenchmarkStore
+from unified.eval.rundir import BenchmarkStore
 from unified.types import Episode, EpisodeResult, Message, Observation, Step, ToolCall, ToolSpec
 
 INJECTION = ("<script>document.title='pwned'</script>"

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Literal
 
-from unified.eval.store import BenchmarkStore
+from unified.eval.rundir import BenchmarkStore
 from unified.store import read_jsonl
 from unified.types import EpisodeResult
 
