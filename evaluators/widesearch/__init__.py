@@ -15,7 +15,7 @@ to the data, else bing with a key, else simulated when ``search_model`` is set);
 ``judge``: the LLM the official evaluator asks to align key values and column names and to grade
 ``llm_judge`` columns, resolved like the other benchmarks' judges (``openai:URL#MODEL`` or a local
 checkpoint served on loopback; default ``$WIDESEARCH_JUDGE``, else ``embedded``; ``none`` turns
-it off: exact fallbacks); ``judge_max_tokens`` (default 1024); ``checkout`` (default
+it off: exact fallbacks, which a ``--model gold`` check needs, see :class:`WideSearchConfig`); ``judge_max_tokens`` (default 1024); ``checkout`` (default
 ``$WIDESEARCH_ROOT``): a clone of github.com/ByteDance-Seed/WideSearch whose judge and agent
 prompts are then used (:mod:`.official`); ``instances``.
 
@@ -217,7 +217,13 @@ class WideSearchEnvironment(Environment):
 
 @dataclass
 class WideSearchConfig:
-    """Settings of the WideSearch adapter (``--set benchmarks.widesearch.KEY=VALUE``; module docstring)."""
+    """Settings of the WideSearch adapter (``--set benchmarks.widesearch.KEY=VALUE``; module docstring).
+
+    A gold check (``--model gold``, the reference tables as answers) needs ``judge=none``: the official
+    evaluator asks its judge about every cell of an ``llm_judge`` column and aligns keys with it,
+    equal cells too, so a small or default (``embedded``) judge marks some gold cells wrong (the
+    gold scored 83.3 with it in one such check). ``judge=none`` compares those columns exactly.
+    """
 
     data: str | None = None
     """The dataset: a directory, a JSONL file or a hub id (None: ``$WIDESEARCH_DATA``, else the fixtures)."""
