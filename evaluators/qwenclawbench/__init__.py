@@ -37,7 +37,7 @@ from typing import Any
 
 from unified.config import bounded
 from unified.benchmarks.contract import Adapter, Environment, PaperReference, Task
-from unified.benchmarks.helpers import config_list, limit_runnable
+from unified.benchmarks.helpers import config_list, judge_reason, limit_runnable
 from unified.types import Episode, EpisodeResult
 
 from evaluators.qwenclawbench import official
@@ -54,6 +54,8 @@ __all__ = ["QwenClawBenchAdapter"]
 OFFICIAL_JUDGE_MAX_TOKENS = 20480
 """What the checkout's ``_call_llm_judge_api`` asks for (also the local judge server's cap)."""
 NO_EXTERNAL = ("", "none", "false", "no")
+OFFICIAL_JUDGES = ("claude-opus-4-5-20251101",)
+"""The judge model of the checkout's ``scripts/lib_grading.py`` (``DEFAULT_JUDGE_MODEL``)."""
 
 
 def external_skip(qt: QCBTask) -> str | None:
@@ -224,8 +226,8 @@ class QwenClawBenchAdapter(Adapter):
         protocols = {r.details.get("llm_judge", {}).get("protocol") for r in scored} - {None}
         if "ours" in protocols:
             reasons.append("judge prompt/parser: ours (the checkout has no scripts/lib_grading.py)")
-        if self.judge_spec == "embedded":
-            reasons.append("judge: the embedded model, not the benchmark's hosted judge")
+        if judged := judge_reason(self.judge_spec, OFFICIAL_JUDGES):
+            reasons.append(judged)
         grader_errors = sum(1 for r in scored if r.details.get("grader_error"))
         out.update({"comparable": False, "not_comparable_because": reasons, "n_grader_errors": grader_errors,
                     "n_skipped": sum(1 for r in results if r.skipped is not None),
