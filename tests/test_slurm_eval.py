@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -67,6 +68,69 @@ def test_no_server_runs_in_process_with_the_chosen_benchmarks():
 def test_bad_settings_are_clear_errors(env, message):
     out = run_script(check=False, **env)
     assert out.returncode != 0 and message in out.stderr
+
+
+def test_an_array_task_runs_its_shard_and_the_first_submits_the_merge():
+    env = {"SLURM_ARRAY_JOB_ID": "77", "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_COUNT": "4", "SERVER": "local",
+           "GPUS_PER_NODE": "0", "PORT": "8100"}
+    first = run_script("--limit", "3", SLURM_ARRAY_TASK_ID="0", **env).stdout
+    merge = next(line for line in first.splitlines() if line.startswith("sbatch "))
+    assert "--dependency=afterok:77" in merge and r"MERGE=1\,SHARDS=4\,OUT=runs/eval-77" in merge
+    third = run_script("--limit", "3", SLURM_ARRAY_TASK_ID="2", **env).stdout
+    assert "sbatch" not in third and "--port 8102" in third  # its own server port, should shards share a node
+    evaluation = next(line for line in third.splitlines() if "-m unified.eval" in line)
+    assert "--out runs/eval-77/shard-2" in evaluation and "--shard 2/4" in evaluation
+    merged = run_script(MERGE="1", SHARDS="2", OUT="/r/x").stdout
+    assert "-m unified.eval --merge /r/x/shard-0 /r/x/shard-1 --out /r/x" in merged and "server" not in merged
+    out = run_script(check=False, SHARDS="4", SLURM_ARRAY_TASK_ID="4", SERVER="none")
+    assert out.returncode != 0 and "array index 4 with SHARDS=4: use --array=0-3" in out.stderr
+
+
+@pytest.mark.slow
+def test_sbatch_array_shards_merge_after_all_and_a_failed_shard_reruns_alone(tmp_path):
+    require_slurm()
+    from test_eval_shards import DEPENDS, ECHO, comparable_summary, records
+
+    from unified.eval.cli import main
+
+    args = ("--runs", "2", "--max-in-flight", "4", "--set", f"benchmarks.{ECHO}.n=9",
+            "--set", f"benchmarks.{DEPENDS}.groups=3")
+    sys.path.insert(0, str(TESTS))
+    assert main(["--model", "gold", "--benchmarks", ECHO, DEPENDS, "--out", str(tmp_path / "whole"), *args]) == 0
+    out = tmp_path / "eval"
+    (out).mkdir()
+    (out / "shard-2").write_text("not a directory: this shard fails")
+    env = {"PYTHON": PYTHON, "REPO": str(REPO), "MODEL": "gold", "SERVER": "none", "BENCHMARKS": f"{ECHO} {DEPENDS}",
+           "OUT": str(out), "PYTHONPATH": f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    sbatch = ("--nodes=1", f"--output={logs}/%A_%a.out")
+
+    def merge_job(array_job: int, index: int) -> int:
+        text = (logs / f"{array_job}_{index}.out").read_text()
+        return int(re.search(r"merge job (\d+) starts after array job", text)[1])
+
+    with SlurmCluster(tmp_path / "slurm") as cluster:
+        array = cluster.sbatch(SCRIPT, *args, env=env, sbatch_args=("--array=0-3", *sbatch), cwd=REPO)
+        tasks = cluster.wait_array(array, timeout_s=600)
+        states = {i: t["JobState"] for i, t in tasks.items()}
+        assert states == {0: "COMPLETED", 1: "COMPLETED", 2: "FAILED", 3: "COMPLETED"}, (states, cluster.logs())
+        first_merge = merge_job(array, 0)
+        time.sleep(3)  # the controller marks the dependency after the failed task ends
+        state = cluster.job_state(first_merge)
+        assert state["JobState"] == "PENDING" and state["Reason"] == "DependencyNeverSatisfied", state
+        subprocess.run(["scancel", str(first_merge)], env=cluster.env(), check=True)
+        assert not (out / "summary.json").exists()
+
+        (out / "shard-2").unlink()  # what broke the shard is fixed: rerun it alone
+        rerun = cluster.sbatch(SCRIPT, *args, env={**env, "SHARDS": "4"}, sbatch_args=("--array=2", *sbatch), cwd=REPO)
+        assert cluster.wait_array(rerun)[2]["JobState"] == "COMPLETED"
+        merged = cluster.wait(merge_job(rerun, 2))
+        merge_log = next(out.glob("merge-*.out")).read_text()
+        assert merged["JobState"] == "COMPLETED" and merged["ExitCode"] == "0:0", (merged, merge_log)
+    for bench in ("fixture_echo", "fixture_depends"):
+        assert records(out, bench) == records(tmp_path / "whole", bench)
+    assert comparable_summary(out) == comparable_summary(tmp_path / "whole")
 
 
 @pytest.mark.slow

@@ -20,6 +20,13 @@ from unified.rewards import RewardConfig
 Precision = Literal["auto", "bf16", "fp32"]
 GenerationBackend = Literal["hf", "vllm_server", "vllm_colocate"]
 DistributedBackend = Literal["none", "ddp", "deepspeed_zero3", "fsdp2"]
+CPU_DISTRIBUTED: tuple[str, ...] = ("ddp", "deepspeed_zero3")
+"""Backends that run as several CPU processes (``launch.cpu_processes``); the others say why not."""
+CPU_DISTRIBUTED_WHY = {
+    "none": "one process has nothing to distribute; ",
+    "fsdp2": "accelerate (1.15) applies FSDP only on accelerator devices (AcceleratorState picks FSDP for "
+             "MULTI_GPU/XPU/NPU/..., never MULTI_CPU), so on CPUs it would run as plain data parallel; ",
+}
 
 
 @dataclass
@@ -194,11 +201,18 @@ class LaunchSection:
     accelerate_config: str | None = None
     """``None``: ``recipes/accelerate/<distributed>.yaml``."""
     main_process_port: int = bounded(29500, ge=1, le=65535)
+    cpu_processes: int = bounded(1, ge=1)
+    """Trainer processes on one node without GPUs (``gpus_per_node: 0``): above 1, ``accelerate launch``
+    starts them as data-parallel ranks over gloo (``distributed: ddp``), as it starts one per GPU."""
 
     def trainer_processes(self) -> int:
         """Training processes of this layout (the first node serves vLLM when there are several)."""
         trainer_nodes = self.nodes - 1 if self.nodes > 1 else 1
-        return trainer_nodes * max(self.gpus_per_node, 1)
+        return trainer_nodes * (self.gpus_per_node if self.gpus_per_node else self.cpu_processes)
+
+    def cpu_data_parallel(self) -> bool:
+        """Several trainer processes on one CPU node."""
+        return self.nodes == 1 and self.gpus_per_node == 0 and self.cpu_processes > 1
 
 
 @dataclass
@@ -242,6 +256,14 @@ class WarmupConfig:
             raise ConfigError(f"generation.cpu_threads: expected >= 1 or null, got {self.generation.cpu_threads}")
         if self.launch.nodes < 1:
             raise ConfigError(f"launch.nodes: expected >= 1, got {self.launch.nodes}")
+        if self.launch.cpu_processes > 1 and not self.launch.cpu_data_parallel():
+            raise ConfigError("launch.cpu_processes: several CPU processes need launch.nodes=1 and "
+                              f"launch.gpus_per_node=0, got {self.launch.nodes} node(s) x "
+                              f"{self.launch.gpus_per_node} GPU(s)")
+        if self.launch.cpu_data_parallel() and self.launch.distributed not in CPU_DISTRIBUTED:
+            raise ConfigError(f"launch.distributed={self.launch.distributed} with launch.cpu_processes="
+                              f"{self.launch.cpu_processes}: {CPU_DISTRIBUTED_WHY.get(self.launch.distributed, '')}"
+                              f"on CPU processes use {' or '.join(CPU_DISTRIBUTED)}")
         return self
 
     def accelerate_config_path(self, repo_root: str | os.PathLike[str] | None = None) -> Path | None:
@@ -251,7 +273,8 @@ class WarmupConfig:
         if self.launch.distributed == "none":
             return None
         root = Path(repo_root) if repo_root else Path(__file__).resolve().parents[2]
-        return root / "recipes" / "accelerate" / f"{self.launch.distributed}.yaml"
+        suffix = "_cpu" if self.launch.cpu_data_parallel() else ""
+        return root / "recipes" / "accelerate" / f"{self.launch.distributed}{suffix}.yaml"
 
 
 def load_warmup_config(path: str | os.PathLike[str] | None = None,

@@ -3,7 +3,8 @@
 Three layouts, chosen from ``launch.nodes`` and ``launch.gpus_per_node``:
 
 - one process (CPU, or one GPU): ``python -m unified.warmup --recipe R``; rollouts in-process
-  (``hf``) or by vLLM colocated in the trainer (``vllm_colocate``);
+  (``hf``) or by vLLM colocated in the trainer (``vllm_colocate``); with ``launch.cpu_processes=N``
+  on a CPU node, ``accelerate launch`` of N data-parallel ranks over gloo (``ddp_cpu.yaml``);
 - one node, several GPUs: ``accelerate launch`` with the recipe's accelerate config (DeepSpeed
   ZeRO-3 or FSDP2), vLLM colocated;
 - several nodes: ``trl vllm-serve`` on the first node (tensor parallel over its GPUs) and
@@ -77,6 +78,13 @@ def launch_plan(cfg: WarmupConfig, recipe: str | None, overrides: list[str], *, 
     nodes, gpus = cfg.launch.nodes, cfg.launch.gpus_per_node
     entry = ["-m", "unified.warmup"] + (["--recipe", recipe] if recipe else [])
     sets = [a for o in overrides for a in ("--set", o)]
+    if cfg.launch.cpu_data_parallel():
+        accel_cfg = cfg.accelerate_config_path()
+        argv = [_tool("accelerate", python), "launch", "--config_file", _display_path(accel_cfg),
+                "--num_machines", "1", "--num_processes", str(cfg.launch.cpu_processes),
+                "--main_process_port", str(cfg.launch.main_process_port), *entry, *sets]
+        extra = [] if cfg.generation.backend == "hf" else ["--set", "generation.backend=hf"]
+        return [LaunchStep("trainer", f"this machine ({cfg.launch.cpu_processes} CPU processes, gloo)", argv + extra)]
     if nodes == 1 and gpus <= 1:
         extra = []
         if gpus == 0 and cfg.generation.backend != "hf":
