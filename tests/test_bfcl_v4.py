@@ -78,6 +78,7 @@ class GoldWithMalformedCall(ChatModel):
                 for out in outs]
 
 
+@pytest.mark.slow
 def test_memory_answer_with_a_malformed_call_is_scored_from_its_raw_text_as_bfcl_does(tmp_path):
     from types import SimpleNamespace
 

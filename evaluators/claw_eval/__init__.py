@@ -17,7 +17,9 @@ Not on PyPI: point the adapter at a checkout with ``$CLAW_EVAL_ROOT`` or
 ``grader_timeout_s``, ``exec_timeout_s``, ``memory_mb``  limits
 
 Tasks needing live web search (``web_real``) are skipped unless ``$SERP_DEV_KEY`` is set;
-tasks whose fixtures are missing from the checkout are skipped with the file named. The
+tasks whose fixtures are missing from the checkout are skipped with the file named, and so are
+tasks that use a program this machine lacks (ffmpeg, poppler, or Playwright for the web-page tasks
+graded from screenshots that their snapshot commands' recording script takes). The
 services of a task stay up across its trials and are reset in between (trials running at the
 same time get separate services); they are stopped when another task opens, when an episode
 fails (crash, or a grader error), and at exit. Scoring: :mod:`evaluators.claw_eval.grading`.
