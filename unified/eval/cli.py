@@ -87,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--merge", nargs="+", metavar="SHARD_DIR",
                         help="merge the --out directories of all N shards of one command into --out")
     parser.add_argument("--compare", nargs=2, metavar=("RUN_A", "RUN_B"), help="print the delta table of two runs")
+    parser.add_argument("--wandb", nargs="?", const="offline", choices=["offline", "online"],
+                        help="log the run (config, per-benchmark numbers, episode table) to wandb under OUT/wandb "
+                             "once its summary is written; offline unless `--wandb online`")
     add_recipe_arguments(parser)
     return parser
 
@@ -163,6 +166,10 @@ def main(argv: list[str] | None = None) -> int:
     from unified.eval.report import render_markdown
 
     print(render_markdown(summary))
+    if args.wandb:
+        from unified.eval.wandb_log import log_run
+
+        print(f"wandb ({args.wandb}): {log_run(cfg.out, mode=args.wandb)}")
     return 0
 
 

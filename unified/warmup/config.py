@@ -120,6 +120,30 @@ class ShapingSection:
 
 
 @dataclass
+class MonitorSection:
+    """Collapse watch (:mod:`unified.warmup.guard`): degenerate completions logged every step, and a guard.
+
+    Every step logs the share of the rollouts that are repetition loops or truncated
+    (:mod:`unified.warmup.degenerate`). With ``probe_size`` P > 0 the guard also decodes P training
+    prompts greedily before training and after every step (the decoding the held-out score uses,
+    which sampled rollouts can hide) and logs ``probe/loop_share``, ``probe/reward`` and
+    ``probe/kl_to_start`` (mean per-token KL(pi_start || pi_theta) on the start's greedy answers).
+    The step is *collapsed* when ``probe/loop_share - start >= max_probe_loop_rise`` or the rollouts'
+    loop share ``>= max_rollout_loop_share``; then ``on_collapse`` says what happens.
+    """
+
+    probe_size: int = bounded(0, ge=0)
+    """Training prompts decoded greedily after every step; 0 = no probe."""
+    max_probe_loop_rise: float | None = bounded(None, ge=0, le=1)
+    """Collapse when the probe's loop share rose by at least this much over the start; None = never."""
+    max_rollout_loop_share: float | None = bounded(None, ge=0, le=1)
+    """Collapse when at least this share of a step's rollouts are loops; None = never."""
+    on_collapse: Literal["log", "stop", "rollback"] = "log"
+    """``log``: only report; ``stop``: end training with the current weights; ``rollback``: restore the
+    trainable weights of the last step that did not collapse (the start if none) and end training."""
+
+
+@dataclass
 class GenerationSection:
     """How rollouts are produced."""
 
@@ -228,6 +252,7 @@ class WarmupConfig:
     rewards: RewardConfig = field(default_factory=RewardConfig)
     gspo: GSPOSection = field(default_factory=GSPOSection)
     shaping: ShapingSection = field(default_factory=ShapingSection)
+    monitor: MonitorSection = field(default_factory=MonitorSection)
     generation: GenerationSection = field(default_factory=GenerationSection)
     train: TrainSection = field(default_factory=TrainSection)
     logging: LoggingSection = field(default_factory=LoggingSection)
