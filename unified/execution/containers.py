@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -137,6 +138,25 @@ def exec_argv(engine: str, name: str, command: str | list[str], timeout_s: float
     return argv + [name, *inner]
 
 
+REBUILT_LABEL = "unified.rebuilt-base"
+"""Set on bases rebuilt from a distribution archive (:mod:`unified.execution.images`); images built on them inherit it."""
+
+
+def rebuilt_base_labels(engine: str, image: str) -> dict[str, str]:
+    """``{"rebuilt_base": ...}`` (and ``rebuilt_base_uv``) when ``image`` sits on a rebuilt base, else ``{}``."""
+    try:
+        proc = _run([engine, "image", "inspect", "--format", "{{json .Config.Labels}}", image], timeout=60)
+        labels = json.loads(proc.stdout or b"null") if proc.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return {}
+    if not isinstance(labels, dict) or REBUILT_LABEL not in labels:
+        return {}
+    out = {"rebuilt_base": str(labels[REBUILT_LABEL])}
+    if f"{REBUILT_LABEL}.uv" in labels:
+        out["rebuilt_base_uv"] = str(labels[f"{REBUILT_LABEL}.uv"])
+    return out
+
+
 def rm_argv(engine: str, name: str) -> list[str]:
     return [engine, "rm", "-f", "-v", name]
 
@@ -163,6 +183,7 @@ class DockerSession(ExecutionSession):
         if proc.returncode != 0:
             raise ExecutionError(f"{self.engine}: cannot start a container: {quote(argv)}: "
                                  f"{proc.stderr.decode(errors='replace').strip()}")
+        self.info.update(rebuilt_base_labels(self.engine, self.image))
         probe = self.exec(["sh", "-c", "command -v timeout >/dev/null"], timeout_s=30)
         self._has_timeout = probe.exit_code == 0
         # before the agent ever runs, the only child of the container's init is our keep-alive loop
