@@ -48,7 +48,7 @@ def _run(argv: list[str], timeout: float = 3600, stdin: bytes | None = None) -> 
 
 def uv_version_needed(task_dir: Path) -> str | None:
     """``""`` (latest) or the pinned version when the task's scripts use uv/uvx; None when they do not."""
-    texts = [p.read_text(errors="replace") for p in (task_dir / "tests" / "test.sh", task_dir / "solution" / "solve.sh",
+    texts = [re.sub(r"(?m)(^|\s)#.*$", "", p.read_text(errors="replace")) for p in (task_dir / "tests" / "test.sh", task_dir / "solution" / "solve.sh",
                                                      task_dir / "environment" / "Dockerfile") if p.is_file()]
     if not any(_USES_UV.search(t) for t in texts):
         return None
