@@ -26,6 +26,7 @@ from pathlib import Path
 
 from evaluators.terminal_bench.tasks import load_tasks
 from unified.execution.images import CannotRebuild, base_recipe, from_images
+from unified.execution.images.engines import UV_IMAGE
 from unified.execution.infra import infrastructure_evidence
 from unified.store import append_jsonl, read_jsonl, write_text_atomic
 
@@ -43,7 +44,8 @@ def classify_static(task, excluded: dict[str, str]) -> tuple[str, str] | None:
         return "unsupported", "no environment/Dockerfile (prebuilt image only)"
     try:
         for ref in from_images(Path(task.build_context) / "Dockerfile"):
-            base_recipe(ref)
+            if not UV_IMAGE.fullmatch(ref):
+                base_recipe(ref)
     except CannotRebuild as exc:
         return "cannot rebuild the base", str(exc).split(":")[0]
     return None

@@ -97,3 +97,14 @@ def test_containers_conf_command_writes_the_probe_fix(tmp_path):
     path = tmp_path / "c" / "containers.conf"
     assert main(["containers-conf", str(path)]) == 0
     assert tomllib.loads(path.read_text())["engine"]["runtime"] == "runc"
+
+
+def test_uvs_own_image_used_as_a_file_source_is_rebuilt_from_the_wheel(tmp_path):
+    from unified.execution.images.engines import UV_IMAGE
+
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text("FROM ubuntu:24.04 as build\nCOPY --from=ghcr.io/astral-sh/uv:0.8.14 /uv /uvx /bin/\n"
+                          "FROM ubuntu:24.04 AS target\nCOPY --from=build /app /app\n")
+    refs = from_images(dockerfile)
+    assert refs == ["ubuntu:24.04", "ghcr.io/astral-sh/uv:0.8.14"]
+    assert UV_IMAGE.fullmatch(refs[1]).group(1) == "0.8.14"

@@ -15,6 +15,7 @@ Rootfs tars, uv binaries and SIFs are cached under ``$UNIFIED_IMAGE_CACHE`` (def
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -30,7 +31,9 @@ from unified.execution.images.engines import (
     rootfs_sif,
     tag_from_name,
     to_sif,
+    UV_IMAGE,
     uv_binaries,
+    uv_image,
     uv_version_needed,
 )
 
@@ -56,13 +59,19 @@ class BuildResult:
 
 
 def from_images(dockerfile: Path) -> list[str]:
-    """The external images a Dockerfile's ``FROM`` lines name (build stages and ``scratch`` left out)."""
+    """The external images a Dockerfile's ``FROM`` and ``COPY --from`` name (build stages and ``scratch`` left out)."""
     stages, out = set(), []
     args = {}
     for ins in parse_dockerfile(dockerfile):
         if ins.keyword == "ARG" and "=" in ins.args:
             key, value = ins.args.strip().split("=", 1)
             args[key.strip()] = value.strip().strip('"')
+        if ins.keyword in ("COPY", "ADD"):
+            source = re.search(r"--from=(\S+)", ins.args)
+            ref = source.group(1) if source else None
+            if ref and ref.lower() not in stages and not ref.isdigit() and ref not in out:
+                out.append(ref)  # an image used only as a file source (COPY --from=ghcr.io/astral-sh/uv:0.8.14)
+            continue
         if ins.keyword != "FROM":
             continue
         words = [w for w in ins.args.split() if not w.startswith("--")]
@@ -89,7 +98,8 @@ def build_task(task_dir: Path, engine: str = "podman", *, apptainer: str | None 
     result = BuildResult(task=task_dir.name, status="failed")
     try:
         refs = from_images(dockerfile)
-        recipes = [base_recipe(ref, debian_mirror, ubuntu_mirror) for ref in refs]
+        uv_images = [ref for ref in refs if UV_IMAGE.fullmatch(ref)]
+        recipes = [base_recipe(ref, debian_mirror, ubuntu_mirror) for ref in refs if ref not in uv_images]
     except CannotRebuild as exc:
         result.status, result.reason = "skipped", f"cannot rebuild the base: {exc}"
         return result
@@ -104,6 +114,8 @@ def build_task(task_dir: Path, engine: str = "podman", *, apptainer: str | None 
             base = import_base(engine, recipe, tar, env)
             uv = uv_binaries(version, cache_dir()) if version is not None else None
             result.bases.append(tag_from_name(engine, base, recipe, uv, version))
+        for ref in uv_images:
+            result.bases.append(uv_image(engine, ref, uv_binaries(UV_IMAGE.fullmatch(ref).group(1), cache_dir())))
         from unified.execution.base import EnvironmentSpec
 
         spec = EnvironmentSpec(build_context=task_dir / "environment", name=task_dir.name)

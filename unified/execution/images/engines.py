@@ -33,6 +33,10 @@ _UV_PIN = re.compile(r"astral\.sh/uv/(\d+\.\d+\.\d+)/install\.sh")
 _USES_UV = re.compile(r"(?:^|[\s;&|(`/])uvx?(?=\s|$)", re.M)
 
 
+UV_IMAGE = re.compile(r"ghcr\.io/astral-sh/uv:(\d+\.\d+\.\d+)")
+"""uv's own image, which Dockerfiles copy ``/uv`` and ``/uvx`` from; rebuilt from the same PyPI wheel."""
+
+
 class ImageBuildError(RuntimeError):
     """An engine step failed; the message has the command and the end of its output."""
 
@@ -111,6 +115,17 @@ def tag_from_name(engine: str, base: str, recipe: BaseRecipe, uv_dir: Path | Non
             argv.insert(2, "--pull=never")
         _run(argv)
     return target
+
+
+def uv_image(engine: str, ref: str, uv_dir: Path) -> str:
+    """``ref`` (uv's image) as a scratch image holding ``/uv`` and ``/uvx`` from the PyPI wheel."""
+    with tempfile.TemporaryDirectory(prefix="unified-uvimg-") as ctx:
+        for name in ("uv", "uvx"):
+            Path(ctx, name).write_bytes((uv_dir / name).read_bytes())
+            Path(ctx, name).chmod(0o755)
+        Path(ctx, "Dockerfile").write_text(f'FROM scratch\nCOPY uv uvx /\nLABEL {LABEL}.uv="{ref} from its PyPI wheel"\n')
+        _run([engine, "build", "-t", ref, ctx])
+    return ref
 
 
 def build_task_image(engine: str, spec: EnvironmentSpec, timeout: float) -> str:
