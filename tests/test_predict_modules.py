@@ -89,7 +89,7 @@ def test_reflect_says_when_no_prediction_was_made():
 
 
 def _fixture_adapter():
-    from unified.contracts import Adapter, Environment, Task
+    from unified.benchmarks.contract import Adapter, Environment, Task
 
     class FixtureWeatherEnv(Environment):
         def __init__(self):
@@ -132,9 +132,9 @@ def _fixture_adapter():
 
 def _fixture_replay_policy(completions):
     """Answers turn k of an episode with ``completions[k]`` (counted from the request's assistant turns)."""
-    from unified.inference.base import Policy, PolicyOutput
+    from unified.inference.base import ChatModel, PolicyOutput
 
-    class FixtureReplayPolicy(Policy):
+    class FixtureReplayPolicy(ChatModel):
         name = "fixture_replay"
 
         def generate(self, requests):
@@ -196,11 +196,11 @@ def test_loop_reflect_puts_the_comparison_into_the_next_prompt():
 
 def test_prefill_opens_the_block_with_a_real_model(tiny_checkpoint):
     """hf policy + tiny model: the completion starts with the opened block; act has no prefix."""
-    from unified.contracts import AgentLimits
+    from unified.benchmarks.contract import AgentLimits
     from unified.agent.loop import AgentLoop, Job
-    from unified.inference import SamplingConfig, make_policy
+    from unified.inference import SamplingConfig, make_chat_model
 
-    policy = make_policy(str(tiny_checkpoint), SamplingConfig(max_new_tokens=6))
+    policy = make_chat_model(str(tiny_checkpoint), SamplingConfig(max_new_tokens=6))
     adapter = _fixture_adapter()
     for name in ("predict_then_act", "act"):
         recorded = []

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from evaluators.terminal_bench import TerminalBench2Adapter
-from unified.eval.aggregate import partition
+from unified.benchmarks.aggregate import partition
 from unified.execution.infra import infrastructure_evidence
 from unified.types import Episode
 from _requires import needs_local, needs_tmux

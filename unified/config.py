@@ -28,8 +28,10 @@ import dataclasses
 import enum
 import math
 import os
+import sys
 import types
 import typing
+import warnings
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
@@ -275,6 +277,7 @@ def from_dict(cls: type[C], data: dict[str, Any], *, where: str = "", lines: dic
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     kwargs: dict[str, Any] = {}
     section = tuple(p for p in where.split(".") if p and not p.startswith("["))
+    data = _apply_renames(cls, data, where, _location(source, lines, section))
     for key, value in data.items():
         key_where = f"{where}.{key}" if where else str(key)
         loc = _location(source, lines, section + (str(key),))
@@ -306,6 +309,37 @@ def from_dict(cls: type[C], data: dict[str, Any], *, where: str = "", lines: dic
         raise
     except ValueError as exc:  # a section's own checks (__post_init__)
         raise ConfigError(f"{_location(source, lines, section)}{exc}") from None
+
+
+RENAMED_ATTRIBUTE = "RENAMED"
+"""A dataclass may declare ``RENAMED: ClassVar[dict[str, str | tuple[str, Callable]]]``: old key ->
+new key (or (new key, a function of the old value)). Old recipes and stored records still load, with
+one deprecation line per old key and place."""
+
+_warned_renames: set[tuple[str, str]] = set()
+
+
+def _apply_renames(cls: type, data: dict[str, Any], where: str, loc: str) -> dict[str, Any]:
+    renamed = getattr(cls, RENAMED_ATTRIBUTE, None) or {}
+    if not any(key in renamed for key in data):
+        return data
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in renamed:
+            out[key] = value
+            continue
+        new, convert = (renamed[key], None) if isinstance(renamed[key], str) else renamed[key]
+        if new in data:
+            raise ConfigError(f"{loc}{where or cls.__name__}: both {key!r} (its old name) and {new!r} are set; "
+                              f"keep {new!r}")
+        out[new] = convert(value) if convert else value
+        old_path, new_path = (f"{where}.{key}", f"{where}.{new}") if where else (key, new)
+        if (loc + old_path, new_path) not in _warned_renames:
+            _warned_renames.add((loc + old_path, new_path))
+            note = f"deprecated: {loc}{old_path} is now {new_path}"
+            warnings.warn(note, DeprecationWarning, stacklevel=3)
+            print(f"note: {note}" + (" (the opposite value)" if convert else ""), file=sys.stderr)
+    return out
 
 
 def _location(source: str, lines: dict[tuple[str, ...], int] | None, path: tuple[str, ...]) -> str:

@@ -34,7 +34,7 @@ from typing import Any, Literal
 from evaluators.bfcl_v4 import data, scoring
 from evaluators.bfcl_v4.environment import BFCLEnvironment
 from evaluators.bfcl_v4.isolation import import_bfcl
-from unified.contracts import Adapter, PaperReference, Task
+from unified.benchmarks.contract import Adapter, PaperReference, Task
 from unified.types import Episode, EpisodeResult, ToolCall
 
 
@@ -77,7 +77,7 @@ class BFCLAdapter(Adapter):
         if self.settings.inference != "bfcl":
             return limits
         step_limit = import_bfcl("bfcl_eval.constants.default_prompts").MAXIMUM_STEP_LIMIT
-        return dataclasses.replace(limits, max_steps_per_user_turn=step_limit + 1, max_turns=NO_EPISODE_CAP)
+        return dataclasses.replace(limits, max_steps_per_turn=step_limit + 1, max_turns=NO_EPISODE_CAP)
 
     def tasks(self, split: str | None = None, limit: int | None = None) -> list[Task]:
         categories = data.resolve_categories(split) if split else self.categories

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from evaluators.bfcl_v4.isolation import import_bfcl, import_memory_vector
-from unified.contracts import Environment, Task
+from unified.benchmarks.contract import Environment, Task
 from unified.types import Episode, Message, Observation, ToolCall, ToolSpec
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from unified.contracts import Environment
+from unified.benchmarks.contract import Environment
 from unified.sandbox import Sandbox, ScratchSandbox
 from unified.sandbox.hostenv import DEFAULT_PATH
 from unified.types import Episode, Message, Observation, ToolCall, ToolSpec

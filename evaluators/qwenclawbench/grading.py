@@ -35,7 +35,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from unified.eval.aggregate import pass_at_k, pass_pow_k
+from unified.benchmarks.aggregate import pass_at_k, pass_pow_k
 from unified.sandbox import Sandbox, SandboxConfig
 
 PENALTY_THRESHOLD = 0.75

@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from unified.contracts import BenchmarkUnavailable, TaskFormatError
+from unified.benchmarks.contract import BenchmarkUnavailable, TaskFormatError
 
 DEFAULT_DATASET = "qwenclawbench-v1.1-100"
 ENV_ROOT = "QWENCLAWBENCH_ROOT"

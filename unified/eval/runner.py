@@ -12,76 +12,22 @@ from __future__ import annotations
 import sys
 import time
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from unified.agent.loop import AgentLoop, Job
-from unified.config import ConfigError, bounded, to_dict
-from unified.contracts import AgentLimits, BenchmarkUnavailable
-from unified.eval.adapter import (ALL_SUITE, benchmark_facts, check_benchmark_config, declared_suites,
-                                    expand_benchmarks, limit_runnable, load_adapter, select_task_ids)
-from unified.eval.general import GENERAL_SUITE, GeneralConfig, run_general, split_suites
+from unified.config import ConfigError, to_dict
+from unified.benchmarks.contract import AgentLimits, BenchmarkUnavailable
+from unified.benchmarks.discovery import (ALL_SUITE, benchmark_facts, check_benchmark_config, declared_suites,
+                                          expand_benchmarks, load_adapter)
+from unified.benchmarks.helpers import limit_runnable, select_task_ids
+from unified.eval.config import EvalConfig
+from unified.eval.general import GENERAL_SUITE, run_general, split_suites
 from unified.eval.report import benchmark_entry, write_summary
 from unified.eval.store import BenchmarkStore, RunDirLock
 from unified.store import write_json_atomic
-from unified.inference.base import Policy, SamplingConfig, make_policy
+from unified.inference.base import ChatModel, SamplingConfig, make_chat_model
 from unified.registry import UnknownNameError
-
-
-@dataclass
-class SamplingSection:
-    temperature: float = bounded(0.0, ge=0)
-    top_p: float = bounded(1.0, gt=0, le=1)
-    max_new_tokens: int = bounded(512, ge=1)
-    thinking: bool = True
-    seed: int | None = None
-
-
-@dataclass
-class LimitsSection:
-    max_turns: int = bounded(40, ge=1)
-    max_steps_per_user_turn: int = bounded(20, ge=1)
-    max_completion_tokens: int = bounded(32768, ge=1)
-    max_seconds: float = bounded(3600.0, gt=0)
-
-
-@dataclass
-class EvalConfig:
-    """Everything ``python -m unified.eval`` takes (a recipe holds the same keys)."""
-
-    suite: str | None = None
-    """``ood``, ``in_domain``, ``all`` (the two), any suite an installed adapter declares, ``general``
-    (lm-evaluation-harness; not part of ``all``), or several comma-separated (``general,ood``); ``lwm``
-    is the world-model eval. Suites are what the adapters declare (:mod:`unified.eval.adapter`)."""
-    benchmarks: list[str] = field(default_factory=list)
-    """Benchmark names (or ``module:Factory`` import paths) in addition to the suite."""
-    model: str = "embedded"
-    """``embedded``, a checkpoint dir, a .gguf, ``openai:URL#MODEL``, ``vllm:PATH`` or ``gold``."""
-    backend: str | None = None
-    """Force ``hf``/``vllm``/``openai`` for a local spec."""
-    prompting: str = "act"
-    prompting_options: dict[str, Any] = field(default_factory=dict)
-    out: str = "runs/eval"
-    split: str | None = None
-    """Benchmark-specific split/category selection passed to ``tasks``."""
-    limit: int | None = bounded(None, ge=1)
-    """Tasks per benchmark."""
-    task_ids: list[str] = field(default_factory=list)
-    """Run only these task ids (and the tasks they depend on); ``limit`` then applies to them."""
-    runs: int | None = bounded(None, ge=1)
-    """Rollouts per task (default: each benchmark's protocol)."""
-    max_in_flight: int = bounded(8, ge=1)
-    """Episodes generated together (the batch size of the ``hf`` backend)."""
-    scheduling: str = "auto"
-    """``auto`` | ``continuous`` | ``rounds``: how episodes share the policy
-    (:data:`unified.agent.loop.SCHEDULING`; auto = continuous batching where the backend has it)."""
-    sampling: SamplingSection = field(default_factory=SamplingSection)
-    limits: LimitsSection = field(default_factory=LimitsSection)
-    benchmark_config: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Per-benchmark adapter config, e.g. ``{bfcl_v4: {categories: multi_turn}}``."""
-    general: GeneralConfig = field(default_factory=GeneralConfig)
-    """The ``general`` suite's lm-eval options (:class:`unified.eval.general.GeneralConfig`)."""
 
 
 def _log(message: str) -> None:
@@ -106,7 +52,7 @@ class _Progress:
         self.bar.close()
 
 
-def run_eval(cfg: EvalConfig, *, policy: Policy | None = None) -> dict[str, Any]:
+def run_eval(cfg: EvalConfig, *, policy: ChatModel | None = None) -> dict[str, Any]:
     """Run (or resume) the evaluation described by ``cfg``; returns the summary.
 
     The run directory is held for the whole run (:class:`unified.eval.store.RunDirLock`): a
@@ -116,7 +62,7 @@ def run_eval(cfg: EvalConfig, *, policy: Policy | None = None) -> dict[str, Any]
         return _run_eval(cfg, policy=policy)
 
 
-def _run_eval(cfg: EvalConfig, *, policy: Policy | None = None) -> dict[str, Any]:
+def _run_eval(cfg: EvalConfig, *, policy: ChatModel | None = None) -> dict[str, Any]:
     names, want_general = benchmarks_to_run(cfg)
     if not names and not want_general:
         suites = sorted({*declared_suites()[0], ALL_SUITE, GENERAL_SUITE})
@@ -125,10 +71,7 @@ def _run_eval(cfg: EvalConfig, *, policy: Policy | None = None) -> dict[str, Any
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "run.json", {"config": to_dict(cfg), "updated_at": time.time()})
-    sampling = SamplingConfig(temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p,
-                              max_new_tokens=cfg.sampling.max_new_tokens, enable_thinking=cfg.sampling.thinking,
-                              seed=cfg.sampling.seed)
-    limits = AgentLimits(**to_dict(cfg.limits))
+    sampling, limits = cfg.sampling, cfg.limits
     benchmarks: dict[str, dict[str, Any]] = {}
     own_policy = policy is None
     try:
@@ -150,14 +93,14 @@ def _run_eval(cfg: EvalConfig, *, policy: Policy | None = None) -> dict[str, Any
 def benchmarks_to_run(cfg: EvalConfig) -> tuple[list[str], bool]:
     """(benchmark names from ``--suite`` and ``--benchmarks``, whether ``general`` was asked for).
 
-    An unknown suite is an UnknownNameError listing every suite (the adapters', ``all``, ``general``,
-    ``lwm``); an installed adapter whose module does not import cannot say which suites it joins,
+    An unknown suite is an UnknownNameError listing every suite (the adapters', ``all``, ``general``);
+    the world-model eval is the ``lwm`` subcommand of the CLI, not a suite. An installed adapter whose module does not import cannot say which suites it joins,
     so it gets one line saying so when suites are asked for."""
     agent_suites, want_general = split_suites(cfg.suite)
     try:
         names = [n for s in agent_suites for n in expand_benchmarks(s)]
     except UnknownNameError as exc:
-        raise UnknownNameError("suite", exc.name, [*exc.valid, GENERAL_SUITE, "lwm"]) from None
+        raise UnknownNameError("suite", exc.name, [*exc.valid, GENERAL_SUITE]) from None
     if agent_suites:
         for name, why in declared_suites()[1].items():
             _log(f"{name}: not in any suite here: its adapter does not load ({why}); --benchmarks {name} "
@@ -199,7 +142,7 @@ def _run_benchmark(name: str, cfg: EvalConfig, out: Path, sampling: SamplingConf
     if jobs:
         if policy is None:
             _log(f"loading policy {cfg.model} ...")
-            policy = new_policy = make_policy(cfg.model, sampling, backend=cfg.backend, concurrency=cfg.max_in_flight)
+            policy = new_policy = make_chat_model(cfg.model, sampling, backend=cfg.backend, concurrency=cfg.max_in_flight)
         _log(f"{name}: {len(jobs)} episodes to run ({len(recorded)} already recorded), "
              f"{len(tasks)} tasks x {runs} run(s)")
         progress = _Progress(name, len(jobs))

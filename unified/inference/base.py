@@ -1,6 +1,6 @@
 """The chat model: one interface for every generation backend, a batch of chat requests in, completions out.
 
-:class:`ChatModel` (the agent calls it its policy: ``Policy`` is the same class) serves the
+:class:`ChatModel` (the agent calls it its policy: ``ChatModel`` is the same class) serves the
 policy, judges, simulated users, simulated search and the lwm eval. ``generate(requests)`` takes the next turn of many episodes at once (the agent loop
 gathers every episode in flight that waits for the policy) and returns, per request, a
 :class:`PolicyOutput` or the Exception that request raised (one failing request must not
@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Hashable
 
+from unified.config import bounded
 from unified.inference.reasoning import strip_reasoning
 from unified.inference.spec import ModelSpec, parse_spec
 
@@ -30,14 +31,16 @@ from unified.inference.spec import ModelSpec, parse_spec
 class SamplingConfig:
     """Decoding settings shared by all backends (``--temperature``, ``--top-p`` ...)."""
 
-    temperature: float = 0.0
+    temperature: float = bounded(0.0, ge=0)
     """0 = greedy."""
-    top_p: float = 1.0
-    max_new_tokens: int = 512
+    top_p: float = bounded(1.0, gt=0, le=1)
+    max_new_tokens: int = bounded(512, ge=1)
     """Per policy call."""
-    enable_thinking: bool = True
-    """Open a ``<think>`` block in the generation prompt (Qwen3.5 templates)."""
+    thinking: bool = True
+    """Open a ``<think>`` block in the generation prompt (the chat template's ``enable_thinking``)."""
     seed: int | None = None
+
+    RENAMED = {"enable_thinking": "thinking"}  # old key -> new (unified.config.from_dict)
 
 
 @dataclass
@@ -58,7 +61,7 @@ class PolicyRequest:
     model's :class:`SamplingConfig`."""
     temperature: float | None = None
     """This request's temperature; None: the model's :class:`SamplingConfig`."""
-    enable_thinking: bool | None = None
+    thinking: bool | None = None
     """Open a ``<think>`` block for this request; None: the model's :class:`SamplingConfig`."""
     logprobs: bool = False
     """Ask for :attr:`PolicyOutput.logprobs` (in-process backends give them anyway)."""
@@ -131,14 +134,14 @@ class ChatModel:
         s = self.sampling
         return replace(s, max_new_tokens=s.max_new_tokens if request.max_new_tokens is None else request.max_new_tokens,
                        temperature=s.temperature if request.temperature is None else request.temperature,
-                       enable_thinking=s.enable_thinking if request.enable_thinking is None else request.enable_thinking)
+                       thinking=s.thinking if request.thinking is None else request.thinking)
 
     def chat_many(self, conversations: list[list[dict[str, Any]]], *, max_tokens: int, temperature: float = 0.0,
                   thinking: bool = False) -> list[str | Exception]:
         """Single-shot answers (a judge's batch): each conversation's answer text, reasoning removed
         (:func:`unified.inference.reasoning.strip_reasoning`), or the Exception of a failed one."""
         requests = [PolicyRequest(messages=list(m), max_new_tokens=int(max_tokens), temperature=float(temperature),
-                                  enable_thinking=thinking) for m in conversations]
+                                  thinking=thinking) for m in conversations]
         if not requests:
             return []
         try:
@@ -160,10 +163,6 @@ class ChatModel:
 
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
-
-
-Policy = ChatModel
-"""The agent's name for a chat model (the model whose turns an episode records)."""
 
 
 def make_chat_model(spec: str | ModelSpec, sampling: SamplingConfig = SamplingConfig(), *, backend: str | None = None,
@@ -199,6 +198,3 @@ def make_chat_model(spec: str | ModelSpec, sampling: SamplingConfig = SamplingCo
         options.setdefault("max_batch_size", concurrency)
     return HFPolicy(parsed, sampling, **options)
 
-
-make_policy = make_chat_model
-"""The runner's name for :func:`make_chat_model`."""

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 
-from unified.inference.base import Policy, PolicyOutput, PolicyRequest, SamplingConfig
+from unified.inference.base import ChatModel, PolicyOutput, PolicyRequest, SamplingConfig
 from unified.types import ToolCall
 
 
-class GoldPolicy(Policy):
+class GoldPolicy(ChatModel):
     name = "gold"
     needs_context = True
     """The agent loop passes ``{"task", "adapter"}`` in each request's context."""

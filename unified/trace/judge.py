@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from unified.eval.adapter import world_model_domain
+from unified.benchmarks.discovery import world_model_domain
 from unified.predict.extract import Prediction, episode_key
 from unified.rewards import RewardConfig, build_judge, judge_messages, parse_judge_answer
 from unified.types import Episode, ToolCall
@@ -66,9 +66,7 @@ class RubricJudge:
         if not todo:
             return
         answers = self.judge.complete(requests)
-        for pred, answer in zip(todo, answers):
-            if isinstance(answer, tuple):  # CachedJudge: (answer, from_cache)
-                answer = answer[0]
+        for pred, (answer, _cached) in zip(todo, answers):
             if isinstance(answer, Exception):
                 pred.method, pred.detail = "judge:failed", f"{type(answer).__name__}: {answer}; rule: {pred.detail}"
                 continue

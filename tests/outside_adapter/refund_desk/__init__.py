@@ -5,8 +5,8 @@ looks the order up, and, once the customer confirms, refunds it when the shop's 
 (delivered within ``refund_window_days``), or explains why not. A rule-based simulated customer
 answers the agent's turns; nothing here loads a model.
 
-The package imports only ``unified.contracts`` (the contract), ``unified.types`` (the records) and
-``unified.eval.aggregate`` (shared averages): it is what a benchmark outside the repository looks
+The package imports only ``unified.benchmarks.contract`` (the contract), ``unified.types`` (the records) and
+``unified.benchmarks.aggregate`` (shared averages): it is what a benchmark outside the repository looks
 like. ``docs/adapters.md`` walks through it; ``tests/test_outside_adapter.py`` installs it into a
 temporary directory and runs it inside ``python -m unified.eval --suite ood``.
 """
@@ -18,8 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from unified.contracts import Adapter, AgentLimits, Environment, Task
-from unified.eval.aggregate import avg_at_k, partition, pass_pow_k, scores_by_task
+from unified.benchmarks import Adapter, AgentLimits, Environment, Task, avg_at_k, partition, pass_pow_k, scores_by_task
 from unified.types import Episode, EpisodeResult, Message, Observation, ToolCall, ToolSpec
 
 ORDERS = [
@@ -48,7 +47,7 @@ class RefundDeskConfig:
     """Orders delivered at most this many days ago can be refunded (the shop's policy)."""
     max_turns: int = 6
     """Policy calls per episode, the protocol's own budget (tau2-bench caps an episode's steps too)."""
-    max_steps_per_user_turn: int = 3
+    max_steps_per_turn: int = 3
     """Policy calls within one customer turn."""
 
 
@@ -132,7 +131,7 @@ class RefundDeskAdapter(Adapter):
     def agent_limits(self, limits: AgentLimits) -> AgentLimits:
         """The protocol's budgets replace the run's turn limits (tokens and wall time stay the run's)."""
         return dataclasses.replace(limits, max_turns=self.settings.max_turns,
-                                   max_steps_per_user_turn=self.settings.max_steps_per_user_turn)
+                                   max_steps_per_turn=self.settings.max_steps_per_turn)
 
     def score(self, task: Task, episode: Episode, env: Environment) -> EpisodeResult:
         """1 when the right thing happened (refunded exactly once iff eligible) and the last assistant
@@ -146,7 +145,7 @@ class RefundDeskAdapter(Adapter):
         details = {"eligible": env.eligible, "refunds": env.refunds, "told_customer": told,
                    "refused_while_asking": env.refused_while_asking, "stop_reason": episode.stop_reason,
                    "agent_limits": {"max_turns": limits.max_turns,
-                                    "max_steps_per_user_turn": limits.max_steps_per_user_turn},
+                                    "max_steps_per_turn": limits.max_steps_per_turn},
                    "policy_calls": len(episode.steps)}
         return EpisodeResult(benchmark=self.name, task_id=task.id, trial=episode.trial, score=float(ok), passed=ok,
                              details=details)
