@@ -1,6 +1,6 @@
 """Oracle pass rate of Terminal-Bench task folders on podman without a registry, sorted by cause.
 
-    python scripts/tb2_oracle_census.py ROOT OUT_DIR [--seed 0] [--count 12] [--exclude TASK=REASON ...]
+    python -m measurements.tb2_oracle_census ROOT OUT_DIR [--seed 0] [--count 12] [--exclude TASK=REASON ...]
 
 Every task under ROOT is classified without running anything: ``unsupported`` (the adapter
 skips it, or ``--exclude`` names why) or ``cannot rebuild the base`` (a ``FROM`` that is not
