@@ -137,7 +137,7 @@ def probe_engine(engine: str, containers_conf: str | None = None) -> BackendUnav
         return _busy(engine, " ".join(str(a) for a in exc.cmd[1:3]), PROBE_TIMEOUT_S)
     finally:
         try:
-            subprocess.run(rm_argv(engine, name), capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+            subprocess.run(rm_argv(engine, name), capture_output=True, timeout=PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL)
         except (OSError, subprocess.TimeoutExpired):
             pass
 
