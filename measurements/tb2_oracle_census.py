@@ -79,23 +79,29 @@ def run_one(task_id: str, root: Path, out: Path) -> dict:
             subprocess.run(["podman", "rm", "-f", name], capture_output=True)
         return {"task": task_id, "cause": "not finished", "why": f"over the census's {RUN_LIMIT_S} s cap",
                 "seconds": round(time.monotonic() - start)}
+    return {"task": task_id, "seconds": round(time.monotonic() - start), **summarize(run_dir)}
+
+
+def summarize(run_dir: Path) -> dict:
+    """``{"cause", "why"}`` of a gold run's recorded result (the decisive evidence line first)."""
     results = read_jsonl(run_dir / "terminal_bench_2" / "results.jsonl") if (run_dir / "terminal_bench_2").is_dir() else []
-    row = {"task": task_id, "seconds": round(time.monotonic() - start)}
     if not results:
-        return {**row, "cause": "other error", "why": "no result recorded"}
+        return {"cause": "other error", "why": "no result recorded"}
     r = results[-1]
     err = r.get("error")
     if err:
-        first = err.splitlines()
+        lines = err.splitlines()
+        decisive = next((ln for ln in lines[1:] if "Failed to download" in ln or "interpreter:" in ln),
+                        lines[1] if len(lines) > 1 else "")
         cause = "infrastructure" if err.startswith("infrastructure") else "other error"
-        return {**row, "cause": cause, "why": " | ".join(first[:2])[:300]}
+        return {"cause": cause, "why": f"{lines[0]}: {decisive}"[:300]}
     if r.get("skipped"):
-        return {**row, "cause": "unsupported", "why": r["skipped"].splitlines()[0]}
-    reward = r["details"].get("reward")
+        return {"cause": "unsupported", "why": r["skipped"].splitlines()[0]}
     if r["score"] >= 1.0:
-        return {**row, "cause": "pass", "why": ""}
-    return {**row, "cause": "solution fail", "why": f"reward {reward}; {r['details'].get('reward_error') or ''}"
-            + (r["details"].get("verifier_output") or "")[-200:].replace("\n", " ")}
+        return {"cause": "pass", "why": ""}
+    tail = (r["details"].get("verifier_output") or "")[-200:].replace("\n", " ")
+    return {"cause": "solution fail", "why": f"reward {r['details'].get('reward')}; "
+            f"{r['details'].get('reward_error') or ''}{tail}"}
 
 
 def main() -> int:
@@ -124,6 +130,8 @@ def main() -> int:
         if task_id not in done:
             done[task_id] = run_one(task_id, args.root, args.out)
             append_jsonl(args.out / "census.jsonl", done[task_id])
+        elif done[task_id]["cause"] not in ("not finished",) and (args.out / "runs" / task_id).is_dir():
+            done[task_id].update(summarize(args.out / "runs" / task_id))  # read again from the run's own record
         print(json.dumps(done[task_id]), flush=True)
     rows += [done[t] for t in sample]
     rows += [{"task": t, "cause": "not sampled", "why": ""} for t in runnable if t not in sample]
