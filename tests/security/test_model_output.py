@@ -25,7 +25,7 @@ from unified.agent.parsing import (MAX_JSON_DEPTH, UntrustedJSONError, calls_fro
 from unified.agent.prompting import PROMPTING, PromptingModule
 from unified.eval.config import EvalConfig
 from unified.eval.runner import run_eval
-from unified.eval.store import BenchmarkStore
+from unified.eval.rundir import BenchmarkStore
 from unified.inference.base import ChatModel, PolicyOutput
 
 NESTED = '<tool_call>{"name": "x", "arguments": {"a": ' + "[" * 50000 + "]" * 50000 + "}}</tool_call>"

@@ -27,7 +27,7 @@ from unified.config import (ConfigError, add_recipe_arguments, apply_overrides, 
 from unified.benchmarks.discovery import check_benchmark_config
 from unified.eval.config import EvalConfig
 from unified.eval.runner import benchmarks_to_run, run_eval
-from unified.eval.store import RunDirError
+from unified.eval.rundir import RunDirError
 from unified.registry import UnknownNameError
 
 # flag -> config key (flags left at None do not override the recipe)

@@ -24,7 +24,7 @@ from unified.benchmarks.helpers import limit_runnable, select_task_ids
 from unified.eval.config import EvalConfig
 from unified.eval.general import GENERAL_SUITE, run_general, split_suites
 from unified.eval.report import benchmark_entry, write_summary
-from unified.eval.store import BenchmarkStore, RunDirLock
+from unified.eval.rundir import BenchmarkStore, RunDirLock
 from unified.store import write_json_atomic
 from unified.inference.base import ChatModel, SamplingConfig, make_chat_model
 from unified.registry import UnknownNameError
@@ -55,19 +55,22 @@ class _Progress:
 def run_eval(cfg: EvalConfig, *, policy: ChatModel | None = None) -> dict[str, Any]:
     """Run (or resume) the evaluation described by ``cfg``; returns the summary.
 
-    The run directory is held for the whole run (:class:`unified.eval.store.RunDirLock`): a
-    second run on the same ``--out`` raises :class:`unified.eval.store.RunDirError` naming this one.
+    The run directory is held for the whole run (:class:`unified.eval.rundir.RunDirLock`): a
+    second run on the same ``--out`` raises :class:`unified.eval.rundir.RunDirError` naming this one.
+    The selection and every ``benchmarks.NAME`` section are checked first: a rejected setting leaves
+    no ``--out`` behind.
     """
-    with RunDirLock(cfg.out):
-        return _run_eval(cfg, policy=policy)
-
-
-def _run_eval(cfg: EvalConfig, *, policy: ChatModel | None = None) -> dict[str, Any]:
     names, want_general = benchmarks_to_run(cfg)
     if not names and not want_general:
         suites = sorted({*declared_suites()[0], ALL_SUITE, GENERAL_SUITE})
         raise ValueError(f"nothing to evaluate: give --suite or --benchmarks (suites: {', '.join(suites)})")
     check_benchmark_config(cfg.benchmark_config)  # a mistyped key fails now, not after hours of other benchmarks
+    with RunDirLock(cfg.out):
+        return _run_eval(cfg, names, want_general, policy=policy)
+
+
+def _run_eval(cfg: EvalConfig, names: list[str], want_general: bool, *,
+              policy: ChatModel | None = None) -> dict[str, Any]:
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "run.json", {"config": to_dict(cfg), "updated_at": time.time()})
@@ -133,6 +136,7 @@ def _run_benchmark(name: str, cfg: EvalConfig, out: Path, sampling: SamplingConf
         return {"status": "error", "reason": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(),
                 "comparable": False}
     runs = cfg.runs or adapter.runs_default
+    effective_limits = adapter.agent_limits(limits)  # the protocol's own budgets, recorded in the summary
     adapter.runs_requested = runs  # trials the run asked for (an aggregate pads missing ones to it)
     recorded = store.load()
     jobs = [Job(task, trial) for task in tasks for trial in range(runs) if (task.id, trial) not in recorded]
@@ -152,8 +156,8 @@ def _run_benchmark(name: str, cfg: EvalConfig, out: Path, sampling: SamplingConf
             progress.update(result.error is not None)
 
         loop = AgentLoop(adapter, policy, prompting=cfg.prompting, prompting_options=cfg.prompting_options,
-                         limits=adapter.agent_limits(limits), max_in_flight=cfg.max_in_flight, model_name=cfg.model, on_result=on_result,
-                         scheduling=cfg.scheduling)
+                         limits=effective_limits, max_in_flight=cfg.max_in_flight, model_name=cfg.model,
+                         on_result=on_result, scheduling=cfg.scheduling)
         started = time.perf_counter()
         try:
             loop.run(jobs, finished_ids=finished_ids)
@@ -171,6 +175,7 @@ def _run_benchmark(name: str, cfg: EvalConfig, out: Path, sampling: SamplingConf
                               subset=f"--split {cfg.split}" if cfg.split else None)
     summary["runs_dir"] = str(store.dir)
     summary["settings"] = dict(adapter.config)  # the adapter's parsed Config, defaults included
+    summary["limits"] = to_dict(effective_limits)  # after the adapter's agent_limits, not only the flags
     summary["_policy"] = new_policy
     return summary
 
