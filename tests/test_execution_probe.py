@@ -72,3 +72,12 @@ def test_podman_probe_really_starts_a_container(tmp_path, monkeypatch):
     if problem is None:
         pytest.skip("this host lets containers raise their rlimits (CAP_SYS_RESOURCE)")
     assert "ulimits" in problem.reason and "CONTAINERS_CONF" in problem.how_to_fix
+    import unified.execution as execution
+
+    execution._available.cache_clear()
+    probe_engine.cache_clear()
+    try:
+        assert execution.get_backend("auto").name != "podman"  # an engine that cannot start containers is passed over
+    finally:
+        execution._available.cache_clear()
+        probe_engine.cache_clear()
