@@ -142,8 +142,11 @@ def main() -> int:
     lines = [f"{len(rows)} tasks, {len(runnable)} buildable, {len(sample)} run (seed {args.seed})", "",
              "| cause | tasks |", "|---|---:|", *[f"| {c} | {n} |" for c, n in counts.most_common()], "",
              "| task | cause | why | s |", "|---|---|---|---:|"]
+    grouped = ("not sampled", "cannot rebuild the base")
     lines += [f"| {r['task']} | {r['cause']} | {r['why'].replace('|', '/')[:160]} | {r.get('seconds', '')} |"
-              for r in sorted(rows, key=lambda r: (r["cause"], r["task"])) if r["cause"] != "not sampled"]
+              for r in sorted(rows, key=lambda r: (r["cause"], r["task"])) if r["cause"] not in grouped]
+    bases = Counter(r["why"] for r in rows if r["cause"] == "cannot rebuild the base")
+    lines += ["", "| cannot rebuild the base | tasks |", "|---|---:|", *[f"| {b} | {n} |" for b, n in bases.most_common()]]
     write_text_atomic(args.out / "census.md", "\n".join(lines) + "\n")
     print("\n".join(lines[:12]))
     return 0
