@@ -47,7 +47,7 @@ def classify_static(task, excluded: dict[str, str]) -> tuple[str, str] | None:
             if not UV_IMAGE.fullmatch(ref):
                 base_recipe(ref)
     except CannotRebuild as exc:
-        return "cannot rebuild the base", str(exc).split(":")[0]
+        return "cannot rebuild the base", str(exc).split(": ", 1)[0]
     return None
 
 
@@ -139,7 +139,8 @@ def main() -> int:
     rows += [done[t] for t in sample]
     rows += [{"task": t, "cause": "not sampled", "why": ""} for t in runnable if t not in sample]
     counts = Counter(r["cause"] for r in rows)
-    lines = [f"{len(rows)} tasks, {len(runnable)} buildable, {len(sample)} run (seed {args.seed})", "",
+    ran = sum(done[t]["cause"] != "sampled, not run" for t in sample)
+    lines = [f"{len(rows)} tasks, {len(runnable)} buildable, {len(sample)} sampled (seed {args.seed}), {ran} run", "",
              "| cause | tasks |", "|---|---:|", *[f"| {c} | {n} |" for c, n in counts.most_common()], "",
              "| task | cause | why | s |", "|---|---|---|---:|"]
     grouped = ("not sampled", "cannot rebuild the base")
