@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 # BENCH=0 skips the benchmark packages (bfcl-eval, lm-eval and their dependencies).
 BENCH ?= 1
 
-.PHONY: setup demo test test-gpu test-containers clean-venv
+.PHONY: setup demo test test-security-nonroot test-gpu test-containers clean-venv
 
 setup: $(STAMP)
 
@@ -41,6 +41,20 @@ test: setup
 	$(VPY) -m ruff check .
 	@$(VPY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests"; exit 1; fi; exit $$rc
+
+# tests/security again as an unprivileged user: the sandbox takes other paths without root (no
+# setpriv drop, no cgroup, unprivileged user namespaces) and the threat model must hold on both.
+# As root, runs them as uid/gid $(SECURITY_UID) (nobody), who must be able to read the checkout and
+# run $(VPY) (a Python under a 0700 /root is not); not root: `make test` already ran them as you.
+SECURITY_UID ?= 65534
+test-security-nonroot: setup
+	@if [ "$$(id -u)" != 0 ]; then echo "test-security-nonroot: not root, make test ran tests/security as uid $$(id -u)"; exit 0; fi; \
+	as_user="setpriv --reuid=$(SECURITY_UID) --regid=$(SECURITY_UID) --clear-groups"; \
+	if ! $$as_user $(VPY) -c 'import subprocess, sys; subprocess.run([sys.executable, "-c", "import pytest, unified"], check=True)' >/dev/null 2>&1; then \
+	  echo "test-security-nonroot: uid $(SECURITY_UID) cannot run $(VPY) ($$(readlink -f $(VPY))) or read $$(pwd): make both readable by every user"; exit 1; fi; \
+	home=$$(mktemp -d); chmod 0777 "$$home"; \
+	env HOME="$$home" PYTHONDONTWRITEBYTECODE=1 $$as_user $(VPY) -m pytest -p no:cacheprovider $(PYTEST_ARGS) tests/security; \
+	rc=$$?; rm -rf "$$home"; exit $$rc
 
 # One real container end to end without a registry (docs/containers.md): a Debian base rebuilt from the
 # archive with debootstrap, a fixture task built on it with podman, gold 1 / wrong answer 0; plus the

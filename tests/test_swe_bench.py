@@ -122,12 +122,14 @@ def test_official_image_names_are_fully_qualified():
     assert adapter.open(task).spec.image.startswith("docker.io/")
 
 
-def test_grading_has_the_network_and_pro_parses_with_python(tmp_path):
+def test_grading_has_the_network_except_on_local_and_pro_parses_with_python(tmp_path):
     adapter = SWEBenchProAdapter(dataset=str(FIXTURES / "fixture_pro.jsonl"), backend="local")
     assert adapter.settings.grading_network is True and adapter._spec(adapter.tasks()[0].payload["row"], True).network
     task = adapter.tasks()[0]
     results = AgentLoop(adapter, GoldPolicy()).run([Job(task, 0)])
-    assert results[0].score == 1.0 and results[0].details["grading_network"] is True
+    # a container engine grades with the network; the local backend never has it, and says so
+    assert results[0].score == 1.0 and results[0].details["grading_network"] is False
+    assert results[0].details["grading_network_cut"] == "the local backend has no network"
     assert "\npython /tmp/unified-eval/parser.py /tmp/unified-eval/stdout.log" in results[0].details["entryscript"]
 
 

@@ -107,7 +107,7 @@ class SWEBenchConfig:
     network: bool = False
     """Network during rollouts."""
     grading_network: bool = True
-    """Network during grading (the official harnesses' containers have it)."""
+    """Network during grading (the official harnesses' containers have it; never on the ``local`` backend)."""
 
     def __post_init__(self) -> None:
         self.instances = config_list(self.instances)
@@ -183,14 +183,19 @@ class _SWEBenchAdapter(Adapter):
         assert isinstance(env, SWEEnvironment)
         row = task.payload["row"]
         patch = env.final_patch()
+        backend = self._backend()
+        # the local backend never has the network (it would share the host's loopback): grade offline there
+        grading_network = self.settings.grading_network and backend.name != "local"
         details: dict[str, Any] = {"backend": env.session.backend if env.session else None, "model_patch": patch,
-                                   "image": env.spec.image, "grading_network": self.settings.grading_network,
+                                   "image": env.spec.image, "grading_network": grading_network,
                                    "dataset_schema": task.payload.get("dataset_schema")}
+        if grading_network != self.settings.grading_network:
+            details["grading_network_cut"] = "the local backend has no network"
         if not patch.strip():
             details.update({"resolved": False, "reason": "empty patch"})
             return EpisodeResult(self.name, task.id, episode.trial, 0.0, passed=False, details=details)
         repos = task.payload.get("repos_dir")
-        with open_repository(self._backend(), self._spec(row, self.settings.grading_network), row["base_commit"],
+        with open_repository(backend, self._spec(row, grading_network), row["base_commit"],
                              repo_source(Path(repos) if repos else None, str(row["repo"]))) as fresh:
             if self.variant == "verified":
                 graded = grade_verified(fresh, row, patch, self.settings.eval_timeout_s,

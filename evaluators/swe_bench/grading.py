@@ -144,7 +144,8 @@ def grade_verified(session: ExecutionSession, row: dict[str, Any], patch: str, t
         log.append(f"{APPLY_PATCH_FAIL}:\n{res.output() if res is not None else ''}")
     else:
         session.write_file("/tmp/unified-eval/eval.sh", spec.eval_script, mode=0o755)
-        res = session.exec("/bin/bash /tmp/unified-eval/eval.sh 2>&1", timeout_s=timeout_s)
+        res = session.exec("/bin/bash /tmp/unified-eval/eval.sh 2>&1", timeout_s=timeout_s,
+                           env=session.verifier_env(safe_path=False))  # a fresh HOME: the patch may add files to the repo
         log.append(res.stdout)
         if res.timed_out:
             log.append(f"\n{TESTS_TIMEOUT}\n")
@@ -190,7 +191,7 @@ def grade_pro(session: ExecutionSession, row: dict[str, Any], patch: str, script
                         f"bash {work}/run_script.sh {tests} > {work}/stdout.log 2> {work}/stderr.log",
                         f"python {work}/parser.py {work}/stdout.log {work}/stderr.log {work}/output.json"])
     session.write_file(f"{work}/entryscript.sh", script + "\n")
-    res = session.exec(["bash", f"{work}/entryscript.sh"], timeout_s=timeout_s)
+    res = session.exec(["bash", f"{work}/entryscript.sh"], timeout_s=timeout_s, env=session.verifier_env(safe_path=False))
     details: dict[str, Any] = {"backend": session.backend, "entryscript": script, "entryscript_exit_code": res.exit_code,
                                "timed_out": res.timed_out, "entryscript_output": res.output()[-3000:]}
     try:

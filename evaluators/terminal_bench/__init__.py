@@ -160,14 +160,17 @@ class TerminalBench2Adapter(Adapter):
             t.agent_timeout_s = float(self.settings.agent_timeout_s)
         return t
 
-    def network_for(self, t: TBTask) -> tuple[bool, str]:
-        """(network on?, why): the task's (Harbor's default: on), cut by ``network``/``network_off``."""
+    def network_for(self, t: TBTask, backend_name: str | None = None) -> tuple[bool, str]:
+        """(network on?, why): the task's (Harbor's default: on), cut by ``network``/``network_off``,
+        and on the ``local`` backend, which never has the network (unless forced on: then it refuses the task)."""
         if t.id in self.settings.network_off:
             return False, "cut by the adapter's network_off"
         if self.settings.network == "off":
             return False, "cut by the adapter's network=off"
         if self.settings.network == "on":
             return True, "forced on by the adapter's network=on"
+        if backend_name == "local" and t.network:
+            return False, "cut: the local backend has no network (it would share the host's loopback)"
         return t.network, t.network_source
 
     def image_for(self, t: TBTask, backend_name: str) -> tuple[str | None, str | None]:
@@ -182,7 +185,7 @@ class TerminalBench2Adapter(Adapter):
         t = self._task(task)
         backend = self._backend()
         image, context = self.image_for(t, backend.name)
-        network, why = self.network_for(t)
+        network, why = self.network_for(t, backend.name)
         return TerminalBenchEnvironment(t, backend, exec_timeout_s=self.settings.exec_timeout_s, image=image,
                                         build_context=context, network=network, network_source=why,
                                         oracle_requested=lambda: task.id in self.oracle_tasks)

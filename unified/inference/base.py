@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Hashable
 
 from unified.config import bounded
+from unified.registry import Registry
 from unified.inference.reasoning import strip_reasoning
 from unified.inference.spec import ModelSpec, parse_spec
 
@@ -107,9 +108,18 @@ class ChatModel:
     needs_context = False
     """True for policies that read ``PolicyRequest.context`` (the task and adapter): ``gold``."""
 
+    concurrency_option: str | None = None
+    """The constructor option that ``make_chat_model(concurrency=N)`` sets (``hf``'s batch rows,
+    ``openai``'s concurrent requests), so the backend never throttles ``--max-in-flight``."""
+
     def __init__(self, model: str = "", sampling: SamplingConfig = SamplingConfig()) -> None:
         self.model = model
         self.sampling = sampling
+
+    @classmethod
+    def from_spec(cls, spec: ModelSpec, sampling: SamplingConfig, **options: Any) -> "ChatModel":
+        """The backend's model for a parsed spec (what :func:`make_chat_model` calls)."""
+        return cls(spec, sampling, **options)
 
     supports_continuous_batching = False
     """True when :meth:`submit` / :meth:`poll` are implemented (the agent loop then schedules
@@ -165,6 +175,15 @@ class ChatModel:
         self.close()
 
 
+BACKENDS: Registry[type[ChatModel]] = Registry("inference backend")
+"""Backends by name (the ``backend`` of a parsed spec), imported on first use: ``hf`` needs torch and
+transformers, ``vllm`` a vLLM install, and a process that only talks to an endpoint loads neither."""
+BACKENDS.register_lazy("hf", "unified.inference.hf:HFPolicy")
+BACKENDS.register_lazy("openai", "unified.inference.openai_backend:OpenAIPolicy")
+BACKENDS.register_lazy("vllm", "unified.inference.vllm_backend:VLLMPolicy")
+BACKENDS.register_lazy("gold", "unified.inference.gold:GoldPolicy")
+
+
 def make_chat_model(spec: str | ModelSpec, sampling: SamplingConfig = SamplingConfig(), *, backend: str | None = None,
                     concurrency: int | None = None, **options: Any) -> ChatModel:
     """A chat model from a model spec (:func:`unified.inference.spec.parse_spec`).
@@ -178,23 +197,8 @@ def make_chat_model(spec: str | ModelSpec, sampling: SamplingConfig = SamplingCo
     is given.
     """
     parsed = parse_spec(spec, backend=backend)
-    if parsed.backend == "gold":
-        from unified.inference.gold import GoldPolicy
-
-        return GoldPolicy(sampling=sampling)
-    if parsed.backend == "openai":
-        from unified.inference.openai_backend import OpenAIPolicy
-
-        if concurrency:
-            options.setdefault("max_concurrency", concurrency)
-        return OpenAIPolicy(parsed, sampling, **options)
-    if parsed.backend == "vllm":
-        from unified.inference.vllm_backend import VLLMPolicy
-
-        return VLLMPolicy(parsed, sampling, **options)
-    from unified.inference.hf import HFPolicy
-
-    if concurrency:
-        options.setdefault("max_batch_size", concurrency)
-    return HFPolicy(parsed, sampling, **options)
+    cls = BACKENDS.get(parsed.backend)
+    if concurrency and cls.concurrency_option:
+        options.setdefault(cls.concurrency_option, concurrency)
+    return cls.from_spec(parsed, sampling, **options)
 

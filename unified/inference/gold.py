@@ -24,6 +24,10 @@ class GoldPolicy(ChatModel):
         super().__init__("gold", sampling)
         self._cache: dict[tuple[str, str], list] = {}
 
+    @classmethod
+    def from_spec(cls, spec, sampling: SamplingConfig, **options) -> "GoldPolicy":
+        return cls(sampling=sampling)  # nothing to load: the adapter is the model
+
     def _turns(self, adapter, task) -> list:
         key = (task.benchmark, task.id)
         if key not in self._cache:

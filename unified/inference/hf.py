@@ -38,6 +38,7 @@ from unified.models.prefix_cache import PrefixCache
 
 
 class HFPolicy(ChatModel):
+    concurrency_option = "max_batch_size"
     name = "hf"
 
     def __init__(self, model: str | ModelSpec = "embedded", sampling: SamplingConfig = SamplingConfig(), *,

@@ -45,6 +45,7 @@ def to_wire(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 class OpenAIPolicy(ChatModel):
+    concurrency_option = "max_concurrency"
     name = "openai"
     supports_continuous_batching = True
     poll_interval_s = 0.05
