@@ -48,6 +48,7 @@ from __future__ import annotations
 import re
 
 from unified.inference.reasoning import strip_reasoning
+from unified.scan import tag_blocks
 
 _MONTH = r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)"
 _WEEKDAY = r"(?:mon|tue|wed|thu|fri|sat|sun)"
@@ -89,19 +90,18 @@ def normalise_runtime(text: str, *, fold: bool = False) -> str:
     return "\n".join(lines).strip()
 
 
-_ANSWER_BLOCK = re.compile(r"<predicted_observation>(.*?)</predicted_observation>", re.DOTALL)
-_OPEN_ANSWER = "<predicted_observation>"
+_OPEN_ANSWER, _CLOSE_ANSWER = "<predicted_observation>", "</predicted_observation>"
 
 
 def parse_observation(completion: str) -> str:
     """The predicted observation a judge should see, from a raw completion."""
     text = strip_reasoning(completion)
-    blocks = _ANSWER_BLOCK.findall(text)
+    blocks = tag_blocks(text, _OPEN_ANSWER, _CLOSE_ANSWER)  # linear: a lazy regex is quadratic here
     if blocks:
-        tail = text.rsplit("</predicted_observation>", 1)[1]
+        tail = text.rsplit(_CLOSE_ANSWER, 1)[1]
         if _OPEN_ANSWER in tail:  # a later block was opened and never closed
             return tail.split(_OPEN_ANSWER, 1)[1].strip()
-        return blocks[-1].strip()
+        return text[blocks[-1].body_start:blocks[-1].body_end].strip()
     if _OPEN_ANSWER in text:
         return text.rsplit(_OPEN_ANSWER, 1)[1].strip()
     return text.strip()

@@ -27,6 +27,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from unified.scan import tag_blocks
 from unified.text import strip_reasoning
 
 CRITERIA = ("format", "factuality", "consistency", "realism", "quality")
@@ -116,7 +117,6 @@ class JudgeScores:
         return (self.mean - 1.0) / 4.0 * 100.0
 
 
-_BLOCK = re.compile(r"<scores>(.*?)</scores>", re.DOTALL | re.IGNORECASE)
 _NUMBER = r"(-?\d+(?:\.\d+)?)(?!\w|\.\d)"  # a whole number: "1e999" or "5e-1" is not read as 1 or 5
 
 
@@ -131,9 +131,9 @@ def parse_judge_answer(text: object) -> tuple[JudgeScores | None, str]:
         if not isinstance(text, str):
             return None, f"judge answer is {type(text).__name__}, not text"
         body = strip_reasoning(text)  # an unclosed <think> means the judge never answered
-        blocks = _BLOCK.findall(body)
+        blocks = tag_blocks(body, "<scores>", "</scores>", re.IGNORECASE)  # linear, unlike a lazy regex
         if blocks:
-            body = blocks[-1]
+            body = body[blocks[-1].body_start:blocks[-1].body_end]
         found: dict[str, float] = {}
         obj = _json_object(body)
         if obj is not None:
