@@ -29,6 +29,7 @@ offline); OpenClaw, which the benchmark runs, allows all its tools (``openclaw_c
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -170,6 +171,9 @@ class QwenClawBenchAdapter(Adapter):
             details["llm_judge"] = {"skipped": f"automated score {s_auto:.3f} < {PENALTY_THRESHOLD}: the judge's "
                                                "share is zeroed by the benchmark's penalised scoring"}
         score, simple = combine(qt.grading_type, qt.grading_weights, s_auto, s_llm)
+        if not math.isfinite(score):  # a grade() that returned NaN/Infinity: never into the means
+            errors.append(f"the combined score {score} is not finite: scored 0")
+            score, simple = 0.0, 0.0
         details.update({"automated_score": s_auto, "judge_score": s_llm, "score_simple": simple if (
             s_llm is not None or qt.grading_type == "automated") else None})
         return EpisodeResult(benchmark=self.name, task_id=task.id, trial=episode.trial, score=score,
