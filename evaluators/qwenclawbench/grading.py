@@ -37,6 +37,8 @@ from typing import Any
 
 from unified.eval.aggregate import pass_at_k, pass_pow_k
 from unified.sandbox import Sandbox, SandboxConfig
+from unified.scan import tag_blocks
+from unified.text import DATA_RULE, fence_data
 
 PENALTY_THRESHOLD = 0.75
 """Below this automated score the judge's share is zeroed (the benchmark's penalised scoring)."""
@@ -158,23 +160,28 @@ def summarize_transcript(transcript: list[dict[str, Any]], result_chars: int = 2
 
 
 def judge_prompt(task_prompt: str, expected_behavior: str, transcript_summary: str, rubric: str) -> str:
-    """The judge's instructions: strict grading against the rubric, JSON answer only."""
+    """The judge's instructions: strict grading against the rubric, JSON answer only.
+
+    The task, the expected behaviour and the agent's transcript are fenced as data
+    (:func:`unified.text.fence_data`; a tool result can hold any text) and the answer format comes
+    last, after every fence."""
     return (
         "You grade an AI agent's work. Answer with one JSON object and nothing else: no tool calls, "
         "no prose, no code fences.\n\n"
         "Grade strictly: 1.0 only for excellent work; an ordinary acceptable run is about 0.6-0.7. "
         "Take points off for wasted steps, needless verbosity and inefficient tool use.\n\n"
-        f"## Task given to the agent\n{task_prompt}\n\n"
-        f"## What a good run does\n{expected_behavior}\n\n"
-        f"## What the agent did (summary of its transcript)\n{transcript_summary}\n\n"
+        f"## Task given to the agent\n{fence_data(task_prompt, 'task')}\n\n"
+        f"## What a good run does\n{fence_data(expected_behavior, 'expected-behavior')}\n\n"
+        f"## What the agent did (summary of its transcript)\n{fence_data(transcript_summary, 'transcript')}\n\n"
         f"## Rubric\n{rubric}\n\n"
+        f"{DATA_RULE}\n"
         "Give every rubric criterion a score between 0.0 and 1.0, and an overall total.\n"
         'Answer exactly in this shape: {"scores": {"<criterion>": 0.0}, "total": 0.0, "notes": "<one line>"}'
     )
 
 
-def _json_objects(text: str) -> list[str]:
-    """Top-level ``{...}`` substrings of ``text`` (balanced braces), in order."""
+def _json_objects(text: str) -> list[tuple[int, str]]:
+    """``(end, substring)`` of the top-level ``{...}`` substrings of ``text`` (balanced braces), in order."""
     found, depth, start = [], 0, -1
     for i, ch in enumerate(text):
         if ch == "{":
@@ -184,15 +191,16 @@ def _json_objects(text: str) -> list[str]:
         elif ch == "}" and depth > 0:
             depth -= 1
             if depth == 0:
-                found.append(text[start:i + 1])
+                found.append((i + 1, text[start:i + 1]))
     return found
 
 
 def parse_judge_answer(text: str) -> dict[str, Any] | None:
     """``{"scores", "total", "notes"}`` from the judge's text, or None if nothing usable is in it.
 
-    Looks in a fenced block first, then at every balanced ``{...}`` from the last one back
-    (preferring one with ``scores``), then for a "total: 0.xx" in prose. ``total`` falls back to
+    Reads the JSON object that ends last in the answer (a fenced block or a balanced ``{...}``;
+    the last, so that an answer echoing its prompt is read at the prompt's answer template, not
+    at a score block the agent planted in its transcript), then a "total: 0.xx" in prose. ``total`` falls back to
     ``score`` and then to the mean of the criterion scores; a finite total is clipped to [0, 1]
     as the benchmark does. A total that is not finite (``Infinity``, ``NaN``, ``1e999``) or an
     answer that is not text is unusable (None: the benchmark's 0), never clipped to full marks;
@@ -201,14 +209,13 @@ def parse_judge_answer(text: str) -> dict[str, Any] | None:
     if not isinstance(text, str):
         return None
     text = text.strip()
-    candidates = []
-    fence = re.search(r"```(?:json)?\s*(.*?)\s*```", text, re.DOTALL)
-    if fence:
-        candidates.append(fence.group(1))
-    objects = list(reversed(_json_objects(text)))
-    candidates += [c for c in objects if '"scores"' in c] + objects
+    candidates = [(end, body) for end, body in _json_objects(text)]
+    candidates += [(b.end, text[b.body_start:b.body_end]) for b in tag_blocks(text, "```", "```")]
     parsed = None
-    for candidate in candidates:
+    for _, candidate in sorted(candidates, key=lambda c: -c[0]):
+        candidate = candidate.strip()
+        if candidate.startswith("json"):
+            candidate = candidate[4:]
         try:
             value = json.loads(candidate)
         except (ValueError, RecursionError):  # bad JSON, a 5000-digit number, nesting past the stack
