@@ -18,17 +18,15 @@ final workspace as the only writable place), never in our process. Nothing the a
 run inside the grader: the interpreter is started isolated (``python3 -I``: no user site
 directory, no ``PYTHON*`` variables, no script or working directory on ``sys.path``), its
 ``$HOME`` is the grader's private ``/tmp`` rather than the workspace, and the copy leaves out
-FIFOs, sockets and device files (a grader that opened one would hang).
+FIFOs, sockets and device files (a grader that opened one would hang) and has a size budget
+(:func:`unified.sandbox.copying.copy_workspace`).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import shutil
-import stat
 import statistics
 import tempfile
 from collections import defaultdict
@@ -37,6 +35,7 @@ from typing import Any
 
 from unified.eval.aggregate import pass_at_k, pass_pow_k
 from unified.sandbox import Sandbox, SandboxConfig
+from unified.sandbox.copying import CopyBudget, CopyRefused, copy_workspace
 from unified.scan import tag_blocks
 from unified.text import DATA_RULE, fence_data
 
@@ -82,16 +81,22 @@ def average_scores(scores: dict[str, Any]) -> float:
 
 
 def run_automated_checks(code: str, transcript: list[dict[str, Any]], workspace: Path, *, timeout_s: float = 120,
-                         memory_mb: int = 2048) -> dict[str, Any]:
+                         memory_mb: int = 2048, copy_mb: float = 512) -> dict[str, Any]:
     """Run ``grade(transcript, workspace_path)`` in a fresh sandbox on a copy of ``workspace``.
 
     Returns ``{"score", "breakdown", "error"?, "duration_s"}``; a crash, a timeout or a missing
-    ``grade`` gives score 0 with the reason (as the benchmark does).
+    ``grade`` gives score 0 with the reason (as the benchmark does). The copy is made on the host:
+    its files may add up to ``copy_mb`` MiB at apparent size (sparse files count in full, as the
+    copy writes them out); a workspace past that is not graded (score 0, the error says why).
     """
     with tempfile.TemporaryDirectory(prefix="qcb-grade-") as tmp:
         tmp_path = Path(tmp)
         copy = tmp_path / "workspace"
-        shutil.copytree(workspace, copy, symlinks=True, ignore=_special_files)
+        try:
+            copy_workspace(workspace, copy, budget=CopyBudget(int(copy_mb * 2**20)))
+        except CopyRefused as exc:
+            return {"score": 0.0, "breakdown": {}, "duration_s": 0.0,
+                    "error": f"the workspace was not copied for the grader: {exc}"}
         inputs = tmp_path / "inputs"
         inputs.mkdir()
         (inputs / "transcript.json").write_text(json.dumps(transcript, ensure_ascii=False), encoding="utf-8")
@@ -117,19 +122,6 @@ def run_automated_checks(code: str, transcript: list[dict[str, Any]], workspace:
     scores = answer["scores"]
     breakdown = {k: float(v) for k, v in scores.items() if isinstance(v, (int, float))}
     return {"score": average_scores(scores), "breakdown": breakdown, **meta}
-
-
-def _special_files(directory: str, names: list[str]) -> list[str]:
-    """``shutil.copytree`` ignore hook: the FIFOs, sockets and devices among ``names``."""
-    out = []
-    for name in names:
-        try:
-            mode = os.lstat(os.path.join(directory, name)).st_mode
-        except OSError:
-            continue
-        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
-            out.append(name)
-    return out
 
 
 # --------------------------------------------------------------------------------------

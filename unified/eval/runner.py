@@ -18,7 +18,7 @@ from typing import Any
 
 from unified.agent.loop import AgentLoop, Job
 from unified.config import ConfigError, bounded, to_dict
-from unified.contracts import AgentLimits, BenchmarkUnavailable
+from unified.contracts import AgentLimits, BenchmarkUnavailable, check_task_ids
 from unified.eval.adapter import (ALL_SUITE, benchmark_facts, check_benchmark_config, declared_suites,
                                     expand_benchmarks, limit_runnable, load_adapter, select_task_ids)
 from unified.eval.general import GENERAL_SUITE, GeneralConfig, run_general, split_suites
@@ -180,6 +180,7 @@ def _run_benchmark(name: str, cfg: EvalConfig, out: Path, sampling: SamplingConf
                         "comparable": False}
         else:
             tasks = adapter.tasks(cfg.split, cfg.limit)
+        check_task_ids(tasks, f"benchmark {name}")  # ids key records and name scratch paths: checked, unique
     except BenchmarkUnavailable as exc:
         _log(exc.line(name))
         return {"status": "skipped", "reason": exc.reason, "how_to_fix": exc.how_to_fix, "comparable": False}
