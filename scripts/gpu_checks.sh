@@ -28,7 +28,7 @@ $PY -m unified.kernels --dtype bfloat16 --arch qwen3_5_moe --experts 64 --top-k 
 echo "kernels report: rc=$?"; cat "$OUT_DIR/kernels_bf16.json"
 
 # shellcheck disable=SC2086
-$PY -m unified.warmup.scale_bench $SCALE_ARGS --out "$OUT_DIR/scale" \
+$PY -m measurements.scale_bench $SCALE_ARGS --out "$OUT_DIR/scale" \
   --set gspo.num_generations=8 --set train.per_device_train_batch_size=8 \
   --set generation.max_completion_length=128 --set data.max_prompt_tokens=2048 2>&1 \
   | grep -v "it/s\]" | tee "$OUT_DIR/scale_bench.log"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import time
 
-from unified.contracts import Adapter, Environment, Task
+from unified.benchmarks.contract import Adapter, Environment, Task
 from unified.types import EpisodeResult, Message, Observation, ToolCall, ToolSpec
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from unified.contracts import AgentLimits
+from unified.benchmarks.contract import AgentLimits
 from unified.agent.loop import AgentLoop, Job
 from unified.agent.parsing import parse_completion, render_tool_call
 from unified.inference import PolicyOutput, make_policy

@@ -16,7 +16,7 @@ pytest.importorskip("bfcl_eval")
 
 from unified.agent.loop import AgentLoop, Job  # noqa: E402
 from unified.agent.parsing import render_tool_call  # noqa: E402
-from unified.eval.adapter import load_adapter  # noqa: E402
+from unified.benchmarks.discovery import load_adapter  # noqa: E402
 from unified.inference import make_policy  # noqa: E402
 from unified.inference.base import Policy, PolicyOutput  # noqa: E402
 from unified.types import ToolCall  # noqa: E402

@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("bfcl_eval")
 
-from unified.eval.adapter import load_adapter  # noqa: E402
+from unified.benchmarks.discovery import load_adapter  # noqa: E402
 from unified.types import EpisodeResult  # noqa: E402
 
 from evaluators.bfcl_v4 import data, scoring  # noqa: E402
@@ -64,7 +64,7 @@ def test_web_search_without_key_is_not_ok(adapter, monkeypatch):
 import copy  # noqa: E402
 import json  # noqa: E402
 
-from unified.contracts import AgentLimits  # noqa: E402
+from unified.benchmarks.contract import AgentLimits  # noqa: E402
 from unified.agent.loop import AgentLoop, Job  # noqa: E402
 from unified.inference.base import Policy, PolicyOutput  # noqa: E402
 

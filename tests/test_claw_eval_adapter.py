@@ -10,7 +10,7 @@ import pytest
 from evaluators.claw_eval import ClawEvalAdapter
 from evaluators.claw_eval.grading import aggregate_trials, is_pass, task_score
 from evaluators.claw_eval.services import ServiceGroup, ServiceSpec, ServiceStartError, port_is_free, shift_url
-from unified.contracts import BenchmarkUnavailable
+from unified.benchmarks.contract import BenchmarkUnavailable
 from unified.types import Episode, Message, Step, ToolCall
 from _requires import needs_bwrap
 

@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from unified.contracts import AgentLimits
+from unified.benchmarks.contract import AgentLimits
 from unified.agent.loop import AgentLoop, Job
 from unified.models import load_checkpoint
 from unified.models.continuous import ContinuousBatcher, ContinuousStats, continuous_batching_supported

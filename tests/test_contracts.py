@@ -1,4 +1,4 @@
-"""The contracts of unified.contracts as the agent loop honours them: the assistant message reaches
+"""The contracts of unified.benchmarks.contract as the agent loop honours them: the assistant message reaches
 ``step``, a greeting opens the conversation, stop reasons are the enum's values, and an episode's
 token ids form a verl-style trajectory with a loss mask."""
 
@@ -9,7 +9,7 @@ import json
 import pytest
 
 from unified.agent.loop import AgentLoop, Job
-from unified.contracts import Adapter, Environment, StopReason, Task
+from unified.benchmarks.contract import Adapter, Environment, StopReason, Task
 from unified.inference.base import Policy, PolicyOutput
 from unified.types import Episode, EpisodeResult, Message, Observation, Step, ToolSpec
 

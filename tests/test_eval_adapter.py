@@ -11,9 +11,9 @@ import pytest
 
 from unified.agent.prompting import PROMPTING, PromptingModule, make_prompting
 from unified.config import ConfigError
-from unified.contracts import Adapter, BenchmarkUnavailable, Environment, NoConfig
-from unified.eval.adapter import (adapter_class, check_benchmark_config, declared_suites, expand_benchmarks,
-                                  load_adapter, registered_benchmarks)
+from unified.benchmarks.contract import Adapter, BenchmarkUnavailable, Environment, NoConfig
+from unified.benchmarks.discovery import (adapter_class, check_benchmark_config, declared_suites, expand_benchmarks,
+                                          load_adapter, registered_benchmarks)
 from unified.lwm.records import DOMAINS
 from unified.registry import UnknownNameError
 from unified.types import Message, Observation, ToolCall
@@ -92,7 +92,7 @@ def test_missing_module_is_not_yet_available(monkeypatch):
     import importlib.metadata as md
 
     fake = md.EntryPoint(name="zz_bench", value="evaluators.zz_not_written:Adapter", group="unified.benchmarks")
-    monkeypatch.setattr("unified.eval.adapter.registered_benchmarks", lambda: {"zz_bench": fake})
+    monkeypatch.setattr("unified.benchmarks.discovery.registered_benchmarks", lambda: {"zz_bench": fake})
     with pytest.raises(BenchmarkUnavailable) as info:
         load_adapter("zz_bench")
     assert info.value.reason == "not yet available"
@@ -181,13 +181,13 @@ def test_an_adapter_that_does_not_load_is_named_when_suites_are_expanded(monkeyp
 
     real = registered_benchmarks()
     fake = md.EntryPoint(name="zz_bench", value="evaluators.zz_not_written:Adapter", group="unified.benchmarks")
-    monkeypatch.setattr("unified.eval.adapter.registered_benchmarks", lambda: {**real, "zz_bench": fake})
+    monkeypatch.setattr("unified.benchmarks.discovery.registered_benchmarks", lambda: {**real, "zz_bench": fake})
     suites, broken = declared_suites()
     assert "not yet available" in broken["zz_bench"] and "zz_bench" not in suites["all"]
     names, general = benchmarks_to_run(EvalConfig(suite="ood,general"))
     assert names == ["claw_eval", "qwenclawbench", "bfcl_v4"] and general
     assert "zz_bench: not in any suite here: its adapter does not load" in capsys.readouterr().err
-    with pytest.raises(UnknownNameError, match="Did you mean 'general'.*Valid suites: all, general, in_domain, lwm"):
+    with pytest.raises(UnknownNameError, match="Did you mean 'general'.*Valid suites: all, general, in_domain, ood\."):
         benchmarks_to_run(EvalConfig(suite="generl"))
 
 
@@ -197,7 +197,7 @@ def test_an_adapter_importing_a_missing_module_of_the_library_says_so(monkeypatc
     (tmp_path / "zz_outside_bench.py").write_text("import unified.zz_moved_away\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     fake = md.EntryPoint(name="zz_bench", value="zz_outside_bench:Adapter", group="unified.benchmarks")
-    monkeypatch.setattr("unified.eval.adapter.registered_benchmarks", lambda: {"zz_bench": fake})
+    monkeypatch.setattr("unified.benchmarks.discovery.registered_benchmarks", lambda: {"zz_bench": fake})
     with pytest.raises(BenchmarkUnavailable) as info:
         adapter_class("zz_bench")
     assert "imports 'unified.zz_moved_away'" in info.value.reason and "pip install" not in info.value.how_to_fix

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from unified.contracts import Task
+from unified.benchmarks.contract import Task
 from unified.eval.cli import main
 from unified.eval.report import NOT_STATED, benchmark_entry, render_markdown
 from unified.eval.runner import EvalConfig, run_eval

@@ -96,20 +96,33 @@ def test_compare_prints_deltas(tmp_path, capsys):
     assert "| other | fixture_eval_bench:FixtureAdapter | 66.67 (partial;" in table and "| +13.33* |" in table
 
 
-def test_suite_lwm_dispatches_or_says_not_available(capsys):
-    import importlib.util
+def test_lwm_is_a_subcommand_with_its_own_help(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["lwm", "--help"])
+    assert exit_info.value.code == 0
+    assert "python -m unified.eval lwm" in capsys.readouterr().out
 
-    if importlib.util.find_spec("unified.lwm.evaluation") is None:
-        assert main(["--suite", "lwm"]) == 2
-        assert "not yet available" in capsys.readouterr().err
-    else:
-        with pytest.raises(SystemExit):  # its own parser answers --help
-            main(["--suite", "lwm", "--help"])
+
+@pytest.mark.parametrize("argv", [["--suite", "lwm", "--help"], ["--suite=lwm", "--help"]])
+def test_suite_lwm_any_spelling_reaches_the_subcommand_with_a_deprecation_line(argv, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 0
+    out = capsys.readouterr()
+    assert "python -m unified.eval lwm" in out.out and "deprecated" in out.err
+
+
+def test_lwm_mixed_with_agent_suites_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--suite", "ood,lwm", "--model", "gold"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "subcommand" in err and "did you mean" not in err.lower()
 
 
 def test_select_task_ids_brings_dependencies_in_benchmark_order():
-    from unified.contracts import Task
-    from unified.eval.adapter import select_task_ids
+    from unified.benchmarks.contract import Task
+    from unified.benchmarks.helpers import select_task_ids
 
     tasks = [Task(id="write_a", benchmark="b", scored=False), Task(id="write_b", benchmark="b", scored=False,
                                                                    depends_on=["write_a"]),

@@ -6,7 +6,7 @@ import importlib.util
 
 import pytest
 
-from unified.contracts import AgentLimits
+from unified.benchmarks.contract import AgentLimits
 from unified.agent.loop import AgentLoop, Job
 from unified.inference import make_policy
 from unified.inference.base import PolicyRequest, SamplingConfig

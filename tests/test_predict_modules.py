@@ -89,7 +89,7 @@ def test_reflect_says_when_no_prediction_was_made():
 
 
 def _fixture_adapter():
-    from unified.contracts import Adapter, Environment, Task
+    from unified.benchmarks.contract import Adapter, Environment, Task
 
     class FixtureWeatherEnv(Environment):
         def __init__(self):
@@ -196,7 +196,7 @@ def test_loop_reflect_puts_the_comparison_into_the_next_prompt():
 
 def test_prefill_opens_the_block_with_a_real_model(tiny_checkpoint):
     """hf policy + tiny model: the completion starts with the opened block; act has no prefix."""
-    from unified.contracts import AgentLimits
+    from unified.benchmarks.contract import AgentLimits
     from unified.agent.loop import AgentLoop, Job
     from unified.inference import SamplingConfig, make_policy
 

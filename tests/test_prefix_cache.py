@@ -145,7 +145,7 @@ def test_hf_policy_cache_switch(loaded, monkeypatch):
 
 def test_bench_batching_runs_real_bfcl_episodes(tiny_checkpoint, tmp_path, capsys):
     pytest.importorskip("bfcl_eval")
-    from unified.eval.bench_batching import main
+    from measurements.bench_batching import main
 
     import glob
     import tempfile

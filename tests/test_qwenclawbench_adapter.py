@@ -10,7 +10,7 @@ from evaluators.qwenclawbench import QwenClawBenchAdapter
 from evaluators.qwenclawbench.environment import transcript_from_episode
 from evaluators.qwenclawbench.grading import aggregate_runs, combine, parse_judge_answer, summarize_transcript
 from evaluators.qwenclawbench.tasks import TaskFormatError, parse_task_file
-from unified.contracts import BenchmarkUnavailable
+from unified.benchmarks.contract import BenchmarkUnavailable
 from unified.types import Episode, Message, Step, ToolCall
 from _requires import needs_bwrap
 

@@ -1,4 +1,4 @@
-"""``python -m unified.warmup.scale_bench``: a random MoE of the asked shape, a real warmup run per kernel."""
+"""``python -m measurements.scale_bench``: a random MoE of the asked shape, a real warmup run per kernel."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from unified.warmup.scale_bench import main, steady_step_seconds
+from measurements.scale_bench import main, steady_step_seconds
 
 
 def test_steady_step_time_skips_the_first_step(tmp_path):

@@ -12,7 +12,7 @@ import pytest
 
 from evaluators.swe_bench import SWEBenchProAdapter, SWEBenchVerifiedAdapter
 from unified.agent.loop import AgentLoop, Job
-from unified.contracts import BenchmarkUnavailable
+from unified.benchmarks.contract import BenchmarkUnavailable
 from unified.inference.gold import GoldPolicy
 from unified.types import Episode, ToolCall
 from _requires import needs_local

@@ -12,7 +12,7 @@ import pytest
 from evaluators.terminal_bench import TerminalBench2Adapter
 from evaluators.terminal_bench.tasks import TaskFormatError, read_task
 from unified.agent.loop import AgentLoop, Job
-from unified.contracts import BenchmarkUnavailable
+from unified.benchmarks.contract import BenchmarkUnavailable
 from unified.execution import LocalBackend
 from unified.inference.gold import GoldPolicy
 from unified.types import Episode, ToolCall

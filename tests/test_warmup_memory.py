@@ -1,5 +1,5 @@
 """Memory levers of the warmup (frozen lower layers, bf16 autocast on CPU, optimizer choice) and the
-tensor accounting of ``unified.warmup.memory_profile``."""
+tensor accounting of ``measurements.memory_profile``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from _warmup_support import build_tiny_trainer, completion_length_reward, tiny_p
 from unified.config import ConfigError
 from unified.warmup import trainer as trainer_mod
 from unified.warmup.config import load_warmup_config
-from unified.warmup.memory_profile import SavedTensorCounter, kv_cache_bytes, tensor_bytes
+from measurements.memory_profile import SavedTensorCounter, kv_cache_bytes, tensor_bytes
 from unified.warmup.trainer import build_grpo_config, decoder_layers, freeze_lower_layers
 
 

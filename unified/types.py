@@ -177,7 +177,7 @@ class Episode(Record):
     tools: list[ToolSpec] = field(default_factory=list)
     """Tools offered to the agent."""
     stop_reason: str = ""
-    """Why the episode ended: a :class:`unified.contracts.StopReason` value (documented there)."""
+    """Why the episode ended: a :class:`unified.benchmarks.contract.StopReason` value (documented there)."""
     error: str | None = None
     """Traceback text if the episode crashed."""
     started_at: float = 0.0

@@ -34,7 +34,7 @@ from typing import Any, Literal
 from evaluators.bfcl_v4 import data, scoring
 from evaluators.bfcl_v4.environment import BFCLEnvironment
 from evaluators.bfcl_v4.isolation import import_bfcl
-from unified.contracts import Adapter, PaperReference, Task
+from unified.benchmarks.contract import Adapter, PaperReference, Task
 from unified.types import Episode, EpisodeResult, ToolCall
 
 

@@ -19,7 +19,7 @@ import os
 from typing import Any
 
 from evaluators.bfcl_v4.isolation import import_bfcl
-from unified.contracts import Task
+from unified.benchmarks.contract import Task
 from unified.registry import UnknownNameError
 
 # Round-robin order used when a --limit cuts the task list: small limits then still touch

@@ -31,7 +31,7 @@ from typing import Any
 
 from evaluators.bfcl_v4.guard import call_guarded
 from evaluators.bfcl_v4.isolation import import_bfcl, import_memory_vector
-from unified.contracts import Environment, Task
+from unified.benchmarks.contract import Environment, Task
 from unified.types import Episode, Message, Observation, ToolCall, ToolSpec
 
 

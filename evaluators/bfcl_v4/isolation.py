@@ -35,7 +35,7 @@ def import_bfcl(module: str = "bfcl_eval.utils") -> ModuleType:
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as exc:
-        from unified.contracts import BenchmarkUnavailable
+        from unified.benchmarks.contract import BenchmarkUnavailable
 
         if exc.name and exc.name.startswith("bfcl_eval"):
             raise BenchmarkUnavailable("bfcl-eval is not installed",
@@ -75,7 +75,7 @@ def import_memory_vector() -> ModuleType:
     try:
         import sentence_transformers
     except ImportError:
-        from unified.contracts import BenchmarkUnavailable
+        from unified.benchmarks.contract import BenchmarkUnavailable
 
         raise BenchmarkUnavailable("memory_vector needs sentence-transformers and faiss-cpu",
                                    "make setup (requirements/bench.txt)") from None

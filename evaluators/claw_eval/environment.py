@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from unified.contracts import Environment
+from unified.benchmarks.contract import Environment
 from unified.sandbox import Sandbox, ScratchSandbox
 from unified.sandbox.copying import CopyBudget, CopyBudgetExceeded, copy_confined
 from unified.sandbox.hostenv import DEFAULT_PATH

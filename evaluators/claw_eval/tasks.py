@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from unified.contracts import BenchmarkUnavailable, TaskFormatError, check_task_id
+from unified.benchmarks.contract import BenchmarkUnavailable, TaskFormatError, check_task_id
 
 ENV_ROOT = "CLAW_EVAL_ROOT"
 CLONE_HINT = (f"git clone https://github.com/claw-eval/claw-eval && export {ENV_ROOT}=$PWD/claw-eval "

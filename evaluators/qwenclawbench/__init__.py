@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from unified.config import bounded
-from unified.contracts import Adapter, Environment, PaperReference, Task
-from unified.eval.adapter import config_list, limit_runnable
+from unified.benchmarks.contract import Adapter, Environment, PaperReference, Task
+from unified.benchmarks.helpers import config_list, limit_runnable
 from unified.types import Episode, EpisodeResult
 
 from evaluators.qwenclawbench import official

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from unified.contracts import Environment
+from unified.benchmarks.contract import Environment
 from unified.sandbox import Sandbox, ScratchSandbox
 from unified.types import Episode, Message, Observation, ToolCall, ToolSpec
 

@@ -33,7 +33,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from unified.eval.aggregate import pass_at_k, pass_pow_k
+from unified.benchmarks.aggregate import pass_at_k, pass_pow_k
 from unified.sandbox import Sandbox, SandboxConfig
 from unified.sandbox.copying import CopyBudget, CopyRefused, copy_workspace
 from unified.scan import tag_blocks

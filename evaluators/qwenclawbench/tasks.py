@@ -25,8 +25,8 @@ from typing import Any
 
 import yaml
 
+from unified.benchmarks.contract import BenchmarkUnavailable, TaskFormatError, check_task_id
 from unified.sandbox.copying import copy_confined
-from unified.contracts import BenchmarkUnavailable, TaskFormatError, check_task_id
 
 DEFAULT_DATASET = "qwenclawbench-v1.1-100"
 ENV_ROOT = "QWENCLAWBENCH_ROOT"

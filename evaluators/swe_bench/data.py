@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from unified.contracts import BenchmarkUnavailable
+from unified.benchmarks.contract import BenchmarkUnavailable
 
 HUB_IDS = {"verified": "princeton-nlp/SWE-bench_Verified", "pro": "ScaleAI/SWE-bench_Pro"}
 DATA_ENV = {"verified": "SWE_BENCH_VERIFIED_DATA", "pro": "SWE_BENCH_PRO_DATA"}

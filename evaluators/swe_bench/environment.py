@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from unified.contracts import Environment
+from unified.benchmarks.contract import Environment
 from unified.execution import EnvironmentSpec, ExecutionBackend, ExecutionError, ExecutionSession
 from unified.types import Message, Observation, ToolCall, ToolSpec
 

@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from unified.config import bounded
-from unified.contracts import Adapter, BenchmarkUnavailable, Environment, PaperReference, Task
-from unified.eval.adapter import config_list, limit_runnable, require_execution_backend
-from unified.eval.aggregate import avg_at_k, partition, per_trial, scores_by_task
+from unified.benchmarks.contract import Adapter, BenchmarkUnavailable, Environment, PaperReference, Task
+from unified.benchmarks.helpers import config_list, limit_runnable, require_execution_backend
+from unified.benchmarks.aggregate import avg_at_k, partition, per_trial, scores_by_task
 from unified.types import Episode, EpisodeResult, ToolCall
 
 from evaluators.terminal_bench.environment import MAX_WAIT_S, TerminalBenchEnvironment

@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from unified.contracts import Environment
+from unified.benchmarks.contract import Environment
 from unified.execution import EnvironmentSpec, ExecutionBackend, ExecutionSession, TmuxTerminal
 from unified.types import Message, Observation, ToolCall, ToolSpec
 

@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from unified.contracts import BenchmarkUnavailable, TaskFormatError
+from unified.benchmarks.contract import BenchmarkUnavailable, TaskFormatError
 
 ROOT_ENV = "TERMINAL_BENCH_ROOT"
 FIXTURES_ENV = "UNIFIED_FIXTURES_DIR"

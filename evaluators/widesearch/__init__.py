@@ -41,8 +41,8 @@ from typing import Any, Literal
 import pandas as pd
 
 from unified.config import bounded
-from unified.contracts import Adapter, BenchmarkUnavailable, Environment, PaperReference, Task
-from unified.eval.adapter import config_list, limit_runnable
+from unified.benchmarks.contract import Adapter, BenchmarkUnavailable, Environment, PaperReference, Task
+from unified.benchmarks.helpers import config_list, limit_runnable
 from unified.inference.endpoints import resolve_endpoint
 from unified.types import Episode, EpisodeResult, Message, Observation, ToolCall, ToolSpec
 

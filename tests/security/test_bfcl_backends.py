@@ -24,7 +24,7 @@ pytest.importorskip("bfcl_eval")
 from evaluators.bfcl_v4 import guard  # noqa: E402
 from evaluators.bfcl_v4.environment import BFCLEnvironment  # noqa: E402
 from evaluators.bfcl_v4.scoring import checker_call  # noqa: E402
-from unified.contracts import Task  # noqa: E402
+from unified.benchmarks import Task  # noqa: E402
 from unified.types import ToolCall  # noqa: E402
 
 

@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from fixture_eval_bench import FixtureAdapter
-from unified.contracts import AgentLimits
+from unified.benchmarks.contract import AgentLimits
 from unified.agent.loop import AgentLoop, Job
 from unified.models import load_checkpoint
 from unified.models.continuous import ContinuousBatcher

@@ -15,7 +15,7 @@ import os
 
 from security._support import needs_bwrap, needs_local
 from unified.agent.loop import AgentLoop, Job
-from unified.contracts import Adapter, Environment, Task
+from unified.benchmarks.contract import Adapter, Environment, Task
 from unified.execution import EnvironmentSpec, LocalBackend
 from unified.inference.gold import GoldPolicy
 from unified.sandbox import throwaway_sandbox

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from fixture_eval_bench import FixtureAdapter
-from unified.contracts import Task, TaskFormatError, check_task_ids, task_id_problem
+from unified.benchmarks import Task, TaskFormatError, check_task_ids, task_id_problem
 from unified.eval.runner import EvalConfig, run_eval
 
 

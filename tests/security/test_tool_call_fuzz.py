@@ -124,7 +124,7 @@ class FuzzedGoldPolicy(Policy):
 @pytest.mark.slow
 def test_bfcl_eval_with_a_fuzzing_model_has_a_result_for_every_task(tmp_path):
     pytest.importorskip("bfcl_eval")
-    from unified.eval.adapter import load_adapter
+    from unified.benchmarks.discovery import load_adapter
     from unified.eval.runner import EvalConfig, run_eval
 
     limit, categories = 24, "single_turn,multi_turn,memory_kv"

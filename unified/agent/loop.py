@@ -58,7 +58,7 @@ from unified.agent.parsing import calls_from_structured, clean_text, parse_compl
 from unified.agent.prompting import make_prompting
 from unified.agent.workers import (FINISH, OPEN, STEP, USER, EpisodeState, EpisodeWorkers, close_environment,
                                    crash_result, finish_episode, next_user_turn, open_environment, step_environment)
-from unified.contracts import Adapter, AgentLimits, StopReason, Task
+from unified.benchmarks.contract import Adapter, AgentLimits, StopReason, Task
 from unified.inference.base import Policy, PolicyOutput, PolicyRequest
 from unified.types import Episode, EpisodeResult, Message, Step, ToolCall
 

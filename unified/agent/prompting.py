@@ -36,16 +36,18 @@ Modules register in :data:`PROMPTING` (a :class:`unified.registry.Registry`)::
     @PROMPTING.register("predict_then_act")
     class PredictThenAct(PromptingModule): ...
 
-:func:`make_prompting` imports ``unified.predict`` on first use of a name it does not know, so
-modules registered there are found without an import at the call site.
+Packages above the loop (``unified.predict``, or an outside package) make their modules known
+through the entry-point group ``unified.prompting`` (``NAME = "module:Factory"`` in their
+``pyproject.toml``); :func:`make_prompting` loads the entry point of a name it does not know yet,
+so the loop never names a module above its own floor.
 """
 
 from __future__ import annotations
 
-import importlib
+import importlib.metadata
 from typing import Any, Callable
 
-from unified.registry import Registry
+from unified.registry import Registry, UnknownNameError
 from unified.types import Message, Observation, Step
 
 
@@ -78,21 +80,28 @@ PROMPTING: Registry[Callable[..., PromptingModule]] = Registry("prompting module
 PROMPTING.register("act", PromptingModule)
 
 
+PROMPTING_ENTRY_POINTS = "unified.prompting"
+"""The entry-point group where packages register prompting modules by name."""
+
+
+def _registered_entry_points() -> dict[str, importlib.metadata.EntryPoint]:
+    return {ep.name: ep for ep in importlib.metadata.entry_points(group=PROMPTING_ENTRY_POINTS)}
+
+
 def make_prompting(name: str = "act", **options: Any) -> PromptingModule:
-    """A fresh instance of the prompting module ``name`` (one per episode)."""
+    """A fresh instance of the prompting module ``name`` (one per episode); an unknown name is an
+    UnknownNameError listing the registered and entry-point names ("did you mean")."""
     if name not in PROMPTING:
-        try:
-            importlib.import_module("unified.predict")
-        except ModuleNotFoundError as exc:
-            if exc.name not in ("unified.predict",):
-                raise
+        entry_point = _registered_entry_points().get(name)
+        if entry_point is not None:
+            factory = entry_point.load()
+            if name not in PROMPTING:  # loading a module may have registered it already
+                PROMPTING.register(name, factory)
+        else:
+            raise UnknownNameError(PROMPTING.kind, name, prompting_names())
     return PROMPTING.get(name)(**options)
 
 
 def prompting_names() -> list[str]:
-    """Every registered module name (after importing ``unified.predict`` if present)."""
-    try:
-        importlib.import_module("unified.predict")
-    except ModuleNotFoundError:
-        pass
-    return PROMPTING.names()
+    """Every module name: registered here, or announced by an installed package's entry point."""
+    return sorted(set(PROMPTING.names()) | set(_registered_entry_points()))

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from unified.agent.prompting import PromptingModule, make_prompting
-from unified.contracts import Adapter, Environment
+from unified.benchmarks.contract import Adapter, Environment
 from unified.sandbox.hostenv import redact_host_secrets
 from unified.types import Episode, EpisodeResult, Message, Observation, ToolCall
 

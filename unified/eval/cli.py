@@ -7,23 +7,24 @@ Examples::
         --model openai:http://127.0.0.1:8000/v1#Qwen/Qwen3.5-35B-A3B --out runs/sft
     python -m unified.eval --recipe recipes/eval/ood.yaml --set limit=20
     python -m unified.eval --compare runs/sft runs/lwm
-    python -m unified.eval --suite lwm ...        # the world-model eval (unified.lwm.evaluation)
+    python -m unified.eval lwm --model embedded --judge embedded --out runs/lwm_eval   # world-model eval
     python -m unified.eval --suite general --model embedded --set general.limit=50   # lm-eval tasks
     python -m unified.eval --suite general,ood --model runs/lwm/final --set general.tasks=gsm8k,ifeval
 
-Flags override the recipe; ``--set KEY=VALUE`` reaches any key of :class:`EvalConfig`.
+``lwm`` is a subcommand with its own options (``python -m unified.eval lwm --help``): the
+world-model eval on AgentWorldBench records is a single-turn prediction task with a judge, not an
+agent suite. Flags override the recipe; ``--set KEY=VALUE`` reaches any key of :class:`EvalConfig`.
 Rerunning the same command resumes: finished (task, trial) pairs are not run again.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 
 from unified.config import (ConfigError, add_recipe_arguments, apply_overrides, dump_yaml, flag_type, from_dict,
                              read_yaml)
-from unified.eval.adapter import check_benchmark_config
+from unified.benchmarks.discovery import check_benchmark_config
 from unified.eval.runner import EvalConfig, benchmarks_to_run, run_eval
 from unified.eval.store import RunDirError
 from unified.registry import UnknownNameError
@@ -49,7 +50,7 @@ def _flag(flag: str, kind: type = int):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m unified.eval", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--suite", help="ood | in_domain | all | general | lwm | any suite an installed adapter "
+    parser.add_argument("--suite", help="ood | in_domain | all | general | any suite an installed adapter "
                         "declares; several comma-separated (general = lm-evaluation-harness tasks, options under "
                         "--set general.KEY=VALUE; `all` = in_domain + ood)")
     parser.add_argument("--benchmarks", nargs="+", help="benchmark names (comma or space separated)")
@@ -110,10 +111,19 @@ def load_eval_config(args: argparse.Namespace) -> EvalConfig:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "--suite" in argv and argv[argv.index("--suite") + 1:argv.index("--suite") + 2] == ["lwm"]:
-        i = argv.index("--suite")
-        return _run_lwm(argv[:i] + argv[i + 2:])
+    if argv[:1] == [LWM_COMMAND]:
+        return _run_lwm(argv[1:])
     parser = build_parser()
+    suite_only = argparse.ArgumentParser(add_help=False)
+    suite_only.add_argument("--suite")
+    suite = suite_only.parse_known_args(argv)[0].suite
+    if suite and LWM_COMMAND in [part.strip() for part in suite.split(",")]:
+        if suite.strip() != LWM_COMMAND:
+            parser.error(f"--suite {suite}: the world-model eval is a subcommand, not a suite: run "
+                         f"`python -m unified.eval {LWM_COMMAND} ...` on its own")
+        print(f"note: `--suite {LWM_COMMAND}` is deprecated; use `python -m unified.eval {LWM_COMMAND} ...`",
+              file=sys.stderr)
+        return _run_lwm(_without_suite(argv))
     args = parser.parse_args(argv)
     if args.compare:
         from unified.eval.report import compare
@@ -146,13 +156,24 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+LWM_COMMAND = "lwm"
+"""``python -m unified.eval lwm ...``: the world-model eval (:mod:`unified.lwm.evaluation`)."""
+
+
+def _without_suite(argv: list[str]) -> list[str]:
+    """``argv`` without its ``--suite X`` / ``--suite=X`` option (the deprecated ``--suite lwm`` spelling)."""
+    out, skip = [], False
+    for item in argv:
+        if skip:
+            skip = False
+        elif item == "--suite":
+            skip = True
+        elif not item.startswith("--suite="):
+            out.append(item)
+    return out
+
+
 def _run_lwm(argv: list[str]) -> int:
-    try:
-        module = importlib.import_module("unified.lwm.evaluation")
-    except ModuleNotFoundError as exc:
-        if exc.name in ("unified.lwm.evaluation", "unified.lwm"):
-            print("lwm: skipped: not yet available -> the world-model eval (unified.lwm.evaluation) is not "
-                  "in this installation", file=sys.stderr)
-            return 2
-        raise
-    return int(module.main(argv) or 0)
+    from unified.lwm.evaluation import main as lwm_main
+
+    return int(lwm_main(argv, prog=f"python -m unified.eval {LWM_COMMAND}") or 0)

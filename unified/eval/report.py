@@ -64,7 +64,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable
 
-from unified.eval.adapter import STUDY_SUITES, benchmark_facts
+from unified.benchmarks.discovery import STUDY_SUITES, benchmark_facts
 from unified.eval.general_report import attach_general, general_compare, general_markdown
 from unified.store import write_json_atomic, write_text_atomic
 

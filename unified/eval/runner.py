@@ -18,9 +18,10 @@ from typing import Any
 
 from unified.agent.loop import AgentLoop, Job
 from unified.config import ConfigError, bounded, to_dict
-from unified.contracts import AgentLimits, BenchmarkUnavailable, check_task_ids
-from unified.eval.adapter import (ALL_SUITE, benchmark_facts, check_benchmark_config, declared_suites,
-                                    expand_benchmarks, limit_runnable, load_adapter, select_task_ids)
+from unified.benchmarks.contract import AgentLimits, BenchmarkUnavailable, check_task_ids
+from unified.benchmarks.discovery import (ALL_SUITE, benchmark_facts, check_benchmark_config, declared_suites,
+                                          expand_benchmarks, load_adapter)
+from unified.benchmarks.helpers import limit_runnable, select_task_ids
 from unified.eval.general import GENERAL_SUITE, GeneralConfig, run_general, split_suites
 from unified.eval.report import benchmark_entry, write_summary
 from unified.eval.store import BenchmarkStore, RunDirLock
@@ -52,8 +53,7 @@ class EvalConfig:
 
     suite: str | None = None
     """``ood``, ``in_domain``, ``all`` (the two), any suite an installed adapter declares, ``general``
-    (lm-evaluation-harness; not part of ``all``), or several comma-separated (``general,ood``); ``lwm``
-    is the world-model eval. Suites are what the adapters declare (:mod:`unified.eval.adapter`)."""
+    (lm-evaluation-harness; not part of ``all``), or several comma-separated (``general,ood``). Suites are what the adapters declare (:mod:`unified.benchmarks.discovery`)."""
     benchmarks: list[str] = field(default_factory=list)
     """Benchmark names (or ``module:Factory`` import paths) in addition to the suite."""
     model: str = "embedded"
@@ -150,14 +150,14 @@ def _run_eval(cfg: EvalConfig, *, policy: Policy | None = None) -> dict[str, Any
 def benchmarks_to_run(cfg: EvalConfig) -> tuple[list[str], bool]:
     """(benchmark names from ``--suite`` and ``--benchmarks``, whether ``general`` was asked for).
 
-    An unknown suite is an UnknownNameError listing every suite (the adapters', ``all``, ``general``,
-    ``lwm``); an installed adapter whose module does not import cannot say which suites it joins,
+    An unknown suite is an UnknownNameError listing every suite (the adapters', ``all``, ``general``);
+    the world-model eval is the ``lwm`` subcommand of the CLI, not a suite. An installed adapter whose module does not import cannot say which suites it joins,
     so it gets one line saying so when suites are asked for."""
     agent_suites, want_general = split_suites(cfg.suite)
     try:
         names = [n for s in agent_suites for n in expand_benchmarks(s)]
     except UnknownNameError as exc:
-        raise UnknownNameError("suite", exc.name, [*exc.valid, GENERAL_SUITE, "lwm"]) from None
+        raise UnknownNameError("suite", exc.name, [*exc.valid, GENERAL_SUITE]) from None
     if agent_suites:
         for name, why in declared_suites()[1].items():
             _log(f"{name}: not in any suite here: its adapter does not load ({why}); --benchmarks {name} "

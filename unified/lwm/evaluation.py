@@ -1,4 +1,4 @@
-"""The world-model evaluation (``--suite lwm``): infer -> judge -> aggregate.
+"""The world-model evaluation (``python -m unified.eval lwm``): infer -> judge -> aggregate.
 
     python -m unified.lwm.evaluation --model SPEC --judge SPEC --data DIR --out DIR [--limit N]
 
@@ -227,8 +227,8 @@ def run(model: str, judge: str, data: str, out: str, *, limit: int | None = None
     return summary
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m unified.lwm.evaluation", description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None, prog: str = "python -m unified.lwm.evaluation") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="world model: load_checkpoint spec or openai:URL#MODEL")
     parser.add_argument("--judge", required=True, help="judge: load_checkpoint spec or openai:URL#MODEL")
     parser.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "data" / "lwm"),

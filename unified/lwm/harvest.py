@@ -32,7 +32,7 @@ SHIPPED_MCP = 60
 def benchmark_domain(benchmark: str) -> str | None:
     """The world-model domain an eval benchmark's episodes belong to: what its adapter declares
     (``Adapter.world_model_domain``), None when the adapter declares none or is not installed."""
-    from unified.eval.adapter import world_model_domain
+    from unified.benchmarks.discovery import world_model_domain
 
     return world_model_domain(benchmark)
 

@@ -68,7 +68,7 @@ def tiny_moe_config(arch: TinyArch = "qwen3_moe", vocab_size: int = 512, *, num_
 
     ``overrides`` replace any other config field (e.g. ``num_attention_heads``, ``head_dim``,
     ``moe_intermediate_size``): the same code then builds the larger random models of
-    :mod:`unified.warmup.scale_bench`.
+    :mod:`measurements.scale_bench`.
     """
     if arch == "qwen3_moe":
         from transformers import Qwen3MoeConfig

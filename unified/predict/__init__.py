@@ -1,7 +1,8 @@
 """Predict-then-act prompting modules (``--prompting act|predict_then_act|predict_then_act_reflect``).
 
 Importing this package registers the modules in :data:`unified.agent.prompting.PROMPTING`;
-``unified.agent.prompting.make_prompting`` does that on first use. The explicit prediction
+the entry points of ``pyproject.toml`` (group ``unified.prompting``) let ``make_prompting`` find them
+without the loop naming this package. The explicit prediction
 block format lives in :mod:`unified.predict.blocks`; :mod:`unified.predict.extract` finds the
 predictions of a step (explicit blocks, implicit statements) and aligns each with its
 observation, :mod:`unified.predict.score` scores one by rule. :mod:`unified.trace` builds its

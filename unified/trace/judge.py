@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from unified.eval.adapter import world_model_domain
+from unified.benchmarks.discovery import world_model_domain
 from unified.predict.extract import Prediction, episode_key
 from unified.rewards import RewardConfig, build_judge, judge_messages, parse_judge_answer
 from unified.types import Episode, ToolCall

@@ -5,8 +5,8 @@ looks the order up, and, once the customer confirms, refunds it when the shop's 
 (delivered within ``refund_window_days``), or explains why not. A rule-based simulated customer
 answers the agent's turns; nothing here loads a model.
 
-The package imports only ``unified.contracts`` (the contract), ``unified.types`` (the records) and
-``unified.eval.aggregate`` (shared averages): it is what a benchmark outside the repository looks
+The package imports only ``unified.benchmarks.contract`` (the contract), ``unified.types`` (the records) and
+``unified.benchmarks.aggregate`` (shared averages): it is what a benchmark outside the repository looks
 like. ``docs/adapters.md`` walks through it; ``tests/test_outside_adapter.py`` installs it into a
 temporary directory and runs it inside ``python -m unified.eval --suite ood``.
 """
@@ -18,8 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from unified.contracts import Adapter, AgentLimits, Environment, Task
-from unified.eval.aggregate import avg_at_k, partition, pass_pow_k, scores_by_task
+from unified.benchmarks import Adapter, AgentLimits, Environment, Task, avg_at_k, partition, pass_pow_k, scores_by_task
 from unified.types import Episode, EpisodeResult, Message, Observation, ToolCall, ToolSpec
 
 ORDERS = [

@@ -1,6 +1,6 @@
 """Benchmark: a slow simulated user or judge must not hold other episodes back (issue 16).
 
-``python -m unified.eval.bench_throughput --models gold,embedded --out bench.json`` runs the same
+``python -m measurements.bench_throughput --models gold,embedded --out bench.json`` runs the same
 10 episodes (``--episodes``), 8 in flight (``--max-in-flight``), through
 :class:`unified.agent.loop.AgentLoop` three times per model:
 
@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from unified.contracts import Adapter, AgentLimits, Environment, Task
+from unified.benchmarks.contract import Adapter, AgentLimits, Environment, Task
 from unified.types import EpisodeResult, Message, Observation, ToolCall, ToolSpec
 
 FOLLOW_UP = "Thanks. Please call echo with text {n} once more, then tell me you are done."
@@ -276,7 +276,7 @@ def table(rows: list[ScenarioResult]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m unified.eval.bench_throughput", description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(prog="python -m measurements.bench_throughput", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("--models", default="gold,scripted", help="comma-separated: gold, scripted, or a checkpoint "
                         "spec (embedded ...)")

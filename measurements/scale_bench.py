@@ -1,6 +1,6 @@
 """Warmup step cost at a chosen MoE shape: seconds per GSPO step and peak memory, per kernel.
 
-``python -m unified.warmup.scale_bench --arch qwen3_5_moe --hidden 1024 --layers 8 --experts 64 --top-k 8``
+``python -m measurements.scale_bench --arch qwen3_5_moe --hidden 1024 --layers 8 --experts 64 --top-k 8``
 
 Builds a *random* MoE checkpoint of the requested shape (:func:`unified.models.tiny.save_tiny_checkpoint`
 with the sizes as config overrides, the small local tokenizer), then runs the real warmup command,
@@ -34,7 +34,7 @@ from pathlib import Path
 
 from unified.store import write_json_atomic
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 DEFAULT_RECIPE = REPO / "recipes" / "warmup" / "embedded_cpu.yaml"
 DEFAULT_DATA = REPO / "data" / "lwm"
 
@@ -57,7 +57,7 @@ class ScaleBenchRow:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m unified.warmup.scale_bench", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m measurements.scale_bench", description=__doc__.split("\n")[0])
     parser.add_argument("--arch", default="qwen3_5_moe", choices=["qwen3_moe", "qwen3_5_moe"])
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--layers", type=int, default=8)

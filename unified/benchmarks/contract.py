@@ -1,7 +1,7 @@
-"""The contracts between benchmarks, the agent loop and the eval runner: one module, imported by both.
+"""The contract between benchmarks, the agent loop and the eval runner.
 
-``unified.agent`` (the loop) and ``unified.eval`` (the runner, reports) both import this module;
-it imports neither (``tests/test_import_graph.py`` checks it). A benchmark is a package whose
+``unified.agent`` (the loop), ``unified.eval`` (the runner, reports) and every adapter import this
+module; it imports none of them (``tests/test_import_graph.py`` checks the floors). A benchmark is a package whose
 entry point (group ``unified.benchmarks``) names a factory of an :class:`Adapter`::
 
     [project.entry-points."unified.benchmarks"]

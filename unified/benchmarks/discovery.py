@@ -1,6 +1,6 @@
-"""Finding benchmark adapters (entry points, suites) and helpers adapters share.
+"""Finding benchmark adapters: entry points, suites, the facts a class declares.
 
-The contract itself (Task, Environment, Adapter, ...) lives in :mod:`unified.contracts`;
+The contract itself (Task, Environment, Adapter, ...) lives in :mod:`unified.benchmarks.contract`;
 ``docs/adapters.md`` shows a whole outside adapter package.
 
 ``load_adapter(name, **config)`` finds an adapter by name; an unknown name is an error that
@@ -22,65 +22,13 @@ import importlib.metadata
 from typing import Any, Iterable
 
 from unified.config import ConfigError, from_dict
-from unified.contracts import ENTRY_POINT_GROUP, Adapter, BenchmarkUnavailable, Task
+from unified.benchmarks.contract import ENTRY_POINT_GROUP, Adapter, BenchmarkUnavailable
 from unified.registry import UnknownNameError
 
 STUDY_SUITES = ("in_domain", "ood")
 """The agent suites of the study (Qwen-AgentWorld report, Paradigm II), in its table's order."""
 ALL_SUITE = "all"
 """``--suite all``: every adapter declaring one of :data:`STUDY_SUITES`."""
-
-def config_list(value: Any) -> list[str]:
-    """``None``/empty -> []; ``"a, b"`` -> ["a", "b"]; a list -> its items as strings."""
-    if not value:
-        return []
-    if isinstance(value, str):
-        return [v.strip() for v in value.split(",") if v.strip()]
-    return [str(v) for v in value]
-
-
-def limit_runnable(tasks: list[Task], limit: int | None) -> list[Task]:
-    """The first ``limit`` runnable tasks, with the skipped ones met on the way (reported as skips)."""
-    if not limit:
-        return tasks
-    out, runnable = [], 0
-    for task in tasks:
-        if runnable >= limit:
-            break
-        out.append(task)
-        runnable += task.skip_reason is None
-    return out
-
-
-def select_task_ids(tasks: list[Task], task_ids: Iterable[str]) -> list[Task]:
-    """The tasks whose id is in ``task_ids``, plus every task they depend on (transitively), in the
-    benchmark's own order, so a chosen BFCL memory question still gets its memory-writing
-    conversations. Ids that name no task here are ignored (they may belong to another benchmark)."""
-    by_id = {task.id: task for task in tasks}
-    keep: set[str] = set()
-    pending = [i for i in task_ids if i in by_id]
-    while pending:
-        task_id = pending.pop()
-        if task_id not in keep:
-            keep.add(task_id)
-            pending += [d for d in by_id[task_id].depends_on if d in by_id]
-    return [task for task in tasks if task.id in keep]
-
-
-def require_execution_backend(name: str | None):
-    """The ``unified.execution`` backend ``name`` (``None``: auto), or BenchmarkUnavailable saying why."""
-    from unified.execution import BackendUnavailable, get_backend
-
-    try:
-        backend = get_backend(name)
-        backend.require()
-    except BackendUnavailable as exc:
-        raise BenchmarkUnavailable(f"no execution backend: {exc.reason}", exc.how_to_fix) from None
-    return backend
-
-
-# --------------------------------------------------------------------------------------
-# discovery
 
 
 def registered_benchmarks() -> dict[str, importlib.metadata.EntryPoint]:

@@ -1,6 +1,6 @@
 """Benchmark: episodes/s of the ``hf`` backend with many episodes in flight vs one at a time.
 
-``python -m unified.eval.bench_batching --tasks 8`` runs the same real BFCL v4 episodes
+``python -m measurements.bench_batching --tasks 8`` runs the same real BFCL v4 episodes
 (round-robin over categories, so multi-turn ones are included) twice through
 :class:`unified.agent.loop.AgentLoop` with one in-process :class:`unified.inference.hf.HFPolicy`:
 once with ``--max-in-flight`` episodes in flight (default: all N; ``--scheduling`` continuous
@@ -92,7 +92,7 @@ def _line(r: ModeResult) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m unified.eval.bench_batching", description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(prog="python -m measurements.bench_batching", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("--model", default="embedded", help="checkpoint spec loaded in-process (hf backend)")
     parser.add_argument("--tasks", type=int, default=8, help="N: BFCL v4 tasks (round-robin over categories)")
@@ -121,8 +121,8 @@ def _bench(args: argparse.Namespace, work_dir: Path) -> int:
     """Run the modes of ``args`` on BFCL v4 tasks whose environments keep their files in ``work_dir``."""
     import torch
 
-    from unified.contracts import AgentLimits
-    from unified.eval.adapter import load_adapter
+    from unified.benchmarks.contract import AgentLimits
+    from unified.benchmarks.discovery import load_adapter
     from unified.models import load_checkpoint
     from unified.inference.base import SamplingConfig
     from unified.inference.hf import HFPolicy

@@ -1,0 +1,71 @@
+"""The adapter SDK: what a benchmark package needs, below the runner.
+
+A benchmark is a package with an :class:`Adapter` subclass registered in the entry-point group
+``unified.benchmarks``; ``docs/adapters.md`` walks through a whole outside adapter package. This
+package sits on floor 2 of the dependency rules (``docs/architecture.md``): evaluators, ``lwm``
+and ``trace`` import it, never ``unified.eval`` (the runner, which is one client of it).
+
+Modules:
+
+- :mod:`~unified.benchmarks.contract`: Task, Environment, Adapter, AgentLimits, StopReason,
+  BenchmarkUnavailable, PaperReference: what an adapter implements and returns;
+- :mod:`~unified.benchmarks.discovery`: entry points, suites, ``world_model_domain``, loading an
+  adapter by name and checking its ``Config``;
+- :mod:`~unified.benchmarks.aggregate`: Avg@k, pass@k, pass^k and the scored/skipped/errored split;
+- :mod:`~unified.benchmarks.helpers`: ``config_list``, ``limit_runnable``, ``select_task_ids``,
+  ``require_execution_backend``.
+
+**Stable API for outside adapters** is the list in ``__all__`` below (with the records of
+:mod:`unified.types` they exchange): these names keep their meaning across minor versions, and a
+rename keeps the old name for one minor version with a ``DeprecationWarning``. Anything else in
+these modules is internal to the library.
+"""
+
+from unified.benchmarks.aggregate import (
+    Partition,
+    avg_at_k,
+    partition,
+    pass_at_k,
+    pass_pow_k,
+    per_trial,
+    scores_by_task,
+)
+from unified.benchmarks.contract import (
+    ENTRY_POINT_GROUP,
+    Adapter,
+    AgentLimits,
+    BenchmarkUnavailable,
+    Environment,
+    NoConfig,
+    PaperReference,
+    StopReason,
+    Task,
+    TaskFormatError,
+    check_task_id,
+    check_task_ids,
+    task_id_problem,
+)
+from unified.benchmarks.discovery import (
+    ALL_SUITE,
+    STUDY_SUITES,
+    adapter_class,
+    declared_suites,
+    expand_benchmarks,
+    load_adapter,
+    registered_benchmarks,
+    world_model_domain,
+)
+from unified.benchmarks.helpers import config_list, limit_runnable, require_execution_backend, select_task_ids
+
+__all__ = [
+    # the contract
+    "ENTRY_POINT_GROUP", "Adapter", "AgentLimits", "BenchmarkUnavailable", "Environment", "NoConfig",
+    "PaperReference", "StopReason", "Task", "TaskFormatError", "check_task_id", "check_task_ids", "task_id_problem",
+    # discovery
+    "ALL_SUITE", "STUDY_SUITES", "adapter_class", "declared_suites", "expand_benchmarks", "load_adapter",
+    "registered_benchmarks", "world_model_domain",
+    # aggregates
+    "Partition", "avg_at_k", "partition", "pass_at_k", "pass_pow_k", "per_trial", "scores_by_task",
+    # adapter helpers
+    "config_list", "limit_runnable", "require_execution_backend", "select_task_ids",
+]
