@@ -46,6 +46,7 @@ from urllib.parse import urlparse
 
 import pandas as pd
 
+from unified.scan import NextMatch
 from unified.text import DATA_RULE, fence_data
 
 Judge = Callable[[str], str]
@@ -188,13 +189,35 @@ def _f1(p: float, r: float) -> float:
     return 2 * p * r / (p + r) if p + r > 1e-9 else 0.0
 
 
+_JSON_FENCE_END = re.compile(r"\}\s*```")
+_SPACES = re.compile(r"\s*")
+
+
 def _markdown_json(text: str | None) -> dict | None:
-    match = re.findall(r"```json\s*(\{.*?\})\s*```", text or "", re.S)
+    """The last ```json {...}``` object of a judge's answer, or None."""
+    match = _last_json_fence(text or "")
     try:
-        value = json.loads(match[-1]) if match else None
+        value = json.loads(match) if match is not None else None
     except json.JSONDecodeError:
         return None
     return value if isinstance(value, dict) else None
+
+
+def _last_json_fence(text: str) -> str | None:
+    """The last match of ``re.findall(r"```json\\s*(\\{.*?\\})\\s*```", text, re.S)``, found in linear
+    time (that lazy regex is quadratic on an answer of many ```json openers)."""
+    opens, ends = NextMatch("```json", text), NextMatch(_JSON_FENCE_END, text)
+    last, pos = None, 0
+    while (start := opens.find(pos)) >= 0:
+        brace = _SPACES.match(text, start + len("```json")).end()
+        if not text.startswith("{", brace):
+            pos = start + 1
+            continue
+        end = ends.search(brace + 1)
+        if end is None:  # no closer after this opener, so none after a later one either
+            break
+        last, pos = text[brace:end.start() + 1], end.end()
+    return last
 
 
 def _align_prompt(values: list[str], reference: list[str]) -> str:

@@ -101,3 +101,19 @@ def test_32000_repeated_tags_parse_in_linear_time():
     """Before: about 55 s (``<think>``) and 128 s (``<parameter=``) each; the limit is generous."""
     done = subprocess.run([sys.executable, "-c", _FUZZ], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_widesearch_json_fence_reader_matches_its_regex_and_is_linear():
+    from evaluators.widesearch.metrics import _last_json_fence
+
+    old = re.compile(r"```json\s*(\{.*?\})\s*```", re.S)
+    rng = random.Random(5)
+    pieces = ["```json", "```", "{", "}", " ", "\n", '"a": 1', "x", "``", "json"]
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 16)))
+        found = old.findall(text)
+        assert _last_json_fence(text) == (found[-1] if found else None), text
+    done = subprocess.run([sys.executable, "-c", "from evaluators.widesearch.metrics import _markdown_json\n"
+                           "assert _markdown_json('```json{' * 32000) is None\nprint('ok')"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
