@@ -133,7 +133,7 @@ def _bench(args: argparse.Namespace, work_dir: Path) -> int:
     tasks = adapter.tasks(None, args.tasks)
     print(f"{len(tasks)} BFCL v4 tasks: {', '.join(t.id for t in tasks)}", file=sys.stderr, flush=True)
     loaded = load_checkpoint(args.model, **({"experts_implementation": args.experts} if args.experts else {}))
-    sampling = SamplingConfig(temperature=0.0, max_new_tokens=args.max_new_tokens, enable_thinking=args.thinking)
+    sampling = SamplingConfig(temperature=0.0, max_new_tokens=args.max_new_tokens, thinking=args.thinking)
     in_flight = max(1, args.max_in_flight or len(tasks))
     policy = HFPolicy(args.model, sampling, loaded=loaded, max_batch_size=in_flight,
                       prefix_cache_mb=args.prefix_cache_mb)

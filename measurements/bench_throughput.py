@@ -185,9 +185,9 @@ class ScenarioResult:
 
 
 def _policy(spec: str, max_in_flight: int, max_new_tokens: int):
-    from unified.inference.base import SamplingConfig, make_policy
+    from unified.inference.base import SamplingConfig, make_chat_model
 
-    sampling = SamplingConfig(temperature=0.0, max_new_tokens=max_new_tokens, enable_thinking=False)
+    sampling = SamplingConfig(temperature=0.0, max_new_tokens=max_new_tokens, thinking=False)
     if spec == "scripted":  # the gold replay behind submit/poll, so the continuous schedule runs without a model
         from unified.inference.gold import GoldPolicy
 
@@ -207,7 +207,7 @@ def _policy(spec: str, max_in_flight: int, max_new_tokens: int):
                 return list(zip([k for k, _ in items], self.generate([r for _, r in items])))
 
         return StreamingGold()
-    return make_policy(spec, sampling, concurrency=max_in_flight)
+    return make_chat_model(spec, sampling, concurrency=max_in_flight)
 
 
 def _run(adapter: EchoUserAdapter, policy, args: argparse.Namespace) -> tuple[float, list, list]:

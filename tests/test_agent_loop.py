@@ -7,8 +7,8 @@ import pytest
 from unified.benchmarks.contract import AgentLimits
 from unified.agent.loop import AgentLoop, Job
 from unified.agent.parsing import parse_completion, render_tool_call
-from unified.inference import PolicyOutput, make_policy
-from unified.inference.base import Policy
+from unified.inference import PolicyOutput, make_chat_model
+from unified.inference.base import ChatModel
 from unified.types import ToolCall, ToolSpec
 
 from fixture_eval_bench import FixtureAdapter
@@ -42,8 +42,8 @@ def test_render_then_parse_round_trip():
     assert parse_completion("</think>" + render_tool_call(call), TOOLS).tool_calls[0].arguments == call.arguments
 
 
-class ScriptedPolicy(Policy):
-    """Answers from a fixed script per round (a real Policy subclass, no model)."""
+class ScriptedPolicy(ChatModel):
+    """Answers from a fixed script per round (a real ChatModel subclass, no model)."""
 
     name = "scripted"
 
@@ -72,7 +72,7 @@ def test_malformed_and_unknown_calls_become_error_observations():
 
 def test_episodes_batched_together_and_crash_recorded():
     adapter = FixtureAdapter(n=5, crash=1)
-    policy = make_policy("gold")
+    policy = make_chat_model("gold")
     seen = []
     original = policy.generate
     policy.generate = lambda reqs: (seen.append(len(reqs)), original(reqs))[1]

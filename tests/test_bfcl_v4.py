@@ -17,8 +17,8 @@ pytest.importorskip("bfcl_eval")
 from unified.agent.loop import AgentLoop, Job  # noqa: E402
 from unified.agent.parsing import render_tool_call  # noqa: E402
 from unified.benchmarks.discovery import load_adapter  # noqa: E402
-from unified.inference import make_policy  # noqa: E402
-from unified.inference.base import Policy, PolicyOutput  # noqa: E402
+from unified.inference import make_chat_model  # noqa: E402
+from unified.inference.base import ChatModel, PolicyOutput  # noqa: E402
 from unified.types import ToolCall  # noqa: E402
 
 from evaluators.bfcl_v4.scoring import checker_call, step_call_strings  # noqa: E402
@@ -41,7 +41,7 @@ def test_gold_policy_scores_100_on_all_multi_turn(tmp_path):
     adapter.work_dir = tmp_path
     tasks = adapter.tasks()
     assert len(tasks) == 800
-    results, _ = _run(adapter, tasks, make_policy("gold"))
+    results, _ = _run(adapter, tasks, make_chat_model("gold"))
     failed = [(r.task_id, r.details.get("error_type"), r.error) for r in results if not r.passed]
     assert not failed, failed[:3]
     agg = adapter.aggregate(results)
@@ -54,13 +54,13 @@ def test_gold_memory_kv_writes_snapshot_and_passes(tmp_path):
     tasks = adapter.tasks(limit=2)
     prereqs = [t for t in tasks if not t.scored]
     assert prereqs and all(t.id in [p.id for p in prereqs] for t in tasks for t in [] )
-    results, _ = _run(adapter, tasks, make_policy("gold"))
+    results, _ = _run(adapter, tasks, make_chat_model("gold"))
     scored = [r for r in results if not r.details.get("prereq")]
     assert len(scored) == 2 and all(r.passed for r in scored)
     assert list(tmp_path.rglob("*_final.json")), "the prerequisite conversations must leave a memory snapshot"
 
 
-class PerturbedGold(Policy):
+class PerturbedGold(ChatModel):
     """Gold answers, corrupted for some tasks (wrong values, dropped calls, plain text), so the
     agreement test sees passes and failures of every kind."""
 
@@ -69,7 +69,7 @@ class PerturbedGold(Policy):
 
     def __init__(self, seed=0):
         super().__init__("perturbed")
-        self.gold = make_policy("gold")
+        self.gold = make_chat_model("gold")
         self.rng = random.Random(seed)
         self.mode = {}
 
@@ -187,7 +187,7 @@ def test_web_search_without_key_is_a_recorded_skip(monkeypatch):
     adapter = load_adapter("bfcl_v4", categories="web_search_base", limit_order="per_category")
     tasks = adapter.tasks(limit=2)
     assert all("SERPAPI_API_KEY" in t.skip_reason for t in tasks)
-    results, _ = _run(adapter, tasks, make_policy("gold"))
+    results, _ = _run(adapter, tasks, make_chat_model("gold"))
     assert all(r.skipped for r in results)
     assert adapter.aggregate(results)["skipped"] == 2
 

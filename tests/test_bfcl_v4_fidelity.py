@@ -66,7 +66,7 @@ import json  # noqa: E402
 
 from unified.benchmarks.contract import AgentLimits  # noqa: E402
 from unified.agent.loop import AgentLoop, Job  # noqa: E402
-from unified.inference.base import Policy, PolicyOutput  # noqa: E402
+from unified.inference.base import ChatModel, PolicyOutput  # noqa: E402
 
 DONE = "</think>\n\nDone."
 
@@ -80,7 +80,7 @@ def _step(*calls: str) -> str:
     return "</think>\n\n" + "\n".join(calls)
 
 
-class ScriptedPolicy(Policy):
+class ScriptedPolicy(ChatModel):
     """Per task id, per user turn, the completions of its steps; then "Done." (ends the turn)."""
 
     name = "scripted"

@@ -91,3 +91,24 @@ def test_dump_round_trip(tmp_path):
     again = load_config(Recipe, write(tmp_path, dump_yaml(cfg)))
     assert to_dict(again) == to_dict(cfg)
     assert again.steps == 7 and again.optim.clip == (3e-4, 4e-4)
+
+
+def test_on_off_stay_strings_for_string_settings_and_still_mean_booleans_for_boolean_ones(tmp_path):
+    """YAML 1.1 reads on/off/yes/no as booleans, so ``--set benchmarks.X.network=off`` reached a string
+    setting as False and was rejected; the loader uses YAML 1.2 booleans (true/false only)."""
+    from dataclasses import dataclass
+
+    from unified.config import apply_overrides, from_dict, read_yaml
+
+    @dataclass
+    class Section:
+        network: str = "on"
+        verbose: bool = False
+
+    data = apply_overrides({}, ["network=off", "verbose=on"])
+    assert data == {"network": "off", "verbose": "on"}
+    assert from_dict(Section, data) == Section(network="off", verbose=True)
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("network: off\nverbose: yes\n")
+    assert from_dict(Section, read_yaml(recipe)[0]) == Section(network="off", verbose=True)
+    assert apply_overrides({}, ["flag=true", "other=False"]) == {"flag": True, "other": False}

@@ -14,7 +14,7 @@ from unified.models import load_checkpoint
 from unified.models.continuous import ContinuousBatcher, ContinuousStats, continuous_batching_supported
 from unified.models.generation import SamplingParams, batched_generate
 from unified.models.prefix_cache import PrefixCache
-from unified.inference.base import Policy, PolicyOutput, SamplingConfig
+from unified.inference.base import ChatModel, PolicyOutput, SamplingConfig
 
 from fixture_eval_bench import FixtureAdapter
 
@@ -124,7 +124,7 @@ def test_unsupported_models_are_refused_with_the_reason(tiny_checkpoint):
         HFPolicy(str(tiny_checkpoint), loaded=eager, continuous=True)
 
 
-class StreamingScriptedPolicy(Policy):
+class StreamingScriptedPolicy(ChatModel):
     """A streaming policy without a model: request ``k`` of task ``echo_n`` ends after ``latency(n)``
     polls with a fixed script (call ``echo`` once, then answer), so the schedule is observable."""
 
@@ -170,9 +170,9 @@ def test_loop_schedules_continuously_without_waiting_for_slow_episodes():
 
 
 def make_rounds_only_policy():
-    from unified.inference import make_policy
+    from unified.inference import make_chat_model
 
-    return make_policy("gold")
+    return make_chat_model("gold")
 
 
 def test_loop_records_a_failing_engine_per_episode_and_goes_on():
@@ -198,7 +198,7 @@ def test_hf_policy_continuous_equals_rounds(tiny_checkpoint, loaded):
     from unified.inference.hf import HFPolicy
 
     def run(scheduling):
-        policy = HFPolicy(str(tiny_checkpoint), SamplingConfig(max_new_tokens=8, enable_thinking=False),
+        policy = HFPolicy(str(tiny_checkpoint), SamplingConfig(max_new_tokens=8, thinking=False),
                           loaded=loaded, max_batch_size=3)
         episodes = {}
         AgentLoop(FixtureAdapter(n=4), policy, limits=AgentLimits(max_turns=3), max_in_flight=3, scheduling=scheduling,

@@ -4,13 +4,14 @@ token ids form a verl-style trajectory with a loss mask."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 from unified.agent.loop import AgentLoop, Job
-from unified.benchmarks.contract import Adapter, Environment, StopReason, Task
-from unified.inference.base import Policy, PolicyOutput
+from unified.benchmarks.contract import Adapter, AgentLimits, Environment, StopReason, Task
+from unified.inference.base import ChatModel, PolicyOutput
 from unified.types import Episode, EpisodeResult, Message, Observation, Step, ToolSpec
 
 
@@ -45,7 +46,7 @@ class RecordingAdapter(Adapter):
         return EpisodeResult(benchmark=self.name, task_id=task.id, trial=episode.trial, score=1.0)
 
 
-class TwoTurnPolicy(Policy):
+class TwoTurnPolicy(ChatModel):
     """A note call with some visible text, then an answer; prompt ids grow as a real template's would."""
 
     name = "two_turn_fixture"
@@ -108,6 +109,24 @@ def test_token_views_need_ids():
 
 
 def test_stop_reasons_are_documented_once_and_round_trip_as_strings():
-    assert {r.value for r in StopReason} == {"answer", "env_done", "max_turns", "max_steps_per_turn", "max_tokens",
-                                             "timeout", "error", "skipped"}
+    assert {r.value for r in StopReason} == {"answer", "env_done", "max_turns", "max_steps_per_turn",
+                                             "max_episode_tokens", "timeout", "error", "skipped"}
+    assert StopReason("max_tokens") is StopReason.MAX_EPISODE_TOKENS  # stored by older runs
     assert StopReason("timeout") is StopReason.TIMEOUT and str(StopReason.TIMEOUT) == "timeout"
+
+
+def test_each_limit_has_one_name_and_old_keys_still_load(capsys):
+    """AgentLimits keys = StopReason values = eval flags; a recipe with the old keys loads with a note."""
+    from unified import config
+
+    config._warned_renames.clear()
+    with pytest.warns(DeprecationWarning):
+        limits = config.from_dict(AgentLimits, {"max_steps_per_user_turn": 3, "max_completion_tokens": 99},
+                                  where="limits", source="recipe.yaml")
+    assert (limits.max_steps_per_turn, limits.max_episode_tokens) == (3, 99)
+    err = capsys.readouterr().err
+    assert "deprecated: recipe.yaml: limits.max_completion_tokens is now limits.max_episode_tokens" in err
+    names = {f.name for f in dataclasses.fields(AgentLimits)}
+    assert names - {"max_seconds"} <= {r.value for r in StopReason}
+    with pytest.raises(ValueError, match="both 'max_completion_tokens'"):
+        config.from_dict(AgentLimits, {"max_completion_tokens": 5, "max_episode_tokens": 6})

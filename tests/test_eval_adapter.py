@@ -177,7 +177,8 @@ def test_no_core_module_names_a_benchmark():
 def test_an_adapter_that_does_not_load_is_named_when_suites_are_expanded(monkeypatch, capsys):
     import importlib.metadata as md
 
-    from unified.eval.runner import EvalConfig, benchmarks_to_run
+    from unified.eval.config import EvalConfig
+    from unified.eval.runner import benchmarks_to_run
 
     real = registered_benchmarks()
     fake = md.EntryPoint(name="zz_bench", value="evaluators.zz_not_written:Adapter", group="unified.benchmarks")
@@ -201,3 +202,28 @@ def test_an_adapter_importing_a_missing_module_of_the_library_says_so(monkeypatc
     with pytest.raises(BenchmarkUnavailable) as info:
         adapter_class("zz_bench")
     assert "imports 'unified.zz_moved_away'" in info.value.reason and "pip install" not in info.value.how_to_fix
+
+
+@pytest.mark.parametrize("body, expected", [
+    ("from unified.benchmarks import NoSuchName\n", "failed to import: cannot import name 'NoSuchName'"),
+    ("raise ImportError('libfoo.so: cannot open shared object file')\n", "failed to import: libfoo.so"),
+    ("raise RuntimeError('needs FOO_HOME')\n", "raised RuntimeError on import: needs FOO_HOME"),
+])
+def test_an_outside_adapter_that_fails_to_import_is_a_recorded_skip_naming_why(monkeypatch, tmp_path, body, expected):
+    """ImportError that is not ModuleNotFoundError (and any error at import) is a skip, not a crash of the run."""
+    import importlib.metadata as md
+
+    from unified.eval.config import EvalConfig
+    from unified.eval.runner import run_eval
+
+    module = f"zz_broken_{abs(hash(body)) % 10**6}"
+    (tmp_path / f"{module}.py").write_text(body)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    fake = md.EntryPoint(name="zz_bench", value=f"{module}:Adapter", group="unified.benchmarks")
+    monkeypatch.setattr("unified.benchmarks.discovery.registered_benchmarks", lambda: {"zz_bench": fake})
+    with pytest.raises(BenchmarkUnavailable) as info:
+        adapter_class("zz_bench")
+    assert expected in info.value.reason
+    summary = run_eval(EvalConfig(benchmarks=["zz_bench"], model="gold", out=str(tmp_path / "run")))
+    assert summary["benchmarks"]["zz_bench"]["status"] == "skipped"
+    assert expected in summary["benchmarks"]["zz_bench"]["reason"]

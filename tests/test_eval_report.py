@@ -9,7 +9,8 @@ import pytest
 from unified.benchmarks.contract import Task
 from unified.eval.cli import main
 from unified.eval.report import NOT_STATED, benchmark_entry, render_markdown
-from unified.eval.runner import EvalConfig, run_eval
+from unified.eval.config import EvalConfig
+from unified.eval.runner import run_eval
 from unified.types import EpisodeResult
 
 FIXTURE = "fixture_eval_bench:FixtureAdapter"
@@ -137,3 +138,12 @@ def test_json_round_trip(tmp_path, n):
     entry = json.loads((tmp_path / "summary.json").read_text())["benchmarks"][FIXTURE]
     assert entry["status"] == ("ok" if n else "skipped")
     assert {"tasks_run", "tasks_skipped", "tasks_errored", "comparable", "not_comparable_because"} <= set(entry)
+
+
+def test_long_reasons_are_cut_at_a_word_boundary():
+    from unified.eval.report import shorten
+
+    text = "the verifier could not download CPython 3.13 from github.com because the sandbox has no network access"
+    cut = shorten(text, 60)
+    assert len(cut) <= 60 and cut.endswith("…") and text.startswith(cut[:-1]) and text[len(cut) - 1] == " "
+    assert shorten("short", 60) == "short"

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from unified.eval.cli import load_eval_config, build_parser, main
-from unified.eval.runner import EvalConfig, run_eval
+from unified.eval.config import EvalConfig
+from unified.eval.runner import run_eval
 
 TESTS = Path(__file__).parent
 FIXTURE = "fixture_eval_bench:FixtureAdapter"
@@ -71,7 +72,20 @@ def test_crash_recorded_and_unavailable_benchmark_skipped(tmp_path, capsys):
     skipped = summary["benchmarks"]["widesearch_typo_not_registered:Nope"]
     assert skipped["status"] == "skipped" and skipped["reason"] == "not yet available"
     assert "skipped" in capsys.readouterr().err
-    assert (tmp_path / "summary.md").read_text().count("| fixture_eval_bench:FixtureAdapter |") == 1
+    markdown = (tmp_path / "summary.md").read_text()
+    assert markdown.count("| fixture_eval_bench:FixtureAdapter |") == 1
+    assert "**fixture_eval_bench:FixtureAdapter** errors: 1 x RuntimeError: fixture environment crashed" in markdown
+    assert bench["limits"] == {"max_turns": 40, "max_steps_per_turn": 20, "max_episode_tokens": 32768,
+                               "max_seconds": 3600.0}
+
+
+def test_a_rejected_benchmark_setting_leaves_no_run_directory(tmp_path, capsys):
+    out = tmp_path / "never"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--benchmarks", "bfcl_v4", "--model", "gold", "--out", str(out),
+              "--set", "benchmarks.bfcl_v4.categoriez=multi_turn"])
+    assert exit_info.value.code == 2 and "categoriez" in capsys.readouterr().err
+    assert not out.exists()
 
 
 def test_recipe_flags_and_set_precedence(tmp_path):

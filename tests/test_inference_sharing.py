@@ -27,28 +27,28 @@ def _loads(registry) -> int:
 
 def test_policy_judge_user_search_and_world_model_load_the_model_once(tiny_checkpoint, fresh_registry):
     from evaluators.widesearch.search import SimulatedSearch
-    from unified.lwm.evaluation import WorldModel, build_judge_backend
-    from unified.rewards.backends import build_backend
+    from unified.inference.judge import make_judge
+    from unified.lwm.evaluation import WorldModel
 
     before = _loads(fresh_registry)
     spec = str(tiny_checkpoint)
     policy = make_chat_model(spec, SamplingConfig(max_new_tokens=4))
-    judge = build_backend(local_model=spec, max_tokens=5)
+    judge = make_judge(spec, max_tokens=5)
     user = resolve_endpoint(spec)  # an HTTP endpoint (what a sandboxed grader or a checkout's client needs)
     judge_endpoint = resolve_endpoint(spec)
     search = SimulatedSearch(spec, max_tokens=6)
     world_model = WorldModel(spec, max_new_tokens=4)
-    lwm_judge = build_judge_backend(spec, max_tokens=4)
+    lwm_judge = make_judge(spec, max_tokens=4, batch_size=4)
     # every caller really generates
     out = policy.generate([PolicyRequest(messages=[{"role": "user", "content": "hi"}])])[0]
     assert out.completion_tokens >= 1
-    assert all(isinstance(a, str) for a in judge.complete([[{"role": "user", "content": "score it"}]]))
+    assert all(isinstance(a, str) for a, _cached in judge.complete([[{"role": "user", "content": "score it"}]]))
     reply = user.client.chat([{"role": "user", "content": "hello"}], max_tokens=3, temperature=0.7)
     assert reply.completion_tokens <= 3 and reply.prompt_tokens > 0
     assert judge_endpoint.config.base_url == user.config.base_url  # one server for judge and user
     assert search.search("query").startswith("[simulated]")
     assert not isinstance(world_model.predict([[{"role": "user", "content": "predict"}]])[0], Exception)
-    assert isinstance(lwm_judge.complete([[{"role": "user", "content": "judge"}]])[0], str)
+    assert isinstance(lwm_judge.complete([[{"role": "user", "content": "judge"}]])[0][0], str)
     # one load, one set of weights
     assert _loads(fresh_registry) - before == 1
     weights = {id(policy.loaded.model), id(judge.loaded.model), id(search.chat_model.loaded.model),
@@ -71,7 +71,7 @@ def test_concurrent_chat_calls_from_threads_are_safe_and_deterministic(tiny_chec
             result = endpoint.client.chat(prompts[i], max_tokens=budgets[i], temperature=0)
             return result.text, result.completion_tokens
         policy_out = model.generate([PolicyRequest(messages=prompts[i], max_new_tokens=budgets[i], temperature=0.0,
-                                                   enable_thinking=False)])[0]
+                                                   thinking=False)])[0]
         return model.chat(prompts[i], max_tokens=budgets[i]), policy_out.completion_tokens
 
     sequential = [call(i) for i in range(8)]
@@ -155,14 +155,14 @@ def test_sampled_logprobs_are_under_the_tempered_distribution(tiny_checkpoint, f
 
 def test_local_server_returns_logprobs_when_asked(tiny_checkpoint, fresh_registry):
     spec = str(tiny_checkpoint)
-    local = make_chat_model(spec, SamplingConfig(max_new_tokens=6, enable_thinking=False))
+    local = make_chat_model(spec, SamplingConfig(max_new_tokens=6, thinking=False))
     request = PolicyRequest(messages=[{"role": "user", "content": "hello"}])
     reference = local.generate([request])[0]
     endpoint = resolve_endpoint(spec)
     remote = make_chat_model(endpoint.config and f"openai:{endpoint.config.base_url}#{endpoint.config.model}",
-                             SamplingConfig(max_new_tokens=6, enable_thinking=False), logprobs=True)
+                             SamplingConfig(max_new_tokens=6, thinking=False), logprobs=True)
     served = remote.generate([request])[0]
     assert served.logprobs == pytest.approx(reference.logprobs, abs=1e-4)
     assert len(served.logprobs) == served.completion_tokens
-    plain = make_chat_model(remote.model, SamplingConfig(max_new_tokens=6, enable_thinking=False))
+    plain = make_chat_model(remote.model, SamplingConfig(max_new_tokens=6, thinking=False))
     assert plain.generate([request])[0].logprobs is None  # only when asked

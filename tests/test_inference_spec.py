@@ -91,11 +91,11 @@ def test_every_spec_parser_in_the_library_is_this_one():
     warmup launcher all reject a malformed endpoint with the grammar's message."""
     from unified.eval.general_models import check_options
     from unified.inference.endpoints import resolve_endpoint
-    from unified.rewards.backends import OpenAIJudgeBackend
+    from unified.inference.judge import make_judge
     from unified.warmup.launch import _vllm_model
 
     bad = "openai:http://127.0.0.1:8000/v1"
-    for call in (lambda: resolve_endpoint(bad), lambda: OpenAIJudgeBackend(bad), lambda: _vllm_model(bad)):
+    for call in (lambda: resolve_endpoint(bad), lambda: make_judge(bad), lambda: _vllm_model(bad)):
         with pytest.raises(SpecError, match="expected openai:URL#MODEL|vllm: takes a checkpoint|vllm backend"):
             call()
     from unified.config import ConfigError

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from unified.config import ConfigError, ConfigNameError, from_dict
-from unified.eval.store import BenchmarkStore
+from unified.eval.rundir import BenchmarkStore
 from unified.types import Episode, EpisodeResult, Message, Record, Step, ToolCall
 
 

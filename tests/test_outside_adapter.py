@@ -74,7 +74,8 @@ def test_outside_adapter_joins_the_ood_suite_with_resume_summary_and_compare(sit
     entry = summary["benchmarks"]["refund_desk"]
     assert entry["status"] == "ok" and entry["aggregate"]["score"] == 100.0, entry
     assert entry["runs"] == 2 and entry["results"] == 2 and entry["suites"] == ["ood"]
-    assert entry["settings"] == {"refund_window_days": 30, "max_turns": 6, "max_steps_per_user_turn": 3}
+    assert entry["settings"] == {"refund_window_days": 30, "max_turns": 6, "max_steps_per_turn": 3}
+    assert entry["limits"]["max_turns"] == 6 and entry["limits"]["max_steps_per_turn"] == 3  # the protocol's, recorded
     assert "pass^2" in entry["aggregate"] and entry["aggregate"]["metric"] == "pass rate (%), Avg@2"
 
     episodes = _lines(run / "refund_desk" / "episodes.jsonl")

@@ -1,4 +1,4 @@
-"""Policy backends: openai against a real loopback server, vllm skipped without the engine."""
+"""ChatModel backends: openai against a real loopback server, vllm skipped without the engine."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from unified.benchmarks.contract import AgentLimits
 from unified.agent.loop import AgentLoop, Job
-from unified.inference import make_policy
+from unified.inference import make_chat_model
 from unified.inference.base import PolicyRequest, SamplingConfig
 from unified.registry import UnknownNameError
 
@@ -20,7 +20,7 @@ def test_openai_backend_runs_episodes_against_local_server(tiny_checkpoint):
     from unified.inference.server import LocalOpenAIServer
 
     with LocalOpenAIServer(str(tiny_checkpoint), max_new_tokens=8) as server:
-        policy = make_policy(server.spec, SamplingConfig(max_new_tokens=8))
+        policy = make_chat_model(server.spec, SamplingConfig(max_new_tokens=8))
         adapter = FixtureAdapter(n=3)
         episodes = []
         loop = AgentLoop(adapter, policy, limits=AgentLimits(max_turns=2), max_in_flight=3,
@@ -39,7 +39,7 @@ def test_openai_backend_runs_episodes_against_local_server(tiny_checkpoint):
 
 
 def test_openai_backend_reports_unreachable_endpoint_per_request():
-    policy = make_policy("openai:http://127.0.0.1:9/v1#none")
+    policy = make_chat_model("openai:http://127.0.0.1:9/v1#none")
     policy.config = type(policy.config)(base_url=policy.config.base_url, model="none", timeout_s=2, max_retries=0)
     from unified.inference.openai_compat import OpenAICompatClient
 
@@ -50,7 +50,7 @@ def test_openai_backend_reports_unreachable_endpoint_per_request():
 
 def test_unknown_backend_lists_valid_ones():
     with pytest.raises(UnknownNameError) as info:
-        make_policy("embedded", backend="vllmm")
+        make_chat_model("embedded", backend="vllmm")
     assert "vllm" in str(info.value)
 
 
@@ -58,13 +58,13 @@ def test_unknown_backend_lists_valid_ones():
 def test_vllm_backend_generates(tiny_checkpoint):
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("vllm is not installed (gpu extra)")
-    policy = make_policy(f"vllm:{tiny_checkpoint}", SamplingConfig(max_new_tokens=4))
+    policy = make_chat_model(f"vllm:{tiny_checkpoint}", SamplingConfig(max_new_tokens=4))
     out = policy.generate([PolicyRequest(messages=[{"role": "user", "content": "hi"}])])[0]
     assert out.completion_tokens > 0
 
 
 def test_concurrency_reaches_each_backend(tiny_checkpoint):
     """``--max-in-flight`` is not throttled by a backend's own default (8 requests, 16 rows)."""
-    assert make_policy("openai:http://127.0.0.1:9/v1#none", concurrency=24).config.max_concurrency == 24
-    assert make_policy(str(tiny_checkpoint), concurrency=24).max_batch_size == 24
-    assert make_policy(str(tiny_checkpoint), concurrency=24, max_batch_size=4).max_batch_size == 4
+    assert make_chat_model("openai:http://127.0.0.1:9/v1#none", concurrency=24).config.max_concurrency == 24
+    assert make_chat_model(str(tiny_checkpoint), concurrency=24).max_batch_size == 24
+    assert make_chat_model(str(tiny_checkpoint), concurrency=24, max_batch_size=4).max_batch_size == 4

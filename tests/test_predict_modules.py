@@ -132,9 +132,9 @@ def _fixture_adapter():
 
 def _fixture_replay_policy(completions):
     """Answers turn k of an episode with ``completions[k]`` (counted from the request's assistant turns)."""
-    from unified.inference.base import Policy, PolicyOutput
+    from unified.inference.base import ChatModel, PolicyOutput
 
-    class FixtureReplayPolicy(Policy):
+    class FixtureReplayPolicy(ChatModel):
         name = "fixture_replay"
 
         def generate(self, requests):
@@ -198,9 +198,9 @@ def test_prefill_opens_the_block_with_a_real_model(tiny_checkpoint):
     """hf policy + tiny model: the completion starts with the opened block; act has no prefix."""
     from unified.benchmarks.contract import AgentLimits
     from unified.agent.loop import AgentLoop, Job
-    from unified.inference import SamplingConfig, make_policy
+    from unified.inference import SamplingConfig, make_chat_model
 
-    policy = make_policy(str(tiny_checkpoint), SamplingConfig(max_new_tokens=6))
+    policy = make_chat_model(str(tiny_checkpoint), SamplingConfig(max_new_tokens=6))
     adapter = _fixture_adapter()
     for name in ("predict_then_act", "act"):
         recorded = []

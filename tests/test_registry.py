@@ -35,3 +35,20 @@ def test_duplicate_registration_is_an_error():
         reg.register("hf", str)
     reg.register("hf", str, replace=True)
     assert reg.get("hf") is str
+
+
+def test_lazy_entries_import_on_first_use_and_are_listed_before():
+    import sys
+
+    reg = Registry("thing")
+    reg.register_lazy("json_decoder", "json.decoder:JSONDecoder")
+    reg.register_lazy("fresh", "zz_lazy_registry_probe:VALUE")
+    assert "fresh" in reg and reg.names() == ["fresh", "json_decoder"] and len(reg) == 2
+    assert "zz_lazy_registry_probe" not in sys.modules  # nothing imported by listing
+    from json.decoder import JSONDecoder
+
+    assert reg.get("json_decoder") is JSONDecoder
+    with pytest.raises(UnknownNameError, match="Did you mean 'fresh'"):
+        reg.get("fresh!")
+    with pytest.raises(ValueError, match="package.module:attr"):
+        reg.register_lazy("bad", "no_colon")

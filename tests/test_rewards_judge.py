@@ -10,10 +10,9 @@ import string
 import pytest
 
 from unified.config import from_dict
+from unified.inference.judge import Judge, JudgeCache
 from unified.rewards import (
     CRITERIA,
-    CachedJudge,
-    JudgeCache,
     RewardConfig,
     RubricReward,
     build_reward_functions,
@@ -27,17 +26,18 @@ def unfenced(prompt: str) -> str:
     return re.sub(r"\n?<<<END DATA [^>\n]*>>>", "", re.sub(r"<<<BEGIN DATA [^>\n]*>>>\n", "", prompt))
 
 
-class FixtureJudge:
-    """A judge backend for unit tests: records every request, answers with a fixed text."""
+class FixtureJudge(Judge):
+    """A judge for unit tests with no model behind it: records every request that reaches it (past the
+    cache), answers with a fixed text."""
 
-    def __init__(self, answer: str = "", name: str = "fixture-judge") -> None:
-        self.name = name
-        self.answer = answer or "<scores>\n" + "\n".join(f"{c}: {i + 1}" for i, c in enumerate(CRITERIA)) + "\n</scores>"
+    def __init__(self, answer: str = "", name: str = "fixture-judge", cache: JudgeCache | None = None) -> None:
+        super().__init__(model=None, name=name, cache=cache)
+        self.fixed = answer or "<scores>\n" + "\n".join(f"{c}: {i + 1}" for i, c in enumerate(CRITERIA)) + "\n</scores>"
         self.requests: list[list[dict]] = []
 
-    def complete(self, requests):
+    def answer(self, requests):
         self.requests.extend(requests)
-        return [self.answer for _ in requests]
+        return [self.fixed for _ in requests]
 
 
 def _block(values) -> str:
@@ -114,7 +114,7 @@ def test_only_the_answer_reaches_the_judge_and_unparseable_is_zero():
 
 def test_failed_judge_requests_give_zero_not_an_exception():
     class Failing(FixtureJudge):
-        def complete(self, requests):
+        def answer(self, requests):
             return [TimeoutError("judge timed out") for _ in requests]
 
     reward = RubricReward(Failing())
@@ -123,17 +123,16 @@ def test_failed_judge_requests_give_zero_not_an_exception():
 
 
 def test_cache_answers_reruns_without_the_backend(tmp_path):
-    backend = FixtureJudge()
-    cached = CachedJudge(backend, JudgeCache(tmp_path / "cache"))
+    cached = FixtureJudge(cache=JudgeCache(tmp_path / "cache"))
     reward = RubricReward(cached)
     args = (["p1", "p2"], ["o1", "o2"])
     first = reward(*args, reference=["r1", "r2"], domain="terminal")
-    assert cached.calls == 2 and len(backend.requests) == 2
-    again = RubricReward(CachedJudge(backend, JudgeCache(tmp_path / "cache")))
+    assert cached.calls == 2 and len(cached.requests) == 2
+    again = RubricReward(FixtureJudge(cache=JudgeCache(tmp_path / "cache")))
     assert again(*args, reference=["r1", "r2"], domain="terminal") == first
-    assert len(backend.requests) == 2  # nothing new reached the backend
+    assert again.judge.requests == [] and again.judge.calls == 0  # nothing new reached a model
     assert all(b.components["cached"] == 1.0 for b in again.breakdowns(*args, reference=["r1", "r2"], domain="terminal"))
-    other = RubricReward(CachedJudge(FixtureJudge(name="another-judge"), JudgeCache(tmp_path / "cache")))
+    other = RubricReward(FixtureJudge(name="another-judge", cache=JudgeCache(tmp_path / "cache")))
     other(*args, reference=["r1", "r2"], domain="terminal")
     assert other.judge.calls == 2  # a different judge never reuses these answers
 

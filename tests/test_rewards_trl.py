@@ -11,18 +11,20 @@ import hashlib
 import pytest
 
 from _warmup_support import fixture_rl_dataset, tiny_overrides, tiny_policy
+from unified.inference.judge import Judge
 from unified.rewards import CRITERIA, build_reward_functions, reward_weights
 from unified.warmup.callbacks import METRICS_FILE, read_metrics
 from unified.warmup.config import load_warmup_config
 from unified.warmup.trainer import build_trainer
 
 
-class ContentJudge:
-    """A judge backend whose 1-5 scores depend on the request text, so completions get different rewards."""
+class ContentJudge(Judge):
+    """A judge with no model whose 1-5 scores depend on the request text, so completions get different rewards."""
 
-    name = "content-judge"
+    def __init__(self) -> None:
+        super().__init__(model=None, name="content-judge")
 
-    def complete(self, requests):
+    def answer(self, requests):
         answers = []
         for request in requests:
             digest = hashlib.sha256(request[-1]["content"].encode()).digest()

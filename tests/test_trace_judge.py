@@ -8,7 +8,7 @@ import re
 import pytest
 
 from test_trace_fixtures import fixture_weather_episode
-from unified.rewards import CachedJudge, JudgeCache
+from unified.inference.judge import Judge, JudgeCache
 from unified.trace import trace_run
 from unified.trace.judge import RubricJudge, domain_of
 
@@ -18,21 +18,22 @@ def unfenced(prompt: str) -> str:
     return re.sub(r"\n?<<<END DATA [^>\n]*>>>", "", re.sub(r"<<<BEGIN DATA [^>\n]*>>>\n", "", prompt))
 
 
-class FixtureJudgeBackend:
-    """Answers every request with the same rubric block (factuality given), keeps the requests."""
+class FixtureJudge(Judge):
+    """No model: answers every request with the same rubric block (factuality given), keeps the requests."""
 
-    def __init__(self, factuality: int, name: str = "fixture-judge") -> None:
-        self.name, self.factuality, self.requests = name, factuality, []
+    def __init__(self, factuality: int, name: str = "fixture-judge", cache: JudgeCache | None = None) -> None:
+        super().__init__(model=None, name=name, cache=cache)
+        self.factuality, self.requests = factuality, []
 
-    def complete(self, requests):
+    def answer(self, requests):
         self.requests += requests
         return [f"<scores>\nformat: 5\nfactuality: {self.factuality}\nconsistency: 5\nrealism: 5\nquality: 5\n</scores>"
                 for _ in requests]
 
 
 def test_judge_scores_replace_rule_scores(tmp_path):
-    backend = FixtureJudgeBackend(factuality=2)
-    judge = RubricJudge(judge=CachedJudge(backend, JudgeCache(tmp_path / "cache")))
+    backend = FixtureJudge(factuality=2, cache=JudgeCache(tmp_path / "cache"))
+    judge = RubricJudge(judge=backend)
     run = trace_run([fixture_weather_episode()], judge=judge)
     preds = run.predictions
     assert len(backend.requests) == judge.requests_sent == 5  # every aligned prediction
@@ -46,13 +47,13 @@ def test_judge_scores_replace_rule_scores(tmp_path):
     assert "<function=convert>" in step1.split("### New action", 1)[1]
     assert "### Turn 1 action" in step1 and "get_weather" in step1.split("### New action", 1)[0]
     # a rerun is answered from the cache
-    again = RubricJudge(judge=CachedJudge(FixtureJudgeBackend(2), JudgeCache(tmp_path / "cache")))
+    again = RubricJudge(judge=FixtureJudge(2, cache=JudgeCache(tmp_path / "cache")))
     trace_run([fixture_weather_episode()], judge=again)
     assert again.judge.calls == 0
 
 
 def test_judge_correct_when_factuality_high():
-    run = trace_run([fixture_weather_episode()], judge=RubricJudge(judge=FixtureJudgeBackend(factuality=5)))
+    run = trace_run([fixture_weather_episode()], judge=RubricJudge(judge=FixtureJudge(factuality=5)))
     assert run.stats()["accuracy"] == 1.0 and run.stats()["mean_score"] == 1.0
 
 

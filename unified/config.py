@@ -28,8 +28,11 @@ import dataclasses
 import enum
 import math
 import os
+import re
+import sys
 import types
 import typing
+import warnings
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
@@ -72,6 +75,25 @@ def _line_index(text: str, source: str) -> dict[tuple[str, ...], int]:
     return index
 
 
+class _Yaml12Loader(yaml.SafeLoader):
+    """YAML with YAML 1.2's booleans: only true/false are booleans, so ``network: off`` or
+    ``--set x.network=off`` stays the string ``off`` (YAML 1.1 reads on/off/yes/no as booleans and
+    a string setting would then reject ``False``). A boolean setting still accepts on/off/yes/no."""
+
+
+_Yaml12Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Yaml12Loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+                                    list("tTfF"))
+
+
+def load_yaml_text(text: str) -> Any:
+    """``text`` parsed as YAML with YAML 1.2 booleans (see :class:`_Yaml12Loader`)."""
+    return yaml.load(text, Loader=_Yaml12Loader)  # noqa: S506 - a SafeLoader subclass
+
+
 def read_yaml(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:
     """Read a YAML mapping and the line of every key (for error messages)."""
     path = Path(path)
@@ -79,7 +101,7 @@ def read_yaml(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[tuple[
         raise ConfigError(f"{path}: recipe file not found")
     text = path.read_text(encoding="utf-8")
     lines = _line_index(text, str(path))
-    data = yaml.safe_load(text)
+    data = load_yaml_text(text)
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -101,7 +123,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str] | None) -> dict[s
         if not parts:
             raise ConfigError(f"--set {item!r}: empty key")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
+            value = load_yaml_text(raw) if raw.strip() else ""
         except yaml.YAMLError as exc:
             raise ConfigError(f"--set {item!r}: value is not valid YAML: {exc}") from None
         node = data
@@ -223,8 +245,8 @@ def _coerce(value: Any, tp: Any, where: str, source: str = "", lines: dict[tuple
     if tp is bool:
         if isinstance(value, bool):
             return value
-        if isinstance(value, str) and value.lower() in {"true", "false", "yes", "no", "1", "0"}:
-            return value.lower() in {"true", "yes", "1"}
+        if isinstance(value, str) and value.lower() in {"true", "false", "yes", "no", "on", "off", "1", "0"}:
+            return value.lower() in {"true", "yes", "on", "1"}
         raise ConfigError(f"{where}: expected true/false, got {value!r}")
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, (int, str)):
@@ -275,6 +297,7 @@ def from_dict(cls: type[C], data: dict[str, Any], *, where: str = "", lines: dic
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     kwargs: dict[str, Any] = {}
     section = tuple(p for p in where.split(".") if p and not p.startswith("["))
+    data = _apply_renames(cls, data, where, _location(source, lines, section))
     for key, value in data.items():
         key_where = f"{where}.{key}" if where else str(key)
         loc = _location(source, lines, section + (str(key),))
@@ -306,6 +329,37 @@ def from_dict(cls: type[C], data: dict[str, Any], *, where: str = "", lines: dic
         raise
     except ValueError as exc:  # a section's own checks (__post_init__)
         raise ConfigError(f"{_location(source, lines, section)}{exc}") from None
+
+
+RENAMED_ATTRIBUTE = "RENAMED"
+"""A dataclass may declare ``RENAMED: ClassVar[dict[str, str | tuple[str, Callable]]]``: old key ->
+new key (or (new key, a function of the old value)). Old recipes and stored records still load, with
+one deprecation line per old key and place."""
+
+_warned_renames: set[tuple[str, str]] = set()
+
+
+def _apply_renames(cls: type, data: dict[str, Any], where: str, loc: str) -> dict[str, Any]:
+    renamed = getattr(cls, RENAMED_ATTRIBUTE, None) or {}
+    if not any(key in renamed for key in data):
+        return data
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in renamed:
+            out[key] = value
+            continue
+        new, convert = (renamed[key], None) if isinstance(renamed[key], str) else renamed[key]
+        if new in data:
+            raise ConfigError(f"{loc}{where or cls.__name__}: both {key!r} (its old name) and {new!r} are set; "
+                              f"keep {new!r}")
+        out[new] = convert(value) if convert else value
+        old_path, new_path = (f"{where}.{key}", f"{where}.{new}") if where else (key, new)
+        if (loc + old_path, new_path) not in _warned_renames:
+            _warned_renames.add((loc + old_path, new_path))
+            note = f"deprecated: {loc}{old_path} is now {new_path}"
+            warnings.warn(note, DeprecationWarning, stacklevel=3)
+            print(f"note: {note}" + (" (the opposite value)" if convert else ""), file=sys.stderr)
+    return out
 
 
 def _location(source: str, lines: dict[tuple[str, ...], int] | None, path: tuple[str, ...]) -> str:

@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
 
     tok = loaded.tokenizer
     prompt = tok.apply_chat_template(DEMO_MESSAGES, tools=DEMO_TOOLS, tokenize=False, add_generation_prompt=True,
-                                     enable_thinking=False)
+                                     thinking=False)
     ids = tok(prompt, return_tensors="pt", add_special_tokens=False).to(loaded.device)
     start = time.time()
     from unified.warmup.trainer import torch_threads
@@ -182,7 +182,7 @@ def _warmup(args, loaded, done: list[str]) -> dict:
     with the held-out reward before and after (:func:`unified.warmup.benchmark.run_before_after`)."""
     from unified.warmup.benchmark import run_before_after
     from unified.warmup.config import load_warmup_config
-    from unified.warmup.trainer import Policy
+    from unified.warmup.trainer import TrainablePolicy
 
     out = Path(args.out) / "warmup"
     overrides = [f"output_dir={out}", f"train.max_steps={args.warmup_steps}", f"train.save_steps={args.warmup_steps}",
@@ -194,7 +194,7 @@ def _warmup(args, loaded, done: list[str]) -> dict:
           f"clip [{1 - cfg.gspo.epsilon:.4f}, {1 + cfg.gspo.epsilon_high:.4f}], no KL, top "
           f"{cfg.model.trainable_layers} layers trained -> {out}; held-out reward on {args.heldout} prompts before "
           "and after", flush=True)
-    policy = Policy(model=loaded.model, tokenizer=loaded.tokenizer,
+    policy = TrainablePolicy(model=loaded.model, tokenizer=loaded.tokenizer,
                     kernels={"attention": loaded.kernels.attention, "experts": loaded.kernels.experts})
     loaded.model.train()
     report = run_before_after(cfg, temperature=0, policy=policy)

@@ -7,6 +7,7 @@ suggests the closest ones ("did you mean ...?").
 from __future__ import annotations
 
 import difflib
+import importlib
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
@@ -37,11 +38,21 @@ class Registry(Generic[T]):
     ... class HFPolicy: ...
     >>> policies.get("hf") is HFPolicy
     True
+
+    ``register_lazy(name, "package.module:attr")`` names an entry without importing it: the module
+    is imported on the first ``get(name)`` (heavy backends stay unimported until asked for).
     """
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self._entries: dict[str, T] = {}
+        self._lazy: dict[str, str] = {}
+
+    def register_lazy(self, name: str, target: str) -> None:
+        """Register ``"package.module:attr"`` under ``name``, imported on first use."""
+        if ":" not in target:
+            raise ValueError(f"{self.kind} {name!r}: expected 'package.module:attr', got {target!r}")
+        self._lazy[name] = target
 
     def register(self, name: str, obj: T | None = None, *, replace: bool = False) -> Callable[[T], T] | T:
         """Register ``obj`` under ``name``; without ``obj``, return a decorator."""
@@ -55,22 +66,25 @@ class Registry(Generic[T]):
         return add(obj) if obj is not None else add
 
     def get(self, name: str) -> T:
+        if name not in self._entries and name in self._lazy:
+            module_name, _, attr = self._lazy[name].partition(":")
+            self._entries[name] = getattr(importlib.import_module(module_name), attr)
         try:
             return self._entries[name]
         except KeyError:
-            raise UnknownNameError(self.kind, name, list(self._entries)) from None
+            raise UnknownNameError(self.kind, name, self.names()) from None
 
     def names(self) -> list[str]:
-        return sorted(self._entries)
+        return sorted({*self._entries, *self._lazy})
 
     def __contains__(self, name: object) -> bool:
-        return name in self._entries
+        return name in self._entries or name in self._lazy
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self.names())
 
     def __repr__(self) -> str:
         return f"Registry({self.kind!r}, {self.names()})"

@@ -122,10 +122,12 @@ class Observation(Record):
 
 @dataclass
 class Step(Record):
-    """One agent turn: the prompt, what the policy produced, and what the environment answered."""
+    """One model call of an episode: the prompt, what the policy produced, and what the environment
+    answered to its tool calls. A user turn may span several steps (a call, observations, the next
+    call ...); ``AgentLimits.max_turns`` counts steps, ``max_steps_per_turn`` steps within a user turn."""
 
     index: int
-    """0-based turn number within the episode."""
+    """0-based step number within the episode."""
     prompt: str
     """The exact rendered prompt text given to the policy."""
     completion: str

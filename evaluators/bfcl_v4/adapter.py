@@ -77,7 +77,7 @@ class BFCLAdapter(Adapter):
         if self.settings.inference != "bfcl":
             return limits
         step_limit = import_bfcl("bfcl_eval.constants.default_prompts").MAXIMUM_STEP_LIMIT
-        return dataclasses.replace(limits, max_steps_per_user_turn=step_limit + 1, max_turns=NO_EPISODE_CAP)
+        return dataclasses.replace(limits, max_steps_per_turn=step_limit + 1, max_turns=NO_EPISODE_CAP)
 
     def tasks(self, split: str | None = None, limit: int | None = None) -> list[Task]:
         categories = data.resolve_categories(split) if split else self.categories

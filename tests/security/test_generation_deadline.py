@@ -69,7 +69,7 @@ def test_continuous_rows_stop_at_their_deadline(loaded):
 def test_the_loop_ends_a_long_generation_at_max_seconds(tiny_checkpoint, loaded, scheduling):
     from unified.inference.hf import HFPolicy
 
-    policy = HFPolicy(str(tiny_checkpoint), SamplingConfig(max_new_tokens=LONG, enable_thinking=False),
+    policy = HFPolicy(str(tiny_checkpoint), SamplingConfig(max_new_tokens=LONG, thinking=False),
                       loaded=loaded)
     adapter, episodes = FixtureAdapter(n=1), []
     AgentLoop(adapter, policy, limits=AgentLimits(max_seconds=1.0), scheduling=scheduling,

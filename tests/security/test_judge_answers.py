@@ -18,27 +18,27 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from unified.rewards.backends import OpenAIJudgeBackend
+from unified.inference.judge import Judge, make_judge
 from unified.rewards.functions import RubricReward
 from unified.rewards.rubric import parse_judge_answer
 
 NOT_TEXT = [5, 4.5, {"format": 5}, True, ["x"], None]
 
 
-class ConstantJudge:
-    """A judge backend (the JudgeBackend protocol) whose answers are given values, text or not."""
-
-    name = "constant"
+class ConstantJudge(Judge):
+    """A judge with no model whose answers are given values, text or not."""
 
     def __init__(self, answers):
+        super().__init__(model=None, name="constant")
         self.answers = answers
 
-    def complete(self, requests):
+    def answer(self, requests):
         return [self.answers[i % len(self.answers)] for i in range(len(requests))]
 
 
-class BrokenJudge:
-    name = "broken"
+class BrokenJudge(Judge):
+    def __init__(self):
+        super().__init__(model=None, name="broken")
 
     def complete(self, requests):
         raise OSError("the answer cache is on a full disk")
@@ -97,7 +97,7 @@ class _JudgeServer:
 
 def test_an_endpoint_answering_numbers_and_objects_gives_zero():
     with _JudgeServer(NOT_TEXT) as endpoint:
-        reward = RubricReward(OpenAIJudgeBackend(endpoint, max_concurrency=1, max_retries=0))
+        reward = RubricReward(make_judge(endpoint, max_concurrency=1, max_retries=0))
         assert [_call(reward, 1)[0] for _ in NOT_TEXT] == [0.0] * len(NOT_TEXT)
 
 

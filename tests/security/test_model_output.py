@@ -23,9 +23,10 @@ from unified.agent.loop import AgentLoop, Job
 from unified.agent.parsing import (MAX_JSON_DEPTH, UntrustedJSONError, calls_from_structured, load_untrusted_json,
                                    parse_completion)
 from unified.agent.prompting import PROMPTING, PromptingModule
-from unified.eval.runner import EvalConfig, run_eval
-from unified.eval.store import BenchmarkStore
-from unified.inference.base import Policy, PolicyOutput
+from unified.eval.config import EvalConfig
+from unified.eval.runner import run_eval
+from unified.eval.rundir import BenchmarkStore
+from unified.inference.base import ChatModel, PolicyOutput
 
 NESTED = '<tool_call>{"name": "x", "arguments": {"a": ' + "[" * 50000 + "]" * 50000 + "}}</tool_call>"
 BIG_INT = '<tool_call>{"name": "x", "arguments": {"a": ' + "7" * 5000 + "}}</tool_call>"
@@ -85,7 +86,7 @@ HOSTILE = {
 }
 
 
-class HostileOutputPolicy(Policy):
+class HostileOutputPolicy(ChatModel):
     """Turn 1 of task ``echo_N``: its hostile completion (or the right call); later turns: "done"."""
 
     name = "hostile"

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from unified.eval.cli import main
-from unified.eval.store import RunDirError, RunDirLock
+from unified.eval.rundir import RunDirError, RunDirLock
 
 FIXTURE = "fixture_eval_bench:FixtureAdapter"
 TESTS = Path(__file__).resolve().parents[1]
@@ -28,7 +28,7 @@ TESTS = Path(__file__).resolve().parents[1]
 
 def _hold_lock(out: Path) -> subprocess.Popen:
     """Another process that holds ``out`` the way a running eval does (until killed)."""
-    code = ("import sys, time\nfrom unified.eval.store import RunDirLock\n"
+    code = ("import sys, time\nfrom unified.eval.rundir import RunDirLock\n"
             f"lock = RunDirLock({str(out)!r}).__enter__()\nprint('held', flush=True)\ntime.sleep(600)\n")
     proc = subprocess.Popen([sys.executable, "-c", code, "--marker-of-the-first-run"], stdout=subprocess.PIPE,
                             text=True)

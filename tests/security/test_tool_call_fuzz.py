@@ -21,9 +21,9 @@ from fixture_eval_bench import FixtureAdapter
 from security._tool_call_fuzz import TOOL, mutate, mutations
 from unified.agent.loop import AgentLoop, Job
 from unified.agent.parsing import parse_completion
-from unified.eval.store import BenchmarkStore
+from unified.eval.rundir import BenchmarkStore
 from unified.store import json_line
-from unified.inference.base import Policy, PolicyOutput
+from unified.inference.base import ChatModel, PolicyOutput
 from unified.types import Episode, EpisodeResult, ToolSpec
 
 MUTATIONS = 10_000
@@ -54,7 +54,7 @@ def test_parser_returns_on_every_mutation(corpus):
     assert not escaped, escaped[:5]
 
 
-class FuzzPolicy(Policy):
+class FuzzPolicy(ChatModel):
     """Task ``echo_N``'s first turn answers mutation N; every later turn says "done"."""
 
     name = "fuzz"
@@ -98,17 +98,17 @@ def test_agent_loop_finishes_every_episode_of_every_mutation(corpus, tmp_path):
     assert len(store.load()) == len(store.episodes()) == len(corpus) // 100
 
 
-class FuzzedGoldPolicy(Policy):
+class FuzzedGoldPolicy(ChatModel):
     """The gold calls of each BFCL turn, mutated (seeded): valid calls of the real tools, then broken."""
 
     name = "fuzzed_gold"
     needs_context = True
 
     def __init__(self, seed: int) -> None:
-        from unified.inference import make_policy
+        from unified.inference import make_chat_model
 
         super().__init__("fuzzed_gold")
-        self.gold, self.rng, self.answers = make_policy("gold"), random.Random(seed), 0
+        self.gold, self.rng, self.answers = make_chat_model("gold"), random.Random(seed), 0
 
     def generate(self, requests):
         outputs = []
@@ -125,7 +125,8 @@ class FuzzedGoldPolicy(Policy):
 def test_bfcl_eval_with_a_fuzzing_model_has_a_result_for_every_task(tmp_path):
     pytest.importorskip("bfcl_eval")
     from unified.benchmarks.discovery import load_adapter
-    from unified.eval.runner import EvalConfig, run_eval
+    from unified.eval.config import EvalConfig
+    from unified.eval.runner import run_eval
 
     limit, categories = 24, "single_turn,multi_turn,memory_kv"
     cfg = EvalConfig(benchmarks=["bfcl_v4"], model="fuzzed_gold", out=str(tmp_path), limit=limit, max_in_flight=8,

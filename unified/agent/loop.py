@@ -59,7 +59,7 @@ from unified.agent.prompting import make_prompting
 from unified.agent.workers import (FINISH, OPEN, STEP, USER, EpisodeState, EpisodeWorkers, close_environment,
                                    crash_result, finish_episode, next_user_turn, open_environment, step_environment)
 from unified.benchmarks.contract import Adapter, AgentLimits, StopReason, Task
-from unified.inference.base import Policy, PolicyOutput, PolicyRequest
+from unified.inference.base import ChatModel, PolicyOutput, PolicyRequest
 from unified.types import Episode, EpisodeResult, Message, Step, ToolCall
 
 
@@ -130,7 +130,7 @@ class AgentLoop:
     last round's generation took, at least :data:`MIN_ROUND_WAIT`).
     """
 
-    def __init__(self, adapter: Adapter, policy: Policy, *, prompting: str = "act",
+    def __init__(self, adapter: Adapter, policy: ChatModel, *, prompting: str = "act",
                  prompting_options: dict[str, Any] | None = None, limits: AgentLimits = AgentLimits(),
                  max_in_flight: int = 8, env_workers: int | None = None, model_name: str = "",
                  on_result: Callable[[EpisodeResult, Episode], None] | None = None,
@@ -480,10 +480,10 @@ class AgentLoop:
         reason: StopReason | None = None
         if len(episode.steps) >= limits.max_turns:
             reason = StopReason.MAX_TURNS
-        elif state.steps_in_turn >= limits.max_steps_per_user_turn:
+        elif state.steps_in_turn >= limits.max_steps_per_turn:
             reason = StopReason.MAX_STEPS_PER_TURN
-        elif state.tokens >= limits.max_completion_tokens:
-            reason = StopReason.MAX_TOKENS
+        elif state.tokens >= limits.max_episode_tokens:
+            reason = StopReason.MAX_EPISODE_TOKENS
         elif time.monotonic() - state.started >= limits.max_seconds:
             reason = StopReason.TIMEOUT
         if reason:

@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from unified.config import bounded
 from unified.types import Episode, EpisodeResult, Message, Observation, Record, ToolCall, ToolSpec
 
 ENTRY_POINT_GROUP = "unified.benchmarks"
@@ -72,9 +73,10 @@ class StopReason(str, enum.Enum):
     MAX_TURNS = "max_turns"
     """``AgentLimits.max_turns`` policy calls were made."""
     MAX_STEPS_PER_TURN = "max_steps_per_turn"
-    """``AgentLimits.max_steps_per_user_turn`` policy calls within one user turn."""
-    MAX_TOKENS = "max_tokens"
-    """``AgentLimits.max_completion_tokens`` tokens were generated in the episode."""
+    """``AgentLimits.max_steps_per_turn`` policy calls within one user turn."""
+    MAX_EPISODE_TOKENS = "max_episode_tokens"
+    """``AgentLimits.max_episode_tokens`` tokens were generated in the episode (stored runs from
+    before this name say ``max_tokens``; they load as this member)."""
     TIMEOUT = "timeout"
     """``AgentLimits.max_seconds`` of wall time passed (generation is cut at the deadline too)."""
     ERROR = "error"
@@ -85,19 +87,28 @@ class StopReason(str, enum.Enum):
     def __str__(self) -> str:
         return self.value
 
+    @classmethod
+    def _missing_(cls, value: object) -> "StopReason | None":
+        return {"max_tokens": cls.MAX_EPISODE_TOKENS}.get(value)  # type: ignore[arg-type]
+
 
 @dataclass
 class AgentLimits:
-    """Per-episode limits; hitting one ends the episode with its :class:`StopReason`."""
+    """Per-episode limits; hitting one ends the episode with the :class:`StopReason` of the same name
+    (``max_seconds``: ``timeout``). Each is also a flag of ``python -m unified.eval``
+    (``--max-turns``, ``--max-steps-per-turn``, ``--max-episode-tokens``, ``--max-seconds``) and a key
+    of a recipe's ``limits`` section."""
 
-    max_turns: int = 40
-    """Policy calls per episode (``max_turns``)."""
-    max_steps_per_user_turn: int = 20
-    """Policy calls within one user turn (``max_steps_per_turn``; BFCL's MAXIMUM_STEP_LIMIT is 20)."""
-    max_completion_tokens: int = 32768
-    """Generated tokens per episode (``max_tokens``)."""
-    max_seconds: float = 3600.0
-    """Wall time per episode (``timeout``)."""
+    max_turns: int = bounded(40, ge=1)
+    """Policy calls per episode."""
+    max_steps_per_turn: int = bounded(20, ge=1)
+    """Policy calls within one user turn (BFCL's MAXIMUM_STEP_LIMIT is 20)."""
+    max_episode_tokens: int = bounded(32768, ge=1)
+    """Generated tokens per episode."""
+    max_seconds: float = bounded(3600.0, gt=0)
+    """Wall time per episode (stop reason ``timeout``)."""
+
+    RENAMED = {"max_steps_per_user_turn": "max_steps_per_turn", "max_completion_tokens": "max_episode_tokens"}
 
 
 class BenchmarkUnavailable(RuntimeError):

@@ -60,6 +60,12 @@ def adapter_class(name: str) -> type:
                                    f"pip install {missing.split('.')[0]}") from None
     except AttributeError:
         raise BenchmarkUnavailable("not yet available", f"{ep.value!r} does not exist yet") from None
+    except ImportError as exc:  # not a missing module: a name its module imports is not there, a broken build
+        raise BenchmarkUnavailable(f"its adapter module {module_name!r} failed to import: {exc}",
+                                   "fix or reinstall the package that provides it") from None
+    except Exception as exc:  # an outside package that raises at import: the other benchmarks still run
+        raise BenchmarkUnavailable(f"its adapter module {module_name!r} raised {type(exc).__name__} on import: "
+                                   f"{exc}", "fix or reinstall the package that provides it") from None
 
 
 def declared_suites() -> tuple[dict[str, list[str]], dict[str, str]]:

@@ -25,8 +25,9 @@ import sys
 from unified.config import (ConfigError, add_recipe_arguments, apply_overrides, dump_yaml, flag_type, from_dict,
                              read_yaml)
 from unified.benchmarks.discovery import check_benchmark_config
-from unified.eval.runner import EvalConfig, benchmarks_to_run, run_eval
-from unified.eval.store import RunDirError
+from unified.eval.config import EvalConfig
+from unified.eval.runner import benchmarks_to_run, run_eval
+from unified.eval.rundir import RunDirError
 from unified.registry import UnknownNameError
 
 # flag -> config key (flags left at None do not override the recipe)
@@ -36,7 +37,7 @@ _FLAG_KEYS = {
     "scheduling": "scheduling",
     "temperature": "sampling.temperature", "top_p": "sampling.top_p", "max_new_tokens": "sampling.max_new_tokens",
     "thinking": "sampling.thinking", "seed": "sampling.seed", "max_turns": "limits.max_turns",
-    "max_steps_per_turn": "limits.max_steps_per_user_turn", "max_episode_tokens": "limits.max_completion_tokens",
+    "max_steps_per_turn": "limits.max_steps_per_turn", "max_episode_tokens": "limits.max_episode_tokens",
     "max_seconds": "limits.max_seconds",
 }
 

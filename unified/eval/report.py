@@ -79,10 +79,20 @@ def _is_errored(result: Any) -> bool:
 
 
 def _first_line(text: str, width: int = 120) -> str:
-    """The line that says what happened: the first one, or a traceback's last (the exception)."""
+    """The line that says what happened: the first one, or a traceback's last (the exception), cut
+    at a word boundary with an ellipsis when longer than ``width``."""
     lines = [line for line in str(text).strip().splitlines() if line.strip()] or [""]
-    line = lines[-1] if "Traceback (most recent call last)" in text else lines[0]
-    return line.strip()[:width]
+    line = (lines[-1] if "Traceback (most recent call last)" in text else lines[0]).strip()
+    return shorten(line, width)
+
+
+def shorten(text: str, width: int) -> str:
+    """``text`` cut at the last word boundary that fits ``width`` characters, ``…`` marking the cut."""
+    if len(text) <= width:
+        return text
+    cut = text[:width - 1]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > width // 2 else cut).rstrip(" ,;:") + "…"
 
 
 def benchmark_entry(*, tasks: Iterable[Any], results: Iterable[Any], runs: int, runs_protocol: int,
@@ -268,6 +278,9 @@ def render_markdown(summary: dict[str, Any]) -> str:
                          f"{_status_cell(entry)} | {_comparable_cell(entry)} | {paper_cell} |")
             if entry.get("not_comparable_because") and entry.get("status") in ("ok", "partial"):
                 notes.append(f"- **{name}** not comparable: " + "; ".join(entry["not_comparable_because"]))
+            if entry.get("error_reasons"):
+                notes.append(f"- **{name}** errors: " + "; ".join(f"{n} x {reason}" for reason, n
+                                                                 in entry["error_reasons"].items()))
         lines.append("")
         if any(benchmarks[n].get("status") == "partial" for n in members):
             lines += ["\\* partial: computed over the tasks that ran only.", ""]

@@ -12,76 +12,22 @@ from __future__ import annotations
 import sys
 import time
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from unified.agent.loop import AgentLoop, Job
-from unified.config import ConfigError, bounded, to_dict
+from unified.config import ConfigError, to_dict
 from unified.benchmarks.contract import AgentLimits, BenchmarkUnavailable, check_task_ids
 from unified.benchmarks.discovery import (ALL_SUITE, benchmark_facts, check_benchmark_config, declared_suites,
                                           expand_benchmarks, load_adapter)
 from unified.benchmarks.helpers import limit_runnable, select_task_ids
-from unified.eval.general import GENERAL_SUITE, GeneralConfig, run_general, split_suites
+from unified.eval.config import EvalConfig
+from unified.eval.general import GENERAL_SUITE, run_general, split_suites
 from unified.eval.report import benchmark_entry, write_summary
-from unified.eval.store import BenchmarkStore, RunDirLock
+from unified.eval.rundir import BenchmarkStore, RunDirLock
 from unified.store import write_json_atomic
-from unified.inference.base import Policy, SamplingConfig, make_policy
+from unified.inference.base import ChatModel, SamplingConfig, make_chat_model
 from unified.registry import UnknownNameError
-
-
-@dataclass
-class SamplingSection:
-    temperature: float = bounded(0.0, ge=0)
-    top_p: float = bounded(1.0, gt=0, le=1)
-    max_new_tokens: int = bounded(512, ge=1)
-    thinking: bool = True
-    seed: int | None = None
-
-
-@dataclass
-class LimitsSection:
-    max_turns: int = bounded(40, ge=1)
-    max_steps_per_user_turn: int = bounded(20, ge=1)
-    max_completion_tokens: int = bounded(32768, ge=1)
-    max_seconds: float = bounded(3600.0, gt=0)
-
-
-@dataclass
-class EvalConfig:
-    """Everything ``python -m unified.eval`` takes (a recipe holds the same keys)."""
-
-    suite: str | None = None
-    """``ood``, ``in_domain``, ``all`` (the two), any suite an installed adapter declares, ``general``
-    (lm-evaluation-harness; not part of ``all``), or several comma-separated (``general,ood``). Suites are what the adapters declare (:mod:`unified.benchmarks.discovery`)."""
-    benchmarks: list[str] = field(default_factory=list)
-    """Benchmark names (or ``module:Factory`` import paths) in addition to the suite."""
-    model: str = "embedded"
-    """``embedded``, a checkpoint dir, a .gguf, ``openai:URL#MODEL``, ``vllm:PATH`` or ``gold``."""
-    backend: str | None = None
-    """Force ``hf``/``vllm``/``openai`` for a local spec."""
-    prompting: str = "act"
-    prompting_options: dict[str, Any] = field(default_factory=dict)
-    out: str = "runs/eval"
-    split: str | None = None
-    """Benchmark-specific split/category selection passed to ``tasks``."""
-    limit: int | None = bounded(None, ge=1)
-    """Tasks per benchmark."""
-    task_ids: list[str] = field(default_factory=list)
-    """Run only these task ids (and the tasks they depend on); ``limit`` then applies to them."""
-    runs: int | None = bounded(None, ge=1)
-    """Rollouts per task (default: each benchmark's protocol)."""
-    max_in_flight: int = bounded(8, ge=1)
-    """Episodes generated together (the batch size of the ``hf`` backend)."""
-    scheduling: str = "auto"
-    """``auto`` | ``continuous`` | ``rounds``: how episodes share the policy
-    (:data:`unified.agent.loop.SCHEDULING`; auto = continuous batching where the backend has it)."""
-    sampling: SamplingSection = field(default_factory=SamplingSection)
-    limits: LimitsSection = field(default_factory=LimitsSection)
-    benchmark_config: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Per-benchmark adapter config, e.g. ``{bfcl_v4: {categories: multi_turn}}``."""
-    general: GeneralConfig = field(default_factory=GeneralConfig)
-    """The ``general`` suite's lm-eval options (:class:`unified.eval.general.GeneralConfig`)."""
 
 
 def _log(message: str) -> None:
@@ -106,29 +52,29 @@ class _Progress:
         self.bar.close()
 
 
-def run_eval(cfg: EvalConfig, *, policy: Policy | None = None) -> dict[str, Any]:
+def run_eval(cfg: EvalConfig, *, policy: ChatModel | None = None) -> dict[str, Any]:
     """Run (or resume) the evaluation described by ``cfg``; returns the summary.
 
-    The run directory is held for the whole run (:class:`unified.eval.store.RunDirLock`): a
-    second run on the same ``--out`` raises :class:`unified.eval.store.RunDirError` naming this one.
+    The run directory is held for the whole run (:class:`unified.eval.rundir.RunDirLock`): a
+    second run on the same ``--out`` raises :class:`unified.eval.rundir.RunDirError` naming this one.
+    The selection and every ``benchmarks.NAME`` section are checked first: a rejected setting leaves
+    no ``--out`` behind.
     """
-    with RunDirLock(cfg.out):
-        return _run_eval(cfg, policy=policy)
-
-
-def _run_eval(cfg: EvalConfig, *, policy: Policy | None = None) -> dict[str, Any]:
     names, want_general = benchmarks_to_run(cfg)
     if not names and not want_general:
         suites = sorted({*declared_suites()[0], ALL_SUITE, GENERAL_SUITE})
         raise ValueError(f"nothing to evaluate: give --suite or --benchmarks (suites: {', '.join(suites)})")
     check_benchmark_config(cfg.benchmark_config)  # a mistyped key fails now, not after hours of other benchmarks
+    with RunDirLock(cfg.out):
+        return _run_eval(cfg, names, want_general, policy=policy)
+
+
+def _run_eval(cfg: EvalConfig, names: list[str], want_general: bool, *,
+              policy: ChatModel | None = None) -> dict[str, Any]:
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "run.json", {"config": to_dict(cfg), "updated_at": time.time()})
-    sampling = SamplingConfig(temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p,
-                              max_new_tokens=cfg.sampling.max_new_tokens, enable_thinking=cfg.sampling.thinking,
-                              seed=cfg.sampling.seed)
-    limits = AgentLimits(**to_dict(cfg.limits))
+    sampling, limits = cfg.sampling, cfg.limits
     benchmarks: dict[str, dict[str, Any]] = {}
     own_policy = policy is None
     try:
@@ -191,6 +137,7 @@ def _run_benchmark(name: str, cfg: EvalConfig, out: Path, sampling: SamplingConf
         return {"status": "error", "reason": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(),
                 "comparable": False}
     runs = cfg.runs or adapter.runs_default
+    effective_limits = adapter.agent_limits(limits)  # the protocol's own budgets, recorded in the summary
     adapter.runs_requested = runs  # trials the run asked for (an aggregate pads missing ones to it)
     recorded = store.load()
     jobs = [Job(task, trial) for task in tasks for trial in range(runs) if (task.id, trial) not in recorded]
@@ -200,7 +147,7 @@ def _run_benchmark(name: str, cfg: EvalConfig, out: Path, sampling: SamplingConf
     if jobs:
         if policy is None:
             _log(f"loading policy {cfg.model} ...")
-            policy = new_policy = make_policy(cfg.model, sampling, backend=cfg.backend, concurrency=cfg.max_in_flight)
+            policy = new_policy = make_chat_model(cfg.model, sampling, backend=cfg.backend, concurrency=cfg.max_in_flight)
         _log(f"{name}: {len(jobs)} episodes to run ({len(recorded)} already recorded), "
              f"{len(tasks)} tasks x {runs} run(s)")
         progress = _Progress(name, len(jobs))
@@ -210,8 +157,8 @@ def _run_benchmark(name: str, cfg: EvalConfig, out: Path, sampling: SamplingConf
             progress.update(result.error is not None)
 
         loop = AgentLoop(adapter, policy, prompting=cfg.prompting, prompting_options=cfg.prompting_options,
-                         limits=adapter.agent_limits(limits), max_in_flight=cfg.max_in_flight, model_name=cfg.model, on_result=on_result,
-                         scheduling=cfg.scheduling)
+                         limits=effective_limits, max_in_flight=cfg.max_in_flight, model_name=cfg.model,
+                         on_result=on_result, scheduling=cfg.scheduling)
         started = time.perf_counter()
         try:
             loop.run(jobs, finished_ids=finished_ids)
@@ -229,6 +176,7 @@ def _run_benchmark(name: str, cfg: EvalConfig, out: Path, sampling: SamplingConf
                               subset=f"--split {cfg.split}" if cfg.split else None)
     summary["runs_dir"] = str(store.dir)
     summary["settings"] = dict(adapter.config)  # the adapter's parsed Config, defaults included
+    summary["limits"] = to_dict(effective_limits)  # after the adapter's agent_limits, not only the flags
     summary["_policy"] = new_policy
     return summary
 

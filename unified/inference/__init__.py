@@ -2,7 +2,7 @@
 
 - :mod:`~unified.inference.spec`: the spec grammar (``embedded``, a directory, a ``.gguf``, a hub
   id, ``openai:URL#MODEL``, ``vllm:SPEC``, ``gold``) parsed into a :class:`ModelSpec`;
-- :mod:`~unified.inference.base`: :class:`ChatModel` (the agent's ``Policy``): batched
+- :mod:`~unified.inference.base`: :class:`ChatModel` (the model an episode calls; one call is one ``Step``): batched
   ``generate``, continuous ``submit``/``poll``, single-shot ``chat``; :func:`make_chat_model`;
   backends ``hf``, ``openai``, ``vllm``, ``gold``;
 - :mod:`~unified.inference.reasoning`: the one ``<think>`` split/join;
@@ -18,8 +18,8 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "ChatModel": "base", "Policy": "base", "PolicyOutput": "base", "PolicyRequest": "base",
-    "SamplingConfig": "base", "make_chat_model": "base", "make_policy": "base",
+    "ChatModel": "base", "PolicyOutput": "base", "PolicyRequest": "base",
+    "SamplingConfig": "base", "make_chat_model": "base",
     "join_reasoning": "reasoning", "split_reasoning": "reasoning", "strip_reasoning": "reasoning",
     "shared_chat_model": "shared", "shared_checkpoint": "shared",
     "ModelSpec": "spec", "SpecError": "spec", "parse_spec": "spec",

@@ -1,6 +1,6 @@
 """The chat model: one interface for every generation backend, a batch of chat requests in, completions out.
 
-:class:`ChatModel` (the agent calls it its policy: ``Policy`` is the same class) serves the
+:class:`ChatModel` (the agent calls it its policy: ``ChatModel`` is the same class) serves the
 policy, judges, simulated users, simulated search and the lwm eval. ``generate(requests)`` takes the next turn of many episodes at once (the agent loop
 gathers every episode in flight that waits for the policy) and returns, per request, a
 :class:`PolicyOutput` or the Exception that request raised (one failing request must not
@@ -22,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Hashable
 
+from unified.config import bounded
+from unified.registry import Registry
 from unified.inference.reasoning import strip_reasoning
 from unified.inference.spec import ModelSpec, parse_spec
 
@@ -30,14 +32,16 @@ from unified.inference.spec import ModelSpec, parse_spec
 class SamplingConfig:
     """Decoding settings shared by all backends (``--temperature``, ``--top-p`` ...)."""
 
-    temperature: float = 0.0
+    temperature: float = bounded(0.0, ge=0)
     """0 = greedy."""
-    top_p: float = 1.0
-    max_new_tokens: int = 512
+    top_p: float = bounded(1.0, gt=0, le=1)
+    max_new_tokens: int = bounded(512, ge=1)
     """Per policy call."""
-    enable_thinking: bool = True
-    """Open a ``<think>`` block in the generation prompt (Qwen3.5 templates)."""
+    thinking: bool = True
+    """Open a ``<think>`` block in the generation prompt (the chat template's ``enable_thinking``)."""
     seed: int | None = None
+
+    RENAMED = {"enable_thinking": "thinking"}  # old key -> new (unified.config.from_dict)
 
 
 @dataclass
@@ -58,7 +62,7 @@ class PolicyRequest:
     model's :class:`SamplingConfig`."""
     temperature: float | None = None
     """This request's temperature; None: the model's :class:`SamplingConfig`."""
-    enable_thinking: bool | None = None
+    thinking: bool | None = None
     """Open a ``<think>`` block for this request; None: the model's :class:`SamplingConfig`."""
     logprobs: bool = False
     """Ask for :attr:`PolicyOutput.logprobs` (in-process backends give them anyway)."""
@@ -104,9 +108,18 @@ class ChatModel:
     needs_context = False
     """True for policies that read ``PolicyRequest.context`` (the task and adapter): ``gold``."""
 
+    concurrency_option: str | None = None
+    """The constructor option that ``make_chat_model(concurrency=N)`` sets (``hf``'s batch rows,
+    ``openai``'s concurrent requests), so the backend never throttles ``--max-in-flight``."""
+
     def __init__(self, model: str = "", sampling: SamplingConfig = SamplingConfig()) -> None:
         self.model = model
         self.sampling = sampling
+
+    @classmethod
+    def from_spec(cls, spec: ModelSpec, sampling: SamplingConfig, **options: Any) -> "ChatModel":
+        """The backend's model for a parsed spec (what :func:`make_chat_model` calls)."""
+        return cls(spec, sampling, **options)
 
     supports_continuous_batching = False
     """True when :meth:`submit` / :meth:`poll` are implemented (the agent loop then schedules
@@ -131,14 +144,14 @@ class ChatModel:
         s = self.sampling
         return replace(s, max_new_tokens=s.max_new_tokens if request.max_new_tokens is None else request.max_new_tokens,
                        temperature=s.temperature if request.temperature is None else request.temperature,
-                       enable_thinking=s.enable_thinking if request.enable_thinking is None else request.enable_thinking)
+                       thinking=s.thinking if request.thinking is None else request.thinking)
 
     def chat_many(self, conversations: list[list[dict[str, Any]]], *, max_tokens: int, temperature: float = 0.0,
                   thinking: bool = False) -> list[str | Exception]:
         """Single-shot answers (a judge's batch): each conversation's answer text, reasoning removed
         (:func:`unified.inference.reasoning.strip_reasoning`), or the Exception of a failed one."""
         requests = [PolicyRequest(messages=list(m), max_new_tokens=int(max_tokens), temperature=float(temperature),
-                                  enable_thinking=thinking) for m in conversations]
+                                  thinking=thinking) for m in conversations]
         if not requests:
             return []
         try:
@@ -162,8 +175,13 @@ class ChatModel:
         self.close()
 
 
-Policy = ChatModel
-"""The agent's name for a chat model (the model whose turns an episode records)."""
+BACKENDS: Registry[type[ChatModel]] = Registry("inference backend")
+"""Backends by name (the ``backend`` of a parsed spec), imported on first use: ``hf`` needs torch and
+transformers, ``vllm`` a vLLM install, and a process that only talks to an endpoint loads neither."""
+BACKENDS.register_lazy("hf", "unified.inference.hf:HFPolicy")
+BACKENDS.register_lazy("openai", "unified.inference.openai_backend:OpenAIPolicy")
+BACKENDS.register_lazy("vllm", "unified.inference.vllm_backend:VLLMPolicy")
+BACKENDS.register_lazy("gold", "unified.inference.gold:GoldPolicy")
 
 
 def make_chat_model(spec: str | ModelSpec, sampling: SamplingConfig = SamplingConfig(), *, backend: str | None = None,
@@ -179,26 +197,8 @@ def make_chat_model(spec: str | ModelSpec, sampling: SamplingConfig = SamplingCo
     is given.
     """
     parsed = parse_spec(spec, backend=backend)
-    if parsed.backend == "gold":
-        from unified.inference.gold import GoldPolicy
+    cls = BACKENDS.get(parsed.backend)
+    if concurrency and cls.concurrency_option:
+        options.setdefault(cls.concurrency_option, concurrency)
+    return cls.from_spec(parsed, sampling, **options)
 
-        return GoldPolicy(sampling=sampling)
-    if parsed.backend == "openai":
-        from unified.inference.openai_backend import OpenAIPolicy
-
-        if concurrency:
-            options.setdefault("max_concurrency", concurrency)
-        return OpenAIPolicy(parsed, sampling, **options)
-    if parsed.backend == "vllm":
-        from unified.inference.vllm_backend import VLLMPolicy
-
-        return VLLMPolicy(parsed, sampling, **options)
-    from unified.inference.hf import HFPolicy
-
-    if concurrency:
-        options.setdefault("max_batch_size", concurrency)
-    return HFPolicy(parsed, sampling, **options)
-
-
-make_policy = make_chat_model
-"""The runner's name for :func:`make_chat_model`."""

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 
-from unified.inference.base import Policy, PolicyOutput, PolicyRequest, SamplingConfig
+from unified.inference.base import ChatModel, PolicyOutput, PolicyRequest, SamplingConfig
 from unified.types import ToolCall
 
 
-class GoldPolicy(Policy):
+class GoldPolicy(ChatModel):
     name = "gold"
     needs_context = True
     """The agent loop passes ``{"task", "adapter"}`` in each request's context."""
@@ -23,6 +23,10 @@ class GoldPolicy(Policy):
     def __init__(self, sampling: SamplingConfig = SamplingConfig()) -> None:
         super().__init__("gold", sampling)
         self._cache: dict[tuple[str, str], list] = {}
+
+    @classmethod
+    def from_spec(cls, spec, sampling: SamplingConfig, **options) -> "GoldPolicy":
+        return cls(sampling=sampling)  # nothing to load: the adapter is the model
 
     def _turns(self, adapter, task) -> list:
         key = (task.benchmark, task.id)

@@ -20,7 +20,7 @@ passed is answered at once with no text.
 The weights come from the process's shared copy (:func:`unified.inference.shared.shared_checkpoint`:
 a judge or a local server on the same spec uses the same tensors) unless ``loaded`` is given;
 every forward pass runs under the model's :func:`unified.inference.shared.model_lock`. A request's
-own ``max_new_tokens``/``temperature``/``enable_thinking`` override the model's sampling (rows
+own ``max_new_tokens``/``temperature``/``thinking`` override the model's sampling (rows
 of one batch may differ). Outputs carry each generated token's log-probability
 (:func:`unified.models.generation.token_logprobs`).
 """
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any, Hashable
 
-from unified.inference.base import Policy, PolicyOutput, PolicyRequest, SamplingConfig
+from unified.inference.base import ChatModel, PolicyOutput, PolicyRequest, SamplingConfig
 from unified.inference.shared import model_lock, shared_checkpoint
 from unified.inference.spec import ModelSpec, parse_spec
 from unified.models.continuous import ContinuousBatcher, ContinuousStats, continuous_batching_supported
@@ -37,7 +37,8 @@ from unified.models.generation import SamplingParams, batched_generate, past_dea
 from unified.models.prefix_cache import PrefixCache
 
 
-class HFPolicy(Policy):
+class HFPolicy(ChatModel):
+    concurrency_option = "max_batch_size"
     name = "hf"
 
     def __init__(self, model: str | ModelSpec = "embedded", sampling: SamplingConfig = SamplingConfig(), *,
@@ -65,7 +66,7 @@ class HFPolicy(Policy):
         return SamplingParams(max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p, seed=s.seed)
 
     def render(self, request: PolicyRequest) -> str:
-        thinking = self.sampling.enable_thinking if request.enable_thinking is None else request.enable_thinking
+        thinking = self.sampling.thinking if request.thinking is None else request.thinking
         return self.loaded.tokenizer.apply_chat_template(
             request.messages, tools=request.tools or None, tokenize=False, add_generation_prompt=True,
             enable_thinking=thinking) + request.prefix

@@ -25,7 +25,7 @@ import json
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Hashable
 
-from unified.inference.base import Policy, PolicyOutput, PolicyRequest, SamplingConfig
+from unified.inference.base import ChatModel, PolicyOutput, PolicyRequest, SamplingConfig
 from unified.inference.openai_compat import DeadlineExceeded, OpenAICompatClient, parse_endpoint_spec
 from unified.inference.reasoning import join_reasoning
 from unified.inference.spec import ModelSpec
@@ -44,7 +44,8 @@ def to_wire(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-class OpenAIPolicy(Policy):
+class OpenAIPolicy(ChatModel):
+    concurrency_option = "max_concurrency"
     name = "openai"
     supports_continuous_batching = True
     poll_interval_s = 0.05
@@ -65,7 +66,7 @@ class OpenAIPolicy(Policy):
         s = self.sampling_for(request)
         payload = dict(messages=to_wire(request.messages), tools=request.tools or None, max_tokens=s.max_new_tokens,
                        temperature=s.temperature, top_p=s.top_p, seed=s.seed,
-                       chat_template_kwargs={"enable_thinking": s.enable_thinking}, deadline=request.deadline)
+                       chat_template_kwargs={"enable_thinking": s.thinking}, deadline=request.deadline)
         if self.logprobs or request.logprobs:
             payload["logprobs"] = True
         return payload

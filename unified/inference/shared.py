@@ -84,7 +84,7 @@ def shared_chat_model(spec: str | ModelSpec, *, sampling: SamplingConfig | None 
     parsed = parse_spec(spec)
     if parsed.backend == "gold":
         raise SpecError("model spec 'gold' replays an adapter's ground truth; it cannot judge, answer or search")
-    sampling = sampling or SamplingConfig(max_new_tokens=256, enable_thinking=False)
+    sampling = sampling or SamplingConfig(max_new_tokens=256, thinking=False)
     key = (parsed.text if not parsed.is_checkpoint else checkpoint_key(parsed), parsed.backend, sampling,
            tuple(sorted(options.items())))
     with _LOCK:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from unified.inference.base import Policy, PolicyOutput, PolicyRequest, SamplingConfig
+from unified.inference.base import ChatModel, PolicyOutput, PolicyRequest, SamplingConfig
 from unified.inference.spec import ModelSpec, parse_spec
 from unified.models.embedded import ensure_embedded_checkpoint
 
@@ -19,7 +19,7 @@ class VLLMUnavailable(RuntimeError):
     """vLLM is not installed (CPU installs never have it)."""
 
 
-class VLLMPolicy(Policy):
+class VLLMPolicy(ChatModel):
     name = "vllm"
 
     def __init__(self, model: str | ModelSpec, sampling: SamplingConfig = SamplingConfig(), **engine_kwargs) -> None:
@@ -40,7 +40,7 @@ class VLLMPolicy(Policy):
 
         settings = [self.sampling_for(r) for r in requests]
         prompts = [self.tokenizer.apply_chat_template(r.messages, tools=r.tools or None, tokenize=False,
-                                                      add_generation_prompt=True, enable_thinking=s.enable_thinking)
+                                                      add_generation_prompt=True, enable_thinking=s.thinking)
                    + r.prefix for r, s in zip(requests, settings)]
         params = [SamplingParams(temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_new_tokens, seed=s.seed,
                                  logprobs=0) for s in settings]

@@ -39,10 +39,10 @@ from pathlib import Path
 from typing import Any
 
 from unified.inference import PolicyRequest, SamplingConfig, parse_spec, shared_chat_model
+from unified.inference.judge import make_judge
 from unified.lwm.dataset import sample_one_turn_per_trajectory, to_chat
 from unified.text import parse_observation
 from unified.lwm.records import AWBRecord, load_records
-from unified.rewards.backends import CachedJudge, JudgeCache, LocalHFJudgeBackend, OpenAIJudgeBackend
 from unified.rewards.functions import RubricReward
 from unified.rewards.verifiers import verify
 from unified.store import append_jsonl, write_text_atomic
@@ -89,26 +89,18 @@ class WorldModel:
         self.parsed = parse_spec(spec)
         options = {"max_batch_size": batch_size} if self.parsed.backend == "hf" else {}
         self.model = shared_chat_model(self.parsed, sampling=SamplingConfig(max_new_tokens=max_new_tokens,
-                                                                            enable_thinking=thinking), **options)
+                                                                            thinking=thinking), **options)
         self.loaded = getattr(self.model, "loaded", None)
 
     def predict(self, messages: list[list[dict]]) -> list[str | Exception]:
         """Raw completions (reasoning kept as ``...</think>``, :func:`unified.inference.join_reasoning`)."""
         requests = [PolicyRequest(messages=m, max_new_tokens=self.max_new_tokens, temperature=0.0,
-                                  enable_thinking=self.thinking) for m in messages]
+                                  thinking=self.thinking) for m in messages]
         try:
             outputs = self.model.generate(requests)
         except Exception as exc:  # the whole batch failed: every sample records it
             return [exc for _ in messages]
         return [o if isinstance(o, Exception) else o.prefix + o.text for o in outputs]
-
-
-def build_judge_backend(spec: str, *, max_tokens: int, world_model: WorldModel | None = None, batch_size: int = 8):
-    """The rubric judge on ``spec``; a local checkpoint shares the process's copy (the world model's too)."""
-    if parse_spec(spec).is_endpoint:
-        return OpenAIJudgeBackend(spec, max_tokens=max_tokens)
-    shared = world_model.loaded if world_model is not None and world_model.spec == spec else None
-    return LocalHFJudgeBackend(spec, max_tokens=max_tokens, batch_size=batch_size, loaded=shared)
 
 
 def aggregate(judgments: list[dict]) -> dict[str, Any]:
@@ -186,10 +178,9 @@ def run(model: str, judge: str, data: str, out: str, *, limit: int | None = None
     todo = [k for k in keyed if k not in judgments]
     judge_seconds, judge_requests = 0.0, 0
     if todo:
-        cache = JudgeCache(cache_dir) if cache_dir else JudgeCache(out_dir / "judge_cache")
-        backend = build_judge_backend(judge, max_tokens=judge_max_tokens, world_model=world_model,
-                                      batch_size=batch_size)
-        rubric = RubricReward(CachedJudge(backend, cache))
+        # a local judge on the world model's checkpoint shares its loaded copy (shared_chat_model)
+        rubric = RubricReward(make_judge(judge, max_tokens=judge_max_tokens, batch_size=batch_size,
+                                         cache_dir=str(cache_dir or out_dir / "judge_cache")))
         for start in range(0, len(todo), batch_size):
             chunk = [keyed[k] for k in todo[start:start + batch_size]]
             completions = [predictions[r.key]["completion"] for r in chunk]

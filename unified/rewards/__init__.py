@@ -4,17 +4,10 @@ See :mod:`unified.rewards.functions` for the reward functions (named, weighted, 
 by TRL's weighted sum) and the paper's math, :mod:`unified.rewards.rubric` for the judge prompt
 and parser, :mod:`unified.rewards.verifiers` for the binary rule checks (after
 :func:`unified.text.normalise_runtime`), :mod:`unified.rewards.similarity` for the graded rule
-scores (LCS / token F1) and :mod:`unified.rewards.backends` for judge backends and the cache.
+scores (LCS / token F1). The judge itself is :class:`unified.inference.judge.Judge` (a cached judge
+over any chat model).
 """
 
-from unified.rewards.backends import (
-    CachedJudge,
-    JudgeBackend,
-    JudgeCache,
-    LocalHFJudgeBackend,
-    OpenAIJudgeBackend,
-    build_backend,
-)
 from unified.rewards.functions import (
     RULE_SCALE,
     RewardConfig,
@@ -33,8 +26,7 @@ from unified.text import normalise_runtime
 
 __all__ = [
     "CRITERIA", "JUDGE_SYSTEM", "RULE_SCALE", "SIMILARITY_METRICS", "SimilarityReward",
-    "lcs_f1", "lcs_length", "token_f1", "tokens", "CachedJudge", "JudgeBackend", "JudgeCache", "JudgeScores",
-    "LocalHFJudgeBackend", "RewardFunction", "OpenAIJudgeBackend", "RewardConfig", "RubricReward", "RuleReward", "Verdict",
-    "build_backend", "build_judge", "build_reward_functions", "exact_match", "judge_messages",
+    "lcs_f1", "lcs_length", "token_f1", "tokens", "JudgeScores",
+    "RewardFunction", "RewardConfig", "RubricReward", "RuleReward", "Verdict", "build_judge", "build_reward_functions", "exact_match", "judge_messages",
     "json_agreement", "normalise_runtime", "parse_judge_answer", "reward_weights", "verify",
 ]

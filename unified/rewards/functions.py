@@ -47,7 +47,7 @@ from typing import Any
 
 from unified.config import bounded
 from unified.text import completion_text, parse_observation
-from unified.rewards.backends import CachedJudge, JudgeBackend, JudgeCache, build_backend
+from unified.inference.judge import Judge, make_judge
 from unified.rewards.rubric import CRITERIA, judge_messages, parse_judge_answer
 from unified.rewards.similarity import SIMILARITY_METRICS
 from unified.rewards.verifiers import verify
@@ -81,12 +81,14 @@ class RewardConfig:
     judge_max_concurrency: int = bounded(8, ge=1)
     judge_timeout_s: float = bounded(120.0, gt=0)
     judge_max_retries: int = bounded(4, ge=0)
-    judge_disable_thinking: bool = True
-    """Send ``chat_template_kwargs={"enable_thinking": false}`` (vLLM/SGLang/our server)."""
+    judge_thinking: bool = False
+    """Let the judge think before answering (sent as the chat template's ``enable_thinking``)."""
     judge_max_chars: int = bounded(3000, ge=1)
     """Longest text (action, observation) shown to the judge; longer ones keep head and tail."""
     judge_max_history: int = bounded(4, ge=0)
     """Earlier turns shown to the judge."""
+
+    RENAMED = {"judge_disable_thinking": ("judge_thinking", lambda value: not value)}  # unified.config.from_dict
 
     def __post_init__(self) -> None:
         for name in ("rubric_weight", "rule_weight", "similarity_weight"):
@@ -168,8 +170,8 @@ class RubricReward(RewardFunction):
 
     __name__ = "rubric"
 
-    def __init__(self, judge: JudgeBackend | CachedJudge, *, max_chars: int = 3000, max_history: int = 4) -> None:
-        self.judge = judge if isinstance(judge, CachedJudge) else CachedJudge(judge)
+    def __init__(self, judge: Judge, *, max_chars: int = 3000, max_history: int = 4) -> None:
+        self.judge = judge
         self.max_chars, self.max_history = max_chars, max_history
 
     def breakdowns(self, prompts, completions, **columns) -> list[RewardBreakdown]:
@@ -259,21 +261,23 @@ class SimilarityReward(RewardFunction):
         return breakdowns
 
 
-def build_judge(cfg: RewardConfig) -> CachedJudge:
-    """The configured judge backend behind the configured cache."""
-    backend = build_backend(cfg.judge_endpoint, cfg.judge_model, max_tokens=cfg.judge_max_tokens,
-                            temperature=cfg.judge_temperature, max_concurrency=cfg.judge_max_concurrency,
-                            timeout_s=cfg.judge_timeout_s, max_retries=cfg.judge_max_retries,
-                            disable_thinking=cfg.judge_disable_thinking)
-    return CachedJudge(backend, JudgeCache(cfg.cache_dir) if cfg.cache_dir else None)
+def build_judge(cfg: RewardConfig) -> Judge:
+    """The configured judge (:func:`unified.inference.judge.make_judge`) behind the configured cache."""
+    if bool(cfg.judge_endpoint) == bool(cfg.judge_model):
+        raise ValueError("judge: set exactly one of judge_endpoint (openai:URL#MODEL) or judge_model "
+                         "(a checkpoint spec such as 'embedded' or a local HF directory)")
+    return make_judge(cfg.judge_endpoint or cfg.judge_model, max_tokens=cfg.judge_max_tokens,
+                      temperature=cfg.judge_temperature, cache_dir=cfg.cache_dir,
+                      max_concurrency=cfg.judge_max_concurrency, timeout_s=cfg.judge_timeout_s,
+                      max_retries=cfg.judge_max_retries, thinking=cfg.judge_thinking)
 
 
-def build_reward_functions(cfg: RewardConfig, *, judge: JudgeBackend | CachedJudge | None = None
+def build_reward_functions(cfg: RewardConfig, *, judge: Judge | None = None
                            ) -> list[RewardFunction]:
     """The reward functions of ``cfg`` with a non-zero weight, in the order [rubric, rule, similarity]
     (see :func:`reward_weights`).
 
-    ``judge`` overrides the configured backend (e.g. an already loaded local model).
+    ``judge`` overrides the configured judge (e.g. one on an already loaded local model).
     """
     funcs: list[RewardFunction] = []
     if cfg.rubric_weight:

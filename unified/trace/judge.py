@@ -66,9 +66,7 @@ class RubricJudge:
         if not todo:
             return
         answers = self.judge.complete(requests)
-        for pred, answer in zip(todo, answers):
-            if isinstance(answer, tuple):  # CachedJudge: (answer, from_cache)
-                answer = answer[0]
+        for pred, (answer, _cached) in zip(todo, answers):
             if isinstance(answer, Exception):
                 pred.method, pred.detail = "judge:failed", f"{type(answer).__name__}: {answer}; rule: {pred.detail}"
                 continue

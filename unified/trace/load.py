@@ -7,7 +7,7 @@ the directory is read line by line and each record is recognised by its fields
 wrap them as ``{"episode": {...}}`` / ``{"result": {...}}``). A truncated last line (a run
 killed mid-write) is skipped with a warning; any other bad line is an error naming the file,
 the line and the field. When a rerun resumed and a key (benchmark, task, trial) appears
-twice, the first result and the last episode win (as ``unified.eval.store`` reads them). Every
+twice, the first result and the last episode win (as ``unified.eval.rundir`` reads them). Every
 ``*.json`` at the top of the directory whose name contains ``summary`` is returned as the
 summary (merged in name order), and ``run.json``'s ``config`` as the config.
 """

@@ -54,7 +54,7 @@ def _reward_name(func: Callable) -> str:
 @torch.no_grad()
 def heldout_reward(model, tokenizer, dataset, reward_funcs: Sequence[Callable], weights: Sequence[float] | None = None,
                    *, samples_per_prompt: int = 2, max_new_tokens: int = 128, temperature: float = 1.0,
-                   top_p: float = 1.0, batch_size: int = 8, seed: int = 0, enable_thinking: bool = False,
+                   top_p: float = 1.0, batch_size: int = 8, seed: int = 0, thinking: bool = False,
                    cpu_threads: int | None = None) -> dict[str, Any]:
     """Mean weighted reward of sampled completions on ``dataset`` (TRL reward-function protocol).
 
@@ -75,7 +75,7 @@ def heldout_reward(model, tokenizer, dataset, reward_funcs: Sequence[Callable], 
         for lo in range(0, len(rows), batch_size):
             batch = rows[lo:lo + batch_size]
             texts = [tokenizer.apply_chat_template(r["prompt"], tokenize=False, add_generation_prompt=True,
-                                                   enable_thinking=enable_thinking) for r in batch]
+                                                   enable_thinking=thinking) for r in batch]
             enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
             with torch_threads(cpu_threads, device):
                 out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=temperature > 0,
@@ -150,7 +150,7 @@ def run_before_after(cfg: WarmupConfig, *, samples_per_prompt: int = 2, temperat
 
     ``temperature`` overrides the recipe's sampling temperature for the held-out scoring only
     (0 = greedy, then one completion per prompt is enough). ``policy``: a
-    :class:`~unified.warmup.trainer.Policy` already in memory (trained in place), instead of
+    :class:`~unified.warmup.trainer.TrainablePolicy` already in memory (trained in place), instead of
     loading ``model.name_or_path`` again.
     """
     from unified.models import load_checkpoint
@@ -181,7 +181,7 @@ def run_before_after(cfg: WarmupConfig, *, samples_per_prompt: int = 2, temperat
     # so runs that differ only in train.seed share (and can reuse) the "before" measurement.
     score_kwargs = dict(samples_per_prompt=samples_per_prompt, max_new_tokens=gen.max_completion_length,
                         temperature=temperature, top_p=gen.top_p, seed=0 if temperature <= 0 else cfg.train.seed + 1,
-                        enable_thinking=gen.enable_thinking,
+                        thinking=gen.thinking,
                         batch_size=max(cfg.train.per_device_train_batch_size * cfg.train.gradient_accumulation_steps, 1))
     threads = {"cpu_threads": gen.cpu_threads}  # how fast, not what is generated: not part of the settings
     settings = {**score_kwargs, "heldout": [str(r) for r in heldout["sample_id"]],

@@ -127,8 +127,9 @@ class GenerationSection:
     """Rollouts only (TRL's ``repetition_penalty``, CTRL's penalty): the logit ``z`` of every token
     already in the prompt or the completion so far becomes ``z / p`` if ``z > 0`` else ``z * p``;
     1.0 = off. The held-out scoring of ``--eval-before-after`` decodes without it."""
-    enable_thinking: bool = False
-    """Passed to the chat template; world-model answers are judged without the reasoning anyway."""
+    thinking: bool = False
+    """Passed to the chat template (its ``enable_thinking``); world-model answers are judged without
+    the reasoning anyway."""
     cpu_threads: int | None = None
     """torch intra-op threads while ``hf`` generation runs on a CPU (training keeps torch's default).
     Decoding is thousands of small ops a token; on a busy machine each parallel region waits for
@@ -143,6 +144,8 @@ class GenerationSection:
     """Colocate mode: TP inside the trainer; server mode: passed to ``trl vllm-serve``."""
     vllm_max_model_length: int | None = None
     """Context window of the vLLM engine (prompt + completion)."""
+
+    RENAMED = {"enable_thinking": "thinking"}  # old key -> new (unified.config.from_dict)
 
 
 @dataclass

@@ -163,7 +163,7 @@ def build_grpo_config(cfg: WarmupConfig, *, device: torch.device | None = None, 
         reward_weights=list(reward_weights) if reward_weights is not None else None,
         # rollouts
         max_completion_length=gen.max_completion_length, temperature=gen.temperature, top_p=gen.top_p,
-        top_k=gen.top_k, repetition_penalty=gen.repetition_penalty, chat_template_kwargs={"enable_thinking": gen.enable_thinking},
+        top_k=gen.top_k, repetition_penalty=gen.repetition_penalty, chat_template_kwargs={"enable_thinking": gen.thinking},
         use_vllm=vllm,
         remove_unused_columns=False,
     )
@@ -184,7 +184,7 @@ def build_grpo_config(cfg: WarmupConfig, *, device: torch.device | None = None, 
 
 
 @dataclass
-class Policy:
+class TrainablePolicy:
     """The model to train: an instance (single process) or a path TRL loads itself (distributed)."""
 
     model: Any
@@ -199,7 +199,7 @@ def world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
-def load_policy(cfg: WarmupConfig, device: torch.device | None = None) -> Policy:
+def load_policy(cfg: WarmupConfig, device: torch.device | None = None) -> TrainablePolicy:
     """The SFT checkpoint for training: fp32 master weights, kernels for the compute dtype.
 
     On CUDA the forward runs under bf16 autocast, so kernels are chosen for bf16 (FlashAttention,
@@ -231,12 +231,12 @@ def load_policy(cfg: WarmupConfig, device: torch.device | None = None) -> Policy
             install_chat_template(tokenizer)
         init = {"dtype": torch.float32, "attn_implementation": kernels.attention,
                 "experts_implementation": kernels.experts, "trust_remote_code": cfg.model.trust_remote_code}
-        return Policy(model=target, tokenizer=tokenizer, kernels=facts, init_kwargs=init)
+        return TrainablePolicy(model=target, tokenizer=tokenizer, kernels=facts, init_kwargs=init)
     loaded = load_checkpoint(cfg.model.name_or_path, device=device, dtype=torch.float32,
                              attn_implementation=kernels.attention, experts_implementation=kernels.experts,
                              trust_remote_code=cfg.model.trust_remote_code)
     loaded.model.train()
-    return Policy(model=loaded.model, tokenizer=loaded.tokenizer, kernels=facts)
+    return TrainablePolicy(model=loaded.model, tokenizer=loaded.tokenizer, kernels=facts)
 
 
 def _trainer_class():

@@ -47,7 +47,7 @@ class RefundDeskConfig:
     """Orders delivered at most this many days ago can be refunded (the shop's policy)."""
     max_turns: int = 6
     """Policy calls per episode, the protocol's own budget (tau2-bench caps an episode's steps too)."""
-    max_steps_per_user_turn: int = 3
+    max_steps_per_turn: int = 3
     """Policy calls within one customer turn."""
 
 
@@ -131,7 +131,7 @@ class RefundDeskAdapter(Adapter):
     def agent_limits(self, limits: AgentLimits) -> AgentLimits:
         """The protocol's budgets replace the run's turn limits (tokens and wall time stay the run's)."""
         return dataclasses.replace(limits, max_turns=self.settings.max_turns,
-                                   max_steps_per_user_turn=self.settings.max_steps_per_user_turn)
+                                   max_steps_per_turn=self.settings.max_steps_per_turn)
 
     def score(self, task: Task, episode: Episode, env: Environment) -> EpisodeResult:
         """1 when the right thing happened (refunded exactly once iff eligible) and the last assistant
@@ -145,7 +145,7 @@ class RefundDeskAdapter(Adapter):
         details = {"eligible": env.eligible, "refunds": env.refunds, "told_customer": told,
                    "refused_while_asking": env.refused_while_asking, "stop_reason": episode.stop_reason,
                    "agent_limits": {"max_turns": limits.max_turns,
-                                    "max_steps_per_user_turn": limits.max_steps_per_user_turn},
+                                    "max_steps_per_turn": limits.max_steps_per_turn},
                    "policy_calls": len(episode.steps)}
         return EpisodeResult(benchmark=self.name, task_id=task.id, trial=episode.trial, score=float(ok), passed=ok,
                              details=details)
