@@ -170,7 +170,7 @@ FLOORS: dict[str, int] = {
     "unified.agent": 3, "unified.rewards": 3,
     "unified.predict": 4, "unified.lwm": 4,
     "unified.eval": 5, "unified.warmup": 5, "unified.trace": 5,
-    "unified.demo": 6,
+    "unified.demo": 6, "unified.view": 6, "unified.plot": 6,
 }
 """The dependency floors of ``docs/architecture.md``: a node imports only from its floor or below."""
 

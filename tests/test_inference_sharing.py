@@ -153,12 +153,13 @@ def test_sampled_logprobs_are_under_the_tempered_distribution(tiny_checkpoint, f
     assert out.logprobs == pytest.approx(expected, abs=1e-4)
 
 
-def test_local_server_returns_logprobs_when_asked(tiny_checkpoint, fresh_registry):
+def test_local_server_returns_logprobs_when_asked(tiny_checkpoint, fresh_registry, monkeypatch):
     spec = str(tiny_checkpoint)
     local = make_chat_model(spec, SamplingConfig(max_new_tokens=6, thinking=False))
     request = PolicyRequest(messages=[{"role": "user", "content": "hello"}])
     reference = local.generate([request])[0]
     endpoint = resolve_endpoint(spec)
+    monkeypatch.setenv("OPENAI_API_KEY", endpoint.config.api_key)  # the server's token, as a plain spec's client sends it
     remote = make_chat_model(endpoint.config and f"openai:{endpoint.config.base_url}#{endpoint.config.model}",
                              SamplingConfig(max_new_tokens=6, thinking=False), logprobs=True)
     served = remote.generate([request])[0]

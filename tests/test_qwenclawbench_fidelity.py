@@ -1,4 +1,4 @@
-"""QwenClawBench judged by the checkout's own code (loaded at runtime), external dependencies skipped."""
+"""QwenClawBench judged by the checkout's own code (loaded at runtime), external dependencies run as officially."""
 
 from __future__ import annotations
 
@@ -79,12 +79,20 @@ def test_judge_that_never_answers_is_an_error_after_the_checkouts_retries():
     assert judged["total"] == 0.0
 
 
-def test_tasks_with_an_external_dependency_are_skipped_with_the_reason():
-    adapter = QwenClawBenchAdapter(root=str(CHECKOUT))
-    qt = _qt(adapter)
+def test_tasks_with_an_external_dependency_run_by_default_as_the_official_harness_does(tmp_path):
+    import shutil
+
+    root = tmp_path / "checkout"
+    shutil.copytree(CHECKOUT, root)
+    task_md = root / "data" / "qwenclawbench-v1.1-100" / "tasks" / "task_fixture_001_sales_total.md"
+    task_md.write_text(task_md.read_text().replace("grading_type:", "external_dependency: web\ngrading_type:", 1))
+    by_default = {t.id: t for t in QwenClawBenchAdapter(root=str(root)).tasks()}
+    assert by_default["task_fixture_001_sales_total"].skip_reason is None
+    opted_out = {t.id: t for t in QwenClawBenchAdapter(root=str(root), run_external=False).tasks()}
+    reason = opted_out["task_fixture_001_sales_total"].skip_reason
+    assert reason.startswith("external_dependency: web") and "run_external=false" in reason
+    qt = _qt(QwenClawBenchAdapter(root=str(CHECKOUT)))
     assert external_skip(dataclasses.replace(qt, frontmatter={"external_dependency": "none"})) is None
-    reason = external_skip(dataclasses.replace(qt, frontmatter={"external_dependency": "web"}))
-    assert reason.startswith("external_dependency: web") and "run_external=true" in reason
 
 
 def test_aggregate_says_what_differs_from_the_official_harness():

@@ -136,9 +136,10 @@ def test_network_follows_harbor_default_with_a_flag_and_a_per_task_cut(tmp_path)
     _task_dir(tmp_path, "mode_off", 'schema_version = "1.1"\n[environment]\nnetwork_mode = "no-network"\n')
     _task_dir(tmp_path, "legacy_on", 'version = "1.0"\n[environment]\nallow_internet = true\n')
 
-    def networks(**kw):
+    def networks(**kw):  # what a container engine gets (the local backend never has the network)
         adapter = TerminalBench2Adapter(root=str(tmp_path), backend="local", **kw)
-        return {t.id: adapter.open(t).spec().network for t in adapter.tasks()}
+        assert not any(adapter.open(t).spec().network for t in adapter.tasks()) or kw.get("network") == "on"
+        return {t.id: adapter.network_for(adapter._task(t), "docker")[0] for t in adapter.tasks()}
 
     assert networks() == {"default_net": True, "legacy_off": False, "legacy_on": True, "mode_off": False}
     assert networks(network="off") == dict.fromkeys(["default_net", "legacy_off", "legacy_on", "mode_off"], False)
@@ -184,7 +185,8 @@ def test_rewards_are_read_in_harbors_order():
         assert got["reward"] == 1.0 and got["reward_source"] == "reward.json"
         assert got["rewards"] == {"reward": 1.0, "tests_passed": 3.0}
         s.write_file("/logs/verifier/reward.json", '{"tests_passed": 3}')
-        assert read_reward(s)["reward"] == 0.0  # no 'reward' key: reward.txt supplies it
+        got = read_reward(s)  # no 'reward' key: reward.txt supplies it, and reward_source says so
+        assert got["reward"] == 0.0 and got["reward_source"] == "reward.txt" and got["rewards"]["tests_passed"] == 3
         s.exec("rm -f /logs/verifier/reward.json /logs/verifier/reward.txt")
         assert read_reward(s)["reward"] is None and "no /logs/verifier" in read_reward(s)["reward_error"]
 

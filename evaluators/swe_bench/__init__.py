@@ -40,6 +40,7 @@ from unified.config import bounded
 from unified.benchmarks.contract import Adapter, BenchmarkUnavailable, Environment, PaperReference, Task
 from unified.benchmarks.helpers import config_list, limit_runnable, require_execution_backend
 from unified.benchmarks.aggregate import avg_at_k, partition, per_trial, scores_by_task
+from unified.execution.infra import infrastructure_error
 from unified.types import Episode, EpisodeResult, ToolCall
 
 from evaluators.swe_bench.data import check_rows, image_for, load_rows, resolve_source, row_schema
@@ -106,7 +107,7 @@ class SWEBenchConfig:
     network: bool = False
     """Network during rollouts."""
     grading_network: bool = True
-    """Network during grading (the official harnesses' containers have it)."""
+    """Network during grading (the official harnesses' containers have it; never on the ``local`` backend)."""
 
     def __post_init__(self) -> None:
         self.instances = config_list(self.instances)
@@ -182,14 +183,19 @@ class _SWEBenchAdapter(Adapter):
         assert isinstance(env, SWEEnvironment)
         row = task.payload["row"]
         patch = env.final_patch()
+        backend = self._backend()
+        # the local backend never has the network (it would share the host's loopback): grade offline there
+        grading_network = self.settings.grading_network and backend.name != "local"
         details: dict[str, Any] = {"backend": env.session.backend if env.session else None, "model_patch": patch,
-                                   "image": env.spec.image, "grading_network": self.settings.grading_network,
+                                   "image": env.spec.image, "grading_network": grading_network,
                                    "dataset_schema": task.payload.get("dataset_schema")}
+        if grading_network != self.settings.grading_network:
+            details["grading_network_cut"] = "the local backend has no network"
         if not patch.strip():
             details.update({"resolved": False, "reason": "empty patch"})
             return EpisodeResult(self.name, task.id, episode.trial, 0.0, passed=False, details=details)
         repos = task.payload.get("repos_dir")
-        with open_repository(self._backend(), self._spec(row, self.settings.grading_network), row["base_commit"],
+        with open_repository(backend, self._spec(row, grading_network), row["base_commit"],
                              repo_source(Path(repos) if repos else None, str(row["repo"]))) as fresh:
             if self.variant == "verified":
                 graded = grade_verified(fresh, row, patch, self.settings.eval_timeout_s,
@@ -198,6 +204,10 @@ class _SWEBenchAdapter(Adapter):
                 graded = grade_pro(fresh, row, patch, Path(task.payload["scripts_dir"]), self.settings.eval_timeout_s)
         details.update(graded)
         resolved = bool(graded.get("resolved"))
+        evidence = details.get("infrastructure")
+        if evidence and not resolved:  # the tests never ran because something could not be fetched
+            return EpisodeResult(self.name, task.id, episode.trial, 0.0, details=details,
+                                 error=infrastructure_error("grading could not run the tests", evidence))
         return EpisodeResult(self.name, task.id, episode.trial, 1.0 if resolved else 0.0, passed=resolved,
                              details=details)
 

@@ -24,7 +24,10 @@ environment (output to ``/logs/verifier/test-stdout.txt`` as well) with the task
 writes no reward scores 0 with ``reward_error`` saying so. Before the verifier starts, every
 process the agent left running is killed, and that none is left is checked (otherwise the
 episode is not verified and scores 0 with that error); ``/logs/verifier`` is then made a fresh
-empty directory, so nothing of the agent's can write or pre-place the reward.
+empty directory, so nothing of the agent's can write or pre-place the reward. The verifier runs
+with :meth:`~unified.execution.ExecutionSession.verifier_env` under the task's own env: a fresh
+``HOME`` outside the working directory, Python's user site off, no agent-writable ``PATH`` entry,
+so nothing the agent planted (a ``usercustomize.py`` in its home) runs inside the verifier.
 
 The oracle (``gold``) gets the task's whole ``solution/`` folder at ``/solution``, as Harbor's
 oracle agent uploads it, and runs ``solve.sh`` from the terminal with ``[solution] env``; the
@@ -213,9 +216,9 @@ class TerminalBenchEnvironment(Environment):
         session.fresh_dir("/logs/verifier")
         session.fresh_dir("/tests")  # in a container the agent could have left a conftest.py there
         session.copy_in(Path(self.task.path) / "tests", "/tests")
+        env = {**session.verifier_env(), **self.task.verifier_env}  # fresh HOME, no user site (see there)
         res = session.exec(["bash", "-c", "bash /tests/test.sh 2>&1 | tee /logs/verifier/test-stdout.txt; "
-                            "exit ${PIPESTATUS[0]}"], timeout_s=self.task.verifier_timeout_s,
-                           env=self.task.verifier_env)
+                            "exit ${PIPESTATUS[0]}"], timeout_s=self.task.verifier_timeout_s, env=env)
         details: dict[str, Any] = {"verifier_exit_code": res.exit_code, "verifier_timed_out": res.timed_out,
                                    "verifier_seconds": round(res.duration_s, 2),
                                    "verifier_output": res.output()[-4000:], "backend": session.backend,
@@ -229,7 +232,7 @@ def read_reward(session: ExecutionSession) -> dict[str, Any]:
 
     ``reward.json`` first: an object whose numeric values are the rewards (``rewards``), with
     ``reward`` the headline; without a ``reward`` key, ``reward.txt`` supplies it. Then
-    ``reward.txt`` alone (one number).
+    ``reward.txt`` alone (one number). ``reward_source`` names the file the headline came from.
     """
     def text_reward() -> float:
         raw = session.read_file("/logs/verifier/reward.txt").decode(errors="replace").strip()
@@ -250,13 +253,14 @@ def read_reward(session: ExecutionSession) -> dict[str, Any]:
             return {"reward": None, "reward_error": "reward.json must be an object"}
         rewards = {k: float(v) for k, v in parsed.items()
                    if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        source = "reward.json"
         if "reward" not in rewards:
             try:
-                rewards["reward"] = text_reward()
+                rewards["reward"], source = text_reward(), "reward.txt"  # the headline's file, not the others'
             except (FileNotFoundError, ValueError):
                 return {"reward": None, "rewards": rewards,
                         "reward_error": "reward.json has no numeric 'reward' and reward.txt gives none"}
-        return {"reward": rewards["reward"], "rewards": rewards, "reward_source": "reward.json"}
+        return {"reward": rewards["reward"], "rewards": rewards, "reward_source": source}
     try:
         return {"reward": text_reward(), "reward_source": "reward.txt"}
     except FileNotFoundError:

@@ -43,6 +43,18 @@ def test_no_proc_entry_of_a_sandbox_shows_the_host_environment(canaries):
         _assert_clean(box.run(READ_EVERY_DOOR).stdout, canaries)
 
 
+@needs_bwrap
+def test_the_hosts_working_directory_is_not_in_the_sandboxs_pid_1(tmp_path, monkeypatch):
+    """The launcher chain's shells export PWD; bubblewrap (pid 1) kept it in /proc/1/environ."""
+    here = tmp_path / "host-cwd-marker-5d1e"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    for options in ({}, {"host_uid": None}):
+        with throwaway_sandbox(**options) as box:
+            res = box.run(READ_EVERY_DOOR)
+            assert res.stdout.rstrip().endswith("END") and "host-cwd-marker" not in res.stdout, res.stdout
+
+
 @needs_local
 def test_the_local_backend_keeps_the_host_environment_out(canaries):
     with LocalBackend().start(EnvironmentSpec(env={"GIVEN": "by-the-task"})) as session:

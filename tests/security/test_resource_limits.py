@@ -7,6 +7,8 @@ Attacks, each of which went through before the fix:
 - several processes, each under the per-process address-space limit, together far above it;
 - fill the private ``/tmp`` (a tmpfs: host memory) with several files, each under the file-size
   limit;
+- hold shared memory: ``MAP_SHARED`` anonymous memory, ``memfd_create`` files and System V
+  segments were counted nowhere (4 x 100 MiB held against a 256 MiB limit, never killed);
 - stay root (``host_uid=None``, where the kernel does not apply ``RLIMIT_NPROC``) and start more
   processes than the limit;
 - fill the workspace with files, each under the file-size limit, or with many empty files
@@ -72,6 +74,54 @@ def test_memory_limit_covers_all_processes_together():
         assert box.limits_info["memory"] in ("cgroup v2", "watchdog")
 
 
+SHARED_MEMORY = {
+    "map_shared": "import mmap; m = mmap.mmap(-1, N, flags=mmap.MAP_SHARED)\n"
+                  "for i in range(0, N, 1 << 20): m[i:i + (1 << 20)] = b'x' * (1 << 20)",
+    "memfd": "import os; fd = os.memfd_create('held')\n"
+             "for _ in range(N >> 20): os.write(fd, b'x' * (1 << 20))",
+    "memfd_only_mapped": "import mmap, os; fd = os.memfd_create('held')\n"
+                         "for _ in range(N >> 20): os.write(fd, b'x' * (1 << 20))\n"
+                         "import ctypes; libc = ctypes.CDLL(None); libc.mmap.restype = ctypes.c_void_p\n"
+                         "addr = libc.mmap(None, 4096, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0); os.close(fd)",
+    "sysv": "import ctypes; libc = ctypes.CDLL(None, use_errno=True); libc.shmat.restype = ctypes.c_void_p\n"
+            "sid = libc.shmget(0, N, 0o1600); assert sid >= 0, ctypes.get_errno()\n"
+            "addr = libc.shmat(sid, None, 0); ctypes.memset(addr, 1, N)",
+}
+"""Hold N bytes of one kind of shared memory (then sleep): each of 4 processes stays under RLIMIT_AS."""
+
+
+@needs_bwrap
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", sorted(SHARED_MEMORY))
+def test_shared_memory_counts_against_the_memory_limit(kind, tmp_path):
+    (tmp_path / "hold.py").write_text(f"N = 100 << 20\n{SHARED_MEMORY[kind]}\nprint('held', flush=True)\n"
+                                      "import time; time.sleep(30)\n")
+    with throwaway_sandbox(memory_mb=256, timeout_s=60, readonly_binds=[(str(tmp_path / "hold.py"), "/tmp/hold.py")]) as box:
+        res = box.run("for i in 1 2 3 4; do python3 /tmp/hold.py & sleep 0.5; done; sleep 4; echo survived")
+        held = res.stdout.count("held")
+        assert held >= 1, res.stderr[-500:]  # the kind itself works in the sandbox
+        if res.limit:  # killed for it (before or after all 4 held)
+            assert "survived" not in res.stdout and res.limit.startswith("memory limit of 256 MiB"), res.limit
+        else:  # or refused before the limit (System V: the namespace's cap); never more than the limit held
+            assert kind == "sysv" and held * 100 <= 256, (held, res.stdout, res.stderr[-500:])
+        assert "shared_memory" in box.limits_info, box.limits_info  # which guard held it is recorded
+
+
+@needs_bwrap
+def test_system_v_ipc_is_capped_in_the_sandboxs_own_namespace():
+    """Segments nobody maps are invisible to the watchdog: they vanish on detach, and their total is capped."""
+    with throwaway_sandbox(memory_mb=256, timeout_s=60) as box:
+        probe = ("import ctypes; libc = ctypes.CDLL(None, use_errno=True)\n"
+                 "print(libc.shmget(0, 512 << 20, 0o1600))\n"  # more than the memory limit: refused
+                 "print(libc.shmget(0, 8 << 20, 0o1600))\n")
+        res = box.run(["python3", "-c", probe])
+        assert res.stdout.split()[0] == "-1" and int(res.stdout.split()[1]) >= 0, (res.stdout, res.stderr)
+        # the segment made above, detached when its process ended, is gone; the caps cannot be raised
+        res = box.run("tail -n +2 /proc/sysvipc/shm | wc -l; echo 1 > /proc/sys/kernel/shm_rmid_forced || echo refused; "
+                      "echo 0 > /proc/sys/kernel/shm_rmid_forced || echo refused")
+        assert res.stdout.split() == ["0", "refused", "refused"], (res.stdout, res.stderr)
+
+
 @needs_bwrap
 @pytest.mark.skipif(_no_cgroup_v2() is not None, reason=str(_no_cgroup_v2()))
 def test_memory_limit_is_a_cgroup_where_cgroup_v2_is_usable():
@@ -104,9 +154,33 @@ def test_process_limit_holds_even_when_the_sandbox_stays_root():
 
 
 @needs_bwrap
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root caller drops each sandbox to a host uid of its own")
+def test_live_sandboxes_of_one_process_never_share_a_host_uid():
+    """The process limit is counted per host uid: 40 sandboxes open at once need 40 uids (32 repeated)."""
+    import contextlib
+
+    with contextlib.ExitStack() as stack:
+        boxes = [stack.enter_context(throwaway_sandbox()) for _ in range(40)]
+        for box in (boxes[0], boxes[32]):  # the files a sandbox writes belong to its own host uid
+            assert box.run("touch mine").exit_code == 0
+        owners = [(box.workspace / "mine").stat().st_uid for box in (boxes[0], boxes[32])]
+        assert owners[0] != owners[1] and 0 not in owners, owners
+        assert len({box.workspace.stat().st_uid for box in boxes}) == 40
+
+
+@needs_bwrap
 def test_disk_limit_of_the_workspace():
     with throwaway_sandbox(disk_mb=150, timeout_s=60) as box:
         res = box.run("for i in 1 2 3 4; do head -c 100M /dev/zero > f$i; done; sleep 3; echo survived")
+        assert "survived" not in res.stdout
+        assert res.limit and res.limit.startswith("disk limit of 150 MiB"), (res.limit, res.stderr[-300:])
+
+
+@needs_bwrap
+def test_sparse_files_count_with_their_apparent_size():
+    """Sparse files use no blocks (free space never drops), yet a grader's copy writes them out whole."""
+    with throwaway_sandbox(disk_mb=150, timeout_s=60) as box:
+        res = box.run("for i in 1 2 3 4; do truncate -s 200M s$i || exit 1; done; sleep 5; echo survived")
         assert "survived" not in res.stdout
         assert res.limit and res.limit.startswith("disk limit of 150 MiB"), (res.limit, res.stderr[-300:])
 

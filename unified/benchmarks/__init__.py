@@ -12,7 +12,7 @@ Modules:
 - :mod:`~unified.benchmarks.discovery`: entry points, suites, ``world_model_domain``, loading an
   adapter by name and checking its ``Config``;
 - :mod:`~unified.benchmarks.aggregate`: Avg@k, pass@k, pass^k and the scored/skipped/errored split;
-- :mod:`~unified.benchmarks.helpers`: ``config_list``, ``limit_runnable``, ``select_task_ids``,
+- :mod:`~unified.benchmarks.helpers`: ``config_list``, ``limit_runnable``, ``select_task_ids``, ``judge_reason``,
   ``require_execution_backend``.
 
 **Stable API for outside adapters** is the list in ``__all__`` below (with the records of
@@ -55,7 +55,8 @@ from unified.benchmarks.discovery import (
     registered_benchmarks,
     world_model_domain,
 )
-from unified.benchmarks.helpers import config_list, limit_runnable, require_execution_backend, select_task_ids
+from unified.benchmarks.helpers import (config_list, judge_reason, limit_runnable, require_execution_backend,
+                                        select_task_ids)
 
 __all__ = [
     # the contract
@@ -67,5 +68,5 @@ __all__ = [
     # aggregates
     "Partition", "avg_at_k", "partition", "pass_at_k", "pass_pow_k", "per_trial", "scores_by_task",
     # adapter helpers
-    "config_list", "limit_runnable", "require_execution_backend", "select_task_ids",
+    "config_list", "judge_reason", "limit_runnable", "require_execution_backend", "select_task_ids",
 ]

@@ -24,6 +24,7 @@ from unified.benchmarks.helpers import limit_runnable, select_task_ids
 from unified.eval.config import EvalConfig
 from unified.eval.general import GENERAL_SUITE, run_general, split_suites
 from unified.eval.report import benchmark_entry, write_summary
+from unified.eval.shards import MissingPairs, check_unsharded_parts, parse_shard, shard_pairs
 from unified.eval.rundir import BenchmarkStore, RunDirLock
 from unified.store import write_json_atomic
 from unified.inference.base import ChatModel, SamplingConfig, make_chat_model
@@ -52,25 +53,27 @@ class _Progress:
         self.bar.close()
 
 
-def run_eval(cfg: EvalConfig, *, policy: ChatModel | None = None) -> dict[str, Any]:
+def run_eval(cfg: EvalConfig, *, policy: ChatModel | None = None, allow_new_episodes: bool = True) -> dict[str, Any]:
     """Run (or resume) the evaluation described by ``cfg``; returns the summary.
 
     The run directory is held for the whole run (:class:`unified.eval.rundir.RunDirLock`): a
     second run on the same ``--out`` raises :class:`unified.eval.rundir.RunDirError` naming this one.
     The selection and every ``benchmarks.NAME`` section are checked first: a rejected setting leaves
-    no ``--out`` behind.
+    no ``--out`` behind. ``allow_new_episodes=False`` (a merge of shards) raises
+    :class:`unified.eval.shards.MissingPairs` instead of running a pair that has no result.
     """
     names, want_general = benchmarks_to_run(cfg)
+    check_unsharded_parts(cfg, want_general)
     if not names and not want_general:
         suites = sorted({*declared_suites()[0], ALL_SUITE, GENERAL_SUITE})
         raise ValueError(f"nothing to evaluate: give --suite or --benchmarks (suites: {', '.join(suites)})")
     check_benchmark_config(cfg.benchmark_config)  # a mistyped key fails now, not after hours of other benchmarks
     with RunDirLock(cfg.out):
-        return _run_eval(cfg, names, want_general, policy=policy)
+        return _run_eval(cfg, names, want_general, policy=policy, allow_new=allow_new_episodes)
 
 
 def _run_eval(cfg: EvalConfig, names: list[str], want_general: bool, *,
-              policy: ChatModel | None = None) -> dict[str, Any]:
+              policy: ChatModel | None = None, allow_new: bool = True) -> dict[str, Any]:
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "run.json", {"config": to_dict(cfg), "updated_at": time.time()})
@@ -80,7 +83,7 @@ def _run_eval(cfg: EvalConfig, names: list[str], want_general: bool, *,
     try:
         for name in names:
             benchmarks[name] = {**benchmark_facts(name),
-                                **_run_benchmark(name, cfg, out, sampling, limits, lambda: policy)}
+                                **_run_benchmark(name, cfg, out, sampling, limits, lambda: policy, allow_new)}
             if benchmarks[name].get("_policy") is not None:
                 policy = benchmarks[name].pop("_policy")
             benchmarks[name].pop("_policy", None)
@@ -112,7 +115,7 @@ def benchmarks_to_run(cfg: EvalConfig) -> tuple[list[str], bool]:
 
 
 def _run_benchmark(name: str, cfg: EvalConfig, out: Path, sampling: SamplingConfig, limits: AgentLimits,
-                   current_policy) -> dict[str, Any]:
+                   current_policy, allow_new: bool = True) -> dict[str, Any]:
     try:
         adapter = load_adapter(name, **cfg.benchmark_config.get(name, {}))
         store = BenchmarkStore(out, adapter.name or name)
@@ -140,7 +143,12 @@ def _run_benchmark(name: str, cfg: EvalConfig, out: Path, sampling: SamplingConf
     effective_limits = adapter.agent_limits(limits)  # the protocol's own budgets, recorded in the summary
     adapter.runs_requested = runs  # trials the run asked for (an aggregate pads missing ones to it)
     recorded = store.load()
-    jobs = [Job(task, trial) for task in tasks for trial in range(runs) if (task.id, trial) not in recorded]
+    wanted = shard_pairs(adapter.name or name, tasks, runs, parse_shard(cfg.shard))
+    tasks = [t for t in tasks if any((t.id, trial) in wanted for trial in range(runs))]
+    jobs = [Job(task, trial) for task in tasks for trial in range(runs)
+            if (task.id, trial) in wanted and (task.id, trial) not in recorded]
+    if jobs and not allow_new:
+        raise MissingPairs(name, [(j.task.id, j.trial) for j in jobs])
     finished_ids = {task_id for task_id, _ in recorded}
     policy = current_policy()
     new_policy = None
@@ -166,7 +174,6 @@ def _run_benchmark(name: str, cfg: EvalConfig, out: Path, sampling: SamplingConf
             progress.close()
         elapsed = time.perf_counter() - started
         _log(f"{name}: {len(jobs)} episodes in {elapsed:.1f}s ({len(jobs) / max(elapsed, 1e-9):.3f} episodes/s)")
-    wanted = {(t.id, trial) for t in tasks for trial in range(runs)}
     scored_ids = {t.id for t in tasks if t.scored}
     results = [r for key, r in store.load().items() if key in wanted]
     aggregate = adapter.aggregate([r for r in results if r.task_id in scored_ids or r.details.get("prereq")])

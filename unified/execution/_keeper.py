@@ -12,8 +12,11 @@ A command's background children may keep its output pipes open: after the comman
 exits, output is collected for at most a short grace period. Output beyond ``MAX_OUTPUT`` bytes
 a stream is counted and dropped while it streams (a marker says how much).
 
-The keeper makes itself non-dumpable at start: the agent's commands run as the same user, and
-must not reach its pipes through ``/proc/<pid>/fd`` to inject answers the host would trust.
+The keeper is the sandbox's pid 1 (``bwrap --as-pid-1``), so that no other process inside holds
+its pipes (bubblewrap's own init would, dumpable), and makes itself non-dumpable at start: the
+agent's commands run as the same user, and must not reach its pipes through ``/proc/<pid>/fd``
+to inject answers the host would trust (or read the host's requests). As pid 1 it reaps every
+orphan reparented to it (a thread that waits only for zombies that are not a running command's).
 """
 
 import base64
@@ -56,6 +59,46 @@ def _not_dumpable():
         pass
 
 
+_RUNNING = set()
+"""pids of the commands being run now: their exit status belongs to ``subprocess``, not to the reaper."""
+_RUNNING_LOCK = threading.Lock()
+
+
+def _reap_orphans(wakeup, interval=1.0):
+    """As pid 1: wait for each zombie child that is not a running command (orphans of the agent's).
+
+    Woken by SIGCHLD through ``wakeup`` (the read end of :func:`signal.set_wakeup_fd`'s pipe; the
+    Python-level handler does nothing, so a flood of signals cannot deadlock it), and every
+    ``interval`` seconds in case one was missed.
+    """
+    import select
+
+    me = str(os.getpid())
+    while True:
+        if select.select([wakeup], [], [], interval)[0]:
+            try:
+                os.read(wakeup, 4096)
+            except OSError:
+                pass
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                with open("/proc/%s/stat" % name, "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if fields[0] != b"Z" or fields[1].decode() != me:
+                continue
+            with _RUNNING_LOCK:
+                if int(name) in _RUNNING:
+                    continue
+                try:
+                    os.waitpid(int(name), os.WNOHANG)
+                except OSError:
+                    pass
+
+
 def _feed(pipe, data):
     try:
         pipe.write(data)
@@ -74,12 +117,22 @@ def _run(req):
     data = base64.b64decode(req["stdin"]) if req.get("stdin") is not None else None
     start = time.monotonic()
     try:
-        proc = subprocess.Popen(req["argv"], cwd=req.get("cwd") or None, env=env,
-                                stdin=subprocess.PIPE if data is not None else subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        with _RUNNING_LOCK:  # registered before the reaper can see it exit
+            proc = subprocess.Popen(req["argv"], cwd=req.get("cwd") or None, env=env,
+                                    stdin=subprocess.PIPE if data is not None else subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+            _RUNNING.add(proc.pid)
     except OSError as exc:
         return {"exit_code": 127, "stdout": "", "stderr": base64.b64encode(f"{exc}\n".encode()).decode(),
                 "timed_out": False, "duration_s": 0.0}
+    try:
+        return _collect(proc, data, req, start)
+    finally:
+        with _RUNNING_LOCK:
+            _RUNNING.discard(proc.pid)
+
+
+def _collect(proc, data, req, start):
     out, err = [], []
     readers = [threading.Thread(target=_reader, args=(proc.stdout, out), daemon=True),
                threading.Thread(target=_reader, args=(proc.stderr, err), daemon=True)]
@@ -110,7 +163,7 @@ def _run(req):
 
 
 def _reap(max_rounds=200):
-    """Stop, then kill, every process of the sandbox but pid 1 (bubblewrap) and this one, until none is left.
+    """Stop, then kill, every process of the sandbox but pid 1 and this one (the same, as ``--as-pid-1``), until none is left.
 
     In-process (no fork, no thread), so it works even when the agent filled the process table.
     """
@@ -145,6 +198,12 @@ def _reap(max_rounds=200):
 def main():
     _not_dumpable()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    if os.getpid() == 1:
+        wakeup, wake = os.pipe()
+        os.set_blocking(wake, False)
+        signal.set_wakeup_fd(wake, warn_on_full_buffer=False)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        threading.Thread(target=_reap_orphans, args=(wakeup,), daemon=True).start()
     out = sys.stdout.buffer
     out.write(b'{"ready": true}\n')
     out.flush()

@@ -142,6 +142,9 @@ done
 POSIX sh, builtins only in the loop (nothing to fork while the agent's processes are being stopped)."""
 
 
+DEFAULT_VERIFIER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
 class ExecutionSession(ABC):
     """A running environment. Use as a context manager; ``close`` always cleans up."""
 
@@ -199,6 +202,41 @@ class ExecutionSession(ABC):
     def own_pids(self) -> list[int]:
         """Processes inside (their pids there) that belong to the session, not to the agent."""
         return []
+
+    def verifier_env(self, safe_path: bool = True) -> dict[str, str]:
+        """Environment for a verifier or grader that runs here after the agent (call after :meth:`stop_agent_processes`).
+
+        The agent's home is its working directory (``local``) or anything it could write: a
+        ``usercustomize.py`` under ``$HOME/.local/lib/python3.X/site-packages``, a ``~/.gitconfig``
+        or ``~/.config/uv/uv.toml`` it left would run or steer code inside the verifier. So the
+        verifier gets a fresh, empty ``HOME`` (made now, outside the working directory, while no
+        process of the agent's is left), the XDG directories under it, Python's user site off
+        (``PYTHONNOUSERSITE``), with ``safe_path`` no implicit current directory on ``sys.path``
+        (``PYTHONSAFEPATH``: ``python -m pytest`` run from the working directory must not import an
+        agent's ``pytest.py``; SWE-bench turns it off, its tests import the patched repository from
+        there by design), and a ``PATH`` without entries in places the agent could write (the
+        working directory, ``/tmp``, ``/var/tmp``, ``/dev/shm``, relative entries). The task's
+        own verifier env goes on top of this.
+        """
+        res = self.exec(["mktemp", "-d", "/tmp/.unified-verifier-home.XXXXXXXX"], timeout_s=30, workdir="/")
+        home = res.stdout.strip()
+        if not res.ok or not home.startswith("/tmp/.unified-verifier-home."):
+            raise ExecutionError(f"{self.backend}: cannot make a fresh verifier home: {res.output().strip()[-300:]}")
+        env = {"HOME": home, "XDG_CONFIG_HOME": f"{home}/.config", "XDG_CACHE_HOME": f"{home}/.cache",
+               "XDG_DATA_HOME": f"{home}/.local/share", "PYTHONNOUSERSITE": "1"}
+        if safe_path:
+            env["PYTHONSAFEPATH"] = "1"
+        path = self.command_path()
+        if path is not None:  # else the image's own PATH stays (a container's /opt/conda/bin ...)
+            writable = [w for w in (self.workdir.rstrip("/"), "/tmp", "/var/tmp", "/dev/shm") if w]
+            kept = [p for p in path.split(":") if p.startswith("/")
+                    and not any(p == w or p.startswith(w + "/") for w in writable)]
+            env["PATH"] = ":".join(kept) or DEFAULT_VERIFIER_PATH
+        return env
+
+    def command_path(self) -> str | None:
+        """The ``PATH`` commands run with, where the session sets it; None: the image's own."""
+        return self.spec.env.get("PATH")
 
     def fresh_dir(self, path: str) -> None:
         """Make ``path`` an empty directory, whatever was there (a file, a symlink, a read-only tree)."""

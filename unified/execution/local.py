@@ -11,6 +11,11 @@ left. The sandbox-wide limits (memory with ``/tmp``, processes, workspace disk) 
 :mod:`unified.sandbox.limits` hold for the whole session; which mechanism enforced them is in
 ``session.info["limits"]``, and a hit ends the session with an ExecutionError naming the limit.
 
+No network: a spec with ``network=True`` is refused (:data:`NETWORK_REFUSED`): bubblewrap's
+network sharing is the host's own namespace, where the agent would reach every loopback port
+(the model server, mock services of other episodes), link-local addresses and abstract Unix
+sockets.
+
 Layout inside:
 
 - the task's working directory (``spec.workdir``, else the Dockerfile's final ``WORKDIR``,
@@ -58,6 +63,12 @@ _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _RESPONSE_GRACE_S = 30.0
 
 
+NETWORK_REFUSED = ("network on is refused: a local sandbox with the network would share the host's network "
+                   "namespace (its loopback services, link-local addresses such as 169.254.169.254, abstract Unix "
+                   "sockets); turn the task's network off or use a container engine (docker, podman)")
+"""Why the ``local`` backend never runs with the network on (one line)."""
+
+
 class LocalImageError(ExecutionError):
     """The task's Dockerfile cannot be reproduced by the local backend (names file and line)."""
 
@@ -92,6 +103,8 @@ class LocalBackend(ExecutionBackend):
 
     def start(self, spec: EnvironmentSpec) -> LocalSession:
         self.require()
+        if spec.network:
+            raise ExecutionError(f"local: {NETWORK_REFUSED}")
         session = LocalSession(spec, keep_workspace=self.keep_workspace)
         try:
             session.start()
@@ -181,7 +194,8 @@ class LocalSession(ExecutionSession):
         binds = self._plan_extra_dirs(list(spec.extra_dirs) + self._dockerfile_targets())
         config = SandboxConfig(workspace=self.host_workspace, timeout_s=spec.timeout_s,
                                memory_mb=spec.memory_mb or 1 << 20, max_processes=spec.max_processes,
-                               network=spec.network, env=self._env, readonly_binds=binds, mount_point=self._workdir)
+                               network=spec.network, env=self._env, readonly_binds=binds, mount_point=self._workdir,
+                               command_is_init=True)
         self._box = Sandbox(config)
         self._box.__enter__()
         self._stderr = open(self._state / "keeper.stderr", "w+b")
@@ -341,6 +355,9 @@ class LocalSession(ExecutionSession):
                     os.chmod(p, os.stat(p).st_mode | 0o444)
             return
         super().copy_in(src, dest)
+
+    def command_path(self) -> str | None:
+        return self._env.get("PATH", _PATH)
 
     def stop_agent_processes(self) -> dict:
         # done by the command runner itself, without forking: works even when the process table is full

@@ -24,6 +24,13 @@ judge and simulated user need an HTTP endpoint (a grader in a sandbox, a checkou
 loads the model once, for the policy and the server together. Generation holds the model's
 :func:`unified.inference.shared.model_lock` one step at a time.
 
+Authentication: :class:`InProcessServer` makes a random bearer token per server (``token``) and
+answers 401 to any request without ``Authorization: Bearer <token>`` (``/health`` excepted):
+loopback is shared with whatever else runs on the host (a sandbox with the host network, another
+user's process), and the model is not theirs to call. :func:`unified.inference.endpoints.resolve_endpoint`
+hands the token to its clients (``EndpointConfig.api_key``). The command-line server and
+:class:`LocalOpenAIServer` require one when ``$UNIFIED_SERVER_API_KEY`` is set (``api_key=``).
+
 :class:`LocalOpenAIServer` starts it in a subprocess on a free port, waits until it is healthy
 and always stops it. The server never outlives the process that started it: started with
 ``--parent-pid``, it exits as soon as that process is gone, even after a ``kill -9`` that left
@@ -34,10 +41,12 @@ goes to ``log_path`` when given, else to a temporary file removed when the serve
 from __future__ import annotations
 
 import argparse
+import hmac
 import json
 import logging
 import os
 import queue
+import secrets
 import signal
 import socket
 import subprocess
@@ -216,9 +225,24 @@ def _chat_logprobs(tokenizer, output) -> dict[str, Any] | None:
                         for token, logprob in zip(tokens, output.logprobs)]}
 
 
-def make_handler(loaded, batcher: _Batcher, served_name: str, default_max_tokens: int):
+TOKEN_ENV = "UNIFIED_SERVER_API_KEY"
+"""Environment variable holding the bearer token the command-line server requires (unset: none)."""
+
+
+def make_handler(loaded, batcher: _Batcher, served_name: str, default_max_tokens: int, token: str | None = None):
+    """The request handler; with ``token``, every route but ``/health`` needs ``Authorization: Bearer <token>``."""
+    expected = f"Bearer {token}".encode() if token else None
+
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+
+        def _refused(self) -> bool:
+            """Answer 401 (and close) unless the request carries the token."""
+            if expected is None or hmac.compare_digest(self.headers.get("Authorization", "").encode(), expected):
+                return False
+            self.close_connection = True  # the body is not read
+            self._send(401, {"error": {"message": "missing or wrong bearer token", "type": "authentication_error"}})
+            return True
 
         def log_message(self, fmt, *args):  # quiet; errors still go to stderr via log
             log.debug(fmt, *args)
@@ -234,6 +258,8 @@ def make_handler(loaded, batcher: _Batcher, served_name: str, default_max_tokens
         def do_GET(self):  # noqa: N802 (http.server naming)
             if self.path.rstrip("/") in ("/health", "/v1/health"):
                 self._send(200, {"status": "ok"})
+            elif self._refused():
+                return
             elif self.path.rstrip("/") == "/tokenizer_info":
                 self._send(200, comp.tokenizer_info(loaded.tokenizer))
             elif self.path.rstrip("/") == "/v1/models":
@@ -242,6 +268,8 @@ def make_handler(loaded, batcher: _Batcher, served_name: str, default_max_tokens
                 self._send(404, {"error": {"message": f"no route {self.path}"}})
 
         def do_POST(self):  # noqa: N802
+            if self._refused():
+                return
             route = self.path.rstrip("/")
             if route in ("/v1/completions", "/tokenize", "/detokenize"):
                 return self._completions_or_tokenizer(route)
@@ -334,11 +362,12 @@ def make_handler(loaded, batcher: _Batcher, served_name: str, default_max_tokens
 
 def serve(model: str, host: str = "127.0.0.1", port: int = 8000, *, served_name: str | None = None,
           max_batch: int = 8, batch_wait_s: float = 0.05, max_new_tokens: int = 256,
-          prefix_cache_mb: float | None = None) -> None:
+          prefix_cache_mb: float | None = None, token: str | None = None) -> None:
     loaded = shared_checkpoint(model)
     batcher = _Batcher(loaded, max_batch, batch_wait_s, prefix_cache_mb)
     batcher.start()
-    server = ThreadingHTTPServer((host, port), make_handler(loaded, batcher, served_name or model, max_new_tokens))
+    server = ThreadingHTTPServer((host, port), make_handler(loaded, batcher, served_name or model, max_new_tokens,
+                                                            token))
     print(f"unified local server: {served_name or model} on http://{host}:{port}/v1", flush=True)
     server.serve_forever()
 
@@ -367,12 +396,15 @@ class InProcessServer(_LoopbackAddress):
     """
 
     def __init__(self, model: str, *, served_name: str = "local", max_new_tokens: int = 1024, max_batch: int = 8,
-                 batch_wait_s: float = 0.05, prefix_cache_mb: float | None = None, loaded: Any = None) -> None:
+                 batch_wait_s: float = 0.05, prefix_cache_mb: float | None = None, loaded: Any = None,
+                 token: str | None = None) -> None:
         self.model, self.served_name = str(model), served_name
+        self.token = token or secrets.token_urlsafe(32)
+        """The bearer token every request but ``/health`` must carry (random per server unless given)."""
         self.loaded = loaded if loaded is not None else shared_checkpoint(model)
         self._batcher = _Batcher(self.loaded, max_batch, batch_wait_s, prefix_cache_mb)
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(self.loaded, self._batcher, served_name,
-                                                                          max_new_tokens))
+                                                                          max_new_tokens, self.token))
         self._httpd.daemon_threads = True
         self.port = self._httpd.server_address[1]
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="unified-server-http", daemon=True)
@@ -433,8 +465,10 @@ class LocalOpenAIServer(_LoopbackAddress):
 
     def __init__(self, model: str, *, served_name: str = "local", max_new_tokens: int = 128, max_batch: int = 8,
                  ready_timeout_s: float = 300.0, env: dict[str, str] | None = None,
-                 log_path: str | Path | None = None) -> None:
+                 log_path: str | Path | None = None, api_key: str | None = None) -> None:
         self.model, self.served_name = str(model), served_name
+        self.token = api_key
+        """Bearer token the server requires (passed through ``$UNIFIED_SERVER_API_KEY``, never argv); None: none."""
         self.max_new_tokens, self.max_batch, self.ready_timeout_s = max_new_tokens, max_batch, ready_timeout_s
         self.env = env
         self.log_path = Path(log_path) if log_path else None
@@ -455,8 +489,11 @@ class LocalOpenAIServer(_LoopbackAddress):
         cmd = [sys.executable, "-m", "unified.inference.server", "--model", self.model, "--port", str(self.port),
                "--served-name", self.served_name, "--max-new-tokens", str(self.max_new_tokens),
                "--max-batch", str(self.max_batch), "--parent-pid", str(os.getpid())]
-        self.process = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT,
-                                        env={**os.environ, **(self.env or {})}, start_new_session=True)
+        env = {k: v for k, v in {**os.environ, **(self.env or {})}.items() if k != TOKEN_ENV}
+        if self.token:
+            env[TOKEN_ENV] = self.token
+        self.process = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env,
+                                        start_new_session=True)
         deadline = time.monotonic() + self.ready_timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -518,7 +555,8 @@ def main(argv: list[str] | None = None) -> int:
         exit_with_parent(args.parent_pid)
     logging.basicConfig(level=logging.WARNING)
     serve(args.model, args.host, args.port, served_name=args.served_name, max_batch=args.max_batch,
-          batch_wait_s=args.batch_wait, max_new_tokens=args.max_new_tokens, prefix_cache_mb=args.prefix_cache_mb)
+          batch_wait_s=args.batch_wait, max_new_tokens=args.max_new_tokens, prefix_cache_mb=args.prefix_cache_mb,
+          token=os.environ.get(TOKEN_ENV) or None)
     return 0
 
 

@@ -41,6 +41,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -54,6 +55,7 @@ from unified.sandbox.limits import (
     Watchdog,
     bwrap_supports_size,
     cgroup_parent,
+    ipc_setup,
     tree_usage,
 )
 from unified.sandbox.streams import communicate_capped, cut_text
@@ -62,9 +64,11 @@ BACKEND = "bwrap"
 
 _SYSTEM_DIRS = ("/usr", "/etc", "/opt")
 _SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-_STAGE_SCRIPT = ('while [ "$1" != "--" ]; do mount --bind "$1" "$2" || exit 125; shift 2; done; '
+_STAGE_SCRIPT = ('{ipc} && while [ "$1" != "--" ]; do mount --bind "$1" "$2" || exit 125; shift 2; done; '
                  'shift; exec "$@"')
-"""Run as root in a private mount namespace: bind each host path onto its stage path, then exec."""
+"""Run as root in a private mount and IPC namespace: cap System V IPC, bind each host path onto its stage path, then exec."""
+_IPC_SCRIPT = '{ipc} && exec "$@"'
+"""Run first in the sandbox's own IPC namespace (root in it): cap System V IPC, then exec."""
 _DEFAULT_PATH = DEFAULT_PATH
 
 
@@ -90,7 +94,9 @@ class SandboxConfig:
     max_files: int | None = 1_000_000
     """Most files and directories the workspace may hold (watched while commands run); None: no limit."""
     network: bool = False
-    """Share the host network (default: none, only a private loopback)."""
+    """Share the host's network namespace (default: none, only a private loopback). Shared means
+    everything: the host's loopback services, link-local addresses, abstract Unix sockets; the
+    ``local`` execution backend never asks for it (agents run there)."""
     env: dict = field(default_factory=dict)
     """Extra environment variables (the host environment is never inherited)."""
     readonly_binds: list = field(default_factory=list)
@@ -105,10 +111,17 @@ class SandboxConfig:
     """stdout/stderr beyond this many bytes are cut (with a marker) in the result."""
     host_uid: int | str | None = "auto"
     """When the caller is root: the unprivileged host uid the sandbox runs as. ``"auto"`` picks a
-    fresh uid (from 200000 up) per Sandbox, so that the process limit, which the kernel counts per
-    host uid, is not shared with other sandboxes; None: stay root."""
+    fresh uid per Sandbox (from 1000000000 up; never one another live sandbox of this process holds),
+    so that the process limit, which the kernel counts per host uid, is not shared with other
+    sandboxes and no sandbox may signal another's processes; None: stay root."""
     hostname: str = "sandbox"
     """Hostname inside."""
+    command_is_init: bool = False
+    """Run the command itself as the sandbox's pid 1 (``bwrap --as-pid-1``) instead of under
+    bubblewrap's own init. bubblewrap's init holds the command's stdin/stdout/stderr and runs as the
+    sandbox's user, dumpable: any process inside may open ``/proc/1/fd/0`` and ``/proc/1/fd/1``. A
+    long-lived command that talks to the host through those pipes (the ``local`` backend's command
+    runner) sets this, makes itself non-dumpable, and reaps the orphans reparented to it."""
 
 
 @dataclass
@@ -153,6 +166,7 @@ class Sandbox:
         self._watchdogs: dict[int, Watchdog] = {}
         self._drop_to: int | None = None
         self._cgroup: Cgroup | None = None
+        self._lent_uid: int | None = None
         self.limits_info: dict[str, str] = {}
         """How the sandbox-wide limits are enforced here (``memory``: cgroup v2 or watchdog, and why)."""
 
@@ -183,21 +197,32 @@ class Sandbox:
         for name in ("passwd", "group"):
             os.chmod(state / name, 0o644)
         if os.geteuid() == 0 and self.config.host_uid is not None:
-            self._drop_to = _fresh_uid() if self.config.host_uid == "auto" else int(self.config.host_uid)
+            if self.config.host_uid == "auto":
+                self._drop_to = self._lent_uid = _UIDS.take()
+            else:
+                self._drop_to = int(self.config.host_uid)
             self._give_workspace(ws)
         self._limits = SandboxLimits(memory_mb=self.config.memory_mb, max_processes=self.config.max_processes,
-                                     disk_mb=self.config.disk_mb, workspace=ws, max_files=self.config.max_files)
+                                     disk_mb=self.config.disk_mb, workspace=ws, max_files=self.config.max_files,
+                                     file_size_bytes=self.config.file_size_mb * 1024 * 1024)
         watched = self.config.disk_mb is not None or self.config.max_files is not None
         self._workspace_bytes, self._workspace_files = tree_usage(ws) if watched else (0, 0)
         parent, why = _cgroup_parent()
         if parent is not None:
             try:
                 self._cgroup = Cgroup(parent, self._limits)
-                self.limits_info = {"memory": "cgroup v2", "cgroup": str(self._cgroup.path)}
+                self.limits_info = {"memory": "cgroup v2", "cgroup": str(self._cgroup.path),
+                                    "shared_memory": "cgroup v2 (shared memory is charged to the cgroup)"}
             except OSError as exc:
                 self.limits_info = {"memory": "watchdog", "why": f"cannot create a cgroup under {parent}: {exc}"}
         else:
             self.limits_info = {"memory": "watchdog", "why": why}
+        if self._cgroup is None:
+            self.limits_info["shared_memory"] = (
+                "watchdog: MAP_SHARED, memfd and attached System V memory counted"
+                + ("" if os.geteuid() == 0 else " (a memfd only mapped counts the file size limit)"))
+        self.limits_info["sysv_ipc"] = (f"own IPC namespace: segments removed when detached, at most "
+                                        f"{self.config.memory_mb} MiB together")
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -211,6 +236,9 @@ class Sandbox:
             self._cgroup = None
         if self._drop_to is not None:  # hand the workspace back to the caller
             _chown_tree(self.workspace, os.getuid(), os.getgid())
+        if self._lent_uid is not None:  # its processes are gone: the uid may serve another sandbox
+            _UIDS.give_back(self._lent_uid)
+            self._lent_uid = None
         if self._state is not None:
             self._state.cleanup()
             self._state = None
@@ -255,18 +283,29 @@ class Sandbox:
                 f"--fsize={cfg.file_size_mb * mib}", "--core=0", "--"]
         workspace = str(self.workspace)
         ro_binds = self._readonly_binds()
-        if self._drop_to is not None:
+        # the sandbox's IPC namespace is made here, where we are root in it, to cap System V IPC
+        # (see unified.sandbox.limits.ipc_setup); bubblewrap then keeps it (no --unshare-ipc)
+        ipc = ipc_setup(cfg.memory_mb)
+        if self._drop_to is None:
+            who = ["--user", "--map-root-user"] if os.geteuid() != 0 else []
+            cmd += ["unshare", *who, "--ipc", "--", "/bin/sh", "-c", _IPC_SCRIPT.replace("{ipc}", ipc), "ipc"]
+        else:
             pairs = [workspace, str(self._stage)]
             for src, stage in self._ro_stage:
                 pairs += [src, str(stage)]
-            cmd += ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", _STAGE_SCRIPT, "stage",
-                    *pairs, "--",
+            cmd += ["unshare", "--mount", "--ipc", "--propagation", "private", "--", "/bin/sh", "-c",
+                    _STAGE_SCRIPT.replace("{ipc}", ipc), "stage", *pairs, "--",
                     "setpriv", f"--reuid={self._drop_to}", f"--regid={self._drop_to}", "--clear-groups", "--"]
             workspace = str(self._stage)
             ro_binds = [(str(stage), dest) for (_src, stage), (_s, dest) in zip(self._ro_stage, ro_binds)]
         state = Path(self._state.name)
-        cmd += ["bwrap", "--unshare-user", "--uid", "1000", "--gid", "1000", "--unshare-pid", "--unshare-ipc",
+        # bubblewrap's own environment stays readable as /proc/1/environ: the shells of the launcher
+        # chain export PWD (the host's working directory), so it is dropped right before
+        cmd += ["env", "-u", "PWD", "-u", "OLDPWD", "--"]
+        cmd += ["bwrap", "--unshare-user", "--uid", "1000", "--gid", "1000", "--unshare-pid",
                 "--unshare-uts", "--unshare-cgroup-try", "--hostname", cfg.hostname]
+        if cfg.command_is_init:
+            cmd.append("--as-pid-1")
         if not cfg.network:
             cmd.append("--unshare-net")
         cmd += ["--tmpfs", "/"]
@@ -282,7 +321,8 @@ class Sandbox:
         # /tmp and /dev/shm are memory (tmpfs): each never larger than the sandbox's memory limit, both
         # counted in it; the rest of /dev (a tmpfs of host RAM) is read-only
         size = ["--size", str(cfg.memory_mb * mib)] if bwrap_supports_size() else []
-        cmd += ["--dev", "/dev", *size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev", "--proc", "/proc"]
+        cmd += ["--dev", "/dev", *size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev", "--proc", "/proc",
+                "--ro-bind", "/proc/sys", "/proc/sys"]  # the IPC caps above must stay as they are
         cmd += [*size, "--tmpfs", "/tmp", "--dir", "/var/tmp", "--bind", workspace, cfg.mount_point]
         for src, dest in ro_binds:  # after /tmp and the workspace, so they may lie inside those
             cmd += ["--ro-bind", src, dest]
@@ -388,12 +428,36 @@ def _cgroup_parent() -> tuple:
     return _CGROUP_PARENT
 
 
-_uid_counter = itertools.count()
+class _UidPool:
+    """Host uids for sandboxes of this process: ``BASE + (pid % 10**6) * 1000 + slot``.
+
+    A slot is never handed out twice while a sandbox holds it (at most ``SLOTS`` live sandboxes a
+    process); other processes use other pids, hence other ranges.
+    """
+
+    BASE, SLOTS = 1_000_000_000, 1000
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: set[int] = set()
+        self._next = itertools.count()
+
+    def take(self) -> int:
+        with self._lock:
+            for _ in range(self.SLOTS):
+                slot = next(self._next) % self.SLOTS
+                uid = self.BASE + (os.getpid() % 1_000_000) * self.SLOTS + slot
+                if uid not in self._held:
+                    self._held.add(uid)
+                    return uid
+        raise SandboxError(f"more than {self.SLOTS} live sandboxes in one process: no fresh host uid left")
+
+    def give_back(self, uid: int) -> None:
+        with self._lock:
+            self._held.discard(uid)
 
 
-def _fresh_uid() -> int:
-    """A host uid no other live sandbox of this machine is likely to use (pid x counter)."""
-    return 200_000 + (os.getpid() % 30_000) * 32 + next(_uid_counter) % 32
+_UIDS = _UidPool()
 
 
 def _traversable_tmp() -> str:

@@ -11,14 +11,24 @@ one is used and recorded (``Sandbox.limits_info``):
   wrote them, so the limit covers ``/tmp`` too. ``$UNIFIED_CGROUP_PARENT`` names the parent
   cgroup directory to use (a delegated one); otherwise the parent of our own cgroup.
 - **watchdog** (everywhere else, polled every ``interval_s``): the host sums the anonymous
-  resident memory of every process of the sandbox (the launcher's descendants) plus what its
-  ``/tmp`` holds, and counts them; over a limit, the sandbox is killed. Between two polls a
-  sandbox can overshoot by what it allocates in ``interval_s``; each process is still held by
-  ``RLIMIT_AS``, and ``/tmp`` is a tmpfs sized to the memory limit.
+  resident memory of every process of the sandbox (the launcher's descendants), the shared
+  memory objects they map or hold open (:func:`shared_memory_bytes`: ``MAP_SHARED`` anonymous
+  memory, ``memfd_create`` files, System V segments; each object once), plus what its ``/tmp``
+  and ``/dev/shm`` hold, and counts the processes; over a limit, the sandbox is killed. Between
+  two polls a sandbox can overshoot by what it allocates in ``interval_s``; each process is
+  still held by ``RLIMIT_AS``, each file (a memfd too) by ``RLIMIT_FSIZE``, and ``/tmp`` is a
+  tmpfs sized to the memory limit. System V segments nobody maps are invisible from the host,
+  so the sandbox's IPC namespace (made by the launcher, :func:`ipc_setup`) destroys a segment
+  once no process is attached (``shm_rmid_forced``), caps their total at the memory limit
+  (``shmall``/``shmmax``) and allows few message queues; ``/proc/sys`` is read-only inside.
 
 The workspace's disk use is always watched the second way (no kernel quota is assumed): free
 space of its filesystem is polled cheaply and, when it dropped by more than the room left, the
-workspace is measured and the sandbox killed if it holds more than ``disk_mb``. Files are
+workspace is measured and the sandbox killed if it holds more than ``disk_mb``. A file counts
+with its apparent size when that is larger than its blocks: a sparse file uses no disk here but
+becomes real bytes wherever it is copied or read whole (a grader's copy, a snapshot); since it
+leaves free space untouched, the workspace is also measured every few seconds (at most 5% of
+the time goes to measuring). Files are
 counted the same way (free inodes polled, ``max_files``): empty files use no bytes, only inodes.
 
 A hit is recorded as one clear line in :attr:`Watchdog.hit` (and in the command's result).
@@ -31,7 +41,9 @@ import os
 import re
 import shutil
 import signal
+import stat
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +62,21 @@ class SandboxLimits:
     disk_mb: int | None
     workspace: Path
     max_files: int | None = None
+    file_size_bytes: int | None = None
+    """RLIMIT_FSIZE of the sandbox's processes: the most one memfd may hold."""
+
+
+def ipc_setup(memory_mb: int) -> str:
+    """Shell lines, run in the sandbox's fresh IPC namespace before bubblewrap, that cap System V IPC there.
+
+    ``shm_rmid_forced``: a segment is destroyed once no process is attached (so every segment
+    that exists is mapped, and the watchdog sees it); ``shmall``/``shmmax``: all segments
+    together at most ``memory_mb``; ``msgmni``: 16 message queues (16 KiB each by default).
+    """
+    pages = max(1, memory_mb * MIB // 4096)
+    return ("echo 1 > /proc/sys/kernel/shm_rmid_forced && "
+            f"echo {pages} > /proc/sys/kernel/shmall && echo {memory_mb * MIB} > /proc/sys/kernel/shmmax && "
+            "echo 16 > /proc/sys/kernel/msgmni || { echo 'sandbox: cannot cap System V IPC' >&2; exit 125; }")
 
 
 # --------------------------------------------------------------------------------------
@@ -203,6 +230,60 @@ def _anon_bytes(pid: int) -> int:
     return int(match.group(1)) * 1024 if match else 0
 
 
+_SHARED_KINDS = ("/memfd:", "/SYSV", "/dev/zero")
+"""Paths /proc/<pid>/maps gives shared memory that lives in no mounted filesystem."""
+
+
+def shared_memory_bytes(pids: list[int], file_size_cap: int | None = None) -> int:
+    """Shared memory the processes ``pids`` map or hold open that no mounted tmpfs counts, each object once.
+
+    ``MAP_SHARED`` anonymous memory (``/dev/zero (deleted)`` in ``maps``), ``memfd_create`` files
+    and attached System V segments (``/SYSV...``), found in ``/proc/<pid>/maps`` (shared
+    mappings) and ``/proc/<pid>/fd`` (a memfd held open); keyed by inode. An object's size is
+    what it holds (its blocks, read through ``/proc/<pid>/map_files`` or the open fd). Where
+    neither can be read (``map_files`` needs root), a mapped object counts its mapped extent, and
+    a memfd that is only mapped counts ``file_size_cap`` (RLIMIT_FSIZE, the most it may hold)
+    when that is larger: a memfd can hold more than the part of it that is mapped.
+    """
+    sizes: dict[tuple[str, int], int] = {}
+    for pid in pids:
+        try:
+            maps = open(f"/proc/{pid}/maps").read().splitlines()
+        except OSError:
+            maps = []
+        for line in maps:
+            parts = line.split(None, 5)
+            if len(parts) < 6 or parts[1][3:4] != "s" or not parts[5].startswith(_SHARED_KINDS):
+                continue
+            kind = "sysv" if parts[5].startswith("/SYSV") else "shm"
+            key = (kind, int(parts[4]))
+            start, end = (int(x, 16) for x in parts[0].split("-"))
+            try:
+                st = os.stat(f"/proc/{pid}/map_files/{parts[0]}")
+                size = st.st_blocks * 512
+            except OSError:
+                size = int(parts[2], 16) + end - start
+                if parts[5].startswith("/memfd:") and file_size_cap:
+                    size = max(size, file_size_cap)
+            sizes[key] = max(sizes.get(key, 0), size)
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            fds = []
+        for fd in fds:
+            try:
+                if not os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/memfd:"):
+                    continue
+                st = os.stat(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            key = ("shm", st.st_ino)
+            held = st.st_blocks * 512
+            # a measured size replaces the upper bound a mapping alone gave
+            sizes[key] = held if key not in sizes or sizes[key] == file_size_cap else max(sizes[key], held)
+    return sum(sizes.values())
+
+
 def _private_tmp_bytes(pids: list[int]) -> int:
     """What the sandbox's own /tmp and /dev/shm (tmpfs, seen through one of its processes) hold."""
     host_dev = {}
@@ -229,12 +310,16 @@ def _private_tmp_bytes(pids: list[int]) -> int:
 
 
 def tree_bytes(root: Path) -> int:
-    """Disk blocks used under ``root`` (hard links counted once, symlinks not followed)."""
+    """Bytes under ``root``: each file's disk blocks or apparent size, the larger (see :func:`tree_usage`)."""
     return tree_usage(root)[0]
 
 
 def tree_usage(root: Path) -> tuple[int, int]:
-    """``(bytes of disk blocks, entries)`` under ``root`` (hard links counted once, symlinks not followed)."""
+    """``(bytes, entries)`` under ``root`` (hard links counted once, symlinks not followed).
+
+    A file's bytes are the larger of its disk blocks and its apparent size (``st_size``: a
+    sparse file is as large as what reading or copying it produces).
+    """
     seen, total = set(), 0
     for dirpath, dirnames, filenames in os.walk(root):
         for name in dirnames + filenames:
@@ -245,7 +330,7 @@ def tree_usage(root: Path) -> tuple[int, int]:
             if (st.st_dev, st.st_ino) in seen:
                 continue
             seen.add((st.st_dev, st.st_ino))
-            total += st.st_blocks * 512
+            total += max(st.st_blocks * 512, st.st_size if stat.S_ISREG(st.st_mode) else 0)
     return total, len(seen)
 
 
@@ -263,6 +348,7 @@ class Watchdog(threading.Thread):
         if limits.disk_mb is not None:
             self._disk_room = max(0, limits.disk_mb * MIB - workspace_bytes)
             self._free_at_start = _free_bytes(limits.workspace)
+        self._next_walk, self._walk_every = time.monotonic() + 1.0, 1.0
         self._file_room = None
         if limits.max_files is not None:
             self._file_room = max(0, limits.max_files - workspace_files)
@@ -289,12 +375,17 @@ class Watchdog(threading.Thread):
             pids = descendants(self.pid)
             if len(pids) > lim.max_processes + _LAUNCHER_PROCESSES:
                 return f"process limit of {lim.max_processes} reached (watchdog): the sandbox was killed"
-            used = sum(_anon_bytes(p) for p in pids) + _private_tmp_bytes(pids)
+            used = (sum(_anon_bytes(p) for p in pids) + shared_memory_bytes(pids, lim.file_size_bytes)
+                    + _private_tmp_bytes(pids))
             if used > lim.memory_mb * MIB:
-                return (f"memory limit of {lim.memory_mb} MiB reached (all processes and /tmp together: "
+                return (f"memory limit of {lim.memory_mb} MiB reached (all processes, shared memory and /tmp together: "
                         f"{used // MIB} MiB, watchdog): the sandbox was killed")
-        if self._disk_room is not None and self._free_at_start - _free_bytes(lim.workspace) > self._disk_room:
+        due = self._disk_room is not None and time.monotonic() >= self._next_walk  # sparse files use no space
+        if due or (self._disk_room is not None and self._free_at_start - _free_bytes(lim.workspace) > self._disk_room):
+            started = time.monotonic()
             used = tree_bytes(lim.workspace)
+            self._walk_every = max(1.0, 20 * (time.monotonic() - started))
+            self._next_walk = time.monotonic() + self._walk_every
             if used > lim.disk_mb * MIB:
                 return (f"disk limit of {lim.disk_mb} MiB reached (the workspace holds {used // MIB} MiB): "
                         "the sandbox was killed")
