@@ -164,6 +164,7 @@ def _explain(graph: ImportGraph, pairs) -> str:
 
 FLOORS: dict[str, int] = {
     "unified.types": 0, "unified.config": 0, "unified.registry": 0, "unified.store": 0, "unified.text": 0,
+    "unified.scan": 0,
     "unified.models": 1, "unified.kernels": 1, "unified.sandbox": 1,
     "unified.inference": 2, "unified.execution": 2, "unified.benchmarks": 2,
     "unified.agent": 3, "unified.rewards": 3,

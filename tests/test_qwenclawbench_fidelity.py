@@ -137,3 +137,43 @@ def test_same_transcript_same_automated_score_as_the_checkouts_grader(tmp_path):
         assert ours["score"] == pytest.approx(theirs.score), (final, ours)
         seen.add(round(theirs.score, 6))
     assert len(seen) == 2  # a passing and a failing transcript
+
+
+def _lib_answering(total):
+    """A checkout-shaped judge module (fixture) whose parser hands back ``total``."""
+    import types
+
+    return types.SimpleNamespace(JUDGE_API_MAX_RETRIES=1, JUDGE_API_RETRY_BASE_SECONDS=0,
+                                 _call_llm_judge_api=lambda **kw: "an answer",
+                                 _parse_judge_text_response=lambda text: {"total": total},
+                                 _normalize_judge_response=lambda parsed: {"scores": {}, **parsed, "notes": ""})
+
+
+@pytest.mark.parametrize("total, expected, usable", [(float("nan"), 0.0, False), (float("inf"), 0.0, False),
+                                                     (float("-inf"), 0.0, False), ("NaN", 0.0, False),
+                                                     (5, 1.0, True), (-3, 0.0, True), (0.4, 0.4, True)])
+def test_a_checkout_judge_total_that_is_not_finite_or_out_of_range_never_passes(total, expected, usable):
+    judged = official.judge(_lib_answering(total), "prompt", base_url="http://127.0.0.1:9/v1", model="m",
+                            api_key="unused")
+    assert judged["total"] == expected and judged["parsed"] is usable
+    assert ("total_problem" in judged) is (total != 0.4)
+
+
+def test_a_judge_answering_5_is_clipped_through_the_checkouts_parser(judge_url):
+    url, handler = judge_url
+    handler.answer = "Final score: 5"
+    adapter = QwenClawBenchAdapter(root=str(CHECKOUT), judge=f"openai:{url}#judge")
+    judged = adapter._judge(_qt(adapter), TRANSCRIPT)
+    assert judged["total"] == 1.0 and "clipped" in judged["total_problem"]
+
+
+def test_summary_json_is_strict_json(tmp_path):
+    from unified.store import write_json_atomic
+
+    write_json_atomic(tmp_path / "summary.json", {"score": float("nan"), "runs": [float("inf"), 0.5]})
+    text = (tmp_path / "summary.json").read_text()
+
+    def refuse(token):
+        raise AssertionError(f"{token} is not JSON")
+
+    assert json.loads(text, parse_constant=refuse) == {"score": None, "runs": [None, 0.5]}

@@ -15,6 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pandas as pd
 import pytest
 
+from unified.text import DATA_RULE
+
 from evaluators.widesearch import WideSearchAdapter, load_widesearch
 from evaluators.widesearch.metrics import date_near, evaluate_table, extract_table, number_near
 from unified.agent.loop import AgentLoop, Job
@@ -123,8 +125,9 @@ ALIASES = {"deutschland": "Germany", "the netherlands": "Netherlands"}
 
 def _judge_answer(prompt: str) -> str:
     """What a careful judge answers to the evaluator's two prompts (alignment, column grading)."""
+    prompt = prompt.split(DATA_RULE)[0]  # our own prompts: the data comes before the rule and the answer format
     if "idx_0" in prompt and "align" not in prompt.lower():
-        pairs = ast.literal_eval(re.search(r"(\{'idx_0'.*\})", prompt, re.S).group(1))
+        pairs = ast.literal_eval(re.search(r"""(\{['"]idx_0['"].*\})""", prompt, re.S).group(1))
         scores = {k: int(str(v["response"]).strip().lower() == str(v["target"]).strip().lower())
                   for k, v in pairs.items()}
         return "```json\n" + json.dumps(scores) + "\n```"

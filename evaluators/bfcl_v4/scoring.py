@@ -16,7 +16,7 @@ Per episode (mirroring ``bfcl_eval/eval_checker/eval_runner.py``):
 passed through :func:`checker_call`: one that cannot compile (nothing runs), or exactly
 ``name(key=literal, ...)`` with ``name`` a backend method or a name that resolves to nothing;
 anything else is replaced by a call of an undefined name. Model text never reaches ``eval``
-as code that could run.
+as code that could run, and the replay runs under :func:`evaluators.bfcl_v4.guard.guarded_calls`.
 
 Aggregate (``eval_runner_helper.generate_leaderboard_csv``): per category accuracy; non-live
 = unweighted mean of (simple = unweighted mean of python/java/javascript, multiple, parallel,
@@ -35,6 +35,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
+from evaluators.bfcl_v4.guard import argument_problem, guarded_calls
 from evaluators.bfcl_v4.isolation import import_bfcl, private_checker_namespace
 from unified.types import Episode, ToolCall
 
@@ -93,7 +94,8 @@ def checker_call(text: str, methods: set[str]) -> tuple[str, bool]:
     defined``). Anything else (a builtin such as ``open``, a dotted name, nested calls) would run
     arbitrary code under bfcl, so it becomes a call of an undefined name (``exact=False``): bfcl's
     checker then records a NameError for it, where bfcl itself may have got another error or
-    executed something.
+    executed something. A method call whose arguments :func:`evaluators.bfcl_v4.guard.argument_problem`
+    refuses (a ten-million-digit power) is replaced the same way: the episode refused it too.
     """
     utils = import_bfcl("bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils")
     try:
@@ -105,9 +107,21 @@ def checker_call(text: str, methods: set[str]) -> tuple[str, bool]:
         return f"{_UNDEFINED}()", False
     if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.args
             and all(k.arg is not None and _inert(k.value) for k in node.keywords)
-            and (node.func.id in methods or not _resolvable(node.func.id))):
+            and (node.func.id in methods or not _resolvable(node.func.id))
+            and not (node.func.id in methods and argument_problem(node.func.id, _literal_kwargs(node)))):
         return text, True
     return f"{_UNDEFINED}()", False
+
+
+def _literal_kwargs(node: ast.Call) -> dict[str, Any]:
+    """The keyword values of an inert call that are Python literals (``nan``/``inf`` names left out)."""
+    out = {}
+    for keyword in node.keywords:
+        try:
+            out[str(keyword.arg)] = ast.literal_eval(keyword.value)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            continue
+    return out
 
 
 def step_call_strings(calls: list[ToolCall], methods: set[str]) -> tuple[list[str], int]:
@@ -255,7 +269,7 @@ def _score_multi_turn(category: str, payload: dict[str, Any], episode: Episode, 
                 "error": f"{len(decoded)} turns recorded, ground truth has {len(truth)}"}
     checker = import_bfcl("bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker")
     entry = dict(payload["entry"])
-    with private_checker_namespace() as model_name:
+    with private_checker_namespace() as model_name, guarded_calls():
         result = checker.multi_turn_checker(decoded, truth, entry, category, model_name)
     return {"valid": bool(result["valid"]), "error_type": result.get("error_type"),
             "error": result.get("error_message"), "decoded": decoded, "approximated_calls": approximated or None}

@@ -205,6 +205,8 @@ class ClawEvalAdapter(Adapter):
                                    "prompts": env.metadata.get("prompts"),
                                    "docker": "not used (local bubblewrap sandbox ran)", "judge": self.judge_spec,
                                    "n_dispatches": len(env.dispatches), "user_rounds": env.user_rounds}
+        if getattr(env, "snapshot_refused", None):  # files the grader's snapshot left unread (size budget)
+            details["snapshot_refused"] = {"files": list(env.snapshot_refused), "budget_mb": env.snapshot_mb}
         try:
             judge = resolve_endpoint(self.judge_spec)
             details["judge"] = judge.describe()

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from unified.benchmarks.contract import BenchmarkUnavailable, TaskFormatError
+from unified.benchmarks.contract import BenchmarkUnavailable, TaskFormatError, check_task_id
 
 ENV_ROOT = "CLAW_EVAL_ROOT"
 CLONE_HINT = (f"git clone https://github.com/claw-eval/claw-eval && export {ENV_ROOT}=$PWD/claw-eval "
@@ -131,7 +131,7 @@ def parse_task_yaml(path: Path, checkout: Path) -> ClawTask:
     env = data.get("environment") or {}
     tags = [str(t) for t in _list(data, "tags", where)]
     return ClawTask(
-        id=str(data["task_id"]), name=str(data.get("task_name", "")), category=str(data.get("category", "")),
+        id=check_task_id(str(data["task_id"]), f"{where}: field 'task_id'"), name=str(data.get("task_name", "")), category=str(data.get("category", "")),
         split=split_of(tags), tags=tags, dir=str(path.parent), checkout=str(checkout), prompt=str(prompt["text"]),
         language=str(prompt.get("language", "")), tools=tools, endpoints=endpoints, services=services,
         max_turns=int(env.get("max_turns", 20)), timeout_seconds=int(env.get("timeout_seconds", 300)),
@@ -252,9 +252,15 @@ def skip_reason(task: ClawTask, env: dict[str, str] | None = None) -> str | None
 def load_tasks(checkout: Path) -> tuple[list[ClawTask], list[tuple[str, str]]]:
     """Every task (sorted by directory name) and ``(dir, error)`` for unreadable ones."""
     tasks, broken = [], []
+    seen: dict[str, Path] = {}
     for path in sorted((checkout / "tasks").glob("*/task.yaml")):
         try:
-            tasks.append(parse_task_yaml(path, checkout))
+            task = parse_task_yaml(path, checkout)
         except (TaskFormatError, ValueError) as exc:
             broken.append((path.parent.name, str(exc)))
+            continue
+        if task.id in seen:  # one id, two tasks: the second's results would replace the first's
+            raise TaskFormatError(f"{path}: task_id {task.id!r} is already the id of {seen[task.id]}")
+        seen[task.id] = path
+        tasks.append(task)
     return tasks, broken

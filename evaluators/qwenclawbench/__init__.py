@@ -17,6 +17,7 @@ Not on PyPI: point the adapter at a checkout with ``$QWENCLAWBENCH_ROOT`` or
 ``judge_when_penalised``  also ask the judge when the automated part is < 0.75 (its share is
                      zeroed then, so by default we save the call; ``score_simple`` needs it)
 ``exec_timeout_s``, ``memory_mb``, ``grader_timeout_s``  sandbox limits
+``grader_copy_mb``   budget of the workspace copy the automated checks get (default 512 MiB, apparent size)
 ``categories``       restrict to these categories (comma-separated); ``tasks(split=...)`` does the same
 
 Scoring and aggregate: :mod:`evaluators.qwenclawbench.grading`. The judge is the checkout's own
@@ -30,6 +31,7 @@ offline); OpenClaw, which the benchmark runs, allows all its tools (``openclaw_c
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,6 +92,9 @@ class QwenClawBenchConfig:
     """Memory of the sandbox (tools and automated checks)."""
     grader_timeout_s: float = bounded(120.0, gt=0)
     """Wall time of the automated checks of one episode."""
+    grader_copy_mb: float = bounded(512.0, gt=0)
+    """Budget of the workspace copy the automated checks get (MiB, apparent size: sparse files count
+    in full); a workspace past it is not graded (score 0, the reason recorded)."""
     categories: list[str] | str | None = None
     """Only these categories/subcategories/task ids (a list or comma-separated; None: all)."""
     judge_retry_max_delay_s: float = bounded(60.0, ge=0)
@@ -155,7 +160,7 @@ class QwenClawBenchAdapter(Adapter):
             code = qt.grading_code
             if code:
                 auto = run_automated_checks(code, transcript, env.workspace, timeout_s=self.settings.grader_timeout_s,
-                                            memory_mb=self.settings.memory_mb)
+                                            memory_mb=self.settings.memory_mb, copy_mb=self.settings.grader_copy_mb)
             else:
                 auto = {"score": 0.0, "breakdown": {}, "error": "no automated grading code in the task"}
             s_auto = auto["score"]
@@ -174,6 +179,9 @@ class QwenClawBenchAdapter(Adapter):
             details["llm_judge"] = {"skipped": f"automated score {s_auto:.3f} < {PENALTY_THRESHOLD}: the judge's "
                                                "share is zeroed by the benchmark's penalised scoring"}
         score, simple = combine(qt.grading_type, qt.grading_weights, s_auto, s_llm)
+        if not math.isfinite(score):  # a grade() that returned NaN/Infinity: never into the means
+            errors.append(f"the combined score {score} is not finite: scored 0")
+            score, simple = 0.0, 0.0
         details.update({"automated_score": s_auto, "judge_score": s_llm, "score_simple": simple if (
             s_llm is not None or qt.grading_type == "automated") else None})
         return EpisodeResult(benchmark=self.name, task_id=task.id, trial=episode.trial, score=score,

@@ -41,6 +41,9 @@ from unified.benchmarks.contract import (
     StopReason,
     Task,
     TaskFormatError,
+    check_task_id,
+    check_task_ids,
+    task_id_problem,
 )
 from unified.benchmarks.discovery import (
     ALL_SUITE,
@@ -58,7 +61,7 @@ from unified.benchmarks.helpers import (config_list, judge_reason, limit_runnabl
 __all__ = [
     # the contract
     "ENTRY_POINT_GROUP", "Adapter", "AgentLimits", "BenchmarkUnavailable", "Environment", "NoConfig",
-    "PaperReference", "StopReason", "Task", "TaskFormatError",
+    "PaperReference", "StopReason", "Task", "TaskFormatError", "check_task_id", "check_task_ids", "task_id_problem",
     # discovery
     "ALL_SUITE", "STUDY_SUITES", "adapter_class", "declared_suites", "expand_benchmarks", "load_adapter",
     "registered_benchmarks", "world_model_domain",

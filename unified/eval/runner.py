@@ -17,7 +17,7 @@ from typing import Any
 
 from unified.agent.loop import AgentLoop, Job
 from unified.config import ConfigError, to_dict
-from unified.benchmarks.contract import AgentLimits, BenchmarkUnavailable
+from unified.benchmarks.contract import AgentLimits, BenchmarkUnavailable, check_task_ids
 from unified.benchmarks.discovery import (ALL_SUITE, benchmark_facts, check_benchmark_config, declared_suites,
                                           expand_benchmarks, load_adapter)
 from unified.benchmarks.helpers import limit_runnable, select_task_ids
@@ -129,6 +129,7 @@ def _run_benchmark(name: str, cfg: EvalConfig, out: Path, sampling: SamplingConf
                         "comparable": False}
         else:
             tasks = adapter.tasks(cfg.split, cfg.limit)
+        check_task_ids(tasks, f"benchmark {name}")  # ids key records and name scratch paths: checked, unique
     except BenchmarkUnavailable as exc:
         _log(exc.line(name))
         return {"status": "skipped", "reason": exc.reason, "how_to_fix": exc.how_to_fix, "comparable": False}
