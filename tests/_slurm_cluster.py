@@ -196,6 +196,26 @@ PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP
         subprocess.run(["scancel", str(job_id)], env=self.env(), capture_output=True)
         raise TimeoutError(f"job {job_id} still running after {timeout_s}s: {self.job_state(job_id)}")
 
+    def wait_array(self, job_id: int, timeout_s: float = 600.0) -> dict[int, dict[str, str]]:
+        """Wait until every task of array job ``job_id`` has ended; their fields by array index."""
+        deadline = time.time() + timeout_s
+        final = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
+        while time.time() < deadline:
+            out = subprocess.run(["scontrol", "show", "job", str(job_id), "-o"], env=self.env(), capture_output=True,
+                                 text=True)
+            tasks, pending = {}, False
+            for line in out.stdout.splitlines():
+                fields = dict(t.split("=", 1) for t in line.split() if "=" in t)
+                if fields.get("ArrayTaskId", "").isdigit():
+                    tasks[int(fields["ArrayTaskId"])] = fields
+                else:  # tasks not started yet are one record, e.g. ArrayTaskId=1-3
+                    pending = True
+            if tasks and not pending and all(f.get("JobState") in final for f in tasks.values()):
+                return tasks
+            time.sleep(2)
+        subprocess.run(["scancel", str(job_id)], env=self.env(), capture_output=True)
+        raise TimeoutError(f"array job {job_id} still running after {timeout_s}s")
+
     def run_job(self, script: str | os.PathLike[str], *args: str, log: Path, name: str,
                 env: dict[str, str] | None = None, cwd: str | os.PathLike[str] | None = None,
                 timeout_s: float = 600.0) -> str:

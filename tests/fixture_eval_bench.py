@@ -59,3 +59,42 @@ class FixtureAdapter(Adapter):
 
     def gold_turns(self, task):
         return [[ToolCall(name="echo", arguments={"text": str(task.payload["n"])})]]
+
+
+class DependentFixtureAdapter(FixtureAdapter):
+    """Fixture tasks with ``depends_on`` chains, in the shape of BFCL memory questions: ``setup_G`` (not
+    scored) comes first, ``question_G_K`` depends on it; ``chain_G`` depends on ``question_G_0``. The
+    environment of a dependent task checks that what it depends on finished (a result line exists
+    in the run directory), so a dependent task run apart from its dependencies fails its step."""
+
+    name = "fixture_depends"
+
+    def __init__(self, groups: int = 3, questions: int = 2, lone: int = 6, **config) -> None:
+        super().__init__(n=lone, **config)
+        self.groups, self.questions = groups, questions
+
+    def tasks(self, split=None, limit=None):
+        tasks = []
+        for g in range(self.groups):
+            tasks.append(Task(id=f"setup_{g}", benchmark=self.name, payload={"n": 100 + g}, scored=False))
+            tasks += [Task(id=f"question_{g}_{k}", benchmark=self.name, payload={"n": 10 * g + k},
+                           depends_on=[f"setup_{g}"]) for k in range(self.questions)]
+            tasks.append(Task(id=f"chain_{g}", benchmark=self.name, payload={"n": 1000 + g},
+                              depends_on=[f"question_{g}_0"]))
+        tasks += super().tasks(split, None)
+        return tasks[:limit] if limit else tasks
+
+    def open(self, task):
+        done = (self.work_dir / "done") if self.work_dir else None
+        missing = [d for d in task.depends_on if done is None or not (done / d).exists()]
+        if missing:
+            raise RuntimeError(f"{task.id}: dependencies not run here: {missing}")
+        return FixtureEnv(task)
+
+    def score(self, task, episode, env):
+        result = super().score(task, episode, env)
+        (self.work_dir / "done").mkdir(parents=True, exist_ok=True)
+        (self.work_dir / "done" / task.id).touch()
+        if not task.scored:
+            result.details["prereq"] = True
+        return result

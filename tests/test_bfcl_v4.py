@@ -60,6 +60,54 @@ def test_gold_memory_kv_writes_snapshot_and_passes(tmp_path):
     assert list(tmp_path.rglob("*_final.json")), "the prerequisite conversations must leave a memory snapshot"
 
 
+class GoldWithMalformedCall(ChatModel):
+    """Gold, with a malformed tool call appended to every answer that has no call (answer text plus
+    a call whose JSON does not parse, in one step)."""
+
+    name = "gold_malformed"
+    needs_context = True
+
+    def __init__(self):
+        super().__init__("gold_malformed")
+        self.gold = make_chat_model("gold")
+
+    def generate(self, requests):
+        outs = self.gold.generate(requests)
+        return [out if isinstance(out, Exception) or "<tool_call>" in out.text else
+                PolicyOutput(text=out.text + '\n<tool_call>\n{"name": "core_memory_add", "arguments": {\n</tool_call>')
+                for out in outs]
+
+
+@pytest.mark.slow
+def test_memory_answer_with_a_malformed_call_is_scored_from_its_raw_text_as_bfcl_does(tmp_path):
+    from types import SimpleNamespace
+
+    from evaluators.bfcl_v4.isolation import import_bfcl
+
+    adapter = load_adapter("bfcl_v4", categories="memory_kv", limit_order="per_category")
+    adapter.work_dir = tmp_path
+    tasks = adapter.tasks(limit=2)
+    results, episodes = _run(adapter, tasks, GoldWithMalformedCall())
+    scored = [r for r in results if not r.details.get("prereq")]
+    assert len(scored) == 2 and all(r.passed for r in scored), [r.details for r in scored]
+    # bfcl itself, its Qwen FC handler decoding the raw completions of the same episode, agrees
+    qwen = import_bfcl("bfcl_eval.model_handler.local_inference.qwen_fc").QwenFCHandler(
+        "Qwen/Qwen3-8B", 0.0, "Qwen/Qwen3-8B-FC", True)
+    runner = import_bfcl("bfcl_eval.eval_checker.eval_runner")
+    for r in scored:
+        task = next(t for t in tasks if t.id == r.task_id)
+        raw = [qwen._parse_query_response_prompting(SimpleNamespace(
+            choices=[SimpleNamespace(text=s.completion)], usage=SimpleNamespace(prompt_tokens=0, completion_tokens=0)
+        ))["model_responses"] for s in episodes[r.task_id].steps]
+        assert any("<tool_call>" in text and "answer" in text for text in raw)
+        verdict = runner._evaluate_single_agentic_entry(qwen, r.task_id, [raw], task.payload["ground_truth"],
+                                                        {"question": []}, "m", "memory_kv")
+        assert verdict["valid"] is True
+        from evaluators.bfcl_v4.scoring import agentic_steps
+
+        assert isinstance(agentic_steps(episodes[r.task_id], set())[-1], str)
+
+
 class PerturbedGold(ChatModel):
     """Gold answers, corrupted for some tasks (wrong values, dropped calls, plain text), so the
     agreement test sees passes and failures of every kind."""

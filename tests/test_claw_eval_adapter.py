@@ -201,3 +201,26 @@ def test_multi_turn_with_simulated_user_and_judge_on_a_local_server(tmp_path):
     # the tiny judge cannot answer with a score: the fixture grader then fails like the real ones do
     assert result.details["judge_stats"]["requests"] >= 1
     assert result.error is None or result.error.startswith("grader:")
+
+
+def _listening_addresses(port: int) -> set[str]:
+    """Local addresses (hex, as /proc/net/tcp{,6} write them) of the sockets listening on ``port``."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            address, hex_port = fields[1].rsplit(":", 1)
+            if int(hex_port, 16) == port and fields[3] == "0A":  # LISTEN
+                found.add(address)
+    return found
+
+
+def test_mock_services_listen_on_loopback_only():
+    """The fixture service binds 0.0.0.0 in its own code, as the benchmark's do; it must listen on
+    127.0.0.1 only (a wildcard bind would put the task's mock data and /audit on the network)."""
+    spec = ServiceSpec(name="notes", command="python mock_services/fixture_notes/server.py", port=9190,
+                       health_check="http://localhost:9190/notes/list",
+                       env={"NOTES_FIXTURES": "tasks/fixture_T01_notes/fixtures/notes.json"})
+    with ServiceGroup([spec], CHECKOUT) as group:
+        assert group.healthy(spec)
+        assert _listening_addresses(group.port(spec)) == {"0100007F"}  # 127.0.0.1, nothing else

@@ -183,3 +183,24 @@ def test_system_prompt_tool_specs_and_simulated_user_are_the_checkouts(judge_ser
 def test_a_task_with_prompt_attachments_is_a_skip_not_a_silent_low_score():
     task = _fixture_task(attachments=["fixtures/notes.json"])
     assert skip_reason(task, env={}).startswith("prompt attachments (fixtures/notes.json) must reach the model as media")
+
+
+def test_a_program_used_by_a_script_the_snapshot_commands_run_is_found(tmp_path):
+    # our own task in the format of the multimodal web-page tasks: the snapshot command runs a
+    # recording script (a sandbox grader file) that drives a browser through Playwright
+    (tmp_path / "fixtures").mkdir()
+    (tmp_path / "fixtures" / "fixture_record.py").write_text(
+        "from playwright.sync_api import sync_playwright  # screenshots of output.html\n")
+    (tmp_path / "task.yaml").write_text("sandbox_grader_files: [fixtures/fixture_record.py]\n")
+    (tmp_path / "grader.py").write_text("# judges the frames in /workspace/grading_frames\n")
+    task = _fixture_task(dir=str(tmp_path), sandbox_files=[], sandbox_grader_files=["fixtures/fixture_record.py"],
+                         env_snapshot_commands=["python /workspace/fixtures/fixture_record.py "
+                                                "file:///workspace/output.html --frames 10"])
+    assert missing_programs(task, which=lambda name: f"/usr/bin/{name}", has_playwright=lambda: False) == ["playwright"]
+    assert missing_programs(task, which=lambda name: None, has_playwright=lambda: True) == []
+    from evaluators.claw_eval import tasks as claw_tasks
+
+    claw_tasks._has_playwright.cache_clear()
+    if not claw_tasks._has_playwright():
+        reason = skip_reason(task, env={})
+        assert reason.startswith("needs playwright") and "screenshots" in reason

@@ -41,6 +41,19 @@ class ComparableFixtureAdapter(FixtureAdapter):
         return {**super().aggregate(results), "comparable": True, "not_comparable_because": []}
 
 
+class ComparableSkippingFixtureAdapter(ComparableFixtureAdapter):
+    """Vouches for its number although every task is skipped (its aggregate has 0 scored episodes)."""
+
+    name = "fixture_comparable_skipping"
+
+    def tasks(self, split=None, limit=None):
+        return [Task(id=t.id, benchmark=self.name, payload=t.payload, skip_reason="needs ffmpeg (not installed)")
+                for t in super().tasks(split, limit)]
+
+
+STATING_SKIPPING = "test_eval_report:ComparableSkippingFixtureAdapter"
+
+
 def _result(task_id, trial=0, score=1.0, **kw):
     return EpisodeResult(benchmark="b", task_id=task_id, trial=trial, score=score, **kw)
 
@@ -147,3 +160,27 @@ def test_long_reasons_are_cut_at_a_word_boundary():
     cut = shorten(text, 60)
     assert len(cut) <= 60 and cut.endswith("…") and text.startswith(cut[:-1]) and text[len(cut) - 1] == " "
     assert shorten("short", 60) == "short"
+
+
+def test_nothing_ran_is_never_comparable_in_summary_json_or_compare(tmp_path, capsys):
+    summary = run_eval(EvalConfig(benchmarks=[STATING_SKIPPING], model="gold", out=str(tmp_path / "a"),
+                                  benchmark_config={STATING_SKIPPING: {"n": 2}}))
+    entry = summary["benchmarks"][STATING_SKIPPING]
+    assert entry["status"] == "skipped" and entry["comparable"] is False
+    assert entry["aggregate"]["comparable"] is False  # the adapter said True with 0 scored episodes
+    assert "nothing ran: no scored episode" in entry["not_comparable_because"]
+    on_disk = json.loads((tmp_path / "a" / "summary.json").read_text())["benchmarks"][STATING_SKIPPING]
+    assert '"comparable": true' not in json.dumps(on_disk)
+    # every trial errored: same
+    errored = benchmark_entry(tasks=[Task(id="t", benchmark="b")], results=[_result("t", error="boom")], runs=1,
+                              runs_protocol=1, aggregate={"score": 0.0, "comparable": True})
+    assert errored["comparable"] is False and errored["aggregate"]["comparable"] is False
+    # a summary that says comparable for a benchmark that did not run (an older writer): --compare says not
+    stale = {"model": "old", "prompting": "act", "updated_at": 0, "suites": {"other": {"x": None}},
+             "benchmarks": {"x": {"status": "skipped", "reason": "no key", "comparable": True, "tasks_run": 0,
+                                  "tasks": 2, "tasks_skipped": 2, "tasks_errored": 0, "aggregate": {}}}}
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "summary.json").write_text(json.dumps(stale))
+    assert main(["--compare", str(tmp_path / "b"), str(tmp_path / "b")]) == 0
+    row = [line for line in capsys.readouterr().out.splitlines() if "| x |" in line][0]
+    assert "not comparable" in row and "; comparable)" not in row

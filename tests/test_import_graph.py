@@ -164,12 +164,13 @@ def _explain(graph: ImportGraph, pairs) -> str:
 
 FLOORS: dict[str, int] = {
     "unified.types": 0, "unified.config": 0, "unified.registry": 0, "unified.store": 0, "unified.text": 0,
+    "unified.scan": 0,
     "unified.models": 1, "unified.kernels": 1, "unified.sandbox": 1,
     "unified.inference": 2, "unified.execution": 2, "unified.benchmarks": 2,
     "unified.agent": 3, "unified.rewards": 3,
     "unified.predict": 4, "unified.lwm": 4,
     "unified.eval": 5, "unified.warmup": 5, "unified.trace": 5,
-    "unified.demo": 6,
+    "unified.demo": 6, "unified.view": 6, "unified.plot": 6,
 }
 """The dependency floors of ``docs/architecture.md``: a node imports only from its floor or below."""
 

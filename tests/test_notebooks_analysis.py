@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -108,3 +110,57 @@ def test_sft_vs_warmup_notebook(fixture_eval_runs, tmp_path):
     assert [r["benchmark"] for r in table["benchmarks"]][0] == "bfcl_v4"
     explicit_rate = next(r for r in table["predictions"] if (r["kind"], r["metric"]) == ("explicit", "prediction_rate"))
     assert explicit_rate["a"] in (0.0, None)  # act never writes explicit blocks
+
+
+def test_notebook_step_as_written_from_the_caller_directory(fixture_eval_runs, tmp_path):
+    """``UNIFIED_RUN_DIR=runs/eval/pta jupyter execute notebooks/...`` from a shell in the repository
+    root: the kernel runs in notebooks/, the relative path is still read from the shell's directory,
+    and the figures are saved (by default in the run's ``figures/``)."""
+    jupyter = Path(sys.executable).parent / "jupyter"
+    if not jupyter.exists():
+        pytest.skip(f"{jupyter} is not installed")
+    caller = tmp_path / "caller"
+    shutil.copytree(fixture_eval_runs["predict_then_act"], caller / "runs" / "eval" / "pta")
+    shutil.copytree(NOTEBOOKS, caller / "notebooks")  # the same layout as the checkout
+    env = {k: v for k, v in os.environ.items() if not k.startswith("UNIFIED_") or k == "UNIFIED_CACHE_DIR"}
+    proc = subprocess.run(["bash", "-c", f"cd {shlex.quote(str(caller))} && UNIFIED_RUN_DIR=runs/eval/pta "
+                           f"{shlex.quote(str(jupyter))} execute notebooks/prediction_in_reasoning.ipynb"],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    figures = caller / "runs" / "eval" / "pta" / "figures"
+    assert _pngs(figures) == {"positions.png", "by_step.png", "verdicts.png", "accuracy_vs_success.png"}
+    assert (figures / "numbers.json").is_file()
+
+
+def test_trace_cli_writes_the_notebooks_outputs(fixture_eval_runs, tmp_path, capsys):
+    from unified.trace.report import main
+
+    run = tmp_path / "pta"
+    shutil.copytree(fixture_eval_runs["predict_then_act"], run)
+    assert main([str(run)]) == 0
+    figures = run / "figures"
+    assert _pngs(figures) == {"positions.png", "by_step.png", "verdicts.png", "accuracy_vs_success.png"}
+    numbers = json.loads((figures / "numbers.json").read_text())
+    assert numbers["stats"]["all"] == json.loads(json.dumps(trace_run(run).stats()))
+    report = (figures / "report.md").read_text()
+    assert "## Statistics" in report and "| prediction_rate |" in report and "![positions](positions.png)" in report
+    out = tmp_path / "cmp"
+    assert main(["--compare", str(fixture_eval_runs["act"]), str(run), "--labels", "act", "pta",
+                 "--out", str(out)]) == 0
+    assert _pngs(out) == {"comparison.png"}
+    assert json.loads((out / "comparison.json").read_text())["benchmarks"][0]["benchmark"] == "bfcl_v4"
+    assert "| bfcl_v4 |" in (out / "report.md").read_text()
+
+
+def test_view_of_a_real_predict_then_act_run(fixture_eval_runs, tmp_path):
+    """``python -m unified.view`` on a real run: every episode, and its predictions beside the observations."""
+    from unified import view
+
+    run = fixture_eval_runs["predict_then_act"]
+    out = tmp_path / "view.html"
+    assert view.main([str(run), "--out", str(out)]) == 0
+    page = out.read_text(encoding="utf-8")
+    saved = load_run(run)
+    assert page.count('class="episode"') == len({(r.benchmark, r.task_id, r.trial) for r in saved.results})
+    assert "<th>predicted</th><th>actual observation</th>" in page
+    assert "prompting: predict_then_act" in page

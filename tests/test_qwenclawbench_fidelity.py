@@ -1,4 +1,4 @@
-"""QwenClawBench judged by the checkout's own code (loaded at runtime), external dependencies skipped."""
+"""QwenClawBench judged by the checkout's own code (loaded at runtime), external dependencies run as officially."""
 
 from __future__ import annotations
 
@@ -79,12 +79,20 @@ def test_judge_that_never_answers_is_an_error_after_the_checkouts_retries():
     assert judged["total"] == 0.0
 
 
-def test_tasks_with_an_external_dependency_are_skipped_with_the_reason():
-    adapter = QwenClawBenchAdapter(root=str(CHECKOUT))
-    qt = _qt(adapter)
+def test_tasks_with_an_external_dependency_run_by_default_as_the_official_harness_does(tmp_path):
+    import shutil
+
+    root = tmp_path / "checkout"
+    shutil.copytree(CHECKOUT, root)
+    task_md = root / "data" / "qwenclawbench-v1.1-100" / "tasks" / "task_fixture_001_sales_total.md"
+    task_md.write_text(task_md.read_text().replace("grading_type:", "external_dependency: web\ngrading_type:", 1))
+    by_default = {t.id: t for t in QwenClawBenchAdapter(root=str(root)).tasks()}
+    assert by_default["task_fixture_001_sales_total"].skip_reason is None
+    opted_out = {t.id: t for t in QwenClawBenchAdapter(root=str(root), run_external=False).tasks()}
+    reason = opted_out["task_fixture_001_sales_total"].skip_reason
+    assert reason.startswith("external_dependency: web") and "run_external=false" in reason
+    qt = _qt(QwenClawBenchAdapter(root=str(CHECKOUT)))
     assert external_skip(dataclasses.replace(qt, frontmatter={"external_dependency": "none"})) is None
-    reason = external_skip(dataclasses.replace(qt, frontmatter={"external_dependency": "web"}))
-    assert reason.startswith("external_dependency: web") and "run_external=true" in reason
 
 
 def test_aggregate_says_what_differs_from_the_official_harness():
@@ -129,3 +137,43 @@ def test_same_transcript_same_automated_score_as_the_checkouts_grader(tmp_path):
         assert ours["score"] == pytest.approx(theirs.score), (final, ours)
         seen.add(round(theirs.score, 6))
     assert len(seen) == 2  # a passing and a failing transcript
+
+
+def _lib_answering(total):
+    """A checkout-shaped judge module (fixture) whose parser hands back ``total``."""
+    import types
+
+    return types.SimpleNamespace(JUDGE_API_MAX_RETRIES=1, JUDGE_API_RETRY_BASE_SECONDS=0,
+                                 _call_llm_judge_api=lambda **kw: "an answer",
+                                 _parse_judge_text_response=lambda text: {"total": total},
+                                 _normalize_judge_response=lambda parsed: {"scores": {}, **parsed, "notes": ""})
+
+
+@pytest.mark.parametrize("total, expected, usable", [(float("nan"), 0.0, False), (float("inf"), 0.0, False),
+                                                     (float("-inf"), 0.0, False), ("NaN", 0.0, False),
+                                                     (5, 1.0, True), (-3, 0.0, True), (0.4, 0.4, True)])
+def test_a_checkout_judge_total_that_is_not_finite_or_out_of_range_never_passes(total, expected, usable):
+    judged = official.judge(_lib_answering(total), "prompt", base_url="http://127.0.0.1:9/v1", model="m",
+                            api_key="unused")
+    assert judged["total"] == expected and judged["parsed"] is usable
+    assert ("total_problem" in judged) is (total != 0.4)
+
+
+def test_a_judge_answering_5_is_clipped_through_the_checkouts_parser(judge_url):
+    url, handler = judge_url
+    handler.answer = "Final score: 5"
+    adapter = QwenClawBenchAdapter(root=str(CHECKOUT), judge=f"openai:{url}#judge")
+    judged = adapter._judge(_qt(adapter), TRANSCRIPT)
+    assert judged["total"] == 1.0 and "clipped" in judged["total_problem"]
+
+
+def test_summary_json_is_strict_json(tmp_path):
+    from unified.store import write_json_atomic
+
+    write_json_atomic(tmp_path / "summary.json", {"score": float("nan"), "runs": [float("inf"), 0.5]})
+    text = (tmp_path / "summary.json").read_text()
+
+    def refuse(token):
+        raise AssertionError(f"{token} is not JSON")
+
+    assert json.loads(text, parse_constant=refuse) == {"score": None, "runs": [None, 0.5]}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import json
 import random
 import string
@@ -18,6 +19,11 @@ from unified.rewards import (
     parse_judge_answer,
     reward_weights,
 )
+
+
+def unfenced(prompt: str) -> str:
+    """A judge prompt without its data fences (``unified.text.fence_data``), for reading what it holds."""
+    return re.sub(r"\n?<<<END DATA [^>\n]*>>>", "", re.sub(r"<<<BEGIN DATA [^>\n]*>>>\n", "", prompt))
 
 
 class FixtureJudge(Judge):
@@ -91,7 +97,7 @@ def test_only_the_answer_reaches_the_judge_and_unparseable_is_zero():
     values = reward(prompts, completions, reference=["hello\n"], domain=["web"])
     assert values == [15.0]
     (request,) = judge.requests
-    text = request[-1]["content"]
+    text = unfenced(request[-1]["content"])
     assert "SELF-PRAISE" not in text and "draft" not in text
     assert "### Predicted observation (to grade)\nhello world" in text
     assert "### Reference observation (real)\nhello\n" in text

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -42,13 +43,23 @@ def test_script_conventions():
 
 def test_vllm_layout_serves_the_checkpoint_and_evaluates_through_it():
     out = run_script("--limit", "3", MODEL="/ckpt/final", SUITE="in_domain", GPUS_PER_NODE="4", PORT="8123").stdout
-    serve = next(line for line in out.splitlines() if line.startswith("vllm serve"))
-    assert "vllm serve /ckpt/final" in serve and "--tensor-parallel-size 4" in serve and "--port 8123" in serve
-    assert "--tool-call-parser qwen3_coder" in serve
+    serve = next(line for line in out.splitlines() if "-m vllm.entrypoints.openai.api_server" in line)
+    assert serve.startswith(f"{REPO}/.venv-vllm/bin/python -m vllm.entrypoints.openai.api_server --model /ckpt/final")
+    assert "--tensor-parallel-size 4" in serve and "--port 8123" in serve and "--max-model-len 131072" in serve
+    assert "--tool-call-parser qwen3_coder" in serve and "--dtype" not in serve
     assert "# wait for http://127.0.0.1:8123/health" in out
     evaluation = next(line for line in out.splitlines() if "-m unified.eval" in line)
     assert "--model openai:http://127.0.0.1:8123/v1#policy" in evaluation
     assert "--suite in_domain" in evaluation and evaluation.rstrip().endswith("--limit 3")
+
+
+def test_vllm_on_a_cpu_node_runs_fp32_on_a_free_port():
+    out = run_script(MODEL="/ckpt/final", GPUS_PER_NODE="0", VLLM_PYTHON="/opt/vllm/bin/python").stdout
+    serve = next(line for line in out.splitlines() if "-m vllm.entrypoints.openai.api_server" in line)
+    port = int(re.search(r"--port (\d+)", serve).group(1))
+    assert serve.startswith("/opt/vllm/bin/python ") and port > 0
+    assert "--dtype float32 --max-model-len 4096" in serve and "--tensor-parallel-size" not in serve
+    assert f"# wait for http://127.0.0.1:{port}/health" in out
 
 
 def test_no_server_runs_in_process_with_the_chosen_benchmarks():
@@ -62,11 +73,75 @@ def test_no_server_runs_in_process_with_the_chosen_benchmarks():
 
 @pytest.mark.parametrize("env, message", [
     ({"SERVER": "triton"}, "SERVER=triton: expected vllm, local or none"),
-    ({"SERVER": "vllm", "GPUS_PER_NODE": "0"}, "SERVER=vllm needs GPUS_PER_NODE >= 1"),
+    ({"SERVER": "vllm", "DRY_RUN": "0", "VLLM_PYTHON": "/nonexistent/bin/python"},
+     "SERVER=vllm: no interpreter at VLLM_PYTHON=/nonexistent/bin/python (run make vllm"),
 ])
 def test_bad_settings_are_clear_errors(env, message):
     out = run_script(check=False, **env)
     assert out.returncode != 0 and message in out.stderr
+
+
+def test_an_array_task_runs_its_shard_and_the_first_submits_the_merge():
+    env = {"SLURM_ARRAY_JOB_ID": "77", "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_COUNT": "4", "SERVER": "local",
+           "GPUS_PER_NODE": "0", "PORT": "8100"}
+    first = run_script("--limit", "3", SLURM_ARRAY_TASK_ID="0", **env).stdout
+    merge = next(line for line in first.splitlines() if line.startswith("sbatch "))
+    assert "--dependency=afterok:77" in merge and r"MERGE=1\,SHARDS=4\,OUT=runs/eval-77" in merge
+    third = run_script("--limit", "3", SLURM_ARRAY_TASK_ID="2", **env).stdout
+    assert "sbatch" not in third and "--port 8102" in third  # its own server port, should shards share a node
+    evaluation = next(line for line in third.splitlines() if "-m unified.eval" in line)
+    assert "--out runs/eval-77/shard-2" in evaluation and "--shard 2/4" in evaluation
+    merged = run_script(MERGE="1", SHARDS="2", OUT="/r/x").stdout
+    assert "-m unified.eval --merge /r/x/shard-0 /r/x/shard-1 --out /r/x" in merged and "server" not in merged
+    out = run_script(check=False, SHARDS="4", SLURM_ARRAY_TASK_ID="4", SERVER="none")
+    assert out.returncode != 0 and "array index 4 with SHARDS=4: use --array=0-3" in out.stderr
+
+
+@pytest.mark.slow
+def test_sbatch_array_shards_merge_after_all_and_a_failed_shard_reruns_alone(tmp_path):
+    require_slurm()
+    from test_eval_shards import DEPENDS, ECHO, comparable_summary, records
+
+    from unified.eval.cli import main
+
+    args = ("--runs", "2", "--max-in-flight", "4", "--set", f"benchmarks.{ECHO}.n=9",
+            "--set", f"benchmarks.{DEPENDS}.groups=3")
+    sys.path.insert(0, str(TESTS))
+    assert main(["--model", "gold", "--benchmarks", ECHO, DEPENDS, "--out", str(tmp_path / "whole"), *args]) == 0
+    out = tmp_path / "eval"
+    (out).mkdir()
+    (out / "shard-2").write_text("not a directory: this shard fails")
+    env = {"PYTHON": PYTHON, "REPO": str(REPO), "MODEL": "gold", "SERVER": "none", "BENCHMARKS": f"{ECHO} {DEPENDS}",
+           "OUT": str(out), "PYTHONPATH": f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    sbatch = ("--nodes=1", f"--output={logs}/%A_%a.out")
+
+    def merge_job(array_job: int, index: int) -> int:
+        text = (logs / f"{array_job}_{index}.out").read_text()
+        return int(re.search(r"merge job (\d+) starts after array job", text)[1])
+
+    with SlurmCluster(tmp_path / "slurm") as cluster:
+        array = cluster.sbatch(SCRIPT, *args, env=env, sbatch_args=("--array=0-3", *sbatch), cwd=REPO)
+        tasks = cluster.wait_array(array, timeout_s=600)
+        states = {i: t["JobState"] for i, t in tasks.items()}
+        assert states == {0: "COMPLETED", 1: "COMPLETED", 2: "FAILED", 3: "COMPLETED"}, (states, cluster.logs())
+        first_merge = merge_job(array, 0)
+        time.sleep(3)  # the controller marks the dependency after the failed task ends
+        state = cluster.job_state(first_merge)
+        assert state["JobState"] == "PENDING" and state["Reason"] == "DependencyNeverSatisfied", state
+        subprocess.run(["scancel", str(first_merge)], env=cluster.env(), check=True)
+        assert not (out / "summary.json").exists()
+
+        (out / "shard-2").unlink()  # what broke the shard is fixed: rerun it alone
+        rerun = cluster.sbatch(SCRIPT, *args, env={**env, "SHARDS": "4"}, sbatch_args=("--array=2", *sbatch), cwd=REPO)
+        assert cluster.wait_array(rerun)[2]["JobState"] == "COMPLETED"
+        merged = cluster.wait(merge_job(rerun, 2))
+        merge_log = next(out.glob("merge-*.out")).read_text()
+        assert merged["JobState"] == "COMPLETED" and merged["ExitCode"] == "0:0", (merged, merge_log)
+    for bench in ("fixture_echo", "fixture_depends"):
+        assert records(out, bench) == records(tmp_path / "whole", bench)
+    assert comparable_summary(out) == comparable_summary(tmp_path / "whole")
 
 
 @pytest.mark.slow

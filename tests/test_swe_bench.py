@@ -164,3 +164,20 @@ def test_classic_rows_grade_with_the_task_repository_through_swebench(monkeypatc
     monkeypatch.setenv("SWE_BENCH_TASK_REPO", str(FIXTURES / "repos"))  # not a task repository
     assert all("not in the task repository" in t.skip_reason for t in adapter.__class__(
         dataset=str(FIXTURES / "fixture_verified_classic.jsonl"), backend="local").tasks())
+
+
+def test_grading_that_cannot_download_its_test_tools_is_an_infrastructure_error(tmp_path):
+    """A fixture run script that fetches its test runner first (from a host that never resolves): no test runs."""
+    import shutil
+
+    scripts = tmp_path / "run_scripts"
+    shutil.copytree(FIXTURES / "fixture_pro_run_scripts", scripts)
+    script = scripts / "instance_fixture__calc-1" / "run_script.sh"
+    script.write_text(script.read_text().replace(
+        "cd /app\n", "cd /app\npython3 -c \"import urllib.request; urllib.request.urlopen('https://pypi.invalid/runner')\"\n"))
+    adapter = SWEBenchProAdapter(dataset=str(FIXTURES / "fixture_pro.jsonl"), backend="local",
+                                 scripts_dir=str(scripts), instances="instance_fixture__calc-1")
+    results = AgentLoop(adapter, GoldPolicy()).run([Job(adapter.tasks()[0], 0)])
+    assert results[0].error.startswith("infrastructure: grading could not run the tests\nDNS: ")
+    summary = adapter.aggregate(results)
+    assert summary["n_instances"] == 0 and summary["errored"] == 1  # listed, left out of the score

@@ -185,7 +185,8 @@ def test_rewards_are_read_in_harbors_order():
         assert got["reward"] == 1.0 and got["reward_source"] == "reward.json"
         assert got["rewards"] == {"reward": 1.0, "tests_passed": 3.0}
         s.write_file("/logs/verifier/reward.json", '{"tests_passed": 3}')
-        assert read_reward(s)["reward"] == 0.0  # no 'reward' key: reward.txt supplies it
+        got = read_reward(s)  # no 'reward' key: reward.txt supplies it, and reward_source says so
+        assert got["reward"] == 0.0 and got["reward_source"] == "reward.txt" and got["rewards"]["tests_passed"] == 3
         s.exec("rm -f /logs/verifier/reward.json /logs/verifier/reward.txt")
         assert read_reward(s)["reward"] is None and "no /logs/verifier" in read_reward(s)["reward_error"]
 

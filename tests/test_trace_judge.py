@@ -4,12 +4,18 @@ loopback serving a tiny local model."""
 
 from __future__ import annotations
 
+import re
 import pytest
 
 from test_trace_fixtures import fixture_weather_episode
 from unified.inference.judge import Judge, JudgeCache
 from unified.trace import trace_run
 from unified.trace.judge import RubricJudge, domain_of
+
+
+def unfenced(prompt: str) -> str:
+    """A judge prompt without its data fences (``unified.text.fence_data``), for reading what it holds."""
+    return re.sub(r"\n?<<<END DATA [^>\n]*>>>", "", re.sub(r"<<<BEGIN DATA [^>\n]*>>>\n", "", prompt))
 
 
 class FixtureJudge(Judge):
@@ -35,7 +41,7 @@ def test_judge_scores_replace_rule_scores(tmp_path):
     assert all(p.correct is False for p in preds)  # factuality 2 < 4
     assert preds[0].score == pytest.approx((22 / 5 - 1) / 4)
     # the judge sees the claim, the real observation, the call as action and the earlier turns
-    step1 = backend.requests[2][1]["content"]
+    step1 = unfenced(backend.requests[2][1]["content"])
     assert "### Predicted observation (to grade)\n65" in step1
     assert "### Reference observation (real)\n64.4" in step1
     assert "<function=convert>" in step1.split("### New action", 1)[1]

@@ -41,6 +41,9 @@ def test_before_after_reports_paired_scores_and_resumes(tmp_path, tiny_checkpoin
         return json.loads((out / REPORT_FILE).read_text())
 
     first = run(1)
+    printed = capsys.readouterr().out
+    assert "repetition loops in the held-out completions:" in printed and "of 4 before" in printed
+    assert set(first["loops"]) == {"before", "after"} and all(0 <= v <= 4 for v in first["loops"].values())
     assert first["status"] == "done" and first["steps"] == 1 and first["heldout_size"] == 4
     assert first["settings"]["temperature"] == 0 and first["settings"]["samples_per_prompt"] == 1
     assert first["settings"]["rewards"] == ["similarity"]  # the CPU recipe's graded reward

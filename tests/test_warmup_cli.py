@@ -82,7 +82,9 @@ def test_accelerate_configs_load(config):
     from accelerate.commands.config.config_args import ClusterConfig
 
     cluster = ClusterConfig.from_yaml_file(str(config))
-    assert cluster.mixed_precision == "bf16"
+    assert cluster.mixed_precision == ("no" if config.stem.endswith("_cpu") else "bf16")  # fp32 on CPUs
+    if config.stem.endswith("_cpu"):  # N ranks over gloo (see the files)
+        assert cluster.use_cpu and cluster.distributed_type == ("DEEPSPEED" if "deepspeed" in config.stem else "MULTI_GPU")
     if config.stem == "deepspeed_zero3":
         assert cluster.deepspeed_config["zero_stage"] == 3 and cluster.deepspeed_config["zero3_init_flag"]
         assert cluster.deepspeed_config["zero3_save_16bit_model"]  # the final dir gets full weights
@@ -210,3 +212,20 @@ def test_gpu_vllm_server_rollouts(tmp_path, tiny_checkpoint):
     finally:
         server.terminate()
         server.wait(timeout=60)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the message is for machines without CUDA")
+def test_dry_run_says_vllm_rollouts_need_cuda_on_a_cpu_machine(capsys, tmp_path):
+    """TRL's vLLM server mode syncs weights over NCCL: the dry run says why it cannot run here, and a run refuses."""
+    main(["--recipe", str(REPO / "recipes/warmup/qwen35_35b_a3b.yaml"), "--dry-run"])
+    out = capsys.readouterr().out
+    assert "# not on this machine: generation.backend=vllm_server needs CUDA" in out and "NCCL" in out
+    main(["--recipe", str(REPO / "recipes/warmup/embedded_cpu.yaml"), "--dry-run"])
+    assert "not on this machine" not in capsys.readouterr().out
+    from unified.warmup.trainer import run_warmup
+
+    cfg = load_warmup_config(REPO / "recipes/warmup/embedded_cpu.yaml",
+                             [f"output_dir={tmp_path}", "generation.backend=vllm_colocate"])
+    with pytest.raises(RuntimeError, match="vllm_colocate needs CUDA"):
+        run_warmup(cfg)
+    assert not any(tmp_path.iterdir())  # refused before writing anything

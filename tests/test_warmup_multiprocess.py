@@ -1,10 +1,12 @@
 """Two trainer processes on the CPU (``accelerate launch``, data parallel over gloo): train, resume, rerun.
 
 This is the multi-process path of :func:`unified.warmup.trainer.load_policy` (TRL loads the
-model from its path in every process) and of resuming (every rank restores the checkpoint).
-FSDP2 itself cannot be run this way: accelerate (1.15) switches to ``DistributedType.FSDP``
-only on accelerator devices (``MULTI_GPU``, ``MULTI_XPU``, ...); on the CPU an FSDP config
-runs as ``MULTI_CPU`` data parallel. FSDP2 and ZeRO-3 are covered by the ``gpu`` tests.
+model from its path in every process) and of resuming (every rank restores the checkpoint), with
+the accelerate config the launch plan uses for CPU processes (``recipes/accelerate/ddp_cpu.yaml``).
+FSDP2 cannot be run this way: accelerate (1.15) switches to ``DistributedType.FSDP`` only on
+accelerator devices (``MULTI_GPU``, ``MULTI_XPU``, ...); on the CPU an FSDP config would run as
+``MULTI_CPU`` data parallel, so ``launch.distributed=fsdp2`` with CPU processes is refused.
+Launched under Slurm, step equivalence and ZeRO-3 on CPUs: ``tests/test_warmup_distributed.py``.
 """
 
 from __future__ import annotations
@@ -22,26 +24,12 @@ from unified.warmup.callbacks import METRICS_FILE, read_metrics
 
 REPO = Path(__file__).resolve().parents[1]
 
-# accelerate launches num_processes workers (torchrun) for MULTI_GPU; use_cpu makes them MULTI_CPU over gloo.
-# (distributed_type: MULTI_CPU itself starts a single process unless launched with mpirun.)
-CPU_DATA_PARALLEL = """\
-compute_environment: LOCAL_MACHINE
-distributed_type: MULTI_GPU
-mixed_precision: 'no'
-machine_rank: 0
-num_machines: 1
-num_processes: 2
-rdzv_backend: static
-same_network: true
-main_training_function: main
-use_cpu: true
-"""
+CPU_DATA_PARALLEL = REPO / "recipes" / "accelerate" / "ddp_cpu.yaml"  # N ranks over gloo (see the file)
 
 
 @pytest.mark.slow
 def test_two_cpu_processes_train_resume_and_stop_at_max_steps(tmp_path, tiny_checkpoint):
-    config = tmp_path / "cpu_data_parallel.yaml"
-    config.write_text(CPU_DATA_PARALLEL)
+    config = CPU_DATA_PARALLEL
     data = write_fixture_awb_dir(tmp_path / "data")
     out = tmp_path / "run"
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -22,8 +23,21 @@ from typing import Any
 
 
 def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
-    """Replace ``path`` with ``data`` as indented JSON, atomically."""
-    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+    """Replace ``path`` with ``data`` as indented strict JSON, atomically: a float that is not finite
+    (NaN, Infinity, which Python would write as tokens no JSON reader accepts) is written ``null``."""
+    text = json.dumps(finite_json(data), indent=2, sort_keys=False, default=str, allow_nan=False)
+    write_text_atomic(path, text + "\n")
+
+
+def finite_json(data: Any) -> Any:
+    """``data`` with every non-finite float (in dicts, lists, tuples) replaced by None."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {key: finite_json(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [finite_json(value) for value in data]
+    return data
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:

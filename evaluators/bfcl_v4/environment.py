@@ -9,7 +9,9 @@ Multi-turn, memory and web-search categories run bfcl's backend classes
 copy of the task's ``initial_config``, ``long_context`` for the long-context category), but
 held by this environment rather than in module globals, and called directly:
 a call runs only if its name is a public method of an involved class *and* a tool offered in
-this turn; arguments are the parsed JSON values, never text evaluated as code. Results are
+this turn; arguments are the parsed JSON values, never text evaluated as code, and a call runs
+under :mod:`evaluators.bfcl_v4.guard` (bounded numeric arguments, ``decimal``/mpmath state
+restored, no fetches of loopback/private/link-local URLs). Results are
 formatted as bfcl formats them (strings as is, dicts as JSON, others ``str``), errors as
 ``"Error during execution: ..."``.
 
@@ -27,6 +29,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from evaluators.bfcl_v4.guard import call_guarded
 from evaluators.bfcl_v4.isolation import import_bfcl, import_memory_vector
 from unified.benchmarks.contract import Environment, Task
 from unified.types import Episode, Message, Observation, ToolCall, ToolSpec
@@ -143,7 +146,8 @@ class BFCLEnvironment(Environment):
                                                 content=f"Error during execution: name '{call.name}' is not defined"))
                 continue
             try:
-                content = _format_result(method(**copy.deepcopy(call.arguments)))  # backends mutate args
+                # backends mutate args; guarded: bounded arguments, decimal/mpmath state restored, no loopback fetches
+                content = _format_result(call_guarded(method, call.name, copy.deepcopy(call.arguments)))
                 is_error = False
             except Exception as exc:  # bfcl's wording (multi_turn_utils.execute_multi_turn_func_call)
                 content, is_error = f"Error during execution: {exc}", True

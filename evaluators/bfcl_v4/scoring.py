@@ -7,15 +7,16 @@ Per episode (mirroring ``bfcl_eval/eval_checker/eval_runner.py``):
 - relevance / irrelevance: does the first answer contain a call (``_evaluate_single_relevance_entry``);
 - multi-turn: the calls of every step grouped by user turn, through ``multi_turn_checker``
   (``_evaluate_single_multi_turn_entry``; fewer turns than the ground truth = force-terminated);
-- agentic (memory, web search): the last answer without calls through ``agentic_checker``
-  (``_evaluate_single_agentic_entry``).
+- agentic (memory, web search): bfcl's own ``_evaluate_single_agentic_entry``, which checks the raw
+  text of the last step it cannot decode into calls with ``agentic_checker`` (a step of answer text
+  plus a malformed call counts: :func:`agentic_steps`).
 
 ``multi_turn_checker`` executes call strings with ``eval``. It receives the strings bfcl's own
 ``convert_to_function_call`` builds from the parsed calls (:func:`step_call_strings`), each
 passed through :func:`checker_call`: one that cannot compile (nothing runs), or exactly
 ``name(key=literal, ...)`` with ``name`` a backend method or a name that resolves to nothing;
 anything else is replaced by a call of an undefined name. Model text never reaches ``eval``
-as code that could run.
+as code that could run, and the replay runs under :func:`evaluators.bfcl_v4.guard.guarded_calls`.
 
 Aggregate (``eval_runner_helper.generate_leaderboard_csv``): per category accuracy; non-live
 = unweighted mean of (simple = unweighted mean of python/java/javascript, multiple, parallel,
@@ -34,6 +35,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
+from evaluators.bfcl_v4.guard import argument_problem, guarded_calls
 from evaluators.bfcl_v4.isolation import import_bfcl, private_checker_namespace
 from unified.types import Episode, ToolCall
 
@@ -92,7 +94,8 @@ def checker_call(text: str, methods: set[str]) -> tuple[str, bool]:
     defined``). Anything else (a builtin such as ``open``, a dotted name, nested calls) would run
     arbitrary code under bfcl, so it becomes a call of an undefined name (``exact=False``): bfcl's
     checker then records a NameError for it, where bfcl itself may have got another error or
-    executed something.
+    executed something. A method call whose arguments :func:`evaluators.bfcl_v4.guard.argument_problem`
+    refuses (a ten-million-digit power) is replaced the same way: the episode refused it too.
     """
     utils = import_bfcl("bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils")
     try:
@@ -104,9 +107,21 @@ def checker_call(text: str, methods: set[str]) -> tuple[str, bool]:
         return f"{_UNDEFINED}()", False
     if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.args
             and all(k.arg is not None and _inert(k.value) for k in node.keywords)
-            and (node.func.id in methods or not _resolvable(node.func.id))):
+            and (node.func.id in methods or not _resolvable(node.func.id))
+            and not (node.func.id in methods and argument_problem(node.func.id, _literal_kwargs(node)))):
         return text, True
     return f"{_UNDEFINED}()", False
+
+
+def _literal_kwargs(node: ast.Call) -> dict[str, Any]:
+    """The keyword values of an inert call that are Python literals (``nan``/``inf`` names left out)."""
+    out = {}
+    for keyword in node.keywords:
+        try:
+            out[str(keyword.arg)] = ast.literal_eval(keyword.value)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            continue
+    return out
 
 
 def step_call_strings(calls: list[ToolCall], methods: set[str]) -> tuple[list[str], int]:
@@ -145,9 +160,60 @@ def turns_of(episode: Episode) -> list[list[list[ToolCall]]]:
     return turns
 
 
-def final_answer(episode: Episode) -> str | None:
-    answers = [m for m in episode.messages if m.role == "assistant" and not m.tool_calls]
-    return answers[-1].content if answers else None
+class _DecodedStep(list):
+    """The call strings of a step with at least one decodable call."""
+
+
+class _StepDecoder:
+    """The handler ``_evaluate_single_agentic_entry`` decodes each step with. As bfcl's Qwen FC
+    handler (``decode_execute``: the calls whose JSON parsed, through ``convert_to_function_call``),
+    from the calls we parsed (:func:`step_call_strings`); a step none of whose calls decodes is its
+    raw text, whose decoding fails, so bfcl takes it as a message."""
+
+    def decode_execute(self, result: Any, has_tool_call_tag: bool = False) -> list[str]:
+        if isinstance(result, _DecodedStep):
+            return list(result)
+        raise ValueError("no call of this step decodes")
+
+
+_QWEN_FC: Any = None
+
+
+def _step_text(completion: str) -> str:
+    """A step's text as bfcl's Qwen FC handler records it (``_parse_query_response_prompting``'s
+    ``model_responses``: the completion after the reasoning, tool-call markup kept)."""
+    global _QWEN_FC
+    from types import SimpleNamespace
+
+    if _QWEN_FC is None:
+        module = import_bfcl("bfcl_eval.model_handler.local_inference.qwen_fc")
+        _QWEN_FC = module.QwenFCHandler("Qwen/Qwen3-8B", 0.0, "Qwen/Qwen3-8B-FC", True)
+    response = SimpleNamespace(choices=[SimpleNamespace(text=completion)],
+                               usage=SimpleNamespace(prompt_tokens=0, completion_tokens=0))
+    return _QWEN_FC._parse_query_response_prompting(response)["model_responses"]
+
+
+def agentic_steps(episode: Episode, methods: set[str]) -> list[Any]:
+    """The episode's steps as bfcl's agentic entry holds them (``model_result_list[0]``): a
+    :class:`_DecodedStep` per step with a decodable call, else the step's raw text. An episode
+    without recorded steps uses its assistant messages (content and calls)."""
+    steps = [(s.completion, s.tool_calls) for s in episode.steps] or [
+        (m.content, m.tool_calls) for m in episode.messages if m.role == "assistant"]
+    out: list[Any] = []
+    for completion, calls in steps:
+        strings, _ = step_call_strings(list(calls), methods)
+        out.append(_DecodedStep(strings) if strings else _step_text(completion))
+    return out
+
+
+def score_agentic(category: str, payload: dict[str, Any], episode: Episode, methods: set[str]) -> dict[str, Any]:
+    """``{"valid", "error_type"}`` from bfcl's ``_evaluate_single_agentic_entry`` on :func:`agentic_steps`."""
+    runner = import_bfcl("bfcl_eval.eval_checker.eval_runner")
+    verdict = runner._evaluate_single_agentic_entry(_StepDecoder(), payload.get("id", ""),
+                                                    [agentic_steps(episode, methods)], payload["ground_truth"],
+                                                    {"question": []}, AST_MODEL_NAME, category)
+    error = verdict.get("error") or {}
+    return {"valid": bool(verdict["valid"]), "error_type": error.get("error_type")}
 
 
 def _first_calls(episode: Episode) -> list[ToolCall]:
@@ -168,12 +234,7 @@ def score_entry(category: str, payload: dict[str, Any], episode: Episode, allowe
     if utils.is_multi_turn(category):
         return _score_multi_turn(category, payload, episode, allowed)
     if utils.is_agentic(category):
-        answer = final_answer(episode)
-        if answer is None:
-            return {"valid": False, "error_type": "agentic:no_last_message"}
-        checker = import_bfcl("bfcl_eval.eval_checker.agentic_eval.agentic_checker")
-        result = checker.agentic_checker(answer, payload["ground_truth"])
-        return {"valid": bool(result["valid"]), "error_type": result.get("error_type")}
+        return score_agentic(category, payload, episode, allowed)
     enums = import_bfcl("bfcl_eval.constants.enums")
     checker = import_bfcl("bfcl_eval.eval_checker.ast_eval.ast_checker")
     language = (enums.Language.JAVA if utils.is_java(category) else
@@ -208,7 +269,7 @@ def _score_multi_turn(category: str, payload: dict[str, Any], episode: Episode, 
                 "error": f"{len(decoded)} turns recorded, ground truth has {len(truth)}"}
     checker = import_bfcl("bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker")
     entry = dict(payload["entry"])
-    with private_checker_namespace() as model_name:
+    with private_checker_namespace() as model_name, guarded_calls():
         result = checker.multi_turn_checker(decoded, truth, entry, category, model_name)
     return {"valid": bool(result["valid"]), "error_type": result.get("error_type"),
             "error": result.get("error_message"), "decoded": decoded, "approximated_calls": approximated or None}

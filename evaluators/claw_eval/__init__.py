@@ -17,7 +17,9 @@ Not on PyPI: point the adapter at a checkout with ``$CLAW_EVAL_ROOT`` or
 ``grader_timeout_s``, ``exec_timeout_s``, ``memory_mb``  limits
 
 Tasks needing live web search (``web_real``) are skipped unless ``$SERP_DEV_KEY`` is set;
-tasks whose fixtures are missing from the checkout are skipped with the file named. The
+tasks whose fixtures are missing from the checkout are skipped with the file named, and so are
+tasks that use a program this machine lacks (ffmpeg, poppler, or Playwright for the web-page tasks
+graded from screenshots that their snapshot commands' recording script takes). The
 services of a task stay up across its trials and are reset in between (trials running at the
 same time get separate services); they are stopped when another task opens, when an episode
 fails (crash, or a grader error), and at exit. Scoring: :mod:`evaluators.claw_eval.grading`.
@@ -33,7 +35,7 @@ from typing import Any
 
 from unified.config import bounded
 from unified.benchmarks.contract import Adapter, Environment, PaperReference, Task
-from unified.benchmarks.helpers import config_list, limit_runnable
+from unified.benchmarks.helpers import config_list, judge_reason, limit_runnable
 from unified.benchmarks.aggregate import scores_by_task
 from unified.types import Episode, EpisodeResult
 
@@ -47,6 +49,8 @@ __all__ = ["ClawEvalAdapter"]
 
 OFFICIAL_JUDGE_MAX_TOKENS = 8192
 """``max_tokens`` of every request in the checkout's ``claw_eval/graders/llm_judge.py``."""
+OFFICIAL_JUDGES = ("google/gemini-3-flash-preview",)
+"""The judge ``model_id`` of the checkout's ``config_general.yaml`` / ``config_multimodal.yaml``."""
 
 
 
@@ -201,6 +205,8 @@ class ClawEvalAdapter(Adapter):
                                    "prompts": env.metadata.get("prompts"),
                                    "docker": "not used (local bubblewrap sandbox ran)", "judge": self.judge_spec,
                                    "n_dispatches": len(env.dispatches), "user_rounds": env.user_rounds}
+        if getattr(env, "snapshot_refused", None):  # files the grader's snapshot left unread (size budget)
+            details["snapshot_refused"] = {"files": list(env.snapshot_refused), "budget_mb": env.snapshot_mb}
         try:
             judge = resolve_endpoint(self.judge_spec)
             details["judge"] = judge.describe()
@@ -249,7 +255,8 @@ class ClawEvalAdapter(Adapter):
         reasons = ["local bubblewrap sandbox instead of the official Docker agent image (Dockerfile.agent)",
                    "media tools of the official image (BrowserScreenshot, ReadMedia, Download) are not offered; "
                    "tasks with prompt attachments are skipped (text-only agent loop)"]
-        ours = sum(1 for r in scored if r.details.get("prompts") != "checkout")
+        ours = sum(1 for r in scored if not (r.error or r.details.get("grader_error"))  # only episodes that scored
+                   and r.details.get("prompts") != "checkout")
         if ours:
             reasons.append(f"{ours} episodes used our agent system prompt / simulated user instead of the "
                            "checkout's (runner/system_prompt.py, runner/user_agent.py could not be loaded)")
@@ -258,8 +265,8 @@ class ClawEvalAdapter(Adapter):
         if self.settings.judge_max_tokens:
             reasons.append(f"judge max_tokens capped at {self.settings.judge_max_tokens} "
                            f"(official {OFFICIAL_JUDGE_MAX_TOKENS})")
-        if self.judge_spec == "embedded":
-            reasons.append("judge: the embedded model, not the benchmark's hosted judge")
+        if judged := judge_reason(self.judge_spec, OFFICIAL_JUDGES):
+            reasons.append(judged)
         out.update({"trials": trials, "trials_protocol": self.runs_default, "n_errors": sum(1 for r in scored if r.error),
                     "skipped": skipped, "n_skipped": sum(skipped.values()), "n_tasks_skipped": n_skipped_tasks,
                     "judge": self.judge_spec, "comparable": False, "not_comparable_because": reasons,

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import json
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ import httpx
 
 from unified.benchmarks.contract import Environment
 from unified.sandbox import Sandbox, ScratchSandbox
+from unified.sandbox.copying import CopyBudget, CopyBudgetExceeded, copy_confined
 from unified.sandbox.hostenv import DEFAULT_PATH
 from unified.types import Episode, Message, Observation, ToolCall, ToolSpec
 
@@ -104,6 +104,8 @@ class ClawEvalEnvironment(Environment):
         self._scratch: ScratchSandbox | None = None
         self.workspace: Path | None = None
         self.deadline = 0.0
+        self.snapshot_refused: list[str] = []
+        """Snapshot files left unread because they would pass ``snapshot_mb`` (see :meth:`env_snapshot`)."""
         task_tools = [ToolSpec(t["name"], t["description"], t["parameters"]) for t in task.tools]
         names = {t.name for t in task_tools}
         sandbox = [t for t in SANDBOX_TOOLS if t.name not in names] if sandbox_tools else []
@@ -154,15 +156,13 @@ class ClawEvalEnvironment(Environment):
         self.deadline = time.monotonic() + self.task.timeout_seconds
 
     def _inject(self, rel: str) -> None:
+        """Copy the listed task file ``rel`` into the workspace: it, and every link under it, must
+        resolve inside the checkout (a symlink in the task folder never copies a host file)."""
         source = fixture_source(self.task, rel)
         dest = (self.workspace / rel).resolve()
         if self.workspace.resolve() not in dest.parents:
             raise ValueError(f"{self.task.dir}/task.yaml: sandbox file {rel!r} points outside the workspace")
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        if source.is_dir():
-            shutil.copytree(source, dest, dirs_exist_ok=True)
-        else:
-            shutil.copy2(source, dest)
+        copy_confined(source, dest, root=Path(self.task.checkout), where=f"{self.task.dir}/task.yaml: sandbox file {rel!r}")
 
     def stop(self) -> None:
         scratch, self._scratch, self._box = self._scratch, None, None
@@ -280,8 +280,14 @@ class ClawEvalEnvironment(Environment):
         after the agent finished. Keys and values follow the benchmark: ``cmd:<command>`` ->
         ``{exit_code, stdout, stderr}``, ``file:<path>`` -> ``{content, encoding, mime_type}``,
         ``local_file:<path>`` -> base64 of a grader file read on the host.
+
+        Files are read into this process up to ``snapshot_mb`` in all (apparent size: a sparse file
+        counts in full); a file past that budget is an ``{"error": ...}`` entry that says so, and
+        ``self.snapshot_refused`` lists it.
         """
         snapshot: dict[str, Any] = {}
+        budget = CopyBudget(int(self.snapshot_mb * 2**20))
+        self.snapshot_refused = []
         if self._box is not None:
             for rel in self.task.sandbox_grader_files:
                 self._inject(rel)
@@ -297,17 +303,31 @@ class ClawEvalEnvironment(Environment):
                     ok, text = run_op(self._box, "glob", {"pattern": pattern, "path": "/"})
                     paths = [p for p in text.splitlines() if ok and p.startswith("/")][:50]
                 for path in paths:
-                    snapshot[f"file:{path}"] = self._read_for_grader(path)
+                    snapshot[f"file:{path}"] = self._read_for_grader(path, budget)
+        checkout = Path(self.task.checkout).resolve()
         for rel in self.task.local_grader_files:
             source = Path(self.task.dir, rel)
-            snapshot[f"local_file:{rel}"] = ({"encoding": "base64", "content": base64.b64encode(source.read_bytes()).decode()}
-                                             if source.is_file() else {"error": f"not found: {source}"})
+            if source.resolve() != checkout and checkout not in source.resolve().parents:
+                snapshot[f"local_file:{rel}"] = {"error": f"refused: {source} resolves outside the checkout"}
+            elif source.is_file():
+                snapshot[f"local_file:{rel}"] = {"encoding": "base64",
+                                                 "content": base64.b64encode(source.read_bytes()).decode()}
+            else:
+                snapshot[f"local_file:{rel}"] = {"error": f"not found: {source}"}
         return snapshot
 
-    def _read_for_grader(self, path: str) -> dict[str, Any]:
+    snapshot_mb: float = 256.0
+    """Budget (MiB, apparent size) of the workspace files one snapshot reads into this process."""
+
+    def _read_for_grader(self, path: str, budget: CopyBudget) -> dict[str, Any]:
         host = self._host_path(path)
         if host is None or not host.is_file():
             return {"error": f"File not found: {path}"}
+        try:
+            budget.take(host.stat().st_size, f"snapshot file {path}")
+        except CopyBudgetExceeded as exc:
+            self.snapshot_refused.append(path)
+            return {"error": f"not read: {exc}"}
         data = host.read_bytes()
         try:
             return {"content": data.decode("utf-8"), "encoding": "utf-8", "mime_type": "text/plain"}

@@ -10,6 +10,12 @@ between trials (``POST reset_endpoint``) and stops them on exit, on errors, on C
 interpreter exit: SIGTERM to the process group, SIGKILL after a grace period, and a check that
 the port is free again. Each service also gets ``PR_SET_PDEATHSIG`` so it dies with us even
 if we are killed outright.
+
+The services listen on loopback only. The benchmark's servers bind every interface
+(``0.0.0.0``), which would put a task's mock mailbox, and its ``/audit`` record, on the
+machine's network; a Python service (``python script.py`` or ``python -m module``, the form of
+every Claw-Eval service) is started through :data:`LOOPBACK_SHIM`, which runs it unchanged
+except that a bind to the wildcard address (``0.0.0.0``, ``""``, ``::``) binds loopback instead.
 """
 
 from __future__ import annotations
@@ -96,6 +102,39 @@ def choose_offset(ports: list[int], tries: int = 200) -> int:
     raise ServiceStartError(f"no free port range found for ports {ports}")
 
 
+LOOPBACK_SHIM = r"""
+import os, runpy, socket, sys
+_bind = socket.socket.bind
+def _loopback_bind(self, address):
+    if isinstance(address, tuple) and address and address[0] in ("", "0.0.0.0", "::", "0:0:0:0:0:0:0:0"):
+        address = ("::1" if self.family == socket.AF_INET6 else "127.0.0.1",) + tuple(address[1:])
+    return _bind(self, address)
+socket.socket.bind = _loopback_bind
+args = sys.argv[1:]
+if args[:1] == ["-m"]:
+    sys.argv = [args[1]] + args[2:]
+    sys.path[0] = os.getcwd()
+    runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+else:
+    sys.argv = args
+    sys.path[0] = os.path.dirname(os.path.abspath(args[0]))
+    runpy.run_path(args[0], run_name="__main__")
+"""
+"""Runs a Python service (its argv after the interpreter) with wildcard binds turned into loopback
+binds (module docstring, last paragraph)."""
+
+
+def service_argv(command: str) -> list[str]:
+    """The argv that starts a service's ``command``: a Python one through :data:`LOOPBACK_SHIM` on
+    this interpreter, any other as written."""
+    argv = shlex.split(command)
+    if not argv or argv[0] not in ("python", "python3"):
+        return argv
+    if len(argv) > 2 and argv[1] == "-m" or len(argv) > 1 and not argv[1].startswith("-"):
+        return [sys.executable, "-c", LOOPBACK_SHIM, *argv[1:]]
+    return [sys.executable, *argv[1:]]  # other interpreter flags: run as written (binds not rewritten)
+
+
 def _die_with_parent() -> None:  # runs in the child between fork and exec
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
@@ -143,9 +182,7 @@ class ServiceGroup:
         self.stop()
 
     def _start_one(self, spec: ServiceSpec) -> None:
-        argv = shlex.split(spec.command)
-        if argv and argv[0] in ("python", "python3"):
-            argv[0] = sys.executable
+        argv = service_argv(spec.command)
         # an explicit environment: the services answer the agent's calls and must hold no host secret
         env = {**minimal_host_env(), **{k: os.environ[k] for k in ("HOME", "TMPDIR") if k in os.environ}}
         env.update(self.extra_env)

@@ -11,16 +11,19 @@ user_agent: 38). A task is skipped, with the reason, when it needs live web acce
 
 from __future__ import annotations
 
+import functools
 import os
 import re
+import shlex
 import shutil
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from unified.benchmarks.contract import BenchmarkUnavailable, TaskFormatError
+from unified.benchmarks.contract import BenchmarkUnavailable, TaskFormatError, check_task_id
 
 ENV_ROOT = "CLAW_EVAL_ROOT"
 CLONE_HINT = (f"git clone https://github.com/claw-eval/claw-eval && export {ENV_ROOT}=$PWD/claw-eval "
@@ -128,7 +131,7 @@ def parse_task_yaml(path: Path, checkout: Path) -> ClawTask:
     env = data.get("environment") or {}
     tags = [str(t) for t in _list(data, "tags", where)]
     return ClawTask(
-        id=str(data["task_id"]), name=str(data.get("task_name", "")), category=str(data.get("category", "")),
+        id=check_task_id(str(data["task_id"]), f"{where}: field 'task_id'"), name=str(data.get("task_name", "")), category=str(data.get("category", "")),
         split=split_of(tags), tags=tags, dir=str(path.parent), checkout=str(checkout), prompt=str(prompt["text"]),
         language=str(prompt.get("language", "")), tools=tools, endpoints=endpoints, services=services,
         max_turns=int(env.get("max_turns", 20)), timeout_seconds=int(env.get("timeout_seconds", 300)),
@@ -154,26 +157,66 @@ def fixture_source(task: ClawTask, rel: str) -> Path:
     return shared if shared.exists() else own
 
 
-NEEDED_PROGRAMS = {"ffmpeg": r"\bffmpeg\b", "ffprobe": r"\bffprobe\b", "chromium": r"\b(playwright|chromium)\b",
-                   "pdftotext": r"\bpdftotext\b", "pdftoppm": r"\bpdftoppm\b"}
-"""Programs the official agent image (``Dockerfile.agent``: ffmpeg, poppler-utils, Playwright's
-Chromium) has, by the pattern that shows a task uses one (in its task.yaml or grader.py)."""
+NEEDED_PROGRAMS = {"ffmpeg": r"\bffmpeg\b", "ffprobe": r"\bffprobe\b", "chromium": r"\bchromium\b",
+                   "playwright": r"\bplaywright\b", "pdftotext": r"\bpdftotext\b", "pdftoppm": r"\bpdftoppm\b"}
+"""Programs the official agent image (``Dockerfile.agent``: ffmpeg, poppler-utils, Playwright with
+its Chromium) has, by the pattern that shows a task uses one: in its task.yaml, its grader.py, or
+a script its snapshot commands run (e.g. the multimodal web-page tasks' ``take_recording.py``,
+whose Playwright screenshots are what the grader judges). ``playwright`` is the Python package
+(for the sandbox's ``python3``) with a browser it can launch."""
+
+SCRIPT_MAX_BYTES = 1 << 20
+"""Scripts larger than this are not read for program names."""
 
 
-def missing_programs(task: ClawTask, which=shutil.which) -> list[str]:
-    """The programs this task uses that this machine lacks."""
+def snapshot_scripts(task: ClawTask) -> list[Path]:
+    """The task's files its snapshot commands run (``python /workspace/fixtures/x.py ...``: a
+    ``/workspace/REL`` or relative argument naming one of the task's files), as the checkout has them."""
+    out: list[Path] = []
+    for cmd in task.env_snapshot_commands:
+        try:
+            words = shlex.split(cmd)
+        except ValueError:
+            words = cmd.split()
+        for word in words:
+            rel = word[len("/workspace/"):] if word.startswith("/workspace/") else word
+            if not rel or rel.startswith(("/", "-")) or ".." in Path(rel).parts:
+                continue
+            source = fixture_source(task, rel)
+            if source.is_file() and source not in out:
+                out.append(source)
+    return out
+
+
+def missing_programs(task: ClawTask, which=shutil.which, has_playwright=None) -> list[str]:
+    """The programs this task uses (task.yaml, grader.py, the scripts of its snapshot commands)
+    that this machine lacks; ``has_playwright()`` says whether the sandbox's Python can drive a browser."""
+    sources = [Path(task.dir, name) for name in ("task.yaml", "grader.py")] + snapshot_scripts(task)
     text = ""
-    for name in ("task.yaml", "grader.py"):
-        path = Path(task.dir, name)
-        if path.is_file():
-            text += path.read_text(encoding="utf-8", errors="replace")
+    for path in sources:
+        if path.is_file() and path.stat().st_size <= SCRIPT_MAX_BYTES:
+            text += path.read_text(encoding="utf-8", errors="replace") + "\n"
     found = [prog for prog, pattern in NEEDED_PROGRAMS.items() if re.search(pattern, text)]
-    return [prog for prog in found if which("chromium" if prog == "chromium" else prog) is None
-            and not (prog == "chromium" and _has_playwright_chromium())]
+    has_playwright = _has_playwright if has_playwright is None else has_playwright
+    return [prog for prog in found
+            if (not has_playwright() if prog == "playwright" else
+                which(prog) is None and not (prog == "chromium" and _has_playwright_chromium()))]
 
 
 def _has_playwright_chromium() -> bool:
     return any(Path.home().glob(".cache/ms-playwright/chromium*"))
+
+
+@functools.lru_cache(maxsize=1)
+def _has_playwright() -> bool:
+    """The sandbox's ``python3`` imports ``playwright`` and Playwright's own Chromium is installed
+    (the recording scripts launch it without a path)."""
+    try:
+        probe = subprocess.run(["/usr/bin/python3", "-c", "import playwright.sync_api"], capture_output=True,
+                               timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return probe.returncode == 0 and _has_playwright_chromium()
 
 
 def skip_reason(task: ClawTask, env: dict[str, str] | None = None) -> str | None:
@@ -199,7 +242,9 @@ def skip_reason(task: ClawTask, env: dict[str, str] | None = None) -> str | None
                 "agent loop passes text only")
     programs = missing_programs(task)
     if programs:
-        return (f"needs {', '.join(programs)}, not installed here (the official agent image Dockerfile.agent has "
+        why = (" (the page is graded from Playwright screenshots: without it a good page scores at most 0.2)"
+               if "playwright" in programs else "")
+        return (f"needs {', '.join(programs)}, not installed here{why} (the official agent image Dockerfile.agent has "
                 "it): install it or run in that image")
     return None
 
@@ -207,9 +252,15 @@ def skip_reason(task: ClawTask, env: dict[str, str] | None = None) -> str | None
 def load_tasks(checkout: Path) -> tuple[list[ClawTask], list[tuple[str, str]]]:
     """Every task (sorted by directory name) and ``(dir, error)`` for unreadable ones."""
     tasks, broken = [], []
+    seen: dict[str, Path] = {}
     for path in sorted((checkout / "tasks").glob("*/task.yaml")):
         try:
-            tasks.append(parse_task_yaml(path, checkout))
+            task = parse_task_yaml(path, checkout)
         except (TaskFormatError, ValueError) as exc:
             broken.append((path.parent.name, str(exc)))
+            continue
+        if task.id in seen:  # one id, two tasks: the second's results would replace the first's
+            raise TaskFormatError(f"{path}: task_id {task.id!r} is already the id of {seen[task.id]}")
+        seen[task.id] = path
+        tasks.append(task)
     return tasks, broken

@@ -11,11 +11,13 @@ Not on PyPI: point the adapter at a checkout with ``$QWENCLAWBENCH_ROOT`` or
 ``judge_max_tokens`` judge answer budget for our fallback judge only (default 512; with the
                      checkout's ``scripts/lib_grading.py`` its own request is used: 20480 tokens)
 ``judge_retry_max_delay_s``  cap on the checkout's doubling retry back-off (default 60 s)
-``run_external``     also run tasks whose ``external_dependency`` is not none (default false: they
-                     are skipped with the reason, since the web tools fail offline)
+``run_external``     run tasks whose ``external_dependency`` is not none (default true, as the
+                     official harness does: its scripts never read that field, and some of these tasks
+                     expect offline conditions; false skips them with the reason)
 ``judge_when_penalised``  also ask the judge when the automated part is < 0.75 (its share is
                      zeroed then, so by default we save the call; ``score_simple`` needs it)
 ``exec_timeout_s``, ``memory_mb``, ``grader_timeout_s``  sandbox limits
+``grader_copy_mb``   budget of the workspace copy the automated checks get (default 512 MiB, apparent size)
 ``categories``       restrict to these categories (comma-separated); ``tasks(split=...)`` does the same
 
 Scoring and aggregate: :mod:`evaluators.qwenclawbench.grading`. The judge is the checkout's own
@@ -29,6 +31,7 @@ offline); OpenClaw, which the benchmark runs, allows all its tools (``openclaw_c
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +39,7 @@ from typing import Any
 
 from unified.config import bounded
 from unified.benchmarks.contract import Adapter, Environment, PaperReference, Task
-from unified.benchmarks.helpers import config_list, limit_runnable
+from unified.benchmarks.helpers import config_list, judge_reason, limit_runnable
 from unified.types import Episode, EpisodeResult
 
 from evaluators.qwenclawbench import official
@@ -53,16 +56,18 @@ __all__ = ["QwenClawBenchAdapter"]
 OFFICIAL_JUDGE_MAX_TOKENS = 20480
 """What the checkout's ``_call_llm_judge_api`` asks for (also the local judge server's cap)."""
 NO_EXTERNAL = ("", "none", "false", "no")
+OFFICIAL_JUDGES = ("claude-opus-4-5-20251101",)
+"""The judge model of the checkout's ``scripts/lib_grading.py`` (``DEFAULT_JUDGE_MODEL``)."""
 
 
 def external_skip(qt: QCBTask) -> str | None:
-    """A task whose ``external_dependency`` is a live service: skipped with the reason (our web tools
-    fail offline and no mock of it runs here); ``run_external=true`` runs it anyway."""
+    """The skip reason of a task whose ``external_dependency`` is a live service, used only with
+    ``run_external=false`` (the official harness runs every task, this field unread)."""
     value = str((qt.frontmatter or {}).get("external_dependency", "")).strip().lower()
     if value in NO_EXTERNAL:
         return None
-    return (f"external_dependency: {value} (a live service the offline sandbox cannot reach; "
-            "--set benchmarks.qwenclawbench.run_external=true runs it anyway)")
+    return (f"external_dependency: {value} (skipped by run_external=false; the official harness runs it, "
+            "the offline sandbox cannot reach live services)")
 
 
 
@@ -87,12 +92,16 @@ class QwenClawBenchConfig:
     """Memory of the sandbox (tools and automated checks)."""
     grader_timeout_s: float = bounded(120.0, gt=0)
     """Wall time of the automated checks of one episode."""
+    grader_copy_mb: float = bounded(512.0, gt=0)
+    """Budget of the workspace copy the automated checks get (MiB, apparent size: sparse files count
+    in full); a workspace past it is not graded (score 0, the reason recorded)."""
     categories: list[str] | str | None = None
     """Only these categories/subcategories/task ids (a list or comma-separated; None: all)."""
     judge_retry_max_delay_s: float = bounded(60.0, ge=0)
     """Cap on the checkout's doubling retry back-off."""
-    run_external: bool = False
-    """Also run tasks whose ``external_dependency`` is a live service (skipped by default)."""
+    run_external: bool = True
+    """Run tasks whose ``external_dependency`` is a live service, as the official harness does
+    (false: skip them with the reason)."""
 
     def __post_init__(self) -> None:
         self.categories = config_list(self.categories)
@@ -151,7 +160,7 @@ class QwenClawBenchAdapter(Adapter):
             code = qt.grading_code
             if code:
                 auto = run_automated_checks(code, transcript, env.workspace, timeout_s=self.settings.grader_timeout_s,
-                                            memory_mb=self.settings.memory_mb)
+                                            memory_mb=self.settings.memory_mb, copy_mb=self.settings.grader_copy_mb)
             else:
                 auto = {"score": 0.0, "breakdown": {}, "error": "no automated grading code in the task"}
             s_auto = auto["score"]
@@ -170,6 +179,9 @@ class QwenClawBenchAdapter(Adapter):
             details["llm_judge"] = {"skipped": f"automated score {s_auto:.3f} < {PENALTY_THRESHOLD}: the judge's "
                                                "share is zeroed by the benchmark's penalised scoring"}
         score, simple = combine(qt.grading_type, qt.grading_weights, s_auto, s_llm)
+        if not math.isfinite(score):  # a grade() that returned NaN/Infinity: never into the means
+            errors.append(f"the combined score {score} is not finite: scored 0")
+            score, simple = 0.0, 0.0
         details.update({"automated_score": s_auto, "judge_score": s_llm, "score_simple": simple if (
             s_llm is not None or qt.grading_type == "automated") else None})
         return EpisodeResult(benchmark=self.name, task_id=task.id, trial=episode.trial, score=score,
@@ -222,8 +234,8 @@ class QwenClawBenchAdapter(Adapter):
         protocols = {r.details.get("llm_judge", {}).get("protocol") for r in scored} - {None}
         if "ours" in protocols:
             reasons.append("judge prompt/parser: ours (the checkout has no scripts/lib_grading.py)")
-        if self.judge_spec == "embedded":
-            reasons.append("judge: the embedded model, not the benchmark's hosted judge")
+        if judged := judge_reason(self.judge_spec, OFFICIAL_JUDGES):
+            reasons.append(judged)
         grader_errors = sum(1 for r in scored if r.details.get("grader_error"))
         out.update({"comparable": False, "not_comparable_because": reasons, "n_grader_errors": grader_errors,
                     "n_skipped": sum(1 for r in results if r.skipped is not None),

@@ -18,17 +18,15 @@ final workspace as the only writable place), never in our process. Nothing the a
 run inside the grader: the interpreter is started isolated (``python3 -I``: no user site
 directory, no ``PYTHON*`` variables, no script or working directory on ``sys.path``), its
 ``$HOME`` is the grader's private ``/tmp`` rather than the workspace, and the copy leaves out
-FIFOs, sockets and device files (a grader that opened one would hang).
+FIFOs, sockets and device files (a grader that opened one would hang) and has a size budget
+(:func:`unified.sandbox.copying.copy_workspace`).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import shutil
-import stat
 import statistics
 import tempfile
 from collections import defaultdict
@@ -37,6 +35,9 @@ from typing import Any
 
 from unified.benchmarks.aggregate import pass_at_k, pass_pow_k
 from unified.sandbox import Sandbox, SandboxConfig
+from unified.sandbox.copying import CopyBudget, CopyRefused, copy_workspace
+from unified.scan import tag_blocks
+from unified.text import DATA_RULE, fence_data
 
 PENALTY_THRESHOLD = 0.75
 """Below this automated score the judge's share is zeroed (the benchmark's penalised scoring)."""
@@ -80,16 +81,22 @@ def average_scores(scores: dict[str, Any]) -> float:
 
 
 def run_automated_checks(code: str, transcript: list[dict[str, Any]], workspace: Path, *, timeout_s: float = 120,
-                         memory_mb: int = 2048) -> dict[str, Any]:
+                         memory_mb: int = 2048, copy_mb: float = 512) -> dict[str, Any]:
     """Run ``grade(transcript, workspace_path)`` in a fresh sandbox on a copy of ``workspace``.
 
     Returns ``{"score", "breakdown", "error"?, "duration_s"}``; a crash, a timeout or a missing
-    ``grade`` gives score 0 with the reason (as the benchmark does).
+    ``grade`` gives score 0 with the reason (as the benchmark does). The copy is made on the host:
+    its files may add up to ``copy_mb`` MiB at apparent size (sparse files count in full, as the
+    copy writes them out); a workspace past that is not graded (score 0, the error says why).
     """
     with tempfile.TemporaryDirectory(prefix="qcb-grade-") as tmp:
         tmp_path = Path(tmp)
         copy = tmp_path / "workspace"
-        shutil.copytree(workspace, copy, symlinks=True, ignore=_special_files)
+        try:
+            copy_workspace(workspace, copy, budget=CopyBudget(int(copy_mb * 2**20)))
+        except CopyRefused as exc:
+            return {"score": 0.0, "breakdown": {}, "duration_s": 0.0,
+                    "error": f"the workspace was not copied for the grader: {exc}"}
         inputs = tmp_path / "inputs"
         inputs.mkdir()
         (inputs / "transcript.json").write_text(json.dumps(transcript, ensure_ascii=False), encoding="utf-8")
@@ -115,19 +122,6 @@ def run_automated_checks(code: str, transcript: list[dict[str, Any]], workspace:
     scores = answer["scores"]
     breakdown = {k: float(v) for k, v in scores.items() if isinstance(v, (int, float))}
     return {"score": average_scores(scores), "breakdown": breakdown, **meta}
-
-
-def _special_files(directory: str, names: list[str]) -> list[str]:
-    """``shutil.copytree`` ignore hook: the FIFOs, sockets and devices among ``names``."""
-    out = []
-    for name in names:
-        try:
-            mode = os.lstat(os.path.join(directory, name)).st_mode
-        except OSError:
-            continue
-        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
-            out.append(name)
-    return out
 
 
 # --------------------------------------------------------------------------------------
@@ -158,23 +152,28 @@ def summarize_transcript(transcript: list[dict[str, Any]], result_chars: int = 2
 
 
 def judge_prompt(task_prompt: str, expected_behavior: str, transcript_summary: str, rubric: str) -> str:
-    """The judge's instructions: strict grading against the rubric, JSON answer only."""
+    """The judge's instructions: strict grading against the rubric, JSON answer only.
+
+    The task, the expected behaviour and the agent's transcript are fenced as data
+    (:func:`unified.text.fence_data`; a tool result can hold any text) and the answer format comes
+    last, after every fence."""
     return (
         "You grade an AI agent's work. Answer with one JSON object and nothing else: no tool calls, "
         "no prose, no code fences.\n\n"
         "Grade strictly: 1.0 only for excellent work; an ordinary acceptable run is about 0.6-0.7. "
         "Take points off for wasted steps, needless verbosity and inefficient tool use.\n\n"
-        f"## Task given to the agent\n{task_prompt}\n\n"
-        f"## What a good run does\n{expected_behavior}\n\n"
-        f"## What the agent did (summary of its transcript)\n{transcript_summary}\n\n"
+        f"## Task given to the agent\n{fence_data(task_prompt, 'task')}\n\n"
+        f"## What a good run does\n{fence_data(expected_behavior, 'expected-behavior')}\n\n"
+        f"## What the agent did (summary of its transcript)\n{fence_data(transcript_summary, 'transcript')}\n\n"
         f"## Rubric\n{rubric}\n\n"
+        f"{DATA_RULE}\n"
         "Give every rubric criterion a score between 0.0 and 1.0, and an overall total.\n"
         'Answer exactly in this shape: {"scores": {"<criterion>": 0.0}, "total": 0.0, "notes": "<one line>"}'
     )
 
 
-def _json_objects(text: str) -> list[str]:
-    """Top-level ``{...}`` substrings of ``text`` (balanced braces), in order."""
+def _json_objects(text: str) -> list[tuple[int, str]]:
+    """``(end, substring)`` of the top-level ``{...}`` substrings of ``text`` (balanced braces), in order."""
     found, depth, start = [], 0, -1
     for i, ch in enumerate(text):
         if ch == "{":
@@ -184,15 +183,16 @@ def _json_objects(text: str) -> list[str]:
         elif ch == "}" and depth > 0:
             depth -= 1
             if depth == 0:
-                found.append(text[start:i + 1])
+                found.append((i + 1, text[start:i + 1]))
     return found
 
 
 def parse_judge_answer(text: str) -> dict[str, Any] | None:
     """``{"scores", "total", "notes"}`` from the judge's text, or None if nothing usable is in it.
 
-    Looks in a fenced block first, then at every balanced ``{...}`` from the last one back
-    (preferring one with ``scores``), then for a "total: 0.xx" in prose. ``total`` falls back to
+    Reads the JSON object that ends last in the answer (a fenced block or a balanced ``{...}``;
+    the last, so that an answer echoing its prompt is read at the prompt's answer template, not
+    at a score block the agent planted in its transcript), then a "total: 0.xx" in prose. ``total`` falls back to
     ``score`` and then to the mean of the criterion scores; a finite total is clipped to [0, 1]
     as the benchmark does. A total that is not finite (``Infinity``, ``NaN``, ``1e999``) or an
     answer that is not text is unusable (None: the benchmark's 0), never clipped to full marks;
@@ -201,14 +201,13 @@ def parse_judge_answer(text: str) -> dict[str, Any] | None:
     if not isinstance(text, str):
         return None
     text = text.strip()
-    candidates = []
-    fence = re.search(r"```(?:json)?\s*(.*?)\s*```", text, re.DOTALL)
-    if fence:
-        candidates.append(fence.group(1))
-    objects = list(reversed(_json_objects(text)))
-    candidates += [c for c in objects if '"scores"' in c] + objects
+    candidates = [(end, body) for end, body in _json_objects(text)]
+    candidates += [(b.end, text[b.body_start:b.body_end]) for b in tag_blocks(text, "```", "```")]
     parsed = None
-    for candidate in candidates:
+    for _, candidate in sorted(candidates, key=lambda c: -c[0]):
+        candidate = candidate.strip()
+        if candidate.startswith("json"):
+            candidate = candidate[4:]
         try:
             value = json.loads(candidate)
         except (ValueError, RecursionError):  # bad JSON, a 5000-digit number, nesting past the stack

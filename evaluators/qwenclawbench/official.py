@@ -17,6 +17,7 @@ our own approximation (:mod:`evaluators.qwenclawbench.grading`), and the result 
 from __future__ import annotations
 
 import importlib.util
+import math
 import sys
 import threading
 import time
@@ -76,6 +77,26 @@ def parse_answer(lib: types.ModuleType, text: str) -> dict[str, Any]:
     return lib._normalize_judge_response(lib._parse_judge_text_response(text))
 
 
+def judge_total(total: Any) -> tuple[float | None, str | None]:
+    """The judge's total as a score in [0, 1] (None: unusable, which the checkout scores 0), and
+    what was wrong with it (None when nothing was).
+
+    ``None`` (the checkout's parser found no total) is unusable; so is a total that is not a
+    number or not finite (``NaN``, ``Infinity``), named, never passed on (NaN would poison every
+    mean it enters); a finite total outside [0, 1] (``5``, ``-3``) is clipped and named."""
+    if total is None:
+        return None, None
+    try:
+        value = float(total)
+    except (TypeError, ValueError, OverflowError):
+        return None, f"the judge's total {str(total)[:80]!r} is not a number: scored 0"
+    if not math.isfinite(value):
+        return None, f"the judge's total {value} is not finite: scored 0"
+    if not 0.0 <= value <= 1.0:
+        return min(max(value, 0.0), 1.0), f"clipped the judge's total {value:g} to [0, 1]"
+    return value, None
+
+
 def judge(lib: types.ModuleType, prompt: str, *, base_url: str, model: str, api_key: str,
           timeout_s: float = 1800.0, max_delay_s: float | None = None,
           sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
@@ -96,10 +117,13 @@ def judge(lib: types.ModuleType, prompt: str, *, base_url: str, model: str, api_
             raw = lib._call_llm_judge_api(prompt=prompt, model=model, base_url=base_url, api_key=api_key,
                                           timeout_seconds=timeout_s)
             parsed = parse_answer(lib, raw)
-            total = parsed.get("total")
-            return {"total": float(total) if total is not None else 0.0, "parsed": total is not None,
-                    "scores": parsed.get("scores", {}), "notes": parsed.get("notes", ""), "attempts": attempt + 1,
-                    "raw": raw[-2000:]}
+            total, problem = judge_total(parsed.get("total"))
+            out = {"total": 0.0 if total is None else total, "parsed": total is not None,
+                   "scores": parsed.get("scores", {}), "notes": parsed.get("notes", ""), "attempts": attempt + 1,
+                   "raw": str(raw)[-2000:]}
+            if problem:
+                out["total_problem"] = problem
+            return out
         except Exception as exc:  # the checkout retries on any failure of the request or its parsing
             last = exc
     return {"error": f"judge failed after {retries} attempts: {type(last).__name__}: {last}", "attempts": retries}

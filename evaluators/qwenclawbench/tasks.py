@@ -25,7 +25,8 @@ from typing import Any
 
 import yaml
 
-from unified.benchmarks.contract import BenchmarkUnavailable, TaskFormatError
+from unified.benchmarks.contract import BenchmarkUnavailable, TaskFormatError, check_task_id
+from unified.sandbox.copying import copy_confined
 
 DEFAULT_DATASET = "qwenclawbench-v1.1-100"
 ENV_ROOT = "QWENCLAWBENCH_ROOT"
@@ -123,6 +124,7 @@ def parse_task_file(path: Path, assets_root: Path) -> QCBTask:
     task_id = str(meta.get("id") or "")
     if not task_id:
         raise TaskFormatError(f"{path}:{_line_of(text, 'id:')}: front matter field 'id' is missing or empty")
+    check_task_id(task_id, f"{path}:{_line_of(text, 'id:')}: front matter field 'id'")
     grading_type = str(meta.get("grading_type", "automated"))
     if grading_type not in ("automated", "llm_judge", "hybrid"):
         raise TaskFormatError(f"{path}:{_line_of(text, 'grading_type')}: field 'grading_type' is {grading_type!r}; "
@@ -153,11 +155,17 @@ def parse_task_file(path: Path, assets_root: Path) -> QCBTask:
 def load_tasks(dataset_dir: Path) -> tuple[list[QCBTask], list[tuple[str, str]]]:
     """Every task of the dataset, sorted by file name, plus ``(file, error)`` for unparseable ones."""
     tasks, broken = [], []
+    seen: dict[str, Path] = {}
     for path in sorted((dataset_dir / "tasks").glob("task_*.md")):
         try:
-            tasks.append(parse_task_file(path, dataset_dir / "assets"))
+            task = parse_task_file(path, dataset_dir / "assets")
         except TaskFormatError as exc:
             broken.append((path.stem, str(exc)))
+            continue
+        if task.id in seen:  # one id, two tasks: the second's results would replace the first's
+            raise TaskFormatError(f"{path}: front matter id {task.id!r} is already the id of {seen[task.id]}")
+        seen[task.id] = path
+        tasks.append(task)
     return tasks, broken
 
 
@@ -195,6 +203,6 @@ def materialise_workspace(task: QCBTask, workspace: Path) -> list[str]:
             if source is None:
                 raise FileNotFoundError(f"{task.file}: asset {spec['source']!r} not found in "
                                         + ", ".join(str(c) for c in candidates))
-            dest.write_bytes(source.read_bytes())
+            copy_confined(source, dest, root=checkout, where=f"{task.file}: workspace_files source {spec['source']!r}")
         written.append(str(rel))
     return written

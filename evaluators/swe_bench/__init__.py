@@ -40,6 +40,7 @@ from unified.config import bounded
 from unified.benchmarks.contract import Adapter, BenchmarkUnavailable, Environment, PaperReference, Task
 from unified.benchmarks.helpers import config_list, limit_runnable, require_execution_backend
 from unified.benchmarks.aggregate import avg_at_k, partition, per_trial, scores_by_task
+from unified.execution.infra import infrastructure_error
 from unified.types import Episode, EpisodeResult, ToolCall
 
 from evaluators.swe_bench.data import check_rows, image_for, load_rows, resolve_source, row_schema
@@ -203,6 +204,10 @@ class _SWEBenchAdapter(Adapter):
                 graded = grade_pro(fresh, row, patch, Path(task.payload["scripts_dir"]), self.settings.eval_timeout_s)
         details.update(graded)
         resolved = bool(graded.get("resolved"))
+        evidence = details.get("infrastructure")
+        if evidence and not resolved:  # the tests never ran because something could not be fetched
+            return EpisodeResult(self.name, task.id, episode.trial, 0.0, details=details,
+                                 error=infrastructure_error("grading could not run the tests", evidence))
         return EpisodeResult(self.name, task.id, episode.trial, 1.0 if resolved else 0.0, passed=resolved,
                              details=details)
 

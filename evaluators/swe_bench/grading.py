@@ -23,7 +23,11 @@ does) into ``output.json``; resolved = every test of
 ``fail_to_pass`` and ``pass_to_pass`` is PASSED. The per-instance scripts come from a checkout
 of the SWE-bench Pro repository (``run_scripts/<instance_id>/``).
 
-Score of an episode: 1.0 resolved, else 0.0.
+Score of an episode: 1.0 resolved, else 0.0. When the tests never ran (swebench's log parser
+finds no test status; Pro: no ``output.json`` or no test in it) and the output shows a download,
+DNS, package-index or interpreter failure (:mod:`unified.execution.infra`), ``details
+["infrastructure"]`` holds that evidence and the adapter records ``error: infrastructure``
+instead of a 0.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from unified.execution import ExecutionSession
+from unified.execution.infra import infrastructure_evidence
 
 from evaluators.swe_bench.data import SWEBENCH5_FIELDS, row_schema, selected_tests, test_lists
 
@@ -109,7 +114,7 @@ def grade_verified(session: ExecutionSession, row: dict[str, Any], patch: str, t
                    log_dir: Path | None = None) -> dict[str, Any]:
     """Apply ``patch`` and run the instance's eval script in ``session``; swebench grades the log."""
     from swebench.harness.constants import APPLY_PATCH_FAIL, APPLY_PATCH_PASS, TESTS_TIMEOUT
-    from swebench.harness.grading import get_eval_report
+    from swebench.harness.grading import get_eval_report, get_logs_eval
     from swebench.harness.run_evaluation import GIT_APPLY_CMDS
 
     builder = spec_builder(row_schema(row))
@@ -151,6 +156,9 @@ def grade_verified(session: ExecutionSession, row: dict[str, Any], patch: str, t
         path.write_text(text)
         report = get_eval_report(spec, {"instance_id": row["instance_id"], "model_patch": patch,
                                         "model_name_or_path": "unified"}, str(path), include_tests_status=True)
+        status_map, found = get_logs_eval(spec, str(path))
+        if applied and not (found and status_map):  # the tests never ran: the machine's fault?
+            details["infrastructure"] = infrastructure_evidence(text)
         if log_dir:
             details["log_path"] = str(path)
     entry = report[row["instance_id"]]
@@ -189,13 +197,27 @@ def grade_pro(session: ExecutionSession, row: dict[str, Any], patch: str, script
     try:
         output = json.loads(session.read_file(f"{work}/output.json"))
     except (FileNotFoundError, ValueError):
-        details.update({"resolved": False, "error": "no output.json (see entryscript_output)"})
+        details.update({"resolved": False, "error": "no output.json (see entryscript_output)",
+                        "infrastructure": _pro_evidence(session, work, res.output())})
         return details
+    if not output.get("tests"):
+        details["infrastructure"] = _pro_evidence(session, work, res.output())
     passed = {t["name"] for t in output.get("tests", []) if t.get("status") == "PASSED"}
     f2p, p2p = test_lists(row, "pro")
     details.update({"resolved": (set(f2p) | set(p2p)) <= passed, "tests_passed": sorted(passed),
                     "missing": sorted((set(f2p) | set(p2p)) - passed)})
     return details
+
+
+def _pro_evidence(session: ExecutionSession, work: str, output: str) -> list[str]:
+    """Infrastructure evidence from the entry script's output and the run script's logs (no test ran)."""
+    texts = [output]
+    for name in ("stdout.log", "stderr.log"):
+        try:
+            texts.append(session.read_file(f"{work}/{name}").decode(errors="replace")[-20000:])
+        except (FileNotFoundError, RuntimeError):
+            pass
+    return infrastructure_evidence("\n".join(texts))
 
 
 def _strip_binary_hunks(patch: str) -> str:

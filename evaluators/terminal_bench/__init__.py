@@ -22,7 +22,9 @@ Score: the verifier's reward (1 = tests pass, 0 = not); the official protocol is
 task, aggregate = mean reward in percent (per-task mean over runs, then mean over tasks, which
 equals the mean over all runs when every task has 5). Results record the backend, image and
 network that ran; the aggregate says when the run is not comparable with published numbers
-(``comparable``, ``not_comparable_because``).
+(``comparable``, ``not_comparable_because``; a run on a base rebuilt by
+:mod:`unified.execution.images` says so). A verifier that could not run (its tools failed to
+download) is ``error: infrastructure``, listed and left out of the score (:mod:`.infra`).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from unified.benchmarks.aggregate import avg_at_k, partition, per_trial, scores_
 from unified.types import Episode, EpisodeResult, ToolCall
 
 from evaluators.terminal_bench.environment import MAX_WAIT_S, TerminalBenchEnvironment
+from evaluators.terminal_bench.infra import verifier_infrastructure_error
 from evaluators.terminal_bench.local_support import local_blockers
 from evaluators.terminal_bench.tasks import TBTask, load_tasks, resolve_root
 
@@ -69,6 +72,9 @@ def aggregate_rewards(results: list[EpisodeResult]) -> dict[str, Any]:
                   and r.details.get("task_network") is not False})
     if cut:
         reasons.append(f"network off for {len(cut)} task(s) that have it under Harbor")
+    rebuilt = sorted({str(r.details["rebuilt_base"]) for r in scored if r.details.get("rebuilt_base")})
+    if rebuilt:
+        reasons.append("rebuilt from the Dockerfile on a local base, not the published image: " + "; ".join(rebuilt))
     runs = max((len(v) for v in by_task.values()), default=0)
     # skipped/errored tasks and fewer trials than the protocol are added by the report (unified.eval.report)
     return {"score": avg_at_k(by_task),
@@ -191,10 +197,12 @@ class TerminalBench2Adapter(Adapter):
         details["agent_timed_out"] = bool(env.metadata.get("agent_timed_out"))
         details["task_network"] = env.task.network
         details["image"], details["built_from"] = env.image, env.build_context
+        details.update({k: v for k, v in env.metadata.get("execution", {}).items() if k.startswith("rebuilt_base")})
+        infra = verifier_infrastructure_error(env.task.path, env.session, details) if env.session else None
         reward = details.get("reward")
-        score = float(reward) if reward is not None else 0.0
+        score = float(reward) if reward is not None and infra is None else 0.0
         return EpisodeResult(benchmark=self.name, task_id=task.id, trial=episode.trial, score=score,
-                             passed=score >= 1.0, details=details)
+                             passed=None if infra else score >= 1.0, details=details, error=infra)
 
     def aggregate(self, results: list[EpisodeResult]) -> dict[str, Any]:
         return aggregate_rewards(results)

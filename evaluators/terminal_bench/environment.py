@@ -232,7 +232,7 @@ def read_reward(session: ExecutionSession) -> dict[str, Any]:
 
     ``reward.json`` first: an object whose numeric values are the rewards (``rewards``), with
     ``reward`` the headline; without a ``reward`` key, ``reward.txt`` supplies it. Then
-    ``reward.txt`` alone (one number).
+    ``reward.txt`` alone (one number). ``reward_source`` names the file the headline came from.
     """
     def text_reward() -> float:
         raw = session.read_file("/logs/verifier/reward.txt").decode(errors="replace").strip()
@@ -253,13 +253,14 @@ def read_reward(session: ExecutionSession) -> dict[str, Any]:
             return {"reward": None, "reward_error": "reward.json must be an object"}
         rewards = {k: float(v) for k, v in parsed.items()
                    if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        source = "reward.json"
         if "reward" not in rewards:
             try:
-                rewards["reward"] = text_reward()
+                rewards["reward"], source = text_reward(), "reward.txt"  # the headline's file, not the others'
             except (FileNotFoundError, ValueError):
                 return {"reward": None, "rewards": rewards,
                         "reward_error": "reward.json has no numeric 'reward' and reward.txt gives none"}
-        return {"reward": rewards["reward"], "rewards": rewards, "reward_source": "reward.json"}
+        return {"reward": rewards["reward"], "rewards": rewards, "reward_source": source}
     try:
         return {"reward": text_reward(), "reward_source": "reward.txt"}
     except FileNotFoundError:

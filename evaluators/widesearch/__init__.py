@@ -15,7 +15,7 @@ to the data, else bing with a key, else simulated when ``search_model`` is set);
 ``judge``: the LLM the official evaluator asks to align key values and column names and to grade
 ``llm_judge`` columns, resolved like the other benchmarks' judges (``openai:URL#MODEL`` or a local
 checkpoint served on loopback; default ``$WIDESEARCH_JUDGE``, else ``embedded``; ``none`` turns
-it off: exact fallbacks); ``judge_max_tokens`` (default 1024); ``checkout`` (default
+it off: exact fallbacks, which a ``--model gold`` check needs, see :class:`WideSearchConfig`); ``judge_max_tokens`` (default 1024); ``checkout`` (default
 ``$WIDESEARCH_ROOT``): a clone of github.com/ByteDance-Seed/WideSearch whose judge and agent
 prompts are then used (:mod:`.official`); ``instances``.
 
@@ -42,7 +42,7 @@ import pandas as pd
 
 from unified.config import bounded
 from unified.benchmarks.contract import Adapter, BenchmarkUnavailable, Environment, PaperReference, Task
-from unified.benchmarks.helpers import config_list, limit_runnable
+from unified.benchmarks.helpers import config_list, judge_reason, limit_runnable
 from unified.inference.endpoints import resolve_endpoint
 from unified.types import Episode, EpisodeResult, Message, Observation, ToolCall, ToolSpec
 
@@ -52,6 +52,8 @@ from evaluators.widesearch.search import SearchBackend, SearchUnavailable, make_
 
 __all__ = ["WideSearchAdapter", "aggregate_widesearch", "load_widesearch"]
 
+OFFICIAL_JUDGES = ("gpt-4.1-2025-04-14",)
+"""The model of the official evaluator's ``default_eval_config`` (``src/utils/config.py``)."""
 METRICS = ["score", "precision_by_row", "recall_by_row", "f1_by_row", "precision_by_item", "recall_by_item",
            "f1_by_item"]
 
@@ -155,8 +157,7 @@ def aggregate_widesearch(results: list[EpisodeResult]) -> dict[str, Any]:
         reasons.append("local corpus search instead of the live web")
     if any(j.startswith("none") for j in judges):
         reasons.append("no judge: key aliases not matched, llm_judge columns compared exactly")
-    if any(j.startswith("embedded") for j in judges):
-        reasons.append("judge is the embedded default model, not the evaluator's hosted LLM")
+    reasons += [r for j in judges if not j.startswith("none") and (r := judge_reason(j, OFFICIAL_JUDGES))]
     if any(p.startswith("own wording") for p in prompt_sources):
         reasons.append("judge prompts are not the official ones (no WideSearch checkout)")
     # skipped/errored instances and missing runs are added by the report (unified.eval.report)
@@ -217,7 +218,13 @@ class WideSearchEnvironment(Environment):
 
 @dataclass
 class WideSearchConfig:
-    """Settings of the WideSearch adapter (``--set benchmarks.widesearch.KEY=VALUE``; module docstring)."""
+    """Settings of the WideSearch adapter (``--set benchmarks.widesearch.KEY=VALUE``; module docstring).
+
+    A gold check (``--model gold``, the reference tables as answers) needs ``judge=none``: the official
+    evaluator asks its judge about every cell of an ``llm_judge`` column and aligns keys with it,
+    equal cells too, so a small or default (``embedded``) judge marks some gold cells wrong (the
+    gold scored 83.3 with it in one such check). ``judge=none`` compares those columns exactly.
+    """
 
     data: str | None = None
     """The dataset: a directory, a JSONL file or a hub id (None: ``$WIDESEARCH_DATA``, else the fixtures)."""

@@ -36,6 +36,7 @@ says so. Dates are parsed with ``dateparser`` (the official evaluator's parser, 
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import asdict, dataclass
 from datetime import datetime
@@ -44,6 +45,9 @@ from typing import Any, Callable
 from urllib.parse import urlparse
 
 import pandas as pd
+
+from unified.scan import NextMatch
+from unified.text import DATA_RULE, fence_data
 
 Judge = Callable[[str], str]
 
@@ -185,21 +189,60 @@ def _f1(p: float, r: float) -> float:
     return 2 * p * r / (p + r) if p + r > 1e-9 else 0.0
 
 
+_JSON_FENCE_END = re.compile(r"\}\s*```")
+_SPACES = re.compile(r"\s*")
+
+
 def _markdown_json(text: str | None) -> dict | None:
-    match = re.findall(r"```json\s*(\{.*?\})\s*```", text or "", re.S)
+    """The last ```json {...}``` object of a judge's answer, or None."""
+    match = _last_json_fence(text or "")
     try:
-        value = json.loads(match[-1]) if match else None
+        value = json.loads(match) if match is not None else None
     except json.JSONDecodeError:
         return None
     return value if isinstance(value, dict) else None
 
 
-_ALIGN_PROMPT = ("Align two vocabularies by meaning (not position). For each value of the first list that denotes "
-                 "the same entity as a value of the reference list, map it to that reference value. Answer with a "
-                 "```json object {{\"value\": \"reference value\"}}``` and nothing else.\n\n"
-                 "Values: {response}\nReference: {reference}")
-_COLUMN_PROMPT = ("Grade each response against its target under this criterion; each score is 0 or 1. Answer with "
-                  "a ```json object {{\"idx_0\": score, ...}}```.\n\nCriterion:\n{criterion}\n\nPairs:\n{response}")
+def _last_json_fence(text: str) -> str | None:
+    """The last match of ``re.findall(r"```json\\s*(\\{.*?\\})\\s*```", text, re.S)``, found in linear
+    time (that lazy regex is quadratic on an answer of many ```json openers)."""
+    opens, ends = NextMatch("```json", text), NextMatch(_JSON_FENCE_END, text)
+    last, pos = None, 0
+    while (start := opens.find(pos)) >= 0:
+        brace = _SPACES.match(text, start + len("```json")).end()
+        if not text.startswith("{", brace):
+            pos = start + 1
+            continue
+        end = ends.search(brace + 1)
+        if end is None:  # no closer after this opener, so none after a later one either
+            break
+        last, pos = text[brace:end.start() + 1], end.end()
+    return last
+
+
+def _align_prompt(values: list[str], reference: list[str]) -> str:
+    """Our alignment prompt (no checkout): both lists fenced as data, the answer format last."""
+    return ("Align two vocabularies by meaning (not position). For each value of the first list that denotes "
+            "the same entity as a value of the reference list, map it to that reference value.\n\n"
+            f"Values:\n{fence_data(json.dumps(values, ensure_ascii=False, default=str), 'values')}\n"
+            f"Reference:\n{fence_data(json.dumps(reference, ensure_ascii=False, default=str), 'reference')}\n\n"
+            f"{DATA_RULE}\nAnswer with a ```json object {{\"value\": \"reference value\"}}``` and nothing else.")
+
+
+def _column_prompt(criterion: Any, pairs: dict[str, Any]) -> str:
+    """Our column-grading prompt (no checkout): the pairs fenced as data, the answer format last."""
+    return ("Grade each response against its target under the criterion; each score is 0 or 1.\n\n"
+            f"Criterion:\n{criterion}\n\n"
+            f"Pairs:\n{fence_data(json.dumps(pairs, ensure_ascii=False, default=str), 'pairs')}\n\n"
+            f"{DATA_RULE}\nAnswer with a ```json object {{\"idx_0\": score, ...}}```.")
+
+
+def _zero_one(value: Any) -> float:
+    """A judge's cell score as 0..1: a number clipped to [0, 1]; not a number, or not finite, is 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0.0
+    value = float(value)
+    return min(max(value, 0.0), 1.0) if math.isfinite(value) else 0.0
 
 
 def _align(values: list[str], reference: list[str], judge: Judge | None, prompt: str | None = None) -> dict[str, Any]:
@@ -207,7 +250,8 @@ def _align(values: list[str], reference: list[str], judge: Judge | None, prompt:
     if judge is None:
         return {}
     try:
-        answer = judge((prompt or _ALIGN_PROMPT).format(response=values, reference=reference))
+        answer = judge(prompt.format(response=values, reference=reference) if prompt else
+                       _align_prompt(values, reference))
     except Exception:  # the official evaluator maps nothing when the LLM call fails
         return {}
     return _markdown_json(answer) or {}
@@ -219,13 +263,14 @@ def _judge_column(responses: list[str], targets: list[str], criterion: Any, judg
         return [1.0 if norm_str(r) == norm_str(t) else 0.0 for r, t in zip(responses, targets)]
     pairs = {f"idx_{i}": {"response": r, "target": t} for i, (r, t) in enumerate(zip(responses, targets))}
     try:
-        scores = _markdown_json(judge((prompt or _COLUMN_PROMPT).format(criterion=criterion, response=pairs)))
+        scores = _markdown_json(judge(prompt.format(criterion=criterion, response=pairs) if prompt else
+                                      _column_prompt(criterion, pairs)))
     except Exception:
         scores = None
     if scores is None:  # official: a failed or unparsable judge answer scores the column 0
         return [0.0] * len(responses)
-    values = [scores.get(f"idx_{i}", 0) for i in range(len(responses))]
-    return [float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0.0 for v in values]
+    # a score is 0 or 1: one of 5, -3, NaN or Infinity would push F1 past 1 or poison it
+    return [_zero_one(scores.get(f"idx_{i}", 0)) for i in range(len(responses))]
 
 
 def evaluate_table(response: str, gold: pd.DataFrame, evaluation: dict[str, Any],

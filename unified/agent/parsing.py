@@ -38,6 +38,7 @@ from typing import Any
 
 from unified.inference.gold import render_tool_call  # noqa: F401 (the tool-call markup's writer)
 from unified.inference.reasoning import split_reasoning
+from unified.scan import NextMatch
 from unified.inference.untrusted import (  # noqa: F401 (model-output readers, used here and re-exported)
     MAX_INT_DIGITS,
     MAX_JSON_DEPTH,
@@ -49,8 +50,36 @@ from unified.inference.untrusted import (  # noqa: F401 (model-output readers, u
 from unified.types import ToolCall, ToolSpec
 
 _OPEN, _CLOSE = "<tool_call>", "</tool_call>"
-_FUNCTION = re.compile(r"<function=([^>\n]*)>(.*?)(?:</function>|\Z)", re.DOTALL)
-_PARAM = re.compile(r"<parameter=([^>\n]*)>(.*?)(?:</parameter>|(?=<parameter=)|\Z)", re.DOTALL)
+_NAME_END = re.compile(r"[>\n]")
+
+
+def _named_tags(text: str, prefix: str, close: str, stop_at_next: bool):
+    """``(name, body)`` of every ``PREFIX NAME> body`` in ``text``, left to right: NAME has no ``>`` or
+    newline; the body runs to the first ``close`` (consumed), or, with ``stop_at_next``, to the next
+    ``PREFIX`` (not consumed), or to the end. The matches of the regex
+    ``PREFIX([^>\\n]*)>(.*?)(?:CLOSE|(?=PREFIX)|\\Z)`` (DOTALL), found in linear time: that lazy regex
+    is quadratic on a completion of many openers (32,000 ``<parameter=`` took minutes)."""
+    opens, closes = NextMatch(prefix, text), NextMatch(close, text)
+    name_ends = NextMatch(_NAME_END, text)
+    pos = 0
+    while (start := opens.find(pos)) >= 0:
+        name_from = start + len(prefix)
+        name_end = name_ends.find(name_from)
+        if name_end < 0 or text[name_end] != ">":  # no name here: the regex tries the next opener
+            pos = start + 1
+            continue
+        body_from = name_end + 1
+        end = closes.find(body_from)
+        stop = opens.find(body_from) if stop_at_next else -1
+        if stop >= 0 and (end < 0 or stop < end):
+            yield text[name_from:name_end], text[body_from:stop]
+            pos = stop
+        elif end >= 0:
+            yield text[name_from:name_end], text[body_from:end]
+            pos = end + len(close)
+        else:
+            yield text[name_from:name_end], text[body_from:]
+            return
 
 
 @dataclass
@@ -89,15 +118,15 @@ def _convert_value(raw: str, schema: dict[str, Any] | None) -> Any:
 
 
 def _parse_xml_call(body: str, index: int, schemas: dict[str, dict[str, Any]]) -> ToolCall:
-    match = _FUNCTION.search(body)
-    if not match:
+    function = next(_named_tags(body, "<function=", "</function>", stop_at_next=False), None)
+    if function is None:
         return ToolCall(name="", id=f"call_{index}", raw=body, parse_error="no <function=NAME> inside <tool_call>")
-    name = match.group(1).strip()
+    name = function[0].strip()
     props = schemas.get(name, {})
     args: dict[str, Any] = {}
-    for pmatch in _PARAM.finditer(match.group(2)):
-        key = pmatch.group(1).strip()
-        args[key] = _convert_value(pmatch.group(2), props.get(key))
+    for key, value in _named_tags(function[1], "<parameter=", "</parameter>", stop_at_next=True):
+        key = key.strip()
+        args[key] = _convert_value(value, props.get(key))
     error = None if name else "empty function name"
     if "</function>" not in body and error is None:
         error = "unterminated <function> block (the completion was cut off?)"

@@ -12,7 +12,7 @@ Modules:
 - :mod:`~unified.benchmarks.discovery`: entry points, suites, ``world_model_domain``, loading an
   adapter by name and checking its ``Config``;
 - :mod:`~unified.benchmarks.aggregate`: Avg@k, pass@k, pass^k and the scored/skipped/errored split;
-- :mod:`~unified.benchmarks.helpers`: ``config_list``, ``limit_runnable``, ``select_task_ids``,
+- :mod:`~unified.benchmarks.helpers`: ``config_list``, ``limit_runnable``, ``select_task_ids``, ``judge_reason``,
   ``require_execution_backend``.
 
 **Stable API for outside adapters** is the list in ``__all__`` below (with the records of
@@ -41,6 +41,9 @@ from unified.benchmarks.contract import (
     StopReason,
     Task,
     TaskFormatError,
+    check_task_id,
+    check_task_ids,
+    task_id_problem,
 )
 from unified.benchmarks.discovery import (
     ALL_SUITE,
@@ -52,17 +55,18 @@ from unified.benchmarks.discovery import (
     registered_benchmarks,
     world_model_domain,
 )
-from unified.benchmarks.helpers import config_list, limit_runnable, require_execution_backend, select_task_ids
+from unified.benchmarks.helpers import (config_list, judge_reason, limit_runnable, require_execution_backend,
+                                        select_task_ids)
 
 __all__ = [
     # the contract
     "ENTRY_POINT_GROUP", "Adapter", "AgentLimits", "BenchmarkUnavailable", "Environment", "NoConfig",
-    "PaperReference", "StopReason", "Task", "TaskFormatError",
+    "PaperReference", "StopReason", "Task", "TaskFormatError", "check_task_id", "check_task_ids", "task_id_problem",
     # discovery
     "ALL_SUITE", "STUDY_SUITES", "adapter_class", "declared_suites", "expand_benchmarks", "load_adapter",
     "registered_benchmarks", "world_model_domain",
     # aggregates
     "Partition", "avg_at_k", "partition", "pass_at_k", "pass_pow_k", "per_trial", "scores_by_task",
     # adapter helpers
-    "config_list", "limit_runnable", "require_execution_backend", "select_task_ids",
+    "config_list", "judge_reason", "limit_runnable", "require_execution_backend", "select_task_ids",
 ]

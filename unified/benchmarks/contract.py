@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -128,6 +129,46 @@ class BenchmarkUnavailable(RuntimeError):
 
 class TaskFormatError(ValueError):
     """A benchmark file that does not have the shape the adapter expects: names the file and field."""
+
+
+TASK_ID_MAX_CHARS = 200
+_TASK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@+=,-]*")
+
+
+def task_id_problem(task_id: Any) -> str | None:
+    """Why ``task_id`` cannot be a task id (None when it can).
+
+    A task id names record keys, log lines and, in adapters, scratch directories, so it is text of
+    1..200 characters from ``A-Z a-z 0-9 _ . : @ + = , -``, starting with a letter or digit: no
+    path separator, no ``..``, no whitespace or control character."""
+    if not isinstance(task_id, str):
+        return f"a task id must be text, not {type(task_id).__name__}"
+    if not 0 < len(task_id) <= TASK_ID_MAX_CHARS:
+        return f"task id has {len(task_id)} characters (1..{TASK_ID_MAX_CHARS} allowed)"
+    if not _TASK_ID.fullmatch(task_id) or ".." in task_id:
+        return (f"task id {task_id[:80]!r} may only hold A-Z a-z 0-9 _ . : @ + = , - (starting with a letter or "
+                "digit; no '/', '\\', '..' or whitespace)")
+    return None
+
+
+def check_task_id(task_id: Any, where: str) -> str:
+    """``task_id`` when it is a valid task id, else :class:`TaskFormatError` naming ``where``."""
+    problem = task_id_problem(task_id)
+    if problem:
+        raise TaskFormatError(f"{where}: {problem}")
+    return task_id
+
+
+def check_task_ids(tasks: list[Task], where: str) -> None:
+    """Every id valid (:func:`task_id_problem`) and none twice (a second task with an id would share
+    the first one's results and silently replace them), else :class:`TaskFormatError` naming
+    ``where`` (the benchmark or the file)."""
+    seen: set[str] = set()
+    for index, task in enumerate(tasks):
+        check_task_id(task.id, f"{where}: task {index}")
+        if task.id in seen:
+            raise TaskFormatError(f"{where}: task id {task.id!r} appears more than once; each task needs its own id")
+        seen.add(task.id)
 
 
 @dataclass

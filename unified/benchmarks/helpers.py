@@ -1,5 +1,6 @@
 """Helpers that benchmark adapters share: config lists, ``--limit`` over runnable tasks, task
-selection with dependencies, and the execution backend an adapter needs."""
+selection with dependencies, the execution backend an adapter needs, and the comparability
+reason of a judge that is not the benchmark's own."""
 
 from __future__ import annotations
 
@@ -55,3 +56,22 @@ def require_execution_backend(name: str | None):
     except BackendUnavailable as exc:
         raise BenchmarkUnavailable(f"no execution backend: {exc.reason}", exc.how_to_fix) from None
     return backend
+
+
+def judge_reason(spec: str, official_models: Iterable[str]) -> str | None:
+    """The ``not_comparable_because`` line naming a judge that is not one the benchmark's own
+    evaluation used, or None when ``spec``'s model (``openai:URL#MODEL``: the part after ``#``,
+    without a ``provider/`` prefix, case-insensitive) is one of ``official_models``.
+
+    ``embedded`` and local checkpoints are never official; ``none`` (no judge) is the caller's to say.
+    """
+    def bare(name: str) -> str:
+        return name.rsplit("/", 1)[-1].strip().lower()
+
+    spec = str(spec)
+    model = spec.rsplit("#", 1)[1] if spec.startswith("openai:") and "#" in spec else ""
+    official = [str(m) for m in official_models]
+    if model and bare(model) in {bare(m) for m in official}:
+        return None
+    what = "embedded (the embedded default model)" if spec == "embedded" else spec
+    return f"judge: {what}, not the benchmark's own ({' / '.join(official) or 'a hosted LLM'})"

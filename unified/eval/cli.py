@@ -7,6 +7,8 @@ Examples::
         --model openai:http://127.0.0.1:8000/v1#Qwen/Qwen3.5-35B-A3B --out runs/sft
     python -m unified.eval --recipe recipes/eval/ood.yaml --set limit=20
     python -m unified.eval --compare runs/sft runs/lwm
+    python -m unified.eval --suite ood --out runs/x/shard-1 --shard 1/4     # one of 4 jobs
+    python -m unified.eval --merge runs/x/shard-0 runs/x/shard-1 runs/x/shard-2 runs/x/shard-3 --out runs/x
     python -m unified.eval lwm --model embedded --judge embedded --out runs/lwm_eval   # world-model eval
     python -m unified.eval --suite general --model embedded --set general.limit=50   # lm-eval tasks
     python -m unified.eval --suite general,ood --model runs/lwm/final --set general.tasks=gsm8k,ifeval
@@ -31,6 +33,7 @@ from unified.benchmarks.discovery import check_benchmark_config
 from unified.eval.config import EvalConfig
 from unified.eval.identity import RESUME_ANYWAY_FLAG, dry_run_line
 from unified.eval.preflight import PreflightError, check_names
+from unified.eval.shards import ShardError, merge_runs, shard_type
 from unified.eval.rundir import RunDirError
 from unified.eval.runner import EvalInterrupted, benchmarks_to_run, run_eval
 from unified.registry import UnknownNameError
@@ -43,7 +46,7 @@ _FLAG_KEYS = {
     "temperature": "sampling.temperature", "top_p": "sampling.top_p", "max_new_tokens": "sampling.max_new_tokens",
     "thinking": "sampling.thinking", "seed": "sampling.seed", "max_turns": "limits.max_turns",
     "max_steps_per_turn": "limits.max_steps_per_turn", "max_episode_tokens": "limits.max_episode_tokens",
-    "max_seconds": "limits.max_seconds",
+    "max_seconds": "limits.max_seconds", "shard": "shard",
 }
 
 
@@ -92,7 +95,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-steps-per-turn", type=_flag("max_steps_per_turn"), help="policy calls per user turn")
     parser.add_argument("--max-episode-tokens", type=_flag("max_episode_tokens"), help="generated tokens per episode")
     parser.add_argument("--max-seconds", type=_flag("max_seconds", float), help="wall time per episode")
+    parser.add_argument("--shard", type=shard_type, metavar="I/N",
+                        help="run only shard I of N of the (task, trial) pairs (one job of an array; --merge joins them)")
+    parser.add_argument("--merge", nargs="+", metavar="SHARD_DIR",
+                        help="merge the --out directories of all N shards of one command into --out")
     parser.add_argument("--compare", nargs=2, metavar=("RUN_A", "RUN_B"), help="print the delta table of two runs")
+    parser.add_argument("--wandb", nargs="?", const="offline", choices=["offline", "online"],
+                        help="log the run (config, per-benchmark numbers, episode table) to wandb under OUT/wandb "
+                             "once its summary is written; offline unless `--wandb online`")
     add_recipe_arguments(parser)
     return parser
 
@@ -150,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
 
         print(compare(*args.compare))
         return 0
+    if args.merge:
+        return _merge(parser, args)
     try:
         cfg = load_eval_config(args)
         check_names(cfg)
@@ -175,6 +187,24 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     except RunDirError as exc:  # --out unwritable, or in use by another run (named): one line, no traceback
         parser.exit(2, f"{parser.prog}: error: --out {cfg.out}: {exc}\n")
+    from unified.eval.report import render_markdown
+
+    print(render_markdown(summary))
+    if args.wandb:
+        from unified.eval.wandb_log import log_run
+
+        print(f"wandb ({args.wandb}): {log_run(cfg.out, mode=args.wandb)}")
+    return 0
+
+
+def _merge(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """``--merge SHARD_DIR... --out OUT`` (:func:`unified.eval.shards.merge_runs`)."""
+    if not args.out:
+        parser.error("--merge needs --out (the merged run directory)")
+    try:
+        summary = merge_runs(args.merge, args.out)
+    except (ShardError, ConfigError, RunDirError) as exc:  # RunDirError: a shard still running, or --out in use
+        parser.exit(2, f"{parser.prog}: error: --merge: {exc}\n")
     from unified.eval.report import render_markdown
 
     print(render_markdown(summary))

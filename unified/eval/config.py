@@ -54,3 +54,5 @@ class EvalConfig:
     """Per-benchmark adapter config, e.g. ``{bfcl_v4: {categories: multi_turn}}``."""
     general: GeneralConfig = field(default_factory=GeneralConfig)
     """The ``general`` suite's lm-eval options (:class:`unified.eval.general.GeneralConfig`)."""
+    shard: str | None = None
+    """``I/N``: run only shard I of N of the (task, trial) pairs (:mod:`unified.eval.shards`)."""

@@ -48,8 +48,10 @@ errored, *not recorded* when trials are missing):
     gives it (e.g. 0): the task counts as errored in the summary.
 
 The runner adds the generic reasons itself: ``--limit`` / ``--task-ids`` / ``--split`` (partial),
-skipped, errored or unrecorded tasks, and fewer trials than ``runs_default``. ``comparable`` is
-true only when the adapter says so and no reason, the adapter's or the runner's, applies.
+skipped, errored or unrecorded tasks, fewer trials than ``runs_default``, and "nothing ran" when no
+episode was scored. ``comparable`` is true only when the adapter says so and no reason, the
+adapter's or the runner's, applies; with no scored episode the aggregate's own ``comparable`` is
+set false too, so summary.json and ``--compare`` never call an empty run comparable.
 
 The markdown has one table per suite (tasks run / skipped / errored, status, comparable, the
 paper's SFT -> +LWM RL numbers beside ours where the adapter declares a ``paper_reference``), the reasons
@@ -153,8 +155,14 @@ def benchmark_entry(*, tasks: Iterable[Any], results: Iterable[Any], runs: int, 
         reasons.append(f"{missing} of {total} tasks have fewer recorded trials than {runs} (interrupted run?)")
     if runs < runs_protocol:
         reasons.append(f"fewer trials than the protocol's {runs_protocol} ({runs})")
+    scored_episodes = sum(1 for r in results if r.skipped is None and not _is_errored(r))
+    if not scored_episodes:
+        reasons.append("nothing ran: no scored episode")
     reasons = list(dict.fromkeys(reasons))
     comparable = bool(aggregate.get("comparable")) and not reasons and status == "ok"
+    if aggregate.get("comparable") and not scored_episodes:
+        # the adapter's own flag is kept in summary.json: it must not say comparable either
+        aggregate = {**aggregate, "comparable": False}
     entry: dict[str, Any] = {
         "status": status, "aggregate": aggregate, "tasks": total, "tasks_run": run, "tasks_skipped": skipped,
         "tasks_errored": errored, "tasks_not_recorded": missing, "skip_reasons": dict(skip_reasons),
@@ -187,10 +195,15 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def ran_comparably(entry: dict[str, Any]) -> bool:
+    """An entry's ``comparable``, false whatever it says when nothing ran (a skipped or errored
+    benchmark, no task run: also in a summary written by an older version)."""
+    return (bool(entry.get("comparable")) and entry.get("status") in ("ok", "partial")
+            and entry.get("tasks_run", 1) != 0)
+
+
 def _comparable_cell(entry: dict[str, Any]) -> str:
-    if entry.get("status") in ("skipped", "error"):
-        return "no"
-    return "yes" if entry.get("comparable") else "no"
+    return "yes" if ran_comparably(entry) else "no"
 
 
 def _status_cell(entry: dict[str, Any]) -> str:
@@ -272,7 +285,7 @@ def render_markdown(summary: dict[str, Any]) -> str:
             shown = _fmt(score) + ("*" if score is not None and entry.get("status") == "partial" else "")
             paper = _facts(name, entry).get("paper_reference")
             paper_cell = (f"{paper['sft']:.2f} → {paper['lwm_rl']:.2f}"
-                          + ("" if entry.get("comparable") else " (not comparable)") if paper else "")
+                          + ("" if ran_comparably(entry) else " (not comparable)") if paper else "")
             run, skipped, errored = _counts_cell(entry)
             lines.append(f"| {name} | {shown} | {agg.get('metric', '')} | {run} | {skipped} | {errored} | "
                          f"{_status_cell(entry)} | {_comparable_cell(entry)} | {paper_cell} |")
@@ -314,7 +327,7 @@ def _compare_cell(entry: dict[str, Any]) -> str:
     status = entry.get("status", "?")
     run, skipped, errored = _counts_cell(entry)
     return (f"{_fmt(score)} ({status}; {run} run, {skipped} skipped, {errored} errored; "
-            f"{'comparable' if entry.get('comparable') else 'not comparable'})")
+            f"{'comparable' if ran_comparably(entry) else 'not comparable'})")
 
 
 def compare(run_a: str | Path, run_b: str | Path) -> str:

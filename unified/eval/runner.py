@@ -17,7 +17,7 @@ from typing import Any
 
 from unified.agent.loop import AgentLoop, Job
 from unified.config import ConfigError, to_dict
-from unified.benchmarks.contract import AgentLimits, BenchmarkUnavailable
+from unified.benchmarks.contract import AgentLimits, BenchmarkUnavailable, check_task_ids
 from unified.benchmarks.discovery import (ALL_SUITE, benchmark_facts, check_benchmark_config, declared_suites,
                                           expand_benchmarks, load_adapter)
 from unified.benchmarks.helpers import limit_runnable, select_task_ids
@@ -25,6 +25,7 @@ from unified.eval.config import EvalConfig
 from unified.eval.general import GENERAL_SUITE, general_with_limit, run_general, split_suites
 from unified.eval.identity import claim_run_dir
 from unified.eval.report import benchmark_entry, write_summary
+from unified.eval.shards import MissingPairs, check_unsharded_parts, parse_shard, shard_pairs
 from unified.eval.rundir import BenchmarkStore, RunDirLock
 from unified.store import write_json_atomic
 from unified.inference.base import ChatModel, SamplingConfig, make_chat_model
@@ -62,27 +63,32 @@ class EvalInterrupted(Exception):
         self.saved = saved
 
 
-def run_eval(cfg: EvalConfig, *, policy: ChatModel | None = None, resume_anyway: bool = False) -> dict[str, Any]:
+def run_eval(cfg: EvalConfig, *, policy: ChatModel | None = None, resume_anyway: bool = False,
+             allow_new_episodes: bool = True) -> dict[str, Any]:
     """Run (or resume) the evaluation described by ``cfg``; returns the summary.
 
     The run directory is held for the whole run (:class:`unified.eval.rundir.RunDirLock`): a
     second run on the same ``--out`` raises :class:`unified.eval.rundir.RunDirError` naming this one.
     The selection and every ``benchmarks.NAME`` section are checked first: a rejected setting leaves
-    no ``--out`` behind. A directory holding results of another configuration raises
+    no ``--out`` behind. ``allow_new_episodes=False`` (a merge of shards) raises
+    :class:`unified.eval.shards.MissingPairs` instead of running a pair that has no result.
+    A directory holding results of another configuration raises
     :class:`unified.eval.identity.IdentityMismatch` (a ``RunDirError``) unless ``resume_anyway``.
     Ctrl-C raises :class:`EvalInterrupted` after writing the summary of the finished episodes.
     """
     names, want_general = benchmarks_to_run(cfg)
+    check_unsharded_parts(cfg, want_general)
     if not names and not want_general:
         suites = sorted({*declared_suites()[0], ALL_SUITE, GENERAL_SUITE})
         raise ValueError(f"nothing to evaluate: give --suite or --benchmarks (suites: {', '.join(suites)})")
     check_benchmark_config(cfg.benchmark_config)  # a mistyped key fails now, not after hours of other benchmarks
     with RunDirLock(cfg.out):
-        return _run_eval(cfg, names, want_general, policy=policy, resume_anyway=resume_anyway)
+        return _run_eval(cfg, names, want_general, policy=policy, allow_new=allow_new_episodes,
+                         resume_anyway=resume_anyway)
 
 
 def _run_eval(cfg: EvalConfig, names: list[str], want_general: bool, *,
-              policy: ChatModel | None = None, resume_anyway: bool = False) -> dict[str, Any]:
+              policy: ChatModel | None = None, allow_new: bool = True, resume_anyway: bool = False) -> dict[str, Any]:
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     claim_run_dir(out, cfg, names, resume_anyway=resume_anyway)
@@ -93,7 +99,7 @@ def _run_eval(cfg: EvalConfig, names: list[str], want_general: bool, *,
     try:
         for name in names:
             benchmarks[name] = {**benchmark_facts(name),
-                                **_run_benchmark(name, cfg, out, sampling, limits, lambda: policy)}
+                                **_run_benchmark(name, cfg, out, sampling, limits, lambda: policy, allow_new)}
             if benchmarks[name].get("_policy") is not None:
                 policy = benchmarks[name].pop("_policy")
             benchmarks[name].pop("_policy", None)
@@ -132,7 +138,7 @@ def benchmarks_to_run(cfg: EvalConfig) -> tuple[list[str], bool]:
 
 
 def _run_benchmark(name: str, cfg: EvalConfig, out: Path, sampling: SamplingConfig, limits: AgentLimits,
-                   current_policy) -> dict[str, Any]:
+                   current_policy, allow_new: bool = True) -> dict[str, Any]:
     try:
         adapter = load_adapter(name, **cfg.benchmark_config.get(name, {}))
         store = BenchmarkStore(out, adapter.name or name)
@@ -146,6 +152,7 @@ def _run_benchmark(name: str, cfg: EvalConfig, out: Path, sampling: SamplingConf
                         "comparable": False}
         else:
             tasks = adapter.tasks(cfg.split, cfg.limit)
+        check_task_ids(tasks, f"benchmark {name}")  # ids key records and name scratch paths: checked, unique
     except BenchmarkUnavailable as exc:
         _log(exc.line(name))
         return {"status": "skipped", "reason": exc.reason, "how_to_fix": exc.how_to_fix, "comparable": False}
@@ -159,7 +166,12 @@ def _run_benchmark(name: str, cfg: EvalConfig, out: Path, sampling: SamplingConf
     effective_limits = adapter.agent_limits(limits)  # the protocol's own budgets, recorded in the summary
     adapter.runs_requested = runs  # trials the run asked for (an aggregate pads missing ones to it)
     recorded = store.load()
-    jobs = [Job(task, trial) for task in tasks for trial in range(runs) if (task.id, trial) not in recorded]
+    wanted = shard_pairs(adapter.name or name, tasks, runs, parse_shard(cfg.shard))
+    tasks = [t for t in tasks if any((t.id, trial) in wanted for trial in range(runs))]
+    jobs = [Job(task, trial) for task in tasks for trial in range(runs)
+            if (task.id, trial) in wanted and (task.id, trial) not in recorded]
+    if jobs and not allow_new:
+        raise MissingPairs(name, [(j.task.id, j.trial) for j in jobs])
     finished_ids = {task_id for task_id, _ in recorded}
     policy = current_policy()
     new_policy = None
@@ -190,7 +202,6 @@ def _run_benchmark(name: str, cfg: EvalConfig, out: Path, sampling: SamplingConf
         if not interrupted:
             _log(f"{name}: {len(jobs)} episodes in {elapsed:.1f}s "
                  f"({len(jobs) / max(elapsed, 1e-9):.3f} episodes/s)")
-    wanted = {(t.id, trial) for t in tasks for trial in range(runs)}
     scored_ids = {t.id for t in tasks if t.scored}
     results = [r for key, r in store.load().items() if key in wanted]
     aggregate = adapter.aggregate([r for r in results if r.task_id in scored_ids or r.details.get("prereq")])

@@ -4,12 +4,15 @@ Adapters describe an environment (:class:`EnvironmentSpec`) and run commands in 
 :class:`ExecutionSession` a backend starts; they never know which backend it was. Which one
 runs is decided here: ``get_backend(name)`` with ``name`` from the adapter's config
 (``--set benchmarks.NAME.backend=docker``), else ``$UNIFIED_EXEC_BACKEND``, else ``auto``
-(the first of docker, podman, apptainer that works here, then ``local``).
+(the first of docker, podman, apptainer that works here, then ``local``). "Works" means a tiny
+container really starts (:mod:`unified.execution.probe`): an engine that answers ``info`` but
+cannot start containers is passed over, with a warning that gives the one-line fix.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import os
 
 from unified.execution.base import (
@@ -32,6 +35,7 @@ BACKENDS.register("podman", PodmanBackend)
 BACKENDS.register("apptainer", ApptainerBackend)
 
 AUTO_ORDER = ("docker", "podman", "apptainer", "local")
+_log = logging.getLogger(__name__)
 
 
 @functools.lru_cache(maxsize=None)
@@ -51,6 +55,10 @@ def get_backend(name: str | None = None) -> ExecutionBackend:
     for candidate in AUTO_ORDER:
         if _available(candidate):
             return BACKENDS.get(candidate)()
+        problem = BACKENDS.get(candidate)().unavailable_reason()
+        if problem is not None and "cannot start a container" in problem.reason:
+            _log.warning("auto: skipping %s, which is installed but %s; fix: %s", candidate,
+                         problem.reason.split(": ", 1)[-1], problem.how_to_fix)
     reasons = "; ".join(str(BACKENDS.get(n)().unavailable_reason()) for n in AUTO_ORDER)
     raise BackendUnavailable("auto", f"no execution backend works here: {reasons}",
                              "apt-get install -y bubblewrap (local) or install docker/podman/apptainer")

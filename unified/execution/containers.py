@@ -7,7 +7,8 @@ finalizer if a caller forgot). Timeouts are enforced twice: ``timeout -k`` insid
 (which kills the command itself, not just the client) and a host-side limit on the CLI call.
 
 The argv builders (``run_argv``, ``exec_argv`` ...) are plain functions of the spec, so their
-construction is tested without an engine; a missing engine or daemon is
+construction is tested without an engine; a missing engine or daemon, or one that cannot start
+a container here (:mod:`unified.execution.probe`, one tiny real run per engine per process), is
 :class:`BackendUnavailable`, never a crash.
 
 Apptainer cannot build Dockerfiles: with a build context it needs docker or podman on the
@@ -18,7 +19,9 @@ SIF cache (``$UNIFIED_APPTAINER_CACHE`` or ``~/.cache/unified/sif``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -37,6 +40,7 @@ from unified.execution.base import (
     quote,
     shell_join,
 )
+from unified.execution.probe import probe_apptainer, probe_engine
 from unified.sandbox.streams import communicate_capped, cut_text
 
 KEEPALIVE = ["sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"]
@@ -134,6 +138,25 @@ def exec_argv(engine: str, name: str, command: str | list[str], timeout_s: float
     return argv + [name, *inner]
 
 
+REBUILT_LABEL = "unified.rebuilt-base"
+"""Set on bases rebuilt from a distribution archive (:mod:`unified.execution.images`); images built on them inherit it."""
+
+
+def rebuilt_base_labels(engine: str, image: str) -> dict[str, str]:
+    """``{"rebuilt_base": ...}`` (and ``rebuilt_base_uv``) when ``image`` sits on a rebuilt base, else ``{}``."""
+    try:
+        proc = _run([engine, "image", "inspect", "--format", "{{json .Config.Labels}}", image], timeout=60)
+        labels = json.loads(proc.stdout or b"null") if proc.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return {}
+    if not isinstance(labels, dict) or REBUILT_LABEL not in labels:
+        return {}
+    out = {"rebuilt_base": str(labels[REBUILT_LABEL])}
+    if f"{REBUILT_LABEL}.uv" in labels:
+        out["rebuilt_base_uv"] = str(labels[f"{REBUILT_LABEL}.uv"])
+    return out
+
+
 def rm_argv(engine: str, name: str) -> list[str]:
     return [engine, "rm", "-f", "-v", name]
 
@@ -160,6 +183,7 @@ class DockerSession(ExecutionSession):
         if proc.returncode != 0:
             raise ExecutionError(f"{self.engine}: cannot start a container: {quote(argv)}: "
                                  f"{proc.stderr.decode(errors='replace').strip()}")
+        self.info.update(rebuilt_base_labels(self.engine, self.image))
         probe = self.exec(["sh", "-c", "command -v timeout >/dev/null"], timeout_s=30)
         self._has_timeout = probe.exit_code == 0
         # before the agent ever runs, the only child of the container's init is our keep-alive loop
@@ -231,14 +255,14 @@ class DockerBackend(ExecutionBackend):
         try:
             proc = _run([self.engine, "info", "--format", "{{json .}}"], timeout=20)
         except subprocess.TimeoutExpired:
-            return BackendUnavailable(self.engine, f"`{self.engine} info` did not answer in 20s",
-                                      f"check that the {self.engine} service is running")
+            return BackendUnavailable(self.engine, f"`{self.engine} info` did not answer within 20 s (machine busy?)",
+                                      f"try again when the machine is less loaded; check `{self.engine} info`")
         if proc.returncode != 0:
             detail = proc.stderr.decode(errors="replace").strip().splitlines()
             return BackendUnavailable(self.engine, f"{self.engine} is installed but its engine is not reachable: "
                                       f"{detail[-1] if detail else 'exit ' + str(proc.returncode)}",
                                       _DAEMON_HINTS[self.engine])
-        return None
+        return probe_engine(self.engine, os.environ.get("CONTAINERS_CONF"))
 
     def prepare_image(self, spec: EnvironmentSpec) -> str:
         """Build (context) or pull (image) and return the image reference to run."""
@@ -377,6 +401,11 @@ class ApptainerSession(ExecutionSession):
         self._finalizer()
 
 
+@functools.lru_cache(maxsize=None)
+def _probe_apptainer_cached(binary: str) -> BackendUnavailable | None:
+    return probe_apptainer(binary)
+
+
 def _stop_instance(binary: str, instance: str, scratch: Path) -> None:
     try:
         _run([binary, "instance", "stop", "--force", instance], timeout=60)
@@ -401,7 +430,7 @@ class ApptainerBackend(ExecutionBackend):
             return BackendUnavailable("apptainer", f"`{binary} --version` did not answer")
         if proc.returncode != 0:
             return BackendUnavailable("apptainer", f"{binary} does not run: {proc.stderr.decode(errors='replace')}")
-        return None
+        return _probe_apptainer_cached(binary)
 
     def prepare_image(self, spec: EnvironmentSpec, binary: str) -> Path:
         if spec.build_context:

@@ -8,7 +8,7 @@ take the batch down). Backends:
 
 - ``hf``     (:mod:`unified.inference.hf`): in-process transformers, one left-padded batch;
 - ``openai`` (:mod:`unified.inference.openai_backend`): any OpenAI-compatible server, concurrent;
-- ``vllm``   (:mod:`unified.inference.vllm_backend`): vLLM's offline engine (``gpu`` extra);
+- ``vllm``   (:mod:`unified.inference.vllm_backend`): a vLLM server this process starts (``make vllm``);
 - ``gold``   (:mod:`unified.inference.gold`): replays an adapter's ground truth (adapter checks).
 
 :func:`make_chat_model` picks one from a model spec (:mod:`unified.inference.spec`); single-shot

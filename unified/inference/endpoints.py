@@ -10,7 +10,9 @@ the simulated user's requests. :func:`resolve_endpoint` turns any model spec int
   process's shared copy of the weights (the policy's too, when it runs the same checkpoint).
   The server takes each request's own ``max_tokens``, so a judge and a simulated user with
   different budgets share it; it stops at interpreter exit (:func:`stop_local_servers`). It
-  requires its per-server bearer token, which the endpoint's ``config.api_key`` carries.
+  requires its per-server bearer token, which the endpoint's ``config.api_key`` carries;
+- a ``vllm:SPEC`` is served by the process's vLLM server for that checkpoint
+  (:func:`unified.inference.vllm_backend.server_for_spec`), the same one a ``vllm:SPEC`` policy uses.
 """
 
 from __future__ import annotations
@@ -68,6 +70,12 @@ def resolve_endpoint(spec: str, *, timeout_s: float = 600.0) -> ResolvedEndpoint
     parsed = parse_spec(text)
     if parsed.is_endpoint:
         return ResolvedEndpoint(text, parse_endpoint_spec(parsed, timeout_s=timeout_s, max_retries=2), local=False)
+    if parsed.backend == "vllm":
+        from unified.inference.vllm_backend import server_for_spec
+
+        vllm = server_for_spec(parsed)
+        config = parse_endpoint_spec(vllm.spec, timeout_s=timeout_s, max_retries=1, api_key=vllm.token)
+        return ResolvedEndpoint(text, config, local=True)
     if parsed.backend != "hf":
         raise SpecError(f"model spec {text!r}: an endpoint needs {ENDPOINT_EXAMPLE} or a checkpoint served "
                         f"in-process, not a {parsed.backend} spec")

@@ -24,11 +24,10 @@ way), the lwm world model and parser, and the judges.
 
 from __future__ import annotations
 
-import re
+from unified.scan import remove_tag_blocks
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 _TOOL_CALL = "<tool_call>"
-_THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL)
 
 
 def split_reasoning(text: str) -> tuple[str | None, str]:
@@ -58,7 +57,7 @@ def join_reasoning(reasoning: str | None, answer: str) -> str:
 def strip_reasoning(text: str) -> str:
     """The answer of ``text`` with every piece of reasoning removed (module docstring, third rule)."""
     _, answer = split_reasoning(text or "")
-    answer = _THINK_BLOCK.sub("", answer)
+    answer = remove_tag_blocks(answer, THINK_OPEN, THINK_CLOSE)  # linear: a lazy regex is quadratic here
     if THINK_CLOSE in answer:  # a stray close: what came before it was reasoning
         answer = answer.rsplit(THINK_CLOSE, 1)[1]
     if THINK_OPEN in answer:  # opened and never closed: the model never finished thinking

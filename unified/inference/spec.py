@@ -10,7 +10,8 @@ spec                       kind         backend   meaning
 ``openai:URL#MODEL``       endpoint     openai    an OpenAI-compatible server; ``URL`` starts
                                                   with http(s):// and ends before ``/chat/...``
 ``http(s)://URL#MODEL``    endpoint     openai    the same without the ``openai:`` prefix
-``vllm:SPEC``              (of SPEC)    vllm      a checkpoint spec run by vLLM's offline engine
+``vllm:SPEC``              (of SPEC)    vllm      a checkpoint spec served by a vLLM server
+                                                  started for it (``make vllm``)
 ``gold``                   gold         gold      replays an adapter's ground truth
 =========================  ===========  ========  =============================================
 

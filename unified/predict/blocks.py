@@ -22,6 +22,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from unified.scan import NextMatch
+
 PREDICTION_TAG = "predicted_observation"
 """The tag a prompting module asks for."""
 
@@ -32,6 +34,7 @@ _TAGS = "|".join(PREDICTION_TAGS)
 _OPEN = re.compile(rf"<(?P<tag>{_TAGS})(?P<attrs>(?:\s+[a-zA-Z_]+\s*=\s*\"[^\"]*\")*)\s*>", re.IGNORECASE)
 _ATTR = re.compile(r"([a-zA-Z_]+)\s*=\s*\"([^\"]*)\"")
 _UNCLOSED_END = re.compile(r"<tool_call>|</think>|<\|im_end\|>|\n[ \t]*\n", re.IGNORECASE)
+_SPACES = re.compile(r"\s*")
 
 
 @dataclass(frozen=True)
@@ -53,23 +56,26 @@ class PredictionBlock:
 
 
 def find_blocks(text: str) -> list[PredictionBlock]:
-    """Every explicit prediction block of ``text``, in order of position."""
+    """Every explicit prediction block of ``text``, in order of position (linear time: each search
+    below moves forward only, so many openers without closers cost one pass, not one pass each)."""
     blocks: list[PredictionBlock] = []
+    opens, unclosed_ends = NextMatch(_OPEN, text), NextMatch(_UNCLOSED_END, text)
+    closes = {tag: NextMatch(re.compile(rf"</{tag}\s*>", re.IGNORECASE), text) for tag in PREDICTION_TAGS}
     pos = 0
     while True:
-        m = _OPEN.search(text, pos)
+        m = opens.search(pos)
         if m is None:
             return blocks
         tag = m.group("tag").lower()
         attrs = dict(_ATTR.findall(m.group("attrs") or ""))
-        close = re.compile(rf"</{tag}\s*>", re.IGNORECASE).search(text, m.end())
+        close = closes[tag].search(m.end())
         # A block closed only after another block opens is treated as unclosed.
-        next_open = _OPEN.search(text, m.end())
+        next_open = opens.search(m.end())
         if close is not None and (next_open is None or close.start() < next_open.start()):
             body, end, closed = text[m.end():close.start()], close.end(), True
         else:
-            body_from = m.end() + len(text[m.end():]) - len(text[m.end():].lstrip())
-            stop = _UNCLOSED_END.search(text, body_from)
+            body_from = _SPACES.match(text, m.end()).end()
+            stop = unclosed_ends.search(body_from)
             limit = min(stop.start() if stop else len(text), next_open.start() if next_open else len(text))
             body, end, closed = text[m.end():limit], limit, False
         blocks.append(PredictionBlock(text=body.strip(), start=m.start(), end=end, tag=tag,

@@ -27,7 +27,8 @@ import math
 import re
 from dataclasses import dataclass
 
-from unified.text import strip_reasoning
+from unified.scan import tag_blocks
+from unified.text import DATA_RULE, fence_data, strip_reasoning
 
 CRITERIA = ("format", "factuality", "consistency", "realism", "quality")
 
@@ -52,6 +53,9 @@ _DOMAIN_GUIDE = {
                 "May differ if plausible: status bar, bounds, unrelated elements."),
 }
 
+ANSWER_FORMAT = ("Answer with exactly this block, each N a score from 1 to 5, and nothing after it:\n"
+                 "<scores>\nformat: N\nfactuality: N\nconsistency: N\nrealism: N\nquality: N\n</scores>")
+
 JUDGE_SYSTEM = (
     "You grade a world model. It was shown an agent's earlier actions and the environment's observations, "
     "then one new action, and it predicted the environment's next observation. You also get the real "
@@ -61,8 +65,7 @@ JUDGE_SYSTEM = (
     "- consistency: agrees with everything in the earlier turns;\n"
     "- realism: content the reference cannot determine is plausible for this environment;\n"
     "- quality: complete and clean, with no commentary, truncation or invented extras.\n"
-    "Do not reward length or confidence. Answer with exactly this block and nothing after it:\n"
-    "<scores>\nformat: N\nfactuality: N\nconsistency: N\nrealism: N\nquality: N\n</scores>"
+    f"Do not reward length or confidence. {DATA_RULE}\n{ANSWER_FORMAT}"
 )
 
 
@@ -71,7 +74,10 @@ def judge_messages(domain: str, history: list[tuple[str, str]], action: str, ref
     """The chat messages sent to the judge (our own prompt; one guide per domain).
 
     Long texts are cut to ``max_chars`` (head and tail kept) and only the last ``max_history``
-    earlier turns are shown.
+    earlier turns are shown. Every action, observation and the prediction is fenced as data
+    (:func:`unified.text.fence_data`) and the answer format comes last, after all of them, so a
+    prediction that carries its own ``<scores>`` block is never the last one a judge (or a
+    reader of the judge's echo) sees.
     """
     guide = _DOMAIN_GUIDE.get(domain, "Judge what the action determines strictly and the rest for plausibility.")
     parts = [f"Domain: {domain or 'unknown'}. {guide}"]
@@ -79,10 +85,12 @@ def judge_messages(domain: str, history: list[tuple[str, str]], action: str, ref
     if len(history) > len(shown):
         parts.append(f"({len(history) - len(shown)} earlier turns omitted)")
     for i, (a, o) in enumerate(shown, len(history) - len(shown) + 1):
-        parts.append(f"### Turn {i} action\n{_cut(a, max_chars)}\n### Turn {i} observation\n{_cut(o, max_chars)}")
-    parts.append(f"### New action\n{_cut(action, max_chars)}")
-    parts.append(f"### Reference observation (real)\n{_cut(reference, max_chars)}")
-    parts.append(f"### Predicted observation (to grade)\n{_cut(prediction, max_chars)}")
+        parts.append(f"### Turn {i} action\n{fence_data(_cut(a, max_chars), f'turn-{i}-action')}\n"
+                     f"### Turn {i} observation\n{fence_data(_cut(o, max_chars), f'turn-{i}-observation')}")
+    parts.append(f"### New action\n{fence_data(_cut(action, max_chars), 'new-action')}")
+    parts.append(f"### Reference observation (real)\n{fence_data(_cut(reference, max_chars), 'reference')}")
+    parts.append(f"### Predicted observation (to grade)\n{fence_data(_cut(prediction, max_chars), 'prediction')}")
+    parts.append(f"{DATA_RULE}\n{ANSWER_FORMAT}")
     return [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
 
 
@@ -116,7 +124,6 @@ class JudgeScores:
         return (self.mean - 1.0) / 4.0 * 100.0
 
 
-_BLOCK = re.compile(r"<scores>(.*?)</scores>", re.DOTALL | re.IGNORECASE)
 _NUMBER = r"(-?\d+(?:\.\d+)?)(?!\w|\.\d)"  # a whole number: "1e999" or "5e-1" is not read as 1 or 5
 
 
@@ -131,9 +138,9 @@ def parse_judge_answer(text: object) -> tuple[JudgeScores | None, str]:
         if not isinstance(text, str):
             return None, f"judge answer is {type(text).__name__}, not text"
         body = strip_reasoning(text)  # an unclosed <think> means the judge never answered
-        blocks = _BLOCK.findall(body)
+        blocks = tag_blocks(body, "<scores>", "</scores>", re.IGNORECASE)  # linear, unlike a lazy regex
         if blocks:
-            body = blocks[-1]
+            body = body[blocks[-1].body_start:blocks[-1].body_end]
         found: dict[str, float] = {}
         obj = _json_object(body)
         if obj is not None:

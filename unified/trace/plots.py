@@ -1,4 +1,4 @@
-"""The notebooks' figures (matplotlib, imported lazily; it is in the ``dev`` extra).
+"""The notebooks' figures (matplotlib, imported lazily).
 
 Every function takes traced runs (:class:`unified.trace.RunTrace`) or a comparison table
 (:func:`unified.trace.compare_runs`) and returns a ``matplotlib.figure.Figure``. Empty data

@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         print(step.shell() if step else "")
         return 0
     if args.dry_run:
-        from unified.warmup.launch import format_plan, launch_plan
+        from unified.warmup.launch import format_plan, launch_plan, vllm_rollouts_blocker
 
         print("# resolved recipe" + (f" ({args.recipe})" if args.recipe else ""))
         print(dump_yaml(cfg), end="")
@@ -100,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"# launch: {cfg.launch.nodes} node(s) x {cfg.launch.gpus_per_node} GPU(s), "
               f"distributed={cfg.launch.distributed}, generation={cfg.generation.backend}")
         print(format_plan(launch_plan(cfg, args.recipe, overrides)))
+        blocker = vllm_rollouts_blocker(cfg)
+        if blocker:
+            print(f"# not on this machine: {blocker}")
         for line in found:
             print(f"unified.warmup: {line}", file=sys.stderr)
         return 2 if found else 0

@@ -13,8 +13,9 @@
 It writes ``<output_dir>/before_after.json``: both means, per-reward-function means, N, wall
 time per step and peak memory, and the paired comparison over held-out prompts: with
 ``b_j``, ``a_j`` the mean reward of prompt ``j`` before and after, ``d_j = a_j - b_j``,
-``mean(d)`` and its standard error ``sd(d) / sqrt(P)`` over the ``P`` prompts, and how many
-prompts went up, down or stayed. Both passes use the same seed and batches, so with sampling
+``mean(d)`` and its standard error ``sd(d) / sqrt(P)`` over the ``P`` prompts, how many
+prompts went up, down or stayed, and how many completions are repetition loops before and after
+(:func:`unified.warmup.degenerate.find_loop`). Both passes use the same seed and batches, so with sampling
 the draws are coupled (common random numbers) and with ``temperature=0`` (greedy) the
 difference is due to the weights alone.
 
@@ -39,6 +40,7 @@ from einops import reduce
 from unified.store import write_json_atomic
 from unified.warmup.callbacks import peak_memory_gib
 from unified.warmup.config import WarmupConfig
+from unified.warmup.degenerate import loop_count
 
 REPORT_FILE = "before_after.json"
 
@@ -109,6 +111,7 @@ def heldout_reward(model, tokenizer, dataset, reward_funcs: Sequence[Callable], 
         "per_prompt": [round(float(v), 6) for v in per_prompt],
         "sample_ids": [str(dataset[i].get("sample_id", i)) for i in range(len(dataset))],
         "completions_text": completions,
+        "completion_ids": completion_ids,
         "std_reward": float(total.std()) if len(rows) > 1 else 0.0,
         "per_function": per_func,
         "prompts": len(dataset),
@@ -198,20 +201,26 @@ def run_before_after(cfg: WarmupConfig, *, samples_per_prompt: int = 2, temperat
     print(f"before: mean reward {before['mean_reward']:.4f} on {before['completions']} held-out completions", flush=True)
     policy.model.train()
     result = run_warmup(cfg, train_dataset=train, reward_funcs=train_funcs, reward_weights=train_weights,
-                        model=policy.model, tokenizer=policy.tokenizer)
+                        model=policy.model, tokenizer=policy.tokenizer, probe_rewards=(funcs, weights))
     del policy
     gc.collect()
     trained = load_checkpoint(result.final_dir, device=device, dtype=torch.float32)
     after = heldout_reward(trained.model, trained.tokenizer, heldout, funcs, weights, **score_kwargs, **threads)
     paired = paired_difference(before["per_prompt"], after["per_prompt"])
+    loops = {"before": loop_count(before["completions_text"]), "after": loop_count(after["completions_text"])}
     print(f"after {result.global_step} steps: mean reward {after['mean_reward']:.4f} (paired difference "
           f"{paired['mean_diff']:+.4f} +- {paired['se_diff']:.4f} SE over {paired['prompts']} prompts; "
           f"{paired['up']} up, {paired['down']} down)", flush=True)
+    print(f"repetition loops in the held-out completions: {loops['before']} of {before['completions']} before, "
+          f"{loops['after']} of {after['completions']} after", flush=True)
+    if result.collapse:
+        print(f"collapse guard: {json.dumps(result.collapse)}", flush=True)
     step_times = _step_times(out)
     report = {
         "status": "done", "settings": settings,
         "steps": result.global_step, "before": before, "after": after,
-        "delta": after["mean_reward"] - before["mean_reward"], "paired": paired,
+        "delta": after["mean_reward"] - before["mean_reward"], "paired": paired, "loops": loops,
+        "collapse": result.collapse,
         "seconds_per_step": result.seconds_per_step, "train_seconds": result.train_seconds,
         "step_times": step_times,
         "mean_step_seconds": sum(step_times) / len(step_times) if step_times else result.seconds_per_step,

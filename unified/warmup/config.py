@@ -20,6 +20,13 @@ from unified.rewards import RewardConfig
 Precision = Literal["auto", "bf16", "fp32"]
 GenerationBackend = Literal["hf", "vllm_server", "vllm_colocate"]
 DistributedBackend = Literal["none", "ddp", "deepspeed_zero3", "fsdp2"]
+CPU_DISTRIBUTED: tuple[str, ...] = ("ddp", "deepspeed_zero3")
+"""Backends that run as several CPU processes (``launch.cpu_processes``); the others say why not."""
+CPU_DISTRIBUTED_WHY = {
+    "none": "one process has nothing to distribute; ",
+    "fsdp2": "accelerate (1.15) applies FSDP only on accelerator devices (AcceleratorState picks FSDP for "
+             "MULTI_GPU/XPU/NPU/..., never MULTI_CPU), so on CPUs it would run as plain data parallel; ",
+}
 
 
 @dataclass
@@ -113,6 +120,30 @@ class ShapingSection:
 
 
 @dataclass
+class MonitorSection:
+    """Collapse watch (:mod:`unified.warmup.guard`): degenerate completions logged every step, and a guard.
+
+    Every step logs the share of the rollouts that are repetition loops or truncated
+    (:mod:`unified.warmup.degenerate`). With ``probe_size`` P > 0 the guard also decodes P training
+    prompts greedily before training and after every step (the decoding the held-out score uses,
+    which sampled rollouts can hide) and logs ``probe/loop_share``, ``probe/reward`` and
+    ``probe/kl_to_start`` (mean per-token KL(pi_start || pi_theta) on the start's greedy answers).
+    The step is *collapsed* when ``probe/loop_share - start >= max_probe_loop_rise`` or the rollouts'
+    loop share ``>= max_rollout_loop_share``; then ``on_collapse`` says what happens.
+    """
+
+    probe_size: int = bounded(0, ge=0)
+    """Training prompts decoded greedily after every step; 0 = no probe."""
+    max_probe_loop_rise: float | None = bounded(None, ge=0, le=1)
+    """Collapse when the probe's loop share rose by at least this much over the start; None = never."""
+    max_rollout_loop_share: float | None = bounded(None, ge=0, le=1)
+    """Collapse when at least this share of a step's rollouts are loops; None = never."""
+    on_collapse: Literal["log", "stop", "rollback"] = "log"
+    """``log``: only report; ``stop``: end training with the current weights; ``rollback``: restore the
+    trainable weights of the last step that did not collapse (the start if none) and end training."""
+
+
+@dataclass
 class GenerationSection:
     """How rollouts are produced."""
 
@@ -194,11 +225,18 @@ class LaunchSection:
     accelerate_config: str | None = None
     """``None``: ``recipes/accelerate/<distributed>.yaml``."""
     main_process_port: int = bounded(29500, ge=1, le=65535)
+    cpu_processes: int = bounded(1, ge=1)
+    """Trainer processes on one node without GPUs (``gpus_per_node: 0``): above 1, ``accelerate launch``
+    starts them as data-parallel ranks over gloo (``distributed: ddp``), as it starts one per GPU."""
 
     def trainer_processes(self) -> int:
         """Training processes of this layout (the first node serves vLLM when there are several)."""
         trainer_nodes = self.nodes - 1 if self.nodes > 1 else 1
-        return trainer_nodes * max(self.gpus_per_node, 1)
+        return trainer_nodes * (self.gpus_per_node if self.gpus_per_node else self.cpu_processes)
+
+    def cpu_data_parallel(self) -> bool:
+        """Several trainer processes on one CPU node."""
+        return self.nodes == 1 and self.gpus_per_node == 0 and self.cpu_processes > 1
 
 
 @dataclass
@@ -214,6 +252,7 @@ class WarmupConfig:
     rewards: RewardConfig = field(default_factory=RewardConfig)
     gspo: GSPOSection = field(default_factory=GSPOSection)
     shaping: ShapingSection = field(default_factory=ShapingSection)
+    monitor: MonitorSection = field(default_factory=MonitorSection)
     generation: GenerationSection = field(default_factory=GenerationSection)
     train: TrainSection = field(default_factory=TrainSection)
     logging: LoggingSection = field(default_factory=LoggingSection)
@@ -242,6 +281,14 @@ class WarmupConfig:
             raise ConfigError(f"generation.cpu_threads: expected >= 1 or null, got {self.generation.cpu_threads}")
         if self.launch.nodes < 1:
             raise ConfigError(f"launch.nodes: expected >= 1, got {self.launch.nodes}")
+        if self.launch.cpu_processes > 1 and not self.launch.cpu_data_parallel():
+            raise ConfigError("launch.cpu_processes: several CPU processes need launch.nodes=1 and "
+                              f"launch.gpus_per_node=0, got {self.launch.nodes} node(s) x "
+                              f"{self.launch.gpus_per_node} GPU(s)")
+        if self.launch.cpu_data_parallel() and self.launch.distributed not in CPU_DISTRIBUTED:
+            raise ConfigError(f"launch.distributed={self.launch.distributed} with launch.cpu_processes="
+                              f"{self.launch.cpu_processes}: {CPU_DISTRIBUTED_WHY.get(self.launch.distributed, '')}"
+                              f"on CPU processes use {' or '.join(CPU_DISTRIBUTED)}")
         return self
 
     def accelerate_config_path(self, repo_root: str | os.PathLike[str] | None = None) -> Path | None:
@@ -251,7 +298,8 @@ class WarmupConfig:
         if self.launch.distributed == "none":
             return None
         root = Path(repo_root) if repo_root else Path(__file__).resolve().parents[2]
-        return root / "recipes" / "accelerate" / f"{self.launch.distributed}.yaml"
+        suffix = "_cpu" if self.launch.cpu_data_parallel() else ""
+        return root / "recipes" / "accelerate" / f"{self.launch.distributed}{suffix}.yaml"
 
 
 def load_warmup_config(path: str | os.PathLike[str] | None = None,

@@ -3,7 +3,8 @@
 Three layouts, chosen from ``launch.nodes`` and ``launch.gpus_per_node``:
 
 - one process (CPU, or one GPU): ``python -m unified.warmup --recipe R``; rollouts in-process
-  (``hf``) or by vLLM colocated in the trainer (``vllm_colocate``);
+  (``hf``) or by vLLM colocated in the trainer (``vllm_colocate``); with ``launch.cpu_processes=N``
+  on a CPU node, ``accelerate launch`` of N data-parallel ranks over gloo (``ddp_cpu.yaml``);
 - one node, several GPUs: ``accelerate launch`` with the recipe's accelerate config (DeepSpeed
   ZeRO-3 or FSDP2), vLLM colocated;
 - several nodes: ``trl vllm-serve`` on the first node (tensor parallel over its GPUs) and
@@ -78,6 +79,13 @@ def launch_plan(cfg: WarmupConfig, recipe: str | None, overrides: list[str], *, 
     nodes, gpus = cfg.launch.nodes, cfg.launch.gpus_per_node
     entry = ["-m", "unified.warmup"] + (["--recipe", recipe] if recipe else [])
     sets = [a for o in overrides for a in ("--set", o)] + (["--resume-anyway"] if resume_anyway else [])
+    if cfg.launch.cpu_data_parallel():
+        accel_cfg = cfg.accelerate_config_path()
+        argv = [_tool("accelerate", python), "launch", "--config_file", _display_path(accel_cfg),
+                "--num_machines", "1", "--num_processes", str(cfg.launch.cpu_processes),
+                "--main_process_port", str(cfg.launch.main_process_port), *entry, *sets]
+        extra = [] if cfg.generation.backend == "hf" else ["--set", "generation.backend=hf"]
+        return [LaunchStep("trainer", f"this machine ({cfg.launch.cpu_processes} CPU processes, gloo)", argv + extra)]
     if nodes == 1 and gpus <= 1:
         extra = []
         if gpus == 0 and cfg.generation.backend != "hf":
@@ -133,3 +141,26 @@ def format_plan(steps: list[LaunchStep]) -> str:
 
 def repo_root() -> Path:
     return Path(__file__).resolve().parents[2]
+
+
+def vllm_rollouts_blocker(cfg: WarmupConfig) -> str | None:
+    """Why the recipe's vLLM rollouts cannot run on this machine (no CUDA), or None when they can.
+
+    ``vllm_server``: TRL's trainer pushes its updated weights into ``trl vllm-serve`` after each
+    step through a NCCL communicator (``VLLMClient.init_communicator``/``update_named_param``);
+    NCCL is CUDA-only, so both sides need CUDA GPUs, even where vLLM itself can serve on a CPU.
+    ``vllm_colocate``: TRL starts vLLM on the trainer's own GPU. ``hf`` runs anywhere.
+    """
+    backend = cfg.generation.backend
+    if backend == "hf":
+        return None
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    if backend == "vllm_server":
+        return ("generation.backend=vllm_server needs CUDA: TRL syncs the trainer's weights into the vLLM "
+                "server over NCCL after every step, and NCCL has no CPU transport; this machine has no CUDA "
+                "GPU (use generation.backend=hf here)")
+    return ("generation.backend=vllm_colocate needs CUDA: TRL runs vLLM on the trainer's GPU; this machine has "
+            "no CUDA GPU (use generation.backend=hf here)")

@@ -251,8 +251,15 @@ def _trainer_class():
           generate with bf16 kernels (FlashAttention) on CUDA; a no-op on CPU.
         """
 
+        extra_logs: dict[str, float]
+        """Metrics that callbacks (the collapse guard) add to the next log record."""
+
         def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
             logs.update(peak_memory_gib())
+            extra = getattr(self, "extra_logs", None)
+            if extra:
+                logs.update(extra)
+                extra.clear()
             super().log(logs, start_time)
 
         generation_cpu_threads: int | None = None
@@ -306,6 +313,7 @@ def build_trainer(cfg: WarmupConfig, *, train_dataset, reward_funcs: Sequence[Ca
         callbacks=[JsonlMetricsCallback(Path(cfg.output_dir) / METRICS_FILE), *callbacks],
     )
     trainer.generation_cpu_threads = cfg.generation.cpu_threads
+    trainer.extra_logs = {}
     if cfg.model.trainable_layers is not None:  # before train() creates the optimizer over trainable parameters
         if trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled:
             raise ValueError("model.trainable_layers is for single-process and DDP training, not DeepSpeed/FSDP")
@@ -422,6 +430,8 @@ class WarmupResult:
     peak_memory: dict[str, float] = field(default_factory=dict)
     kernels: dict[str, str] = field(default_factory=dict)
     last_log: dict[str, Any] = field(default_factory=dict)
+    collapse: dict[str, Any] = field(default_factory=dict)
+    """What the collapse guard saw (``monitor``): ``collapsed_at``, ``action``, ``reason``, ``kept_step``."""
     already_finished: bool = False
     """True when this call found the run finished (checkpoint at ``max_steps``) and trained nothing."""
 
@@ -460,16 +470,25 @@ def finished_run(cfg: WarmupConfig) -> WarmupResult | None:
 
 def run_warmup(cfg: WarmupConfig, *, train_dataset=None, reward_funcs: Sequence[Callable] | None = None,
                reward_weights: Sequence[float] | None = None, model=None, tokenizer=None,
-               callbacks: Sequence[Any] = ()) -> WarmupResult:
+               callbacks: Sequence[Any] = (), probe_rewards: tuple[Sequence[Callable], Sequence[float]] | None = None
+               ) -> WarmupResult:
     """Train according to ``cfg`` (resuming if there is a checkpoint) and save ``final/``.
 
-    Data and rewards come from the recipe (:mod:`unified.warmup.data`) unless given. A run
+    Data and rewards come from the recipe (:mod:`unified.warmup.data`) unless given; ``probe_rewards``
+    (funcs, weights) score the collapse guard's greedy probe (default: the recipe's rewards without
+    shaping, or the given ``reward_funcs``). The :class:`~unified.warmup.guard.CollapseGuard` of
+    ``cfg.monitor`` always runs (degenerate shares in every log record, one progress line a step). A run
     already finished at ``train.max_steps`` is left as it is (``already_finished``); a run
     whose last checkpoint is at ``max_steps`` but that died before writing ``final/`` only
     writes ``final/`` from that checkpoint. Raise ``train.max_steps`` to continue a finished run.
     """
     from unified.warmup.data import load_rewards, load_splits
 
+    from unified.warmup.launch import vllm_rollouts_blocker
+
+    blocker = vllm_rollouts_blocker(cfg)
+    if blocker:
+        raise RuntimeError(f"unified.warmup: {blocker}")
     out = Path(cfg.output_dir)
     done = finished_run(cfg)
     if done is not None:
@@ -490,6 +509,11 @@ def run_warmup(cfg: WarmupConfig, *, train_dataset=None, reward_funcs: Sequence[
         train_dataset, _ = load_splits(cfg, tokenizer)
     if reward_funcs is None:
         reward_funcs, reward_weights = load_rewards(cfg)
+        probe_rewards = probe_rewards or load_rewards(cfg, training=False) if cfg.monitor.probe_size else None
+    probe_rewards = probe_rewards or (reward_funcs, reward_weights or [1.0] * len(reward_funcs))
+    reward_funcs, reward_weights, guard = _with_collapse_guard(cfg, train_dataset, tokenizer, reward_funcs,
+                                                               reward_weights, probe_rewards)
+    callbacks = [*callbacks, guard]
     resume = resume_checkpoint(cfg)
     if resume is not None:
         log.info("resuming from %s", resume)
@@ -497,6 +521,7 @@ def run_warmup(cfg: WarmupConfig, *, train_dataset=None, reward_funcs: Sequence[
     trainer = build_trainer(cfg, train_dataset=train_dataset, reward_funcs=reward_funcs,
                             reward_weights=reward_weights, model=model, tokenizer=tokenizer, callbacks=callbacks,
                             device=device, model_init_kwargs=init_kwargs)
+    guard.attach(trainer)
     start_step = trainer.state.global_step if resume is None else _checkpoint_step(resume)
     t0 = time.time()
     if resume is not None and start_step >= cfg.train.max_steps:
@@ -517,7 +542,7 @@ def run_warmup(cfg: WarmupConfig, *, train_dataset=None, reward_funcs: Sequence[
         resumed_from=str(resume) if resume else None, train_seconds=round(seconds, 3),
         seconds_per_step=round(seconds / steps_run, 3) if steps_run > 0 else 0.0, peak_memory=peak_memory_gib(),
         kernels=kernels,
-        last_log=logs[-1] if logs else {},
+        last_log=logs[-1] if logs else {}, collapse=dict(guard.outcome),
     )
     if trainer.accelerator.is_main_process:
         from unified.warmup.model_card import reward_names, write_model_card
@@ -536,6 +561,28 @@ def run_warmup(cfg: WarmupConfig, *, train_dataset=None, reward_funcs: Sequence[
         except ImportError:  # pragma: no cover
             pass
     return result
+
+
+def _with_collapse_guard(cfg: WarmupConfig, train_dataset, tokenizer, reward_funcs, reward_weights, probe_rewards):
+    """The rewards plus the weight-0 degenerate-rollout monitor, and the :class:`CollapseGuard` callback
+    (its probe scored with ``probe_rewards``: the recipe's rewards without the shaping terms)."""
+    from unified.warmup.degenerate import DegenerateMonitor
+    from unified.warmup.guard import CollapseGuard
+
+    m = cfg.monitor
+    if m.probe_size > 0 and world_size() > 1:
+        raise ValueError("monitor.probe_size is for single-process training; set it to 0 with several processes")
+    eos = getattr(tokenizer, "eos_token_id", None)
+    monitor = DegenerateMonitor(cfg.generation.max_completion_length, eos)
+    weights = list(reward_weights) if reward_weights is not None else [1.0] * len(reward_funcs)
+    probe, score_funcs, score_weights = None, [], []
+    if m.probe_size > 0:
+        probe = train_dataset.select(range(min(m.probe_size, len(train_dataset))))
+        score_funcs, score_weights = probe_rewards
+    guard = CollapseGuard(m, monitor, probe=probe, score_funcs=score_funcs, score_weights=score_weights,
+                          tokenizer=tokenizer, max_new_tokens=cfg.generation.max_completion_length,
+                          cpu_threads=cfg.generation.cpu_threads, thinking=cfg.generation.thinking)
+    return [*reward_funcs, monitor], [*weights, 0.0], guard
 
 
 def _checkpoint_step(path: Path) -> int:

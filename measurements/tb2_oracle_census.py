@@ -1,0 +1,157 @@
+"""Oracle pass rate of Terminal-Bench task folders on podman without a registry, sorted by cause.
+
+    python -m measurements.tb2_oracle_census ROOT OUT_DIR [--seed 0] [--count 12] [--exclude TASK=REASON ...]
+
+Every task under ROOT is classified without running anything: ``unsupported`` (the adapter
+skips it, or ``--exclude`` names why) or ``cannot rebuild the base`` (a ``FROM`` that is not
+Debian/Ubuntu). Of the rest, ``--count`` tasks drawn with ``random.Random(seed).sample`` over
+the sorted ids are built (``python -m unified.execution.images build``) and run with the gold
+policy (``python -m unified.eval --model gold``, ``build=always``, podman), one run each, every
+step under ``flock /tmp/unified-heavy.lock``. Causes: ``pass`` (reward 1), ``solution fail``
+(the verifier ran, reward 0), ``infrastructure`` (the image build or the verifier could not
+fetch what it needs), ``not finished`` (over :data:`RUN_LIMIT_S`), ``other error``. OUT_DIR gets ``census.jsonl`` (a line a task) and
+``census.md`` (the table). Needs ``$CONTAINERS_CONF`` where podman's start probe asks for it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from evaluators.terminal_bench.tasks import load_tasks
+from unified.execution.images import CannotRebuild, base_recipe, from_images
+from unified.execution.images.engines import UV_IMAGE
+from unified.execution.infra import infrastructure_evidence
+from unified.store import append_jsonl, read_jsonl, write_text_atomic
+
+LOCK = ["flock", "/tmp/unified-heavy.lock"]
+RUN_LIMIT_S = 600
+"""A gold run's wall-time cap here (the shared machine's rule for one locked command); over it: ``not finished``."""
+
+
+def classify_static(task, excluded: dict[str, str]) -> tuple[str, str] | None:
+    if task.id in excluded:
+        return "unsupported", excluded[task.id]
+    if task.skip_reason:
+        return "unsupported", task.skip_reason.splitlines()[0]
+    if not task.build_context:
+        return "unsupported", "no environment/Dockerfile (prebuilt image only)"
+    try:
+        for ref in from_images(Path(task.build_context) / "Dockerfile"):
+            if not UV_IMAGE.fullmatch(ref):
+                base_recipe(ref)
+    except CannotRebuild as exc:
+        return "cannot rebuild the base", str(exc).split(": ", 1)[0]
+    return None
+
+
+def _containers() -> list[str]:
+    proc = subprocess.run(["podman", "ps", "-a", "--filter", "label=unified.session", "--format", "{{.Names}}"],
+                          capture_output=True, text=True)
+    return proc.stdout.split()
+
+
+def run_one(task_id: str, root: Path, out: Path) -> dict:
+    start = time.monotonic()
+    build = subprocess.run([*LOCK, "timeout", "900", sys.executable, "-m", "unified.execution.images", "build", str(root / task_id),
+                            "--jsonl", str(out / "builds.jsonl")], capture_output=True, text=True)
+    line = build.stdout.strip().splitlines()[-1] if build.stdout.strip() else build.stderr.strip()[-300:]
+    if build.returncode != 0:
+        evidence = infrastructure_evidence(build.stdout + build.stderr)
+        cause = "infrastructure" if evidence else "other error"
+        return {"task": task_id, "cause": cause, "why": "image build failed: " + (evidence[0] if evidence else line),
+                "seconds": round(time.monotonic() - start)}
+    run_dir = out / "runs" / task_id
+    before = set(_containers())
+    ran = subprocess.run([*LOCK, "timeout", str(RUN_LIMIT_S), sys.executable, "-m", "unified.eval", "--benchmarks", "terminal_bench_2", "--model", "gold",
+                    "--runs", "1", "--task-ids", task_id, "--out", str(run_dir),
+                    "--set", f"benchmarks.terminal_bench_2.root={root}",
+                    "--set", "benchmarks.terminal_bench_2.backend=podman",
+                    "--set", "benchmarks.terminal_bench_2.build=always"], capture_output=True, text=True)
+    if ran.returncode == 124:  # the killed run could not remove its container
+        for name in set(_containers()) - before:
+            subprocess.run(["podman", "rm", "-f", name], capture_output=True)
+        return {"task": task_id, "cause": "not finished", "why": f"over the census's {RUN_LIMIT_S} s cap",
+                "seconds": round(time.monotonic() - start)}
+    return {"task": task_id, "seconds": round(time.monotonic() - start), **summarize(run_dir)}
+
+
+def summarize(run_dir: Path) -> dict:
+    """``{"cause", "why"}`` of a gold run's recorded result (the decisive evidence line first)."""
+    results = read_jsonl(run_dir / "terminal_bench_2" / "results.jsonl") if (run_dir / "terminal_bench_2").is_dir() else []
+    if not results:
+        return {"cause": "other error", "why": "no result recorded"}
+    r = results[-1]
+    err = r.get("error")
+    if err:
+        lines = err.splitlines()
+        decisive = next((ln for ln in lines[1:] if "Failed to download" in ln or "interpreter:" in ln),
+                        lines[1] if len(lines) > 1 else "")
+        cause = "infrastructure" if err.startswith("infrastructure") else "other error"
+        return {"cause": cause, "why": f"{lines[0]}: {decisive}"[:300]}
+    if r.get("skipped"):
+        return {"cause": "unsupported", "why": r["skipped"].splitlines()[0]}
+    if r["score"] >= 1.0:
+        return {"cause": "pass", "why": ""}
+    tail = (r["details"].get("verifier_output") or "")[-200:].replace("\n", " ")
+    return {"cause": "solution fail", "why": f"reward {r['details'].get('reward')}; "
+            f"{r['details'].get('reward_error') or ''}{tail}"}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("root", type=Path)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--count", type=int, default=12)
+    parser.add_argument("--exclude", action="append", default=[], help="TASK=REASON (unsupported)")
+    parser.add_argument("--report-only", action="store_true", help="write the table from what census.jsonl holds")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    excluded = dict(item.split("=", 1) for item in args.exclude)
+    tasks, broken = load_tasks(args.root)
+    rows = [{"task": name, "cause": "unsupported", "why": err.splitlines()[0]} for name, err in broken]
+    runnable = []
+    for task in tasks:
+        static = classify_static(task, excluded)
+        if static:
+            rows.append({"task": task.id, "cause": static[0], "why": static[1]})
+        else:
+            runnable.append(task.id)
+    sample = sorted(random.Random(args.seed).sample(sorted(runnable), min(args.count, len(runnable))))
+    print(f"{len(tasks) + len(broken)} tasks; {len(runnable)} buildable; sample (seed {args.seed}): {sample}", flush=True)
+    done = {r["task"]: r for r in read_jsonl(args.out / "census.jsonl")} if (args.out / "census.jsonl").exists() else {}
+    for task_id in sample:
+        if task_id not in done and args.report_only:
+            done[task_id] = {"task": task_id, "cause": "sampled, not run", "why": "the session's time ran out"}
+        elif task_id not in done:
+            done[task_id] = run_one(task_id, args.root, args.out)
+            append_jsonl(args.out / "census.jsonl", done[task_id])
+        elif done[task_id]["cause"] not in ("not finished",) and (args.out / "runs" / task_id).is_dir():
+            done[task_id].update(summarize(args.out / "runs" / task_id))  # read again from the run's own record
+        print(json.dumps(done[task_id]), flush=True)
+    rows += [done[t] for t in sample]
+    rows += [{"task": t, "cause": "not sampled", "why": ""} for t in runnable if t not in sample]
+    counts = Counter(r["cause"] for r in rows)
+    ran = sum(done[t]["cause"] != "sampled, not run" for t in sample)
+    lines = [f"{len(rows)} tasks, {len(runnable)} buildable, {len(sample)} sampled (seed {args.seed}), {ran} run", "",
+             "| cause | tasks |", "|---|---:|", *[f"| {c} | {n} |" for c, n in counts.most_common()], "",
+             "| task | cause | why | s |", "|---|---|---|---:|"]
+    grouped = ("not sampled", "cannot rebuild the base")
+    lines += [f"| {r['task']} | {r['cause']} | {r['why'].replace('|', '/')[:160]} | {r.get('seconds', '')} |"
+              for r in sorted(rows, key=lambda r: (r["cause"], r["task"])) if r["cause"] not in grouped]
+    bases = Counter(r["why"] for r in rows if r["cause"] == "cannot rebuild the base")
+    lines += ["", "| cannot rebuild the base | tasks |", "|---|---:|", *[f"| {b} | {n} |" for b, n in bases.most_common()]]
+    write_text_atomic(args.out / "census.md", "\n".join(lines) + "\n")
+    print("\n".join(lines[:12]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""A real container end to end, without a registry: a Debian base rebuilt from the archive (debootstrap),
+the fixture task's Dockerfile built on it with podman, the gold solution scores 1 and a wrong one 0.
+
+Needs root, podman, runc and debootstrap (``apt-get install -y podman runc debootstrap``) and the Debian
+archive; skipped otherwise with that line. The podman settings it needs on hosts where the start probe
+fails (crun with hybrid cgroups, rlimits) are written to a temporary ``CONTAINERS_CONF``. The first run
+bootstraps bookworm (~1-2 min) into ``~/.cache/unified/images``; later runs reuse it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from evaluators.terminal_bench import TerminalBench2Adapter
+from unified.agent.loop import AgentLoop, Job
+from unified.execution import get_backend
+from unified.execution.images import build_task
+from unified.execution.probe import containers_conf_text, probe_engine
+from unified.inference.gold import GoldPolicy
+from unified.types import Episode, ToolCall
+
+ROOT = Path(__file__).parent / "fixtures" / "terminal_bench_containers"
+MISSING = [tool for tool in ("podman", "runc", "debootstrap", "tmux") if shutil.which(tool) is None]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(bool(MISSING), reason=f"{', '.join(MISSING)} not installed: "
+                       "apt-get install -y podman runc debootstrap tmux"),
+    pytest.mark.skipif(os.geteuid() != 0, reason="debootstrap needs root"),
+]
+
+
+@pytest.fixture
+def podman(tmp_path, monkeypatch):
+    conf = tmp_path / "containers.conf"
+    conf.write_text(containers_conf_text())
+    monkeypatch.setenv("CONTAINERS_CONF", str(conf))
+    problem = probe_engine("podman", str(conf))
+    if problem is not None:
+        pytest.skip(f"podman cannot start a container here even with runc: {problem}")
+    return get_backend("podman")
+
+
+def test_rebuilt_base_gold_scores_1_and_a_wrong_answer_0(podman):
+    built = build_task(ROOT / "fixture_container_hello", "podman")
+    assert built.status == "built", built.reason
+    assert built.bases == ["docker.io/library/debian:bookworm-slim"]
+
+    adapter = TerminalBench2Adapter(root=str(ROOT), backend="podman", build="always")
+    task = adapter.tasks()[0]
+    gold = AgentLoop(adapter, GoldPolicy()).run([Job(task, 0)])[0]
+    assert gold.error is None and gold.score == 1.0, gold.details.get("verifier_output")
+    assert gold.details["backend"] == "podman" and "bookworm" in gold.details["rebuilt_base"]
+
+    with adapter.open(task) as env:
+        env.step([ToolCall("send_keys", {"keystrokes": "echo trixie > /app/release.txt", "duration": 5}, "w0")])
+        wrong = adapter.score(task, Episode(benchmark=adapter.name, task_id=task.id, trial=1), env)
+    assert wrong.error is None and wrong.score == 0.0 and wrong.passed is False
+
+    summary = adapter.aggregate([gold, wrong])
+    assert summary["score"] == 50.0 and summary["backends"] == ["podman"]
+    assert any(r.startswith("rebuilt from the Dockerfile on a local base") for r in summary["not_comparable_because"])

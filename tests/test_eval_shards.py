@@ -1,0 +1,169 @@
+"""``--shard I/N`` and ``--merge``: the pairs a shard runs, resuming a shard, merged run == unsharded run."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from unified.benchmarks.contract import Task
+from unified.config import ConfigError
+from unified.eval.cli import main
+from unified.eval.shards import Shard, dependency_groups, parse_shard, shard_pairs
+
+TESTS = Path(__file__).parent
+ECHO = "fixture_eval_bench:FixtureAdapter"  # benchmarks in the adapter format, written for tests
+DEPENDS = "fixture_eval_bench:DependentFixtureAdapter"
+
+
+@pytest.fixture(autouse=True)
+def _fixture_path(monkeypatch):
+    monkeypatch.syspath_prepend(str(TESTS))
+
+
+def lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def records(run: Path, bench: str) -> dict:
+    """(task, trial) -> (result, episode without its timestamps) of a run directory."""
+    episodes = {}
+    for e in lines(run / bench / "episodes.jsonl"):
+        e = {k: v for k, v in e.items() if k not in ("started_at", "finished_at", "wall_seconds")}
+        for step in e.get("steps", []):
+            for key in [k for k in step if "seconds" in k or k.endswith("_at")]:
+                step.pop(key)
+        episodes[(e["task_id"], e["trial"])] = e
+    out = {}
+    for r in lines(run / bench / "results.jsonl"):
+        key = (r["task_id"], r["trial"])
+        assert key not in out, f"{key} recorded twice in {run}"
+        out[key] = (r, episodes.get(key))
+    return out
+
+
+def comparable_summary(run: Path) -> dict:
+    summary = json.loads((run / "summary.json").read_text())
+    summary.pop("updated_at")
+    for entry in summary["benchmarks"].values():
+        entry["runs_dir"] = Path(entry["runs_dir"]).name
+    return summary
+
+
+def eval_cli(*args: str) -> int:
+    return main(["--model", "gold", "--max-in-flight", "4", *args])
+
+
+def test_shard_spec_is_checked():
+    assert parse_shard("2/4") == Shard(2, 4) and parse_shard(None) is None
+    for bad in ("4/4", "-1/4", "1/0", "1", "a/b"):
+        with pytest.raises(ConfigError, match="shard"):
+            parse_shard(bad)
+
+
+def test_shards_partition_the_pairs_and_keep_them_under_limit():
+    tasks = [Task(id=f"t{i}", benchmark="b") for i in range(40)]
+    runs = 3
+    everything = shard_pairs("b", tasks, runs, None)
+    parts = [shard_pairs("b", tasks, runs, Shard(i, 4)) for i in range(4)]
+    assert set().union(*parts) == everything and sum(map(len, parts)) == len(everything)  # disjoint, complete
+    assert all(parts)  # 120 pairs: no shard left empty
+    for i in range(4):  # a pair keeps its shard when --limit cuts the listing (and on every rerun)
+        assert shard_pairs("b", tasks[:7], runs, Shard(i, 4)) == {p for p in parts[i] if int(p[0][1:]) < 7}
+        assert shard_pairs("b", list(reversed(tasks)), runs, Shard(i, 4)) == parts[i]
+
+
+def test_a_dependency_group_stays_in_one_shard():
+    sys.path.insert(0, str(TESTS))
+    from fixture_eval_bench import DependentFixtureAdapter
+
+    tasks = DependentFixtureAdapter(groups=5).tasks()
+    groups = dependency_groups(tasks)
+    assert groups["chain_3"] == groups["question_3_1"] == groups["setup_3"] == "setup_3" and groups["echo_0"] is None
+    for i in range(3):
+        part = shard_pairs("fixture_depends", tasks, 2, Shard(i, 3))
+        for g in range(5):
+            members = {(t, k) for t in (f"setup_{g}", f"question_{g}_0", f"question_{g}_1", f"chain_{g}")
+                       for k in range(2)}
+            assert members <= part or not members & part
+
+
+def test_merged_shards_equal_the_unsharded_run(tmp_path, capsys):
+    common = ["--benchmarks", ECHO, DEPENDS, "--runs", "2", "--set", f"benchmarks.{ECHO}.n=9",
+              "--set", f"benchmarks.{DEPENDS}.groups=4"]
+    assert eval_cli(*common, "--out", str(tmp_path / "whole")) == 0
+    shards = [tmp_path / f"shard-{i}" for i in range(3)]
+    for i, d in enumerate(shards):
+        assert eval_cli(*common, "--out", str(d), "--shard", f"{i}/3") == 0
+    sizes = [len(records(d, "fixture_echo")) + len(records(d, "fixture_depends")) for d in shards]
+    assert all(sizes) and sum(sizes) == 2 * (9 + 4 * 4 + 6)
+
+    # a shard killed half-way resumes on its own: cut its records, rerun the same command
+    cut = shards[1] / "fixture_echo" / "results.jsonl"
+    kept = cut.read_text().splitlines()
+    cut.write_text(kept[0] + "\n" + kept[1][: len(kept[1]) // 2])  # one whole line and a torn one
+    capsys.readouterr()
+    assert eval_cli(*common, "--out", str(shards[1]), "--shard", "1/3") == 0
+    assert f"{len(kept) - 1} episodes to run ({1} already recorded)" in capsys.readouterr().err
+
+    assert main(["--merge", *map(str, shards), "--out", str(tmp_path / "merged")]) == 0
+    for bench in ("fixture_echo", "fixture_depends"):
+        whole, merged = records(tmp_path / "whole", bench), records(tmp_path / "merged", bench)
+        assert merged == whole and all(r["passed"] for r, _ in whole.values())  # gold: every pair passes
+    assert comparable_summary(tmp_path / "merged") == comparable_summary(tmp_path / "whole")
+    assert (tmp_path / "merged" / "summary.md").read_text() == (tmp_path / "whole" / "summary.md").read_text()
+
+
+def test_merge_refuses_what_is_not_the_shards_of_one_command(tmp_path, capsys):
+    common = ["--benchmarks", ECHO, "--set", f"benchmarks.{ECHO}.n=12"]
+    shards = [tmp_path / f"s{i}" for i in range(2)]
+    for i, d in enumerate(shards):
+        assert eval_cli(*common, "--out", str(d), "--shard", f"{i}/2") == 0
+
+    def merge_error(*dirs: Path) -> str:
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exc:
+            main(["--merge", *map(str, dirs), "--out", str(tmp_path / "m")])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1, err  # one line, no traceback
+        return err[0]
+
+    assert "1 of 2 shards not given: 1/2" in merge_error(shards[0])
+    # a shard that did not finish: its missing pairs name it
+    path = shards[1] / "fixture_echo" / "results.jsonl"
+    path.write_text(path.read_text().splitlines()[0] + "\n")
+    assert f"shard(s) 1/2 ({shards[1]}) did not finish" in merge_error(*shards)
+    other = tmp_path / "other"
+    assert eval_cli("--benchmarks", ECHO, "--set", f"benchmarks.{ECHO}.n=5", "--out", str(other),
+                    "--shard", "1/2") == 0
+    assert "not a shard of the same command" in merge_error(shards[0], other)
+    assert "differs in: benchmark_config" in merge_error(shards[0], other)
+
+
+@pytest.mark.slow
+def test_bfcl_memory_questions_stay_with_their_conversations(tmp_path):
+    pytest.importorskip("bfcl_eval")
+    common = ["--benchmarks", "bfcl_v4", "--limit", "3", "--set", "benchmarks.bfcl_v4.categories=memory_kv,simple_python",
+              "--set", "benchmarks.bfcl_v4.limit_order=per_category"]
+    assert eval_cli(*common, "--out", str(tmp_path / "whole")) == 0
+    shards = [tmp_path / f"shard-{i}" for i in range(2)]
+    for i, d in enumerate(shards):
+        assert eval_cli(*common, "--out", str(d), "--shard", f"{i}/2") == 0
+    assert main(["--merge", *map(str, shards), "--out", str(tmp_path / "merged")]) == 0
+    whole = records(tmp_path / "whole", "bfcl_v4")
+    assert records(tmp_path / "merged", "bfcl_v4") == whole
+    assert all(r["passed"] for r, _ in whole.values() if not r["details"].get("prereq"))
+    assert comparable_summary(tmp_path / "merged") == comparable_summary(tmp_path / "whole")
+
+
+def test_bad_shard_flags_are_usage_errors(tmp_path, capsys):
+    for argv, message in ((["--benchmarks", ECHO, "--shard", "4/4"], "--shard: expected I/N with 0 <= I < N"),
+                          (["--suite", "general", "--shard", "0/2"], "the general suite (lm-eval) cannot be sharded"),
+                          (["--merge", str(tmp_path)], "--merge needs --out")):
+        with pytest.raises(SystemExit) as exc:
+            eval_cli(*argv, *(["--out", str(tmp_path / "x")] if "--merge" not in argv else []))
+        assert exc.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()  # refused before anything was written
