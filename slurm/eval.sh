@@ -79,7 +79,7 @@ if [ "$SHARDS" -gt 1 ]; then
     [ -n "$SHARD" ] || unified_die "SHARDS=$SHARDS needs an array job (sbatch --array=0-$((SHARDS - 1)) ...)"
     [ "$SHARD" -lt "$SHARDS" ] || unified_die "array index $SHARD with SHARDS=$SHARDS: use --array=0-$((SHARDS - 1)) (or a part of it)"
     RUN_OUT="$OUT/shard-$SHARD"
-    PORT=$((PORT + SHARD))  # shards sharing a node each start their own server
+    [ "$PORT" = auto ] || PORT=$((PORT + SHARD))  # shards sharing a node each start their own server (auto: a free port each)
 fi
 
 ARGS=(--out "$RUN_OUT" --prompting "$PROMPTING")

@@ -64,10 +64,12 @@ def model_identity(spec: str, backend: str | None) -> dict[str, Any]:
     return out
 
 
-def eval_identity(cfg: Any, benchmarks: list[str]) -> dict[str, Any]:
+def eval_identity(cfg: Any, benchmarks: list[str], *, policy_given: bool = False) -> dict[str, Any]:
     """The record of ``cfg`` (an :class:`unified.eval.config.EvalConfig`): ``fields`` (flat, see the
-    module docstring) and ``benchmarks`` (name -> settings given)."""
-    fields: dict[str, Any] = dict(model_identity(cfg.model, cfg.backend))
+    module docstring) and ``benchmarks`` (name -> settings given). ``policy_given``: the caller passed
+    a live model to ``run_eval`` and ``cfg.model`` is only its label (nothing to resolve)."""
+    fields: dict[str, Any] = ({"backend": "given", "model": cfg.model} if policy_given
+                              else dict(model_identity(cfg.model, cfg.backend)))
     fields["prompting"] = cfg.prompting
     fields["prompting_options"] = dict(cfg.prompting_options)
     fields["split"] = cfg.split
@@ -121,12 +123,13 @@ def dry_run_line(out: str | Path, cfg: Any, benchmarks: list[str]) -> str:
     return f"# --out {out}: would resume (finished episodes are kept)"
 
 
-def claim_run_dir(out: str | Path, cfg: Any, benchmarks: list[str], *, resume_anyway: bool = False) -> list[str]:
+def claim_run_dir(out: str | Path, cfg: Any, benchmarks: list[str], *, resume_anyway: bool = False,
+                  policy_given: bool = False) -> list[str]:
     """Check ``cfg`` against the identity recorded in ``out`` and record it (merged with the
     benchmarks recorded before). Raises :class:`IdentityMismatch` when ``out`` holds results of
     another identity, unless ``resume_anyway``; returns the differences accepted (empty if none)."""
     out = Path(out)
-    current = eval_identity(cfg, benchmarks)
+    current = eval_identity(cfg, benchmarks, policy_given=policy_given)
     recorded = _recorded(out, type(cfg)) if _has_results(out) else None
     diffs = differences(recorded, current) if recorded else []
     if diffs and not resume_anyway:

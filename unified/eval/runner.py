@@ -91,7 +91,7 @@ def _run_eval(cfg: EvalConfig, names: list[str], want_general: bool, *,
               policy: ChatModel | None = None, allow_new: bool = True, resume_anyway: bool = False) -> dict[str, Any]:
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    claim_run_dir(out, cfg, names, resume_anyway=resume_anyway)
+    claim_run_dir(out, cfg, names, resume_anyway=resume_anyway, policy_given=policy is not None)
     write_json_atomic(out / "run.json", {"config": to_dict(cfg), "updated_at": time.time()})
     sampling, limits = cfg.sampling, cfg.limits
     benchmarks: dict[str, dict[str, Any]] = {}
