@@ -372,7 +372,7 @@ def serve(model: str, host: str = "127.0.0.1", port: int = 8000, *, served_name:
     server.serve_forever()
 
 
-class _LoopbackAddress:
+class LoopbackAddress:
     """The address of a server on 127.0.0.1 (``port``) serving ``served_name``."""
 
     port: int
@@ -388,7 +388,7 @@ class _LoopbackAddress:
         return f"openai:{self.base_url}#{self.served_name}"
 
 
-class InProcessServer(_LoopbackAddress):
+class InProcessServer(LoopbackAddress):
     """The server's routes on a loopback port, served by threads of this process over its shared
     copy of ``model`` (see the module docstring); ``stop()`` (or leaving the ``with``) ends them.
 
@@ -456,7 +456,7 @@ def exit_with_parent(parent_pid: int, poll_s: float = PARENT_POLL_S) -> threadin
     return thread
 
 
-class LocalOpenAIServer(_LoopbackAddress):
+class LocalOpenAIServer(LoopbackAddress):
     """Start ``serve`` in a subprocess on a free loopback port; stop it on exit, always.
 
     The subprocess exits by itself if this process dies (``--parent-pid``). Its output goes to

@@ -43,7 +43,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from unified.inference.server import free_port
+from unified.inference.server import LoopbackAddress, free_port
 from unified.inference.watchdog import group_alive
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -90,7 +90,7 @@ def _log_dir() -> Path:
     return cache_dir() / "vllm-logs"
 
 
-class VLLMServer:
+class VLLMServer(LoopbackAddress):
     """One vLLM API server on loopback (module docstring). Use as a context manager or call start()/stop()."""
 
     def __init__(self, model_dir: str | Path, *, served_name: str = "local", max_model_len: int = DEFAULT_MAX_MODEL_LEN,
@@ -112,15 +112,6 @@ class VLLMServer:
         loopback is shared with whatever else runs on the host, and the model is not theirs to call."""
         self.startup_s: float | None = None
         """Seconds from launch to a healthy ``/health`` (set by :meth:`start`)."""
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    @property
-    def spec(self) -> str:
-        """The ``openai:URL#MODEL`` spec of this server."""
-        return f"openai:{self.base_url}#{self.served_name}"
 
     def command(self) -> list[str]:
         cmd = [self.python or vllm_python(), "-m", "vllm.entrypoints.openai.api_server", "--model", self.model_dir,
