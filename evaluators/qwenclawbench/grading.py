@@ -36,7 +36,7 @@ from typing import Any
 from unified.benchmarks.aggregate import pass_at_k, pass_pow_k
 from unified.sandbox import Sandbox, SandboxConfig
 from unified.sandbox.copying import CopyBudget, CopyRefused, copy_workspace
-from unified.scan import tag_blocks
+from unified.chatformat.scan import tag_blocks
 from unified.text import DATA_RULE, fence_data
 
 PENALTY_THRESHOLD = 0.75
