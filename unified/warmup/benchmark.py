@@ -147,6 +147,23 @@ def _step_times(output_dir: Path) -> list[float]:
     return [seen[k] for k in sorted(seen)]
 
 
+RENAMED_SETTINGS = {"enable_thinking": "thinking"}
+"""Keys of a stored ``settings`` record that were renamed (old -> new); the values mean the same."""
+
+
+def _renamed_settings(record: dict[str, Any], path: Path) -> dict[str, Any]:
+    """``record`` with the old names of :data:`RENAMED_SETTINGS` in its ``settings`` read as the new ones."""
+    settings = record.get("settings")
+    if not isinstance(settings, dict):
+        return record
+    old = [k for k in RENAMED_SETTINGS if k in settings]
+    if old:
+        print(f"{path}: settings {', '.join(old)} read as {', '.join(RENAMED_SETTINGS[k] for k in old)} "
+              "(renamed)", flush=True)
+        settings = {RENAMED_SETTINGS.get(k, k): v for k, v in settings.items()}
+    return {**record, "settings": settings}
+
+
 def run_before_after(cfg: WarmupConfig, *, samples_per_prompt: int = 2, temperature: float | None = None,
                      policy=None) -> dict[str, Any]:
     """Held-out reward of the SFT checkpoint, GSPO warmup, held-out reward of ``final/``.
@@ -164,7 +181,7 @@ def run_before_after(cfg: WarmupConfig, *, samples_per_prompt: int = 2, temperat
     path = out / REPORT_FILE
     previous: dict[str, Any] = {}
     if path.is_file():
-        previous = json.loads(path.read_text())
+        previous = _renamed_settings(json.loads(path.read_text()), path)
     elif cfg.resume == "auto" and (out / "final").exists():
         raise ValueError(f"{cfg.output_dir} already holds a finished run without a before/after record; "
                          "use a fresh output_dir for the benchmark")
