@@ -214,3 +214,10 @@ def test_the_validation_split_leaves_the_heldout_rows_alone(tmp_path):
     train, val, held = (set(s["sample_id"]) for s in (split.train, split.validation, split.heldout))
     assert not (train & val) and not (train & held) and not (val & held)
     assert train | val == set(plain.train["sample_id"])
+
+
+def test_the_probe_is_refused_with_sharded_weights(tmp_path):
+    sharded = ["launch.cpu_processes=2", "launch.distributed=deepspeed_zero3", "monitor.probe_size=2"]
+    with pytest.raises(ConfigError, match="monitor.probe_size: the probe decodes with the whole model"):
+        load_warmup_config(None, tiny_overrides(tmp_path, *sharded))
+    load_warmup_config(None, tiny_overrides(tmp_path, *sharded[:1], "launch.distributed=ddp", sharded[2]))

@@ -22,6 +22,8 @@ GenerationBackend = Literal["hf", "vllm_server", "vllm_colocate"]
 DistributedBackend = Literal["none", "ddp", "deepspeed_zero3", "fsdp2"]
 CPU_DISTRIBUTED: tuple[str, ...] = ("ddp", "deepspeed_zero3")
 """Backends that run as several CPU processes (``launch.cpu_processes``); the others say why not."""
+SHARDED_DISTRIBUTED: tuple[str, ...] = ("deepspeed_zero3", "fsdp2")
+"""Backends whose ranks hold a shard of the weights (the collapse guard's probe needs them whole)."""
 CPU_DISTRIBUTED_WHY = {
     "none": "one process has nothing to distribute; ",
     "fsdp2": "accelerate (1.15) applies FSDP only on accelerator devices (AcceleratorState picks FSDP for "
@@ -294,6 +296,11 @@ class WarmupConfig:
             raise ConfigError("monitor.keep_best: needs a probe of validation prompts: set monitor.probe_size > 0 "
                               f"and data.validation_size > 0 (got {self.monitor.probe_size} and "
                               f"{self.data.validation_size})")
+        if self.monitor.probe_size > 0 and self.launch.trainer_processes() > 1 \
+                and self.launch.distributed in SHARDED_DISTRIBUTED:
+            raise ConfigError(f"monitor.probe_size: the probe decodes with the whole model on every rank, which "
+                              f"launch.distributed={self.launch.distributed} shards; set monitor.probe_size=0 and "
+                              "monitor.keep_best=false, or use launch.distributed=ddp")
         if self.launch.nodes < 1:
             raise ConfigError(f"launch.nodes: expected >= 1, got {self.launch.nodes}")
         if self.launch.cpu_processes > 1 and not self.launch.cpu_data_parallel():

@@ -29,7 +29,9 @@ disjoint from the held-out rows) and the guard keeps a copy of the trainable wei
 ``s* = argmax_s probe/reward(s)`` over s = start, 1, ..., S (ties: the earliest); at the end of
 training it restores them, so ``final/`` holds step s*: early stopping on a validation split, the
 model selection of supervised training applied to the warmup's greedy answers. A resumed run starts
-its selection at the resumed step (the copy lives in memory).
+its selection at the resumed step (the copy lives in memory). Under data parallelism every rank holds
+the whole model and runs the same greedy probe, so every rank selects (and restores) the same step;
+sharded backends (ZeRO-3, FSDP) are refused by the recipe check.
 """
 
 from __future__ import annotations
@@ -180,9 +182,10 @@ class CollapseGuard(TrainerCallback):
         if self.probe is not None:
             self.start = self.measure_probe(model)
             self._consider_best(model, state.global_step, self.start["probe/reward"])
-            print(f"unified.warmup: probe at step {state.global_step}: greedy loops "
-                  f"{self._count(self.start['probe/loop_share'])}/{len(self.probe)}, "
-                  f"reward {self.start['probe/reward']:.3f}", flush=True)
+            if state.is_world_process_zero:
+                print(f"unified.warmup: probe at step {state.global_step}: greedy loops "
+                      f"{self._count(self.start['probe/loop_share'])}/{len(self.probe)}, "
+                      f"reward {self.start['probe/reward']:.3f}", flush=True)
 
     def _count(self, share: float) -> int:
         return round(share * len(self.probe)) if self.probe is not None else 0
@@ -228,6 +231,7 @@ class CollapseGuard(TrainerCallback):
         if self.best_step != last_step:
             self._restore(model, self._best)
             self.outcome["kept_step"] = self.best_step
+        if state.is_world_process_zero and self.best_step != last_step:
             print(f"unified.warmup: keep_best: final weights are step {self.best_step}'s (validation reward "
                   f"{self.best_reward:.3f}), not step {last_step}'s", flush=True)
 

@@ -574,8 +574,6 @@ def _with_collapse_guard(cfg: WarmupConfig, train_dataset, validation_dataset, t
     from unified.warmup.guard import CollapseGuard
 
     m = cfg.monitor
-    if m.probe_size > 0 and world_size() > 1:
-        raise ValueError("monitor.probe_size is for single-process training; set it to 0 with several processes")
     eos = getattr(tokenizer, "eos_token_id", None)
     monitor = DegenerateMonitor(cfg.generation.max_completion_length, eos)
     weights = list(reward_weights) if reward_weights is not None else [1.0] * len(reward_funcs)
