@@ -181,7 +181,7 @@ def test_keep_best_ends_with_the_weights_of_the_best_validation_step(tmp_path, s
     start = _trainable(model)
     cfg = load_warmup_config(None, tiny_overrides(tmp_path, "train.max_steps=3", "train.learning_rate=1e-2",
                                                   "monitor.probe_size=2", "data.validation_size=2",
-                                                  "monitor.keep_best=true"))
+                                                  "monitor.keep_best=true", "monitor.probe_kl=false"))
     seen = _WeightsPerStep()
     result = run_warmup(cfg, train_dataset=fixture_rl_dataset(), reward_funcs=[token_f1], model=model, tokenizer=tok,
                         validation_dataset=fixture_rl_dataset(2), probe_rewards=([_ScriptedProbeScore(script)], [1.0]),
@@ -194,6 +194,7 @@ def test_keep_best_ends_with_the_weights_of_the_best_validation_step(tmp_path, s
     assert all(torch.equal(final[n].detach(), expected[n]) for n in expected)
     records = [r for r in read_metrics(tmp_path / METRICS_FILE) if "probe/reward" in r]
     assert [r["probe/reward"] for r in records] == script[1:]
+    assert not any("probe/kl_to_start" in r for r in records)  # probe_kl off
 
 
 def test_keep_best_needs_a_validation_probe(tmp_path):

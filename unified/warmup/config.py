@@ -142,6 +142,9 @@ class MonitorSection:
 
     probe_size: int = bounded(0, ge=0)
     """Prompts decoded greedily before training and after every step; 0 = no probe."""
+    probe_kl: bool = True
+    """Also log ``probe/kl_to_start`` (one more forward pass over the probe's answers a step, and the
+    start's ``(T, V)`` log-probs kept in memory)."""
     max_probe_loop_rise: float | None = bounded(None, ge=0, le=1)
     """Collapse when the probe's loop share rose by at least this much over the start; None = never."""
     max_rollout_loop_share: float | None = bounded(None, ge=0, le=1)

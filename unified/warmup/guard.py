@@ -94,6 +94,8 @@ class CollapseGuard(TrainerCallback):
             loops = [find_loop(t, i) is not None for t, i in zip(scored["completions_text"], scored["completion_ids"])]
             out = {"probe/loop_share": sum(loops) / len(loops), "probe/reward": scored["mean_reward"],
                    "probe/completion_tokens": scored["mean_completion_tokens"]}
+            if not self.cfg.probe_kl:
+                return out
             if self.start is None:
                 self._keep_start_logprobs(model, scored["completion_ids"])
                 out["probe/kl_to_start"] = 0.0
