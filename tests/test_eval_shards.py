@@ -228,6 +228,10 @@ def test_bfcl_memory_questions_stay_with_their_conversations(tmp_path):
     assert records(tmp_path / "merged", "bfcl_v4") == whole
     assert all(r["passed"] for r, _ in whole.values() if not r["details"].get("prereq"))
     assert comparable_summary(tmp_path / "merged") == comparable_summary(tmp_path / "whole")
+    # BFCL's memory snapshots (the work dir) of every shard are in the merged run, under the same names
+    whole_work = work_files(tmp_path / "whole", "bfcl_v4")
+    assert any("memory_snapshot" in name for name in whole_work)
+    assert work_files(tmp_path / "merged", "bfcl_v4").keys() == whole_work.keys()
 
 
 def test_bad_shard_flags_are_usage_errors(tmp_path, capsys):
