@@ -61,7 +61,7 @@ def main(out: Path, *overrides: str) -> None:
     global_loss = acc.gather(loss.detach().reshape(1)).mean().item()
     if acc.is_main_process:
         torch.save({"world": world, "loss": global_loss, "grads": grads, "weights": weights,
-                    "layout": str(acc.distributed_type)}, out / "step.pt")
+                    "layout": acc.distributed_type.value}, out / "step.pt")
     acc.wait_for_everyone()
 
 

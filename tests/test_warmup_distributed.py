@@ -106,7 +106,7 @@ def test_one_zero3_step_of_two_processes_equals_one_process(tmp_path):
     path.write_text(yaml.safe_dump(config))
     a = _one_step(tmp_path / "one", [], f"train.max_grad_norm={NO_CLIP}")
     b = _one_step(tmp_path / "two", _accelerate(path), f"train.max_grad_norm={NO_CLIP}")
-    assert b["layout"] == "DistributedType.DEEPSPEED"
+    assert b["layout"] == "DEEPSPEED"
     assert_same_step(a, b, extra_grads_zero=True)
 
 
