@@ -25,6 +25,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 import uuid
 import weakref
@@ -367,6 +368,21 @@ def apptainer_pull_argv(binary: str, image: str, sif: Path) -> list[str]:
     return [binary, "build", str(sif), source]
 
 
+def local_image_to_sif_argvs(engine: str, tag: str, binary: str, sif: Path, workdir: Path) -> list[list[str]]:
+    """The commands that turn a locally built image into a SIF: save it as an archive, build the SIF from that.
+
+    Apptainer reads a saved image (``oci-archive://`` from ``podman save --format oci-archive``,
+    ``docker-archive://`` from ``docker save``); it has no ``podman-daemon://`` source, and
+    ``docker-daemon://`` needs a docker daemon. The archive goes in ``workdir`` (the caller removes it).
+    """
+    if engine == "podman":
+        archive = workdir / "image.oci.tar"
+        return [[engine, "save", "--format", "oci-archive", "-o", str(archive), tag],
+                [binary, "build", "--force", str(sif), f"oci-archive://{archive}"]]
+    archive = workdir / "image.docker.tar"
+    return [[engine, "save", "-o", str(archive), tag], [binary, "build", "--force", str(sif), f"docker-archive://{archive}"]]
+
+
 def apptainer_start_argv(binary: str, spec: EnvironmentSpec, sif: Path, instance: str, scratch: Path) -> list[str]:
     """``apptainer instance start`` with a private, writable overlay and no host home."""
     argv = [binary, "instance", "start", "--containall", "--cleanenv", "--writable-tmpfs", "--no-home",
@@ -477,11 +493,21 @@ class ApptainerBackend(ExecutionBackend):
                     hint)
             tag = DockerBackend(builder).prepare_image(spec)
             sif = sif_path(tag)
-            source = f"{'docker-daemon' if builder == 'docker' else 'podman-daemon'}://{tag}"
-        else:
-            if not spec.image:
-                raise ExecutionError("apptainer: the environment names neither an image nor a build context")
-            sif, source = sif_path(spec.image), spec.image
+            if not sif.exists():
+                sif.parent.mkdir(parents=True, exist_ok=True)
+                with tempfile.TemporaryDirectory(prefix="unified-sif-", dir=sif.parent) as tmp:
+                    for argv in local_image_to_sif_argvs(builder, tag, binary, sif, Path(tmp)):
+                        try:
+                            proc = _run(argv, timeout=spec.build_timeout_s)
+                        except subprocess.TimeoutExpired:
+                            raise ExecutionError(f"apptainer: {quote(argv)} timed out") from None
+                        if proc.returncode != 0:
+                            raise ExecutionError(f"apptainer: {quote(argv)} failed: "
+                                                 f"{proc.stderr.decode(errors='replace')[-2000:]}")
+            return sif
+        if not spec.image:
+            raise ExecutionError("apptainer: the environment names neither an image nor a build context")
+        sif, source = sif_path(spec.image), spec.image
         if not sif.exists():
             sif.parent.mkdir(parents=True, exist_ok=True)
             argv = apptainer_pull_argv(binary, source, sif)
