@@ -21,10 +21,15 @@ environment (output to ``/logs/verifier/test-stdout.txt`` as well) with the task
 ``[verifier]`` timeout and env. The reward is read in Harbor's order: ``reward.json`` first
 (its numeric ``reward``; the other numeric keys are kept as ``rewards``; when it has no
 ``reward`` key, ``reward.txt`` supplies it), else ``reward.txt``. A verifier that times out or
-writes no reward scores 0 with ``reward_error`` saying so. Before the verifier starts, every
-process the agent left running is killed, and that none is left is checked (otherwise the
-episode is not verified and scores 0 with that error); ``/logs/verifier`` is then made a fresh
-empty directory, so nothing of the agent's can write or pre-place the reward. The verifier runs
+writes no reward scores 0 with ``reward_error`` saying so. As in Harbor, the processes the agent
+(or the oracle) left running keep running while the verifier runs (a task's answer can be a
+service) where the session can run the verifier out of their reach
+(:meth:`~unified.execution.ExecutionSession.exec_private_verifier`, docker and podman:
+``/logs/verifier``, ``/tests`` and the verifier's home are private to it, see
+:mod:`unified.execution.verifier`). Elsewhere (``local``, apptainer) every process the agent left
+running is killed first, and that none is left is checked (otherwise the episode is not verified
+and scores 0 with that error); ``/logs/verifier`` is then made a fresh empty directory, so nothing
+of the agent's can write or pre-place the reward. ``agent_processes`` in the result says which. The verifier runs
 with :meth:`~unified.execution.ExecutionSession.verifier_env` under the task's own env: a fresh
 ``HOME`` outside the working directory, Python's user site off, no agent-writable ``PATH`` entry,
 so nothing the agent planted (a ``usercustomize.py`` in its home) runs inside the verifier.
