@@ -241,6 +241,7 @@ class TerminalBenchEnvironment(Environment):
         session.fresh_dir("/logs/verifier")
         session.fresh_dir("/tests")  # in a container the agent could have left a conftest.py there
         session.copy_in(tests, "/tests")
+        env = {**session.verifier_env(), **self.task.verifier_env}  # a new HOME, made now that none of theirs runs
         res = session.exec(["bash", "-c", "bash /tests/test.sh 2>&1 | tee /logs/verifier/test-stdout.txt; "
                             "exit ${PIPESTATUS[0]}"], timeout_s=self.task.verifier_timeout_s, env=env)
         details: dict[str, Any] = {"verifier_exit_code": res.exit_code, "verifier_timed_out": res.timed_out,
