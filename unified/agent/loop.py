@@ -72,6 +72,10 @@ SCHEDULING = ("auto", "rounds", "continuous")
 on an SDPA model, ``openai``/``vllm`` whose server batches), else one ``generate`` call for the
 episodes ready together."""
 
+MIN_ROUND_WAIT = 0.05
+"""Seconds ready episodes are held at least, in rounds, for episodes still busy (opening, stepping,
+asking the user)."""
+
 END = "end"
 """What :meth:`AgentLoop._take_output` returns for an episode that ended with this output."""
 
@@ -98,6 +102,8 @@ class _Run:
     flight: dict[int, EpisodeState] = field(default_factory=dict)
     """Admitted and not yet delivered, by key; each knows its own phase."""
     results: dict[int, EpisodeResult] = field(default_factory=dict)
+    last_generation: float = 0.0
+    """Seconds the last answer took from submission (how long a round holds ready episodes)."""
 
     def __post_init__(self) -> None:
         self.pending = list(range(len(self.jobs)))
@@ -123,13 +129,20 @@ class AgentLoop:
     ``2 * max_in_flight`` are open). ``env_workers``: threads for the episodes' blocking calls
     (None: ``2 * max_in_flight``, so no call waits for a thread). ``on_round(in_flight, pending)``
     is called each time an episode was delivered (progress).
+
+    When the policy batches by rounds (``scheduling="rounds"``, or a policy without continuous
+    batching), ready episodes are submitted together: they are held while other episodes are
+    opening, stepping or asking their user, at most ``round_wait`` seconds (None: as long as the
+    last answer took, at least :data:`MIN_ROUND_WAIT`), so a round is not split by a tool call that
+    returns a moment later. The schedule is the same; only when ready episodes are submitted differs.
     """
 
     def __init__(self, adapter: Adapter, policy: ChatModel, *, prompting: str = "act",
                  prompting_options: dict[str, Any] | None = None, limits: AgentLimits = AgentLimits(),
                  max_in_flight: int = 8, env_workers: int | None = None, model_name: str = "",
                  on_result: Callable[[EpisodeResult, Episode], None] | None = None,
-                 on_round: Callable[[int, int], None] | None = None, scheduling: str = "auto") -> None:
+                 on_round: Callable[[int, int], None] | None = None, scheduling: str = "auto",
+                 round_wait: float | None = None) -> None:
         self.adapter, self.policy = adapter, policy
         self.prompting_name, self.prompting_options = prompting, dict(prompting_options or {})
         self.limits, self.max_in_flight = limits, max(1, max_in_flight)
@@ -140,6 +153,7 @@ class AgentLoop:
         if scheduling not in SCHEDULING:
             raise ValueError(f"scheduling must be one of {', '.join(SCHEDULING)}, got {scheduling!r}")
         self.scheduling = scheduling
+        self.round_wait = round_wait
         make_prompting(prompting, **self.prompting_options)  # fail early on an unknown name
 
     # ----------------------------------------------------------------------------------
@@ -163,7 +177,7 @@ class AgentLoop:
                     waiting = r.workers.futures() + [s.generation for s in r.in_phase(GENERATE)]
                     if not waiting:
                         raise RuntimeError("agent loop stalled: episodes in flight but nothing running")
-                    wait(waiting, return_when=FIRST_COMPLETED)
+                    wait(waiting, timeout=self._hold_left(r, continuous), return_when=FIRST_COMPLETED)
         finally:
             r.workers.shutdown()  # only after an exception: drop queued calls, wait for running ones
             for state in r.flight.values():
@@ -274,7 +288,7 @@ class AgentLoop:
 
     @staticmethod
     def _make_ready(r: _Run, state: EpisodeState) -> None:
-        state.phase = READY
+        state.phase, state.ready_at = READY, time.monotonic()
 
     def _end(self, r: _Run, state: EpisodeState) -> None:
         """The episode ended: score it and stop its environment on a worker."""
@@ -330,6 +344,8 @@ class AgentLoop:
         """Submit the next turn of every ready episode (one ``submit_many``: a policy without its
         own ``submit`` answers them with one ``generate`` call); True when there were any."""
         ready = r.in_phase(READY)
+        if not ready or self._hold_left(r, continuous, ready):
+            return False
         asking, requests = [], []
         for state in ready:
             try:
@@ -353,11 +369,22 @@ class AgentLoop:
             state.phase, state.generation, state.submitted = GENERATE, future, submitted
         return True
 
+    def _hold_left(self, r: _Run, continuous: bool | None, ready: list[EpisodeState] | None = None) -> float | None:
+        """Rounds: seconds the ready episodes are still held for the busy ones; None: submit them
+        now (nothing is busy, the wait is over, or requests are batched continuously)."""
+        ready = r.in_phase(READY) if ready is None else ready
+        if continuous is not False or not ready or not r.workers.busy((OPEN, STEP, USER)):
+            return None
+        wait_s = self.round_wait if self.round_wait is not None else max(MIN_ROUND_WAIT, r.last_generation)
+        left = min(s.ready_at for s in ready) + wait_s - time.monotonic()
+        return left if left > 0 else None
+
     def _take_answers(self, r: _Run) -> bool:
         """Move on every episode whose policy answer came; True when there were any."""
         answered = [s for s in r.in_phase(GENERATE) if s.generation.done()]
         for state in answered:
             future, state.generation = state.generation, None
+            r.last_generation = time.perf_counter() - state.submitted
             error = future.exception()
             output = error if error is not None else future.result()
             self._then(r, state, *self._take_output(state, output, time.perf_counter() - state.submitted))

@@ -59,6 +59,8 @@ class EpisodeState:
     phase: str = OPEN
     generation: Future | None = None
     """The policy's answer while ``phase == GENERATE``."""
+    ready_at: float = 0.0
+    """``time.monotonic()`` when the episode last became ready for the policy."""
     submitted: float = 0.0
     """``time.perf_counter()`` when the request was submitted."""
     step: Any = None
