@@ -20,7 +20,7 @@ import pytest
 from fixture_eval_bench import FixtureAdapter
 from security._tool_call_fuzz import TOOL, mutate, mutations
 from unified.agent.loop import AgentLoop, Job
-from unified.agent.parsing import parse_completion
+from unified.chatformat.toolcalls import parse_completion
 from unified.eval.rundir import BenchmarkStore
 from unified.store import json_line
 from unified.inference.base import ChatModel, PolicyOutput

@@ -16,7 +16,7 @@ run, the counters its limits read).
 Either way, per policy output:
 
 1. ``prompting.parse`` strips module blocks; reasoning, answer and tool calls are parsed
-   (:mod:`unified.agent.parsing`), server-parsed calls used when the text holds none;
+   (:mod:`unified.chatformat.toolcalls`), server-parsed calls used when the text holds none;
 2. malformed calls and calls to tools the environment does not offer become error
    observations (the agent sees them and can react); the others go to ``env.step`` together,
    none dropped;
@@ -54,7 +54,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from unified.agent.parsing import calls_from_structured, clean_text, parse_completion
+from unified.chatformat.toolcalls import calls_from_structured, parse_completion
+from unified.chatformat.untrusted import clean_text
 from unified.agent.prompting import make_prompting
 from unified.agent.workers import (FINISH, GENERATE, OPEN, READY, STEP, USER, EpisodeState, EpisodeWorkers,
                                    close_environment, crash_result, finish_episode, next_user_turn, open_environment,

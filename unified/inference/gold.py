@@ -9,10 +9,8 @@ on benchmarks whose ground truth is a call sequence (BFCL multi-turn).
 
 from __future__ import annotations
 
-import json
-
+from unified.chatformat.toolcalls import render_tool_call
 from unified.inference.base import ChatModel, PolicyOutput, PolicyRequest, SamplingConfig
-from unified.types import ToolCall
 
 
 class GoldPolicy(ChatModel):
@@ -58,12 +56,3 @@ class GoldPolicy(ChatModel):
             text = answer if answer is not None else "Done."
         return PolicyOutput(text="</think>\n\n" + text, prompt="", finish_reason="stop")
 
-
-def render_tool_call(call: ToolCall) -> str:
-    """A ToolCall in the Qwen3.5 XML form (what the gold policy emits)."""
-    lines = ["<tool_call>", f"<function={call.name}>"]
-    for key, value in call.arguments.items():
-        text = value if isinstance(value, str) else json.dumps(value)
-        lines += [f"<parameter={key}>", text, "</parameter>"]
-    lines += ["</function>", "</tool_call>"]
-    return "\n".join(lines)

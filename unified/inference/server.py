@@ -13,7 +13,7 @@ back to gathering requests for ``--batch-wait`` seconds and generating them as o
 (:func:`unified.models.generation.batched_generate`). The handlers are clients of the
 checkpoint's one :class:`unified.inference.engine.Engine`: each submits its request and waits on
 the future. Prompts are rendered with the checkpoint's own chat
-template; the reasoning (split by :func:`unified.inference.reasoning.split_reasoning`) comes back
+template; the reasoning (split by :func:`unified.chatformat.reasoning.split_reasoning`) comes back
 as ``reasoning_content`` and tool-call markup stays in ``content`` (like a vLLM server started
 without a tool parser). Every request brings its own ``max_tokens`` (``--max-new-tokens`` is
 only the default for requests that give none), so one server serves a judge, a simulated user
@@ -63,7 +63,7 @@ from typing import Any
 
 from unified.config import ArgumentParser
 from unified.inference import completions as comp
-from unified.inference.reasoning import split_reasoning
+from unified.chatformat.reasoning import split_reasoning
 from unified.inference.engine import engine_for
 from unified.inference.shared import shared_checkpoint
 from unified.models.generation import SamplingParams
