@@ -37,6 +37,7 @@ import sys
 import threading
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -188,7 +189,7 @@ def _policy(spec: str, max_in_flight: int, max_new_tokens: int):
     from unified.inference.base import SamplingConfig, make_chat_model
 
     sampling = SamplingConfig(temperature=0.0, max_new_tokens=max_new_tokens, thinking=False)
-    if spec == "scripted":  # the gold replay behind submit/poll, so the continuous schedule runs without a model
+    if spec == "scripted":  # the gold replay behind submit's futures, so the continuous schedule runs without a model
         from unified.inference.gold import GoldPolicy
 
         class StreamingGold(GoldPolicy):
@@ -196,15 +197,17 @@ def _policy(spec: str, max_in_flight: int, max_new_tokens: int):
 
             def __init__(self) -> None:
                 super().__init__(sampling)
-                self.queued: dict = {}
+                self.pool = ThreadPoolExecutor(1, thread_name_prefix="streaming-gold")
 
-            def submit(self, key, request) -> None:
-                self.queued[key] = request
+            def submit(self, request, *, continuous=None):
+                return self.pool.submit(self._answer, request)
 
-            def poll(self):
-                time.sleep(0.001)
-                items, self.queued = list(self.queued.items()), {}
-                return list(zip([k for k, _ in items], self.generate([r for _, r in items])))
+            def _answer(self, request):
+                time.sleep(0.001)  # one "decode step"
+                out = self.generate([request])[0]
+                if isinstance(out, Exception):
+                    raise out
+                return out
 
         return StreamingGold()
     return make_chat_model(spec, sampling, concurrency=max_in_flight)

@@ -1,7 +1,7 @@
 """The agent loop's blocking calls run on workers: a slow start, user or judge holds back only its own episode.
 
-Every test runs both schedules (rounds with the real ``gold`` policy, continuous with the same
-gold replay behind ``submit``/``poll``). The gates are real ``threading.Event``s that only the
+Every test runs both policies (the real ``gold`` policy, answered by one ``generate`` call, and the
+same gold replay answered on a thread of its own behind ``submit``'s futures, as an engine answers). The gates are real ``threading.Event``s that only the
 *other* episodes' delivery opens: a loop that ran the blocked call on its own thread would never
 deliver those episodes, the gate would time out, and the test fails (it does on the loop of
 commit 6d61e8f, where only ``env.step`` ran on workers).
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -25,21 +26,23 @@ SCHEDULES = ["rounds", "continuous"]
 
 
 class StreamingGold(GoldPolicy):
-    """The gold replay behind the continuous-batching interface (each poll answers all submitted)."""
+    """The gold replay behind futures, answered on a thread of its own (as an engine answers)."""
 
     supports_continuous_batching = True
 
     def __init__(self) -> None:
         super().__init__()
-        self.queued: dict = {}
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="streaming-gold")
 
-    def submit(self, key, request) -> None:
-        self.queued[key] = request
+    def submit(self, request, *, continuous=None):
+        return self.pool.submit(self._answer, request)
 
-    def poll(self):
+    def _answer(self, request):
         time.sleep(0.001)  # one "decode step"
-        items, self.queued = list(self.queued.items()), {}
-        return list(zip([key for key, _ in items], self.generate([request for _, request in items])))
+        out = self.generate([request])[0]
+        if isinstance(out, Exception):
+            raise out
+        return out
 
 
 def _policy(scheduling: str) -> GoldPolicy:
