@@ -19,7 +19,8 @@ leaderboard / the paper, with the reasons when it cannot.
          "comparable": bool, "not_comparable_because": [str, ...],
          "reason", "how_to_fix"}},                     # when the benchmark did not run at all
          "suites": [SUITE, ...], "paper_reference": {"label", "sft", "lwm_rl", "source"}}},  # from the adapter class
-     "suites": {SUITE: {NAME: score or null}}}
+     "suites": {SUITE: {NAME: score or null}},
+     "shard": {...} | "merged_from": {...}}    # a --shard run / a --merge (unified.eval.shards)
 
 Each benchmark is listed under one suite: the first of the study's (``in_domain``, ``ood``) its
 adapter declares, else the first it declares, else ``other``.
@@ -68,6 +69,7 @@ from typing import Any, Iterable
 
 from unified.benchmarks.discovery import STUDY_SUITES, benchmark_facts
 from unified.eval.general_report import attach_general, general_compare, general_markdown
+from unified.eval.shards import run_kind, run_kind_markdown
 from unified.store import write_json_atomic, write_text_atomic
 
 STATUSES = ("ok", "partial", "skipped", "error")
@@ -99,12 +101,13 @@ def shorten(text: str, width: int) -> str:
 
 def benchmark_entry(*, tasks: Iterable[Any], results: Iterable[Any], runs: int, runs_protocol: int,
                     aggregate: dict[str, Any], tasks_in_benchmark: int | None = None,
-                    subset: str | None = None) -> dict[str, Any]:
+                    subset: str | None = None, shard: str | None = None) -> dict[str, Any]:
     """One benchmark's summary entry: counts by task, status, comparability (module docstring).
 
     ``tasks``: the scored tasks selected for the run; ``results``: their EpisodeResults (all
     trials); ``tasks_in_benchmark``: how many scored tasks the whole benchmark has, when the
-    selection was cut (``--limit``, ``--task-ids``); ``subset``: a description of a ``--split``.
+    selection was cut (``--limit``, ``--task-ids``); ``subset``: a description of a ``--split``;
+    ``shard``: for a ``--shard I/N`` run, the reason that says so (it is never comparable).
     """
     tasks = list(tasks)
     by_task: dict[str, list[Any]] = {t.id: [] for t in tasks}
@@ -144,6 +147,8 @@ def benchmark_entry(*, tasks: Iterable[Any], results: Iterable[Any], runs: int, 
     reasons += [str(r) for r in aggregate.get("not_comparable_because") or []]
     if subset:
         reasons.append(f"subset: {subset}")
+    if shard:
+        reasons.append(shard)
     if tasks_in_benchmark is not None and total < tasks_in_benchmark:
         reasons.append(f"partial: {total} of {tasks_in_benchmark} tasks selected")
     if skipped:
@@ -271,6 +276,7 @@ def _breakdown_lines(name: str, agg: dict[str, Any]) -> list[str]:
 
 def render_markdown(summary: dict[str, Any]) -> str:
     lines = [f"# Eval run: model `{summary.get('model')}`, prompting `{summary.get('prompting')}`", ""]
+    lines += run_kind_markdown(summary)  # a shard, or a merge of shards: said before any number
     benchmarks = summary["benchmarks"]
     for suite, members in summary["suites"].items():
         lines += [f"## {suite}", "",
@@ -307,6 +313,7 @@ def render_markdown(summary: dict[str, Any]) -> str:
 
 def write_summary(out: str | Path, cfg: Any, benchmarks: dict[str, dict[str, Any]]) -> dict[str, Any]:
     summary = build_summary(cfg, benchmarks)
+    summary.update(run_kind(cfg, out, benchmarks))  # "shard" or "merged_from" (unified.eval.shards)
     attach_general(summary, out, cfg)  # the lm-eval general suite, when the run asked for it
     write_json_atomic(Path(out) / "summary.json", summary)
     write_text_atomic(Path(out) / "summary.md", render_markdown(summary))

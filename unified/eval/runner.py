@@ -25,7 +25,7 @@ from unified.eval.config import EvalConfig
 from unified.eval.general import GENERAL_SUITE, general_with_limit, run_general, split_suites
 from unified.eval.identity import claim_run_dir
 from unified.eval.report import benchmark_entry, write_summary
-from unified.eval.shards import MissingPairs, check_unsharded_parts, parse_shard, shard_pairs
+from unified.eval.shards import MissingPairs, check_unsharded_parts, parse_shard, shard_pairs, shard_reason
 from unified.eval.rundir import BenchmarkStore, RunDirLock
 from unified.store import write_json_atomic
 from unified.inference.base import ChatModel, SamplingConfig, make_chat_model
@@ -166,7 +166,9 @@ def _run_benchmark(name: str, cfg: EvalConfig, out: Path, sampling: SamplingConf
     effective_limits = adapter.agent_limits(limits)  # the protocol's own budgets, recorded in the summary
     adapter.runs_requested = runs  # trials the run asked for (an aggregate pads missing ones to it)
     recorded = store.load()
-    wanted = shard_pairs(adapter.name or name, tasks, runs, parse_shard(cfg.shard))
+    shard = parse_shard(cfg.shard)
+    pairs_total = len(tasks) * runs
+    wanted = shard_pairs(adapter.name or name, tasks, runs, shard)
     tasks = [t for t in tasks if any((t.id, trial) in wanted for trial in range(runs))]
     jobs = [Job(task, trial) for task in tasks for trial in range(runs)
             if (task.id, trial) in wanted and (task.id, trial) not in recorded]
@@ -208,7 +210,10 @@ def _run_benchmark(name: str, cfg: EvalConfig, out: Path, sampling: SamplingConf
     summary = benchmark_entry(tasks=[t for t in tasks if t.scored], results=results, runs=runs,
                               runs_protocol=adapter.runs_default, aggregate=aggregate,
                               tasks_in_benchmark=_tasks_in_benchmark(adapter, cfg),
-                              subset=f"--split {cfg.split}" if cfg.split else None)
+                              subset=f"--split {cfg.split}" if cfg.split else None,
+                              shard=shard_reason(shard, len(wanted), pairs_total) if shard else None)
+    if shard:
+        summary["shard"] = {"shard": str(shard), "pairs": len(wanted), "pairs_total": pairs_total}
     summary["runs_dir"] = str(store.dir)
     summary["settings"] = dict(adapter.config)  # the adapter's parsed Config, defaults included
     summary["limits"] = to_dict(effective_limits)  # after the adapter's agent_limits, not only the flags
