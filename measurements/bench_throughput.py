@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from unified.benchmarks.contract import Adapter, AgentLimits, Environment, Task
+from unified.benchmarks.contract import Adapter, AgentLimits, Environment, RunContext, Task
 from unified.types import EpisodeResult, Message, Observation, ToolCall, ToolSpec
 
 FOLLOW_UP = "Thanks. Please call echo with text {n} once more, then tell me you are done."
@@ -144,7 +144,7 @@ class EchoUserAdapter(Adapter):
     def tasks(self, split: str | None = None, limit: int | None = None) -> list[Task]:
         return [Task(id=f"echo_{i}", benchmark=self.name, payload={"n": i}) for i in range(self.episodes)]
 
-    def open(self, task: Task) -> Environment:
+    def open(self, task: Task, *, run: RunContext = RunContext()) -> Environment:
         return EchoUserEnv(task, self.server)
 
     def score(self, task: Task, episode, env: Environment) -> EpisodeResult:
@@ -188,15 +188,32 @@ def _policy(spec: str, max_in_flight: int, max_new_tokens: int):
     from unified.inference.base import SamplingConfig, make_chat_model
 
     sampling = SamplingConfig(temperature=0.0, max_new_tokens=max_new_tokens, thinking=False)
-    if spec == "scripted":  # the gold replay behind submit/poll, so the continuous schedule runs without a model
-        from unified.inference.gold import GoldPolicy
+    if spec == "scripted":  # a scripted model behind submit/poll, so the continuous schedule runs without weights
+        import re
 
-        class StreamingGold(GoldPolicy):
+        from unified.agent.parsing import render_tool_call
+        from unified.inference.base import ChatModel, PolicyOutput
+
+        class StreamingEcho(ChatModel):
+            """Each user turn: ``echo(text=N)`` (N from "Call echo with text N."), then "Done."."""
+
             supports_continuous_batching = True
 
             def __init__(self) -> None:
-                super().__init__(sampling)
+                super().__init__("scripted", sampling)
                 self.queued: dict = {}
+
+            @staticmethod
+            def _answer(messages) -> PolicyOutput:
+                users = [i for i, m in enumerate(messages) if m["role"] == "user"]
+                n = re.search(r"Call echo with text (\S+?)\.", messages[users[0]]["content"])
+                acted = any(m["role"] == "assistant" for m in messages[users[-1] + 1:])
+                text = (render_tool_call(ToolCall(name="echo", arguments={"text": n.group(1)}))
+                        if n and not acted else "Done.")
+                return PolicyOutput(text="</think>\n\n" + text, finish_reason="stop")
+
+            def generate(self, requests):
+                return [self._answer(r.messages) for r in requests]
 
             def submit(self, key, request) -> None:
                 self.queued[key] = request
@@ -204,9 +221,9 @@ def _policy(spec: str, max_in_flight: int, max_new_tokens: int):
             def poll(self):
                 time.sleep(0.001)
                 items, self.queued = list(self.queued.items()), {}
-                return list(zip([k for k, _ in items], self.generate([r for _, r in items])))
+                return [(k, self._answer(r.messages)) for k, r in items]
 
-        return StreamingGold()
+        return StreamingEcho()
     return make_chat_model(spec, sampling, concurrency=max_in_flight)
 
 

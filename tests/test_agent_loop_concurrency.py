@@ -14,9 +14,9 @@ import time
 
 import pytest
 
-from fixture_eval_bench import FixtureAdapter, FixtureEnv
+from fixture_eval_bench import EchoModel, FixtureAdapter, FixtureEnv, StreamingEchoModel
 from unified.agent.loop import AgentLoop, Job
-from unified.inference.gold import GoldPolicy
+from unified.agent.replay import GoldReplayer
 
 GATE_SECONDS = 5.0
 """How long a gated call waits for the other episodes before giving up (the old loop's failure)."""
@@ -24,26 +24,8 @@ GATE_SECONDS = 5.0
 SCHEDULES = ["rounds", "continuous"]
 
 
-class StreamingGold(GoldPolicy):
-    """The gold replay behind the continuous-batching interface (each poll answers all submitted)."""
-
-    supports_continuous_batching = True
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.queued: dict = {}
-
-    def submit(self, key, request) -> None:
-        self.queued[key] = request
-
-    def poll(self):
-        time.sleep(0.001)  # one "decode step"
-        items, self.queued = list(self.queued.items()), {}
-        return list(zip([key for key, _ in items], self.generate([request for _, request in items])))
-
-
-def _policy(scheduling: str) -> GoldPolicy:
-    return StreamingGold() if scheduling == "continuous" else GoldPolicy()
+def _policy(scheduling: str) -> EchoModel:
+    return StreamingEchoModel() if scheduling == "continuous" else EchoModel()
 
 
 class GatedEnv(FixtureEnv):
@@ -72,7 +54,7 @@ class GatedAdapter(FixtureAdapter):
         if where == self.where and task_id == self.gated:
             self.opened_in_time = self.gate.wait(GATE_SECONDS)
 
-    def open(self, task):
+    def open(self, task, *, run=None):
         return GatedEnv(task, self)
 
     def score(self, task, episode, env):
@@ -150,7 +132,7 @@ class OneCallAtATimeAdapter(FixtureAdapter):
         super().__init__(n=n)
         self.envs, self.overlaps = [], []
 
-    def open(self, task):
+    def open(self, task, *, run=None):
         env = OneCallAtATimeEnv(task, self)
         self.envs.append(env)
         return env
@@ -194,7 +176,7 @@ class FailingAdapter(FixtureAdapter):
         super().__init__(n=6)
         self.envs = {}
 
-    def open(self, task):
+    def open(self, task, *, run=None):
         if task.id == "echo_3":
             raise RuntimeError("could not open the task")
         env = self.envs[task.id] = FailingEnv(task)
@@ -234,7 +216,7 @@ class SlowScoreAdapter(FixtureAdapter):
         tasks[1].depends_on = ["echo_0"]
         return tasks
 
-    def open(self, task):
+    def open(self, task, *, run=None):
         self.events.append(("open", task.id))
         env = FixtureEnv(task)
         env.stop = lambda: self.events.append(("stop", task.id))
@@ -264,7 +246,7 @@ def test_an_exception_leaving_the_loop_still_stops_every_environment():
         raise OSError("disk full")  # the crash record cannot be written either: run raises
 
     with pytest.raises(OSError, match="disk full"):
-        AgentLoop(adapter, GoldPolicy(), max_in_flight=4, on_result=on_result).run([Job(t) for t in adapter.tasks()])
+        AgentLoop(adapter, GoldReplayer(), max_in_flight=4, on_result=on_result).run([Job(t) for t in adapter.tasks()])
     assert adapter.envs and all(env.stopped for env in adapter.envs)
 
 

@@ -11,6 +11,10 @@ schedules (``scheduling``, see :data:`SCHEDULING`):
   turns that ended, and those go to their environments at once while the others keep decoding
   (:class:`unified.models.continuous.ContinuousBatcher` behind the ``hf`` backend).
 
+Given a :class:`unified.agent.replay.Replayer` instead of a policy (``--model gold``), the loop asks
+it for each ready episode's next turn from the task itself (``replayer.respond(adapter, task,
+messages)``) and handles the answer as a policy output; nothing is generated or batched.
+
 Either way, per policy output:
 
 1. ``prompting.parse`` strips module blocks; reasoning, answer and tool calls are parsed
@@ -56,9 +60,10 @@ from typing import Any, Callable
 
 from unified.agent.parsing import calls_from_structured, clean_text, parse_completion
 from unified.agent.prompting import make_prompting
+from unified.agent.replay import Replayer
 from unified.agent.workers import (FINISH, OPEN, STEP, USER, EpisodeState, EpisodeWorkers, close_environment,
                                    crash_result, finish_episode, next_user_turn, open_environment, step_environment)
-from unified.benchmarks.contract import Adapter, AgentLimits, StopReason, Task
+from unified.benchmarks.contract import Adapter, AgentLimits, RunContext, StopReason, Task
 from unified.inference.base import ChatModel, PolicyOutput, PolicyRequest
 from unified.types import Episode, EpisodeResult, Message, Step, ToolCall
 
@@ -127,16 +132,18 @@ class AgentLoop:
     ``2 * max_in_flight`` are open). ``env_workers``: threads for the episodes' blocking calls
     (None: ``2 * max_in_flight``, so no call waits for a thread). ``round_wait``: in rounds, how
     long a round waits for episodes still busy before going without them (None: as long as the
-    last round's generation took, at least :data:`MIN_ROUND_WAIT`).
+    last round's generation took, at least :data:`MIN_ROUND_WAIT`). ``run``: the eval run the episodes
+    belong to, passed to ``adapter.open`` (its work directory, its trials). ``policy``: a ChatModel,
+    or a :class:`unified.agent.replay.Replayer` whose answers come from the task (``--model gold``).
     """
 
-    def __init__(self, adapter: Adapter, policy: ChatModel, *, prompting: str = "act",
+    def __init__(self, adapter: Adapter, policy: ChatModel | Replayer, *, prompting: str = "act",
                  prompting_options: dict[str, Any] | None = None, limits: AgentLimits = AgentLimits(),
                  max_in_flight: int = 8, env_workers: int | None = None, model_name: str = "",
                  on_result: Callable[[EpisodeResult, Episode], None] | None = None,
                  on_round: Callable[[int, int], None] | None = None, scheduling: str = "auto",
-                 round_wait: float | None = None) -> None:
-        self.adapter, self.policy = adapter, policy
+                 round_wait: float | None = None, run: RunContext = RunContext()) -> None:
+        self.adapter, self.policy, self.run_context = adapter, policy, run
         self.prompting_name, self.prompting_options = prompting, dict(prompting_options or {})
         self.limits, self.max_in_flight = limits, max(1, max_in_flight)
         self.env_workers = max(1, env_workers) if env_workers else 2 * self.max_in_flight
@@ -153,7 +160,8 @@ class AgentLoop:
     def run(self, jobs: list[Job], finished_ids: set[str] | None = None) -> list[EpisodeResult]:
         """Run every job; ``finished_ids`` are task ids already done (dependencies of a resume).
         Returns the results in the order of ``jobs``."""
-        continuous = self.uses_continuous_batching
+        replaying = isinstance(self.policy, Replayer)
+        continuous = not replaying and self.uses_continuous_batching
         r = _Run(jobs=list(jobs), workers=EpisodeWorkers(self.env_workers), done=set(finished_ids or ()))
         scheduled_ids = {j.task.id for j in r.jobs}
         try:
@@ -164,7 +172,8 @@ class AgentLoop:
                         r.jobs[r.pending[0]].task.depends_on = []
                     continue
                 progressed = self._collect(r)
-                progressed = (self._continue(r) if continuous else self._maybe_round(r)) or progressed
+                progressed = (self._replay(r) if replaying else self._continue(r) if continuous
+                              else self._maybe_round(r)) or progressed
                 if not progressed:
                     if not len(r.workers):
                         raise RuntimeError("agent loop stalled: episodes in flight but nothing running")
@@ -214,7 +223,7 @@ class AgentLoop:
             return
         state = r.flight[key] = EpisodeState(key=key, job=job, episode=episode)
         r.workers.submit(key, OPEN, open_environment, self.adapter, state, self.prompting_name,
-                         self.prompting_options, bool(getattr(self.policy, "needs_context", False)))
+                         self.prompting_options, self.run_context)
 
     def _idle_timeout(self, r: _Run) -> float | None:
         """How long to wait for a worker call when nothing else can move: in rounds with episodes
@@ -331,7 +340,7 @@ class AgentLoop:
     def _request(self, state: EpisodeState) -> PolicyRequest:
         view = state.prompting.before_policy(list(state.episode.messages))
         return PolicyRequest(messages=[m.to_chat() for m in view], tools=[t.to_openai() for t in state.env.tools],
-                             context=state.context, prefix=getattr(state.prompting, "response_prefix", str)(),
+                             prefix=getattr(state.prompting, "response_prefix", str)(),
                              deadline=state.started + self.limits.max_seconds)
 
     @staticmethod
@@ -387,6 +396,19 @@ class AgentLoop:
                 continue
             self._then(r, state, *self._take_output(state, output, getattr(output, "seconds", 0.0)))
         return True
+
+    def _replay(self, r: _Run) -> bool:
+        """A :class:`unified.agent.replay.Replayer` in place of the policy: every ready episode's next
+        turn comes from its task at once (nothing to batch). True when there were any."""
+        replayed = bool(r.ready)
+        for key in sorted(r.ready):
+            state = r.ready.pop(key)
+            try:
+                output = self.policy.respond(self.adapter, state.job.task, self._request(state).messages)
+            except Exception as exc:  # this episode's error, like a failed request
+                output = exc
+            self._then(r, state, *self._take_output(state, output, 0.0))
+        return replayed
 
     def _submit(self, r: _Run, state: EpisodeState) -> None:
         """Queue the episode's next turn; when that fails the episode ends with its error."""

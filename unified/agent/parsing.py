@@ -36,7 +36,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from unified.inference.gold import render_tool_call  # noqa: F401 (the tool-call markup's writer)
 from unified.inference.reasoning import split_reasoning
 from unified.scan import NextMatch
 from unified.inference.untrusted import (  # noqa: F401 (model-output readers, used here and re-exported)
@@ -237,3 +236,13 @@ def calls_from_structured(raw_calls: list[dict[str, Any]]) -> list[ToolCall]:
         calls.append(ToolCall(name=clean_text(name), arguments=args, id=clean_text(raw.get("id") or f"call_{i}"),
                               raw=raw_text, parse_error=error or (None if name else "empty function name")))
     return calls
+
+
+def render_tool_call(call: ToolCall) -> str:
+    """A ToolCall in the Qwen3.5 XML form that :func:`parse_completion` reads (what replayers emit)."""
+    lines = ["<tool_call>", f"<function={call.name}>"]
+    for key, value in call.arguments.items():
+        text = value if isinstance(value, str) else json.dumps(value)
+        lines += [f"<parameter={key}>", text, "</parameter>"]
+    lines += ["</function>", "</tool_call>"]
+    return "\n".join(lines)

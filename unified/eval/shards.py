@@ -34,6 +34,7 @@ from typing import Any
 
 from unified.benchmarks.contract import Task
 from unified.config import ConfigError, from_dict, to_dict
+from unified.eval.records import RunSummary
 from unified.store import append_jsonl, write_json_atomic
 
 SHARDS_FILE = "shards.json"
@@ -186,7 +187,7 @@ def _shard_configs(dirs: list[Path]) -> tuple[dict[str, Any], list[Shard]]:
     return common, shards
 
 
-def merge_runs(shard_dirs: list[str], out: str) -> dict[str, Any]:
+def merge_runs(shard_dirs: list[str], out: str) -> RunSummary:
     """Merge the shard run directories ``shard_dirs`` into the run directory ``out``; returns its summary.
 
     Raises :class:`ShardError` (one line) when they are not all the shards of one command, when

@@ -4,7 +4,7 @@
   id, ``openai:URL#MODEL``, ``vllm:SPEC``, ``gold``) parsed into a :class:`ModelSpec`;
 - :mod:`~unified.inference.base`: :class:`ChatModel` (the model an episode calls; one call is one ``Step``): batched
   ``generate``, continuous ``submit``/``poll``, single-shot ``chat``; :func:`make_chat_model`;
-  backends ``hf``, ``openai``, ``vllm``, ``gold``;
+  backends ``hf``, ``openai``, ``vllm`` (``gold`` is no backend: the agent loop's replayer);
 - :mod:`~unified.inference.reasoning`: the one ``<think>`` split/join;
 - :mod:`~unified.inference.shared`: one copy of a model per process;
 - :mod:`~unified.inference.server`, :mod:`~unified.inference.endpoints`,
