@@ -17,7 +17,9 @@ from unified.eval.cli import main
 from unified.eval.config import EvalConfig
 from unified.eval.records import BenchmarkEntry, RunSummary, load_summary
 from unified.eval.runner import run_eval
+from unified.eval.rundir import BenchmarkStore
 from unified.eval.shards import merge_runs
+from unified.types import EpisodeResult
 
 FIXTURE = "fixture_eval_bench:FixtureAdapter"
 
@@ -66,6 +68,8 @@ def test_old_format_summaries_still_compare_view_and_trace(tmp_path, capsys):
     from unified.trace.load import load_run
 
     old = _write(tmp_path / "old", _old_format_summary())
+    BenchmarkStore(old, "fixture_echo").append(EpisodeResult(benchmark="fixture_echo", task_id="echo_0", trial=0,
+                                                             score=1.0, passed=True), None)
     assert main(["--compare", str(old), str(old)]) == 0
     table = capsys.readouterr().out
     assert "| other | fixture_echo | 50.00 (partial; 2/3 run, 0 skipped, 1 errored; not comparable)" in table
@@ -99,8 +103,8 @@ def test_a_run_writes_records_that_read_back_equal(tmp_path):
 
 
 def test_a_merge_of_shards_still_reads_its_summary(tmp_path):
-    for i in (1, 2):
+    for i in (0, 1):
         run_eval(EvalConfig(benchmarks=[FIXTURE], model="gold", out=str(tmp_path / f"s{i}"), shard=f"{i}/2",
                             benchmark_config={FIXTURE: {"n": 4}}))
-    merged = merge_runs([str(tmp_path / "s1"), str(tmp_path / "s2")], str(tmp_path / "m"))
+    merged = merge_runs([str(tmp_path / "s0"), str(tmp_path / "s1")], str(tmp_path / "m"))
     assert merged.benchmarks[FIXTURE].tasks_run == 4 and load_summary(tmp_path / "m") == merged
