@@ -108,9 +108,10 @@ class DependentFixtureAdapter(FixtureAdapter):
 
 
 class EchoModel(ChatModel):
-    """A scripted chat model for this fixture's format (no weights): in each user turn it calls
+    """A scripted chat model for this fixture's format (no weights): in the first user turn it calls
     ``echo(text=N)`` with the N of "Call echo with text N." once, then answers "Done." (ends the
-    turn). It reads only the conversation, as a model does; ``generate`` serves the rounds schedule."""
+    turn), as the gold replay does; every later user turn gets "Done.". It reads only the
+    conversation, as a model does; ``generate`` serves the rounds schedule."""
 
     name = "fixture_echo_model"
 
@@ -121,7 +122,7 @@ class EchoModel(ChatModel):
     def answer(messages: list[dict]) -> PolicyOutput:
         users = [i for i, m in enumerate(messages) if m["role"] == "user"]
         match = re.search(r"Call echo with text (\S+?)\.", messages[users[0]]["content"]) if users else None
-        acted = any(m["role"] == "assistant" for m in messages[users[-1] + 1:]) if users else True
+        acted = len(users) != 1 or any(m["role"] == "assistant" for m in messages[users[0] + 1:])
         if match and not acted:
             text = render_tool_call(ToolCall(name="echo", arguments={"text": match.group(1)}))
         else:
