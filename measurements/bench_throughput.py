@@ -191,7 +191,7 @@ def _policy(spec: str, max_in_flight: int, max_new_tokens: int):
     if spec == "scripted":  # a scripted model behind submit/poll, so the continuous schedule runs without weights
         import re
 
-        from unified.agent.parsing import render_tool_call
+        from unified.chatformat.toolcalls import render_tool_call
         from unified.inference.base import ChatModel, PolicyOutput
 
         class StreamingEcho(ChatModel):

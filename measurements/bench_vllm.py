@@ -16,7 +16,7 @@ checkpoint (default: the embedded model), fp32 and greedy on both engines:
    requests with token-id prompts and ``ignore_eos``. Per engine: seconds, generated tokens/s, prompt
    tokens/s (prompt + generated tokens over the wall time).
 
-``--json F`` writes every figure. Run it alone on the machine (``flock`` on a shared one): both engines
+``--json F`` writes every figure (after each part). ``--parts raw,eval`` runs the parts in that order. Run it alone on the machine (``flock`` on a shared one): both engines
 use every core.
 """
 
@@ -143,44 +143,61 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vllm server up in {report['vllm_startup_s']:.1f}s (log {server.log_path})", flush=True)
     loaded = shared_checkpoint(parse_spec(args.model)) if "hf" in engines else None
     with tempfile.TemporaryDirectory(prefix="bench-vllm-") as tmp:
-        if "eval" in parts:
-            adapter = load_adapter("bfcl_v4", categories=args.categories)
-            tasks = adapter.tasks(None, args.tasks)
-            for engine in engines:
-                spec = args.model if engine == "hf" else f"vllm:{args.model}"
-                policy = make_chat_model(spec, sampling, concurrency=args.max_in_flight)
-                result = _eval(policy, tasks, adapter, Path(tmp) / engine, args.max_in_flight, limits)
-                policy.close()
-                report["eval"][engine] = result
-                print(f"eval {engine}: {result['episodes']} episodes in {result['seconds']:.1f}s = "
-                      f"{result['episodes_per_s']:.3f} episodes/s, {result['completion_tokens']} tokens = "
-                      f"{result['tokens_per_s']:.1f} tokens/s, {result['policy_calls']} calls, "
-                      f"{result['errors']} errors", flush=True)
-            if len(report["eval"]) == 2:
-                a, b = (report["eval"][e]["completions"] for e in engines)
-                same = sum(a.get(k) == b.get(k) for k in a)
-                report["eval"]["identical_episodes"] = same
-                print(f"eval: identical completions in {same}/{len(a)} episodes", flush=True)
-        if "raw" in parts:
-            from unified.models.checkpoint import load_tokenizer
-            from unified.inference.vllm_backend import checkpoint_dir
-
-            tokenizer = loaded.tokenizer if loaded else load_tokenizer(checkpoint_dir(args.model)[0])
-            prompts = _raw_prompts(tokenizer, args.raw_prompts, args.raw_min, args.raw_max)
-            for engine in engines:
-                result = (_raw_hf(loaded, prompts, args.raw_new_tokens) if engine == "hf"
-                          else _raw_vllm(server, prompts, args.raw_new_tokens))
-                report["raw"][engine] = result
-                print(f"raw {engine}: {len(prompts)} prompts of {args.raw_min}-{args.raw_max} tokens, "
-                      f"{args.raw_new_tokens} new each: {result['seconds']:.1f}s, "
-                      f"{result['tokens_per_s']:.1f} generated tokens/s, "
-                      f"{result['total_tokens_per_s']:.1f} prompt+generated tokens/s", flush=True)
-    if args.json:
-        for engine in report["eval"].values():
-            if isinstance(engine, dict):
-                engine.pop("completions", None)
-        Path(args.json).write_text(json.dumps(report, indent=2))
+        for part in parts:  # in the order given: `--parts raw,eval` keeps the short one first
+            if part == "eval":
+                _eval_part(args, engines, report, sampling, limits, Path(tmp), load_adapter, make_chat_model)
+            elif part == "raw":
+                _raw_part(args, engines, report, loaded, server if "vllm" in engines else None)
+            else:
+                raise SystemExit(f"--parts: unknown part {part!r} (eval, raw)")
+            _write(args.json, report)  # after each part: a run stopped later keeps what it measured
     return 0
+
+
+def _write(path: str | None, report: dict[str, Any]) -> None:
+    if not path:
+        return
+    out = json.loads(json.dumps(report, default=str))
+    for engine in out["eval"].values():
+        if isinstance(engine, dict):
+            engine.pop("completions", None)
+    Path(path).write_text(json.dumps(out, indent=2))
+
+
+def _eval_part(args, engines, report, sampling, limits, tmp: Path, load_adapter, make_chat_model) -> None:
+    adapter = load_adapter("bfcl_v4", categories=args.categories)
+    tasks = adapter.tasks(None, args.tasks)
+    for engine in engines:
+        spec = args.model if engine == "hf" else f"vllm:{args.model}"
+        policy = make_chat_model(spec, sampling, concurrency=args.max_in_flight)
+        result = _eval(policy, tasks, adapter, tmp / engine, args.max_in_flight, limits)
+        policy.close()
+        report["eval"][engine] = result
+        print(f"eval {engine}: {result['episodes']} episodes in {result['seconds']:.1f}s = "
+              f"{result['episodes_per_s']:.3f} episodes/s, {result['completion_tokens']} tokens = "
+              f"{result['tokens_per_s']:.1f} tokens/s, {result['policy_calls']} calls, "
+              f"{result['errors']} errors", flush=True)
+    if len(report["eval"]) == 2:
+        a, b = (report["eval"][e]["completions"] for e in engines)
+        same = sum(a.get(k) == b.get(k) for k in a)
+        report["eval"]["identical_episodes"] = same
+        print(f"eval: identical completions in {same}/{len(a)} episodes", flush=True)
+
+
+def _raw_part(args, engines, report, loaded, server) -> None:
+    from unified.inference.vllm_backend import checkpoint_dir
+    from unified.models.checkpoint import load_tokenizer
+
+    tokenizer = loaded.tokenizer if loaded else load_tokenizer(checkpoint_dir(args.model)[0])
+    prompts = _raw_prompts(tokenizer, args.raw_prompts, args.raw_min, args.raw_max)
+    for engine in engines:
+        result = (_raw_hf(loaded, prompts, args.raw_new_tokens) if engine == "hf"
+                  else _raw_vllm(server, prompts, args.raw_new_tokens))
+        report["raw"][engine] = result
+        print(f"raw {engine}: {len(prompts)} prompts of {args.raw_min}-{args.raw_max} tokens, "
+              f"{args.raw_new_tokens} new each: {result['seconds']:.1f}s, "
+              f"{result['tokens_per_s']:.1f} generated tokens/s, "
+              f"{result['total_tokens_per_s']:.1f} prompt+generated tokens/s", flush=True)
 
 
 if __name__ == "__main__":

@@ -176,7 +176,7 @@ def profile(cfg, *, steps: int, interval: float = 0.02) -> dict[str, Any]:
     with sampler.phase("load model"):
         policy = load_policy(cfg, device)
     model, tokenizer = policy.model, policy.tokenizer
-    train, _ = load_splits(cfg, tokenizer)
+    train = load_splits(cfg, tokenizer).train
     funcs, weights = load_rewards(cfg)
     after_load = current_rss_bytes() / GIB
     params = list(model.parameters())

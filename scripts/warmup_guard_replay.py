@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
 
         cfg = load_warmup_config(run / "recipe.resolved.yaml")
         loaded = load_checkpoint(str(run / f"checkpoint-{k - 1}"), dtype=torch.float32)
-        _, heldout = load_splits(cfg, loaded.tokenizer)
+        heldout = load_splits(cfg, loaded.tokenizer).heldout
         assert [str(s) for s in heldout["sample_id"]] == report["settings"]["heldout"], "another held-out split"
         funcs, weights = load_rewards(cfg, training=False)
         s = report["settings"]

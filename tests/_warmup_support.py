@@ -150,7 +150,9 @@ def tiny_cli_overrides(checkpoint: Path | None, data: Path | None, output: Path 
     for flag, value in (("--model", checkpoint), ("--data", data), ("--output-dir", output)):
         if value is not None:
             args += [flag, str(value)]
+    # the recipe's validation probe and keep_best are off (tests that want them pass them back in extra)
     for item in ("logging.wandb=false", "data.heldout_size=0", "data.max_prompt_tokens=null",
+                 "data.validation_size=0", "monitor.probe_size=0", "monitor.keep_best=false",
                  "train.per_device_train_batch_size=4", "train.gradient_accumulation_steps=2", "gspo.num_generations=2",
                  "generation.max_completion_length=8", *extra):
         args += ["--set", item]

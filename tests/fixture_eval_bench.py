@@ -11,7 +11,7 @@ import os
 import re
 import time
 
-from unified.agent.parsing import render_tool_call
+from unified.chatformat.toolcalls import render_tool_call
 from unified.benchmarks.contract import Adapter, Environment, Task
 from unified.inference.base import ChatModel, PolicyOutput
 from unified.types import EpisodeResult, Message, Observation, ToolCall, ToolSpec

@@ -6,7 +6,7 @@ import pytest
 
 from unified.benchmarks.contract import AgentLimits
 from unified.agent.loop import AgentLoop, Job
-from unified.agent.parsing import parse_completion, render_tool_call
+from unified.chatformat.toolcalls import parse_completion, render_tool_call
 from unified.inference import PolicyOutput
 from unified.inference.base import ChatModel
 from unified.types import ToolCall, ToolSpec

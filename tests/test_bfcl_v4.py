@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("bfcl_eval")
 
 from unified.agent.loop import AgentLoop, Job  # noqa: E402
-from unified.agent.parsing import render_tool_call  # noqa: E402
+from unified.chatformat.toolcalls import render_tool_call  # noqa: E402
 from unified.benchmarks.contract import RunContext  # noqa: E402
 from unified.benchmarks.discovery import load_adapter  # noqa: E402
 from unified.agent.replay import GoldReplayer  # noqa: E402

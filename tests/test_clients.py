@@ -7,7 +7,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from unified.inference.reasoning import split_reasoning
+from unified.chatformat.reasoning import split_reasoning
 from unified.inference.server import LocalOpenAIServer
 from unified.inference.openai_compat import EndpointConfig, EndpointError, OpenAICompatClient, parse_endpoint_spec
 from unified.models import load_checkpoint

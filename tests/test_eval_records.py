@@ -15,7 +15,7 @@ import pytest
 from unified.config import ConfigError
 from unified.eval.cli import main
 from unified.eval.config import EvalConfig
-from unified.eval.records import BenchmarkEntry, RunSummary, load_summary
+from unified.eval.records import BenchmarkEntry, RunSummary, ShardPart, ShardRun, load_summary
 from unified.eval.runner import run_eval
 from unified.eval.rundir import BenchmarkStore
 from unified.eval.shards import merge_runs
@@ -99,6 +99,8 @@ def test_a_run_writes_records_that_read_back_equal(tmp_path):
     on_disk = json.loads((tmp_path / "summary.json").read_text())
     assert not [k for k in on_disk["benchmarks"][FIXTURE] if k.startswith("_")]  # no live objects through a dict
     assert "general" not in on_disk  # the run did not ask for it
+    assert "shard" not in on_disk and "merged_from" not in on_disk  # a plain run: neither key
+    assert "shard" not in on_disk["benchmarks"][FIXTURE]
     assert load_summary(tmp_path) == summary
 
 
@@ -106,5 +108,13 @@ def test_a_merge_of_shards_still_reads_its_summary(tmp_path):
     for i in (0, 1):
         run_eval(EvalConfig(benchmarks=[FIXTURE], model="gold", out=str(tmp_path / f"s{i}"), shard=f"{i}/2",
                             benchmark_config={FIXTURE: {"n": 4}}))
+    for i in (0, 1):  # a shard's summary reads back typed: the run's ShardRun, each entry's ShardPart
+        shard = load_summary(tmp_path / f"s{i}")
+        assert isinstance(shard.shard, ShardRun) and (shard.shard.shard, shard.shard.count) == (f"{i}/2", 2)
+        part = shard.benchmarks[FIXTURE].shard
+        assert isinstance(part, ShardPart) and part.pairs_total == 4 and part.pairs == shard.shard.pairs
+        assert shard.merged_from is None
     merged = merge_runs([str(tmp_path / "s0"), str(tmp_path / "s1")], str(tmp_path / "m"))
     assert merged.benchmarks[FIXTURE].tasks_run == 4 and load_summary(tmp_path / "m") == merged
+    assert merged.shard is None and merged.benchmarks[FIXTURE].shard is None
+    assert [s["shard"] for s in merged.merged_from["shards"]] == ["0/2", "1/2"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -45,11 +46,25 @@ def records(run: Path, bench: str) -> dict:
 
 
 def comparable_summary(run: Path) -> dict:
+    """summary.json without what differs by design: the time, the run directory, a merge's own record."""
     summary = json.loads((run / "summary.json").read_text())
     summary.pop("updated_at")
+    summary.pop("merged_from", None)
     for entry in summary["benchmarks"].values():
         entry["runs_dir"] = Path(entry["runs_dir"]).name
     return summary
+
+
+def summary_md_without_merge_note(run: Path) -> str:
+    """summary.md less the paragraph that says it is a merge (asserted on its own)."""
+    text = (run / "summary.md").read_text()
+    assert text.count("**Merged from ") == 1
+    return re.sub(r"\*\*Merged from [^\n]*\n\n", "", text)
+
+
+def work_files(run: Path, bench: str) -> dict[str, bytes]:
+    root = run / bench / "work"
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def eval_cli(*args: str) -> int:
@@ -100,6 +115,25 @@ def test_merged_shards_equal_the_unsharded_run(tmp_path, capsys):
     sizes = [len(records(d, "fixture_echo")) + len(records(d, "fixture_depends")) for d in shards]
     assert all(sizes) and sum(sizes) == 2 * (9 + 4 * 4 + 6)
 
+    # each shard's summary says it is one, with its pairs and the command that merges them
+    merge_cmd = f"python -m unified.eval --merge {' '.join(map(str, shards))} --out {tmp_path}"
+    for i, (d, size) in enumerate(zip(shards, sizes)):
+        summary = json.loads((d / "summary.json").read_text())
+        assert summary["shard"] == {"shard": f"{i}/3", "index": i, "count": 3, "pairs": size, "pairs_total": 62,
+                                    "merge_command": merge_cmd, "note": f"not a whole run; merge with `{merge_cmd}`"}
+        for name, entry in summary["benchmarks"].items():
+            total = 2 * 9 if name == ECHO else 2 * (4 * 4 + 6)  # setup tasks (not scored) are pairs too
+            pairs = len(records(d, "fixture_echo" if name == ECHO else "fixture_depends"))
+            assert entry["shard"] == {"shard": f"{i}/3", "pairs": pairs, "pairs_total": total}
+            assert not entry["comparable"]
+            assert f"shard {i}/3: {pairs} of {total} (task, trial) pairs, not a whole run" \
+                in entry["not_comparable_because"]
+        md = (d / "summary.md").read_text()
+        assert f"**Shard {i}/3: not a whole run.** It holds {size} of 62 (task, trial) pairs" in md
+        assert f"Merge the 3 shards with `{merge_cmd}`" in md
+    assert "shard" not in json.loads((tmp_path / "whole" / "summary.json").read_text())
+    assert "Shard" not in (tmp_path / "whole" / "summary.md").read_text()
+
     # a shard killed half-way resumes on its own: cut its records, rerun the same command
     cut = shards[1] / "fixture_echo" / "results.jsonl"
     kept = cut.read_text().splitlines()
@@ -113,7 +147,44 @@ def test_merged_shards_equal_the_unsharded_run(tmp_path, capsys):
         whole, merged = records(tmp_path / "whole", bench), records(tmp_path / "merged", bench)
         assert merged == whole and all(r["passed"] for r, _ in whole.values())  # gold: every pair passes
     assert comparable_summary(tmp_path / "merged") == comparable_summary(tmp_path / "whole")
-    assert (tmp_path / "merged" / "summary.md").read_text() == (tmp_path / "whole" / "summary.md").read_text()
+    assert summary_md_without_merge_note(tmp_path / "merged") == (tmp_path / "whole" / "summary.md").read_text()
+    # the shards' work dirs (here: the fixture's record of finished dependencies) come into the merge
+    whole_work = work_files(tmp_path / "whole", "fixture_depends")
+    assert len(whole_work) == 4 * 4 + 6 and work_files(tmp_path / "merged", "fixture_depends") == whole_work
+    merged_from = json.loads((tmp_path / "merged" / "summary.json").read_text())["merged_from"]
+    assert merged_from["shards"] == [{"dir": str(d), "shard": f"{i}/3"} for i, d in enumerate(shards)]
+    assert merged_from["work"] == {"fixture_depends": {"dir": str(tmp_path / "merged" / "fixture_depends" / "work"),
+                                                       "files": 22}}
+    assert merged_from["work_conflicts"] == []
+    md = (tmp_path / "merged" / "summary.md").read_text()
+    assert f"**Merged from 3 shards** (`--merge`): `{shards[0]}` (0/3)" in md
+    assert f"fixture_depends 22 into `{tmp_path / 'merged' / 'fixture_depends' / 'work'}`" in md
+
+
+def test_merge_keeps_one_copy_of_a_work_file_two_shards_hold_and_lists_the_other(tmp_path):
+    common = ["--benchmarks", DEPENDS, "--set", f"benchmarks.{DEPENDS}.groups=3"]
+    shards = [tmp_path / f"s{i}" for i in range(2)]
+    for i, d in enumerate(shards):
+        assert eval_cli(*common, "--out", str(d), "--shard", f"{i}/2") == 0
+    for i, d in reversed(list(enumerate(shards))):  # shard 1 written first: the order on disk does not decide
+        work = d / "fixture_depends" / "work"
+        (work / "notes").mkdir(parents=True, exist_ok=True)
+        (work / "notes" / "same.txt").write_text("same bytes")
+        (work / "notes" / "state.json").write_text(f'{{"from": {i}}}')
+    merged = tmp_path / "m"
+    assert main(["--merge", str(shards[1]), str(shards[0]), "--out", str(merged)]) == 0
+    work = merged / "fixture_depends" / "work"
+    assert (work / "notes" / "state.json").read_text() == '{"from": 0}' and (work / "notes" / "same.txt").exists()
+    summary = json.loads((merged / "summary.json").read_text())
+    assert summary["merged_from"]["work_conflicts"] == [{"path": "fixture_depends/work/notes/state.json",
+                                                         "kept": str(shards[0]), "other": str(shards[1])}]
+    assert "1 work file(s) differed between shards" in (merged / "summary.md").read_text()
+    # merging again replaces the work dir too (a file gone from the shards is gone from the merge)
+    (shards[1] / "fixture_depends" / "work" / "notes" / "state.json").unlink()
+    (shards[0] / "fixture_depends" / "work" / "notes" / "state.json").unlink()
+    assert main(["--merge", *map(str, shards), "--out", str(merged)]) == 0
+    assert not (work / "notes" / "state.json").exists()
+    assert json.loads((merged / "summary.json").read_text())["merged_from"]["work_conflicts"] == []
 
 
 def test_merge_refuses_what_is_not_the_shards_of_one_command(tmp_path, capsys):
@@ -157,6 +228,10 @@ def test_bfcl_memory_questions_stay_with_their_conversations(tmp_path):
     assert records(tmp_path / "merged", "bfcl_v4") == whole
     assert all(r["passed"] for r, _ in whole.values() if not r["details"].get("prereq"))
     assert comparable_summary(tmp_path / "merged") == comparable_summary(tmp_path / "whole")
+    # BFCL's memory snapshots (the work dir) of every shard are in the merged run, under the same names
+    whole_work = work_files(tmp_path / "whole", "bfcl_v4")
+    assert any("memory_snapshot" in name for name in whole_work)
+    assert work_files(tmp_path / "merged", "bfcl_v4").keys() == whole_work.keys()
 
 
 def test_bad_shard_flags_are_usage_errors(tmp_path, capsys):

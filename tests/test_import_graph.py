@@ -9,7 +9,8 @@ inside a function (a function-local import is still a dependency), or through
     listed :data:`KNOWN_EXCEPTIONS`, each of which must still exist (a fixed one is removed here);
 (b) no cycle between the packages of ``unified``;
 (c) no evaluator imports another evaluator, and evaluators import floors 0-2 only (the adapter SDK
-    ``unified.benchmarks`` is on floor 2), never ``unified.agent`` or ``unified.eval``;
+    ``unified.benchmarks`` is on floor 2), never ``unified.agent`` or ``unified.eval``, and never
+    ``unified.sandbox``: untrusted work runs through ``unified.execution`` (:data:`EVALUATOR_FORBIDDEN`);
 (d) the core (``unified``) never imports ``evaluators``.
 
 ``python tests/test_import_graph.py`` prints the graph's figures (cycles, strongly connected
@@ -164,7 +165,7 @@ def _explain(graph: ImportGraph, pairs) -> str:
 
 FLOORS: dict[str, int] = {
     "unified.types": 0, "unified.config": 0, "unified.registry": 0, "unified.store": 0, "unified.text": 0,
-    "unified.scan": 0,
+    "unified.chatformat": 0,
     "unified.models": 1, "unified.kernels": 1, "unified.sandbox": 1,
     "unified.inference": 2, "unified.execution": 2, "unified.benchmarks": 2,
     "unified.agent": 3, "unified.rewards": 3,
@@ -177,9 +178,13 @@ FLOORS: dict[str, int] = {
 EVALUATOR_CEILING = 2
 """Evaluators import floors 0-2 (types ... inference, execution, the adapter SDK), nothing above."""
 
-KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("unified.text", "unified.inference"): "text.parse_observation uses inference.reasoning's <think> split",
+EVALUATOR_FORBIDDEN: dict[str, str] = {
+    "unified.sandbox": "adapters run untrusted work through unified.execution (a backend's session, or "
+                       "unified.execution.confined for a workspace on the host), the one sandbox API",
 }
+"""Nodes below the evaluators' ceiling that they still do not import, each with what to use instead."""
+
+KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {}
 """Edges that break a floor today, each with why; to be removed, not added to."""
 
 
@@ -232,6 +237,13 @@ def test_no_cycles_between_unified_packages():
     groups = strongly_connected(core)
     pairs = [(a, b) for group in groups for a in group for b in group if b in core.get(a, ())]
     assert groups == [], f"import cycles {groups}:\n{_explain(GRAPH, pairs)}"
+
+
+def test_evaluators_use_one_sandbox_api():
+    bad = [(s, t) for s, ts in GRAPH.edges.items() if s.startswith("evaluators.")
+           for t in sorted(ts) if t in EVALUATOR_FORBIDDEN]
+    reasons = "\n".join(f"{t}: {EVALUATOR_FORBIDDEN[t]}" for t in sorted({t for _, t in bad}))
+    assert not bad, _explain(GRAPH, bad) + "\n" + reasons
 
 
 def test_no_evaluator_imports_another():

@@ -1,8 +1,9 @@
-"""The one model-spec grammar (unified.inference.spec) and the one reasoning split/join."""
+"""The one model-spec grammar (unified.inference.spec) and the one reasoning split/join (unified.chatformat.reasoning)."""
 
 import pytest
 
-from unified.inference import ModelSpec, SpecError, join_reasoning, parse_spec, split_reasoning, strip_reasoning
+from unified.chatformat.reasoning import join_reasoning, split_reasoning, strip_reasoning
+from unified.inference import ModelSpec, SpecError, parse_spec
 from unified.inference.openai_compat import parse_endpoint_spec
 from unified.models import CheckpointNotFoundError
 from unified.registry import UnknownNameError

@@ -16,7 +16,6 @@ from unified.lwm import (
     AWBRecord,
     RecordError,
     load_records,
-    parse_observation,
     read_records,
     rl_dataset,
     sample_one_turn_per_trajectory,
@@ -24,6 +23,7 @@ from unified.lwm import (
     trajectory_records,
     write_records,
 )
+from unified.chatformat.observation import parse_observation
 from unified.lwm.dataset import _prompt_tokens as prompt_tokens
 from unified.models.tiny import train_tiny_tokenizer
 

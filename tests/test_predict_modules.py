@@ -12,7 +12,7 @@ import copy
 import pytest
 
 from test_trace_fixtures import fixture_weather_episode
-from unified.agent.parsing import parse_completion
+from unified.chatformat.toolcalls import parse_completion
 from unified.agent.prompting import PROMPTING, make_prompting, prompting_names
 from unified.predict import PREDICTION_TAG, PredictThenAct, PredictThenActReflect
 from unified.types import EpisodeResult, Message, Observation, ToolSpec

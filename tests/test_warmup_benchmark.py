@@ -35,7 +35,8 @@ def test_before_after_reports_paired_scores_and_resumes(tmp_path, tiny_checkpoin
         args = ["--recipe", str(REPO / "recipes/warmup/embedded_cpu.yaml"), "--eval-before-after",
                 "--heldout-temperature", "0",
                 *tiny_cli_overrides(tiny_checkpoint, data, out, f"train.max_steps={max_steps}", "train.save_steps=1",
-                                    "data.heldout_size=4", "train.learning_rate=1e-3")]
+                                    "data.heldout_size=4", "train.learning_rate=1e-3", "data.validation_size=2",
+                                    "monitor.probe_size=2", "monitor.keep_best=true")]
         capsys.readouterr()
         assert main(args) == 0
         return json.loads((out / REPORT_FILE).read_text())
@@ -45,6 +46,7 @@ def test_before_after_reports_paired_scores_and_resumes(tmp_path, tiny_checkpoin
     assert "repetition loops in the held-out completions:" in printed and "of 4 before" in printed
     assert set(first["loops"]) == {"before", "after"} and all(0 <= v <= 4 for v in first["loops"].values())
     assert first["status"] == "done" and first["steps"] == 1 and first["heldout_size"] == 4
+    assert first["validation_size"] == 2 and first["collapse"]["best_step"] in (0, 1)  # the recipe's keep_best
     assert first["settings"]["temperature"] == 0 and first["settings"]["samples_per_prompt"] == 1
     assert first["settings"]["rewards"] == ["similarity"]  # the CPU recipe's graded reward
     before, after = first["before"], first["after"]
@@ -55,7 +57,12 @@ def test_before_after_reports_paired_scores_and_resumes(tmp_path, tiny_checkpoin
     assert first["paired"]["mean_diff"] == pytest.approx(after["mean_reward"] - before["mean_reward"])
     assert len(first["step_times"]) == 1 and first["peak_memory"]["memory/peak_rss_gib"] > 0
 
+    # a record written before `enable_thinking` was renamed `thinking` is still reused
+    stored = json.loads((out / REPORT_FILE).read_text())
+    stored["settings"]["enable_thinking"] = stored["settings"].pop("thinking")
+    (out / REPORT_FILE).write_text(json.dumps(stored))
     second = run(2)  # more steps: the "before" scores are reused, training resumes at step 1
-    assert "before (from" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "before (from" in printed and "enable_thinking read as thinking" in printed
     assert second["before"] == before and second["steps"] == 2 and len(second["step_times"]) == 2
     assert json.loads((out / "run.json").read_text())["resumed_from"].endswith("checkpoint-1")

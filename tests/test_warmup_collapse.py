@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from transformers import TrainerCallback
 from _warmup_support import fixture_rl_dataset, tiny_overrides, tiny_policy, token_f1
 
 from unified.config import ConfigError
@@ -144,3 +145,80 @@ def test_the_probe_leaves_the_training_rng_alone():
     probe = guard.measure_probe(model)
     assert torch.equal(torch.rand(3), expected)  # the rollouts after a probe draw what they would have drawn
     assert set(probe) >= {"probe/loop_share", "probe/reward", "probe/kl_to_start"}
+
+
+class _ScriptedProbeScore:
+    """A probe reward that scores the start and each step with a fixed script (the step to keep is known)."""
+
+    __name__ = "scripted_probe_score"
+
+    def __init__(self, script: list[float]):
+        self.script, self.calls = list(script), 0
+
+    def __call__(self, completions, **kwargs) -> list[float]:
+        value = self.script[min(self.calls, len(self.script) - 1)]
+        self.calls += 1
+        return [value] * len(completions)
+
+
+class _WeightsPerStep(TrainerCallback):
+    """A callback that copies the trainable weights after every optimizer step."""
+
+    def __init__(self):
+        self.steps: dict[int, dict[str, torch.Tensor]] = {}
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        self.steps[state.global_step] = _trainable(model)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script, best", [([0.0, 5.0, 1.0, 2.0], 1), ([3.0, 1.0, 2.0, 2.5], 0), ([0.0, 1.0, 2.0, 3.0], 3)])
+def test_keep_best_ends_with_the_weights_of_the_best_validation_step(tmp_path, script, best):
+    from unified.models import load_checkpoint
+    from unified.warmup.trainer import run_warmup
+
+    model, tok = tiny_policy(seed=0)
+    start = _trainable(model)
+    cfg = load_warmup_config(None, tiny_overrides(tmp_path, "train.max_steps=3", "train.learning_rate=1e-2",
+                                                  "monitor.probe_size=2", "data.validation_size=2",
+                                                  "monitor.keep_best=true", "monitor.probe_kl=false"))
+    seen = _WeightsPerStep()
+    result = run_warmup(cfg, train_dataset=fixture_rl_dataset(), reward_funcs=[token_f1], model=model, tokenizer=tok,
+                        validation_dataset=fixture_rl_dataset(2), probe_rewards=([_ScriptedProbeScore(script)], [1.0]),
+                        callbacks=[seen])
+    assert result.global_step == 3 and result.collapse["best_step"] == best
+    assert result.collapse["best_probe_reward"] == max(script)
+    expected = start if best == 0 else seen.steps[best]
+    assert any(not torch.equal(seen.steps[3][n], expected[n]) for n in expected) or best == 3
+    final = dict(load_checkpoint(result.final_dir, dtype=torch.float32).model.named_parameters())
+    assert all(torch.equal(final[n].detach(), expected[n]) for n in expected)
+    records = [r for r in read_metrics(tmp_path / METRICS_FILE) if "probe/reward" in r]
+    assert [r["probe/reward"] for r in records] == script[1:]
+    assert not any("probe/kl_to_start" in r for r in records)  # probe_kl off
+
+
+def test_keep_best_needs_a_validation_probe(tmp_path):
+    with pytest.raises(ConfigError, match="monitor.keep_best"):
+        load_warmup_config(None, tiny_overrides(tmp_path, "monitor.keep_best=true", "monitor.probe_size=4"))
+    with pytest.raises(ConfigError, match="data.validation_size"):
+        load_warmup_config(None, tiny_overrides(tmp_path, "monitor.keep_best=true", "data.validation_size=4"))
+
+
+def test_the_validation_split_leaves_the_heldout_rows_alone(tmp_path):
+    from unified.warmup.data import load_splits
+
+    base = ["data.train=[data/lwm]", "data.heldout_size=6", "data.max_prompt_tokens=null"]
+    plain = load_splits(load_warmup_config(None, tiny_overrides(tmp_path, *base)))
+    split = load_splits(load_warmup_config(None, tiny_overrides(tmp_path, *base, "data.validation_size=5")))
+    assert plain.validation is None and len(split.validation) == 5
+    assert list(split.heldout["sample_id"]) == list(plain.heldout["sample_id"])
+    train, val, held = (set(s["sample_id"]) for s in (split.train, split.validation, split.heldout))
+    assert not (train & val) and not (train & held) and not (val & held)
+    assert train | val == set(plain.train["sample_id"])
+
+
+def test_the_probe_is_refused_with_sharded_weights(tmp_path):
+    sharded = ["launch.cpu_processes=2", "launch.distributed=deepspeed_zero3", "monitor.probe_size=2"]
+    with pytest.raises(ConfigError, match="monitor.probe_size: the probe decodes with the whole model"):
+        load_warmup_config(None, tiny_overrides(tmp_path, *sharded))
+    load_warmup_config(None, tiny_overrides(tmp_path, *sharded[:1], "launch.distributed=ddp", sharded[2]))

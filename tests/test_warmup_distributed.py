@@ -41,32 +41,73 @@ def _env() -> dict[str, str]:
     return {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
 
 
-@pytest.mark.slow
-def test_one_gspo_step_of_two_processes_equals_one_process(tmp_path):
+def _one_step(out: Path, launcher: list[str], *overrides: str) -> dict:
+    """``tests/_gspo_step_program.py`` under ``launcher`` (empty: one plain process); its ``step.pt``."""
     import torch
 
-    program = str(TESTS / "_gspo_step_program.py")
-    one, two = tmp_path / "one", tmp_path / "two"
-    for out, cmd in ((one, [PYTHON, program, str(one)]),
-                     (two, [PYTHON, "-m", "accelerate.commands.launch", "--config_file",
-                            str(REPO / "recipes/accelerate/ddp_cpu.yaml"), "--num_processes", "2",
-                            "--main_process_port", str(free_port()), program, str(two)])):
-        out.mkdir()
-        done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(),
-                              cwd=tmp_path, timeout=300)
-        assert done.returncode == 0, done.stdout[-4000:]
-    a, b = torch.load(one / "step.pt"), torch.load(two / "step.pt")
+    out.mkdir()
+    cmd = [PYTHON, *launcher, str(TESTS / "_gspo_step_program.py"), str(out), *overrides]
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(),
+                          cwd=out.parent, timeout=400)
+    assert done.returncode == 0, done.stdout[-4000:]
+    return torch.load(out / "step.pt")
+
+
+def _accelerate(config: Path) -> list[str]:
+    return ["-m", "accelerate.commands.launch", "--config_file", str(config), "--num_processes", "2",
+            "--main_process_port", str(free_port())]
+
+
+def assert_same_step(a: dict, b: dict, *, extra_grads_zero: bool = False) -> None:
+    """Step ``b`` (2 processes) equals step ``a`` (1 process): loss, gradients, updated weights within
+    the fp32 tolerances above. ``extra_grads_zero``: ``b`` may have gradients where ``a`` has none
+    (ZeRO-3 reports a zero gradient for an expert no token reached; one process reports None)."""
+    import torch
+
     assert (a["world"], b["world"]) == (1, 2)
     assert b["loss"] == pytest.approx(a["loss"], rel=1e-6, abs=1e-7)
-    assert a["grads"].keys() == b["grads"].keys() and len(a["grads"]) > 10
+    if extra_grads_zero:
+        for name in b["grads"].keys() - a["grads"].keys():
+            assert not b["grads"][name].any(), name
+    else:
+        assert a["grads"].keys() == b["grads"].keys()
+    assert a["grads"].keys() <= b["grads"].keys() and len(a["grads"]) > 10
     assert any(g.abs().max() > 1e-3 for g in a["grads"].values())  # a step that moves something
     for name, grad in a["grads"].items():
         torch.testing.assert_close(b["grads"][name], grad, atol=GRAD_ATOL, rtol=GRAD_RTOL, msg=name)
     moved = 0
+    assert a["weights"].keys() == b["weights"].keys()
     for name, weight in a["weights"].items():
         torch.testing.assert_close(b["weights"][name], weight, atol=WEIGHT_ATOL, rtol=0, msg=name)
         moved += name in a["grads"]
     assert moved == len(a["grads"])
+
+
+@pytest.mark.slow
+def test_one_gspo_step_of_two_processes_equals_one_process(tmp_path):
+    a = _one_step(tmp_path / "one", [])
+    b = _one_step(tmp_path / "two", _accelerate(REPO / "recipes/accelerate/ddp_cpu.yaml"))
+    assert_same_step(a, b)
+
+
+NO_CLIP = 1e6  # ZeRO-3's engine clips to gradient_clipping inside its step; one process clips nothing
+
+
+@pytest.mark.slow
+def test_one_zero3_step_of_two_processes_equals_one_process(tmp_path):
+    """DeepSpeed ZeRO-3 on 2 CPU processes (its CPU accelerator, gloo): the same step as one process."""
+    pytest.importorskip("deepspeed", reason="deepspeed is not installed (`DS_BUILD_OPS=0 pip install "
+                        "deepspeed==0.19.8` runs it on CPUs too)")
+    import yaml
+
+    config = yaml.safe_load((REPO / "recipes/accelerate/deepspeed_zero3_cpu.yaml").read_text())
+    config["deepspeed_config"]["gradient_clipping"] = NO_CLIP
+    path = tmp_path / "zero3.yaml"
+    path.write_text(yaml.safe_dump(config))
+    a = _one_step(tmp_path / "one", [], f"train.max_grad_norm={NO_CLIP}")
+    b = _one_step(tmp_path / "two", _accelerate(path), f"train.max_grad_norm={NO_CLIP}")
+    assert b["layout"] == "DEEPSPEED"
+    assert_same_step(a, b, extra_grads_zero=True)
 
 
 def _dry_run(**env: str) -> subprocess.CompletedProcess:

@@ -35,10 +35,12 @@ def test_two_cpu_processes_train_resume_and_stop_at_max_steps(tmp_path, tiny_che
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
 
     def launch(max_steps: int) -> str:
+        # the recipe's validation probe and keep_best on: every rank decodes the probe and keeps the same step
         cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config),
                "--main_process_port", "0", "-m", "unified.warmup",
                "--recipe", str(REPO / "recipes/warmup/embedded_cpu.yaml"),
-               *tiny_cli_overrides(tiny_checkpoint, data, out, f"train.max_steps={max_steps}", "train.save_steps=1")]
+               *tiny_cli_overrides(tiny_checkpoint, data, out, f"train.max_steps={max_steps}", "train.save_steps=1",
+                                   "data.validation_size=2", "monitor.probe_size=2", "monitor.keep_best=true")]
         done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path,
                               timeout=300)
         assert done.returncode == 0, done.stdout[-4000:]
@@ -46,6 +48,8 @@ def test_two_cpu_processes_train_resume_and_stop_at_max_steps(tmp_path, tiny_che
 
     first = launch(1)
     assert first.count("unified.warmup: 1 steps") == 2  # both ranks trained
+    assert first.count("unified.warmup: probe at step 0") == 1  # rank 0 prints
+    assert json.loads((out / "run.json").read_text())["collapse"]["best_step"] in (0, 1)
     assert {p.name for p in (out / "checkpoint-1").glob("rng_state_*.pth")} == {"rng_state_0.pth",
                                                                                 "rng_state_1.pth"}
     second = launch(2)

@@ -3,7 +3,7 @@
 Tools are the task's own (``tools`` with ``input_schema``), each POSTed as JSON to its
 ``tool_endpoints`` URL on the running mock service, plus the benchmark's sandbox tools
 (``Bash``, ``Read``, ``Write``, ``Edit``, ``Glob``, ``Grep``) on a workspace that holds the
-task's ``sandbox_files`` at ``/workspace/<path>``, confined by :class:`unified.sandbox.Sandbox`
+task's ``sandbox_files`` at ``/workspace/<path>``, confined by :class:`unified.execution.confined.Sandbox`
 (read-only root, no network, limits). The browser/media tools of the benchmark's Docker image
 (``BrowserScreenshot``, ``ReadMedia``, ...) are not offered; ``metadata`` says so. Every call is
 logged as the benchmark's ``ToolDispatch`` record (status, request, response), which the
@@ -23,15 +23,21 @@ from typing import Any
 import httpx
 
 from unified.benchmarks.contract import Environment
-from unified.sandbox import Sandbox, ScratchSandbox
-from unified.sandbox.copying import CopyBudget, CopyBudgetExceeded, copy_confined
-from unified.sandbox.hostenv import DEFAULT_PATH
+from unified.execution.confined import (
+    DEFAULT_PATH,
+    CopyBudget,
+    CopyBudgetExceeded,
+    Sandbox,
+    ScratchSandbox,
+    copy_confined,
+    run_op,
+    run_shell,
+)
 from unified.types import Episode, Message, Observation, ToolCall, ToolSpec
 
 from evaluators.claw_eval import official
 from evaluators.claw_eval.services import ServiceGroup, ServiceSpec
 from evaluators.claw_eval.tasks import ClawTask, fixture_source
-from unified.sandbox.ops import run_op, run_shell
 
 WORKSPACE = "/workspace"
 SHIM_DIR = "/tmp/.unified-shims"

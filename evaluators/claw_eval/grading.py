@@ -14,10 +14,10 @@ Over T tasks with k = 3 trials each (missing or crashed trials count as 0)::
     pass@3 = 100/T * #{t : some score_{t,i} >= 0.75}
 
 The grader is benchmark code run on model output, so it runs in its own process inside
-:class:`unified.sandbox.Sandbox` (read-only root, the checkout and this interpreter mounted
+:class:`unified.execution.confined.Sandbox` (read-only root, the checkout and this interpreter mounted
 read-only, scratch workspace, ``python -I``, ``$HOME`` in its private ``/tmp``) with no network:
 its LLM judge is reached through a Unix socket that relays to the judge's endpoint only
-(:class:`unified.sandbox.relay.EndpointRelay`, which also adds the API key, so the key never
+(:class:`unified.execution.confined.EndpointRelay`, which also adds the API key, so the key never
 enters the grader). The judge keeps the checkout's own prompts, ``max_tokens`` (8192 in
 ``claw_eval/graders/llm_judge.py``; ``judge_max_tokens`` caps it, and the result then says so)
 and retry rule: an answer it cannot parse is asked again (up to 30 retries, back-off shortened).
@@ -37,8 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from unified.sandbox import Sandbox, SandboxConfig
-from unified.sandbox.relay import EndpointRelay
+from unified.execution.confined import EndpointRelay, Sandbox, SandboxConfig
 from unified.types import Episode
 
 PASS_THRESHOLD = 0.75

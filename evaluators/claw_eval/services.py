@@ -39,7 +39,7 @@ from typing import Any
 
 import httpx
 
-from unified.sandbox.hostenv import minimal_host_env
+from unified.execution.confined import minimal_host_env
 
 _LIVE: set["ServiceGroup"] = set()
 _LIVE_LOCK = threading.Lock()

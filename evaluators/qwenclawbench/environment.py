@@ -2,7 +2,7 @@
 
 The agent gets the tools of the benchmark's agent (OpenClaw): ``read``, ``write``, ``edit``,
 ``exec``, ``web_fetch`` and ``web_search``. Every call runs inside one
-:class:`unified.sandbox.Sandbox` whose only writable place is the task's workspace (mounted
+:class:`unified.execution.confined.Sandbox` whose only writable place is the task's workspace (mounted
 at ``/workspace``), with a read-only root, no network, and time/memory/process limits. Docker
 with the official image is not used by this adapter; ``metadata["sandbox"]`` says which
 sandbox ran (``bwrap``), and the results carry it.
@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from unified.benchmarks.contract import Environment
-from unified.sandbox import Sandbox, ScratchSandbox
+from unified.execution.confined import Sandbox, ScratchSandbox, run_op, run_shell
 from unified.types import Episode, Message, Observation, ToolCall, ToolSpec
 
-from unified.sandbox.ops import run_op, run_shell
 from evaluators.qwenclawbench.tasks import QCBTask, materialise_workspace
 
 WORKSPACE_MOUNT = "/workspace"

@@ -13,13 +13,13 @@ each (R = 3 in the study) is the mean over tasks of the per-task mean over runs;
 in percent, with pass@k / pass^k over *perfect* runs (score = 1) and the per-category means.
 
 The automated checks are benchmark code that reads model output: they run in a separate
-process inside :class:`unified.sandbox.Sandbox` (no network, read-only root, a *copy* of the
+process inside :class:`unified.execution.confined.Sandbox` (no network, read-only root, a *copy* of the
 final workspace as the only writable place), never in our process. Nothing the agent wrote may
 run inside the grader: the interpreter is started isolated (``python3 -I``: no user site
 directory, no ``PYTHON*`` variables, no script or working directory on ``sys.path``), its
 ``$HOME`` is the grader's private ``/tmp`` rather than the workspace, and the copy leaves out
 FIFOs, sockets and device files (a grader that opened one would hang) and has a size budget
-(:func:`unified.sandbox.copying.copy_workspace`).
+(:func:`unified.execution.confined.copy_workspace`).
 """
 
 from __future__ import annotations
@@ -34,9 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from unified.benchmarks.aggregate import pass_at_k, pass_pow_k
-from unified.sandbox import Sandbox, SandboxConfig
-from unified.sandbox.copying import CopyBudget, CopyRefused, copy_workspace
-from unified.scan import tag_blocks
+from unified.execution.confined import CopyBudget, CopyRefused, Sandbox, SandboxConfig, copy_workspace
+from unified.chatformat.scan import tag_blocks
 from unified.text import DATA_RULE, fence_data
 
 PENALTY_THRESHOLD = 0.75

@@ -46,7 +46,7 @@ from urllib.parse import urlparse
 
 import pandas as pd
 
-from unified.scan import NextMatch
+from unified.chatformat.scan import NextMatch
 from unified.text import DATA_RULE, fence_data
 
 Judge = Callable[[str], str]

@@ -20,8 +20,8 @@ import pytest
 
 from fixture_eval_bench import FixtureAdapter, FixtureEnv
 from unified.agent.loop import AgentLoop, Job
-from unified.agent.parsing import (MAX_JSON_DEPTH, UntrustedJSONError, calls_from_structured, load_untrusted_json,
-                                   parse_completion)
+from unified.chatformat.toolcalls import calls_from_structured, parse_completion
+from unified.chatformat.untrusted import MAX_JSON_DEPTH, UntrustedJSONError, load_untrusted_json
 from unified.agent.prompting import PROMPTING, PromptingModule
 from unified.eval.config import EvalConfig
 from unified.eval.runner import run_eval

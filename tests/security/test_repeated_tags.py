@@ -20,10 +20,10 @@ import sys
 import textwrap
 from pathlib import Path
 
-from unified.agent.parsing import _named_tags, parse_completion
-from unified.inference.reasoning import strip_reasoning
-from unified.scan import NextMatch, remove_tag_blocks, tag_blocks
-from unified.text import parse_observation
+from unified.chatformat.toolcalls import _named_tags, parse_completion
+from unified.chatformat.reasoning import strip_reasoning
+from unified.chatformat.scan import NextMatch, remove_tag_blocks, tag_blocks
+from unified.chatformat.observation import parse_observation
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -79,11 +79,11 @@ def test_parsing_keeps_its_results():
 
 
 _FUZZ = textwrap.dedent("""
-    from unified.agent.parsing import parse_completion
-    from unified.inference.reasoning import strip_reasoning
+    from unified.chatformat.toolcalls import parse_completion
+    from unified.chatformat.reasoning import strip_reasoning
     from unified.predict.blocks import find_blocks
     from unified.rewards.rubric import parse_judge_answer
-    from unified.text import parse_observation
+    from unified.chatformat.observation import parse_observation
     N = 32000
     assert strip_reasoning("a</think>" + "<think>" * N) == ""
     calls = parse_completion("<tool_call>\\n<function=a>\\n" + "<parameter=" * N, []).tool_calls

@@ -20,7 +20,7 @@ import pytest
 from fixture_eval_bench import FixtureAdapter
 from security._tool_call_fuzz import TOOL, mutate, mutations
 from unified.agent.loop import AgentLoop, Job
-from unified.agent.parsing import parse_completion
+from unified.chatformat.toolcalls import parse_completion
 from unified.eval.rundir import BenchmarkStore
 from unified.store import json_line
 from unified.agent.replay import GoldReplayer, Replayer
@@ -96,7 +96,7 @@ def test_agent_loop_finishes_every_episode_of_every_mutation(corpus, tmp_path):
     assert len(store.load()) == len(store.episodes()) == len(corpus) // 100
 
 
-class FuzzedGoldPolicy(GoldReplayer):
+class FuzzedGoldReplayer(GoldReplayer):
     """The gold calls of each BFCL turn, mutated (seeded): valid calls of the real tools, then broken."""
 
     name = model = "fuzzed_gold"
@@ -126,7 +126,7 @@ def test_bfcl_eval_with_a_fuzzing_model_has_a_result_for_every_task(tmp_path):
     limit, categories = 24, "single_turn,multi_turn,memory_kv"
     cfg = EvalConfig(benchmarks=["bfcl_v4"], model="fuzzed_gold", out=str(tmp_path), limit=limit, max_in_flight=8,
                      benchmark_config={"bfcl_v4": {"categories": categories}})
-    policy = FuzzedGoldPolicy(seed=SEED)
+    policy = FuzzedGoldReplayer(seed=SEED)
     summary = run_eval(cfg, policy=policy)
     store = BenchmarkStore(tmp_path, "bfcl_v4")
     results, episodes = store.load(), store.episodes()

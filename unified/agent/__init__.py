@@ -1,4 +1,5 @@
-"""The multi-turn agent loop, tool-call parsing/rendering, reasoning handling, prompting hooks.
+"""The multi-turn agent loop, its worker threads and the prompting hooks (model output is read by
+:mod:`unified.chatformat`).
 
 Prompting modules (``--prompting``) plug in through :mod:`unified.agent.prompting`.
 """

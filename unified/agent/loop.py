@@ -18,7 +18,7 @@ messages)``) and handles the answer as a policy output; nothing is generated or 
 Either way, per policy output:
 
 1. ``prompting.parse`` strips module blocks; reasoning, answer and tool calls are parsed
-   (:mod:`unified.agent.parsing`), server-parsed calls used when the text holds none;
+   (:mod:`unified.chatformat.toolcalls`), server-parsed calls used when the text holds none;
 2. malformed calls and calls to tools the environment does not offer become error
    observations (the agent sees them and can react); the others go to ``env.step`` together,
    none dropped;
@@ -58,7 +58,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from unified.agent.parsing import calls_from_structured, clean_text, parse_completion
+from unified.chatformat.toolcalls import calls_from_structured, parse_completion
+from unified.chatformat.untrusted import clean_text
 from unified.agent.prompting import make_prompting
 from unified.agent.replay import Replayer
 from unified.agent.workers import (FINISH, OPEN, STEP, USER, EpisodeState, EpisodeWorkers, close_environment,

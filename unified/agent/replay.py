@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from unified.agent.parsing import render_tool_call
+from unified.chatformat.toolcalls import render_tool_call
 from unified.benchmarks.contract import Adapter, Task
 from unified.inference.base import PolicyOutput
 from unified.inference.spec import parse_spec

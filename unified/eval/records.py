@@ -26,6 +26,36 @@ Status = Literal["ok", "partial", "skipped", "error"]
 
 
 @dataclass
+class ShardPart:
+    """A ``--shard I/N`` run's share of one benchmark (:mod:`unified.eval.shards`)."""
+
+    shard: str
+    """``I/N``."""
+    pairs: int
+    """(task, trial) pairs of this benchmark in this shard."""
+    pairs_total: int
+    """(task, trial) pairs of this benchmark in the whole run."""
+
+
+@dataclass
+class ShardRun:
+    """What a ``--shard I/N`` run's summary says about the run as a whole: not a whole run, and how to
+    merge it (:func:`unified.eval.shards.run_kind`)."""
+
+    shard: str
+    """``I/N``."""
+    index: int
+    count: int
+    pairs: int
+    """(task, trial) pairs in this shard, all benchmarks."""
+    pairs_total: int
+    """(task, trial) pairs of the whole run, all benchmarks."""
+    merge_command: str
+    """The ``python -m unified.eval --merge ...`` command that joins the shards."""
+    note: str
+
+
+@dataclass
 class BenchmarkEntry:
     """One benchmark of a run: what ran, its status, the adapter's aggregate and whether the number
     can be put next to the official one. A benchmark that could not even list its tasks (skipped
@@ -74,6 +104,8 @@ class BenchmarkEntry:
     """Suites the adapter declares (None: not recorded, a summary of an older version)."""
     paper_reference: PaperReference | None = None
     """The study's published numbers the adapter declares."""
+    shard: ShardPart | None = None
+    """A ``--shard I/N`` run's share of this benchmark (None, and left out of the JSON, otherwise)."""
 
     def score(self) -> float | None:
         """The headline number, only for a benchmark whose tasks (some or all) ran."""
@@ -113,17 +145,27 @@ class RunSummary:
     """Suite -> benchmark -> score (None when it did not run); each benchmark under one suite."""
     general: GeneralSection | None = None
     """Present when the run asked for the general suite."""
+    shard: ShardRun | None = None
+    """Present in a ``--shard I/N`` run's summary (:mod:`unified.eval.shards`)."""
+    merged_from: dict[str, Any] | None = None
+    """Present in a ``--merge`` run's summary: the contents of its ``shards.json`` (the shard
+    directories, the work files copied and their conflicts; :func:`unified.eval.shards.merge_runs`)."""
 
 
 SUMMARY_FILE = "summary.json"
+_OMITTED_WHEN_NONE = ("general", "shard", "merged_from")
 
 
 def write_summary_json(out: str | Path, summary: RunSummary) -> Path:
     """``out/summary.json``, atomically (:func:`unified.store.write_json_atomic`)."""
     path = Path(out) / SUMMARY_FILE
     data = to_dict(summary)
-    if data.get("general") is None:
-        data.pop("general")
+    for key in _OMITTED_WHEN_NONE:  # a plain run's summary has none of these keys
+        if data.get(key) is None:
+            data.pop(key, None)
+    for entry in data["benchmarks"].values():
+        if entry.get("shard") is None:
+            entry.pop("shard", None)
     write_json_atomic(path, data)
     return path
 

@@ -22,7 +22,8 @@ strictly by :func:`unified.eval.records.load_summary`); its shape::
          "runs_dir", "settings": {...}, "limits": {...},   # where its records are, its Config, its AgentLimits
          "suites": [SUITE, ...], "paper_reference": {"label", "sft", "lwm_rl", "source"}}},  # from the adapter class
      "suites": {SUITE: {NAME: score or null}},
-     "general": {...}}          # the general suite, when asked for (unified.eval.general_report)
+     "general": {...},          # the general suite, when asked for (unified.eval.general_report)
+     "shard": {...} | "merged_from": {...}}    # a --shard run / a --merge (unified.eval.shards)
 
 Each benchmark is listed under one suite: the first of the study's (``in_domain``, ``ood``) its
 adapter declares, else the first it declares, else ``other``.
@@ -70,7 +71,9 @@ from typing import Any, Iterable
 
 from unified.benchmarks.discovery import STUDY_SUITES
 from unified.eval.general_report import general_compare, general_markdown
-from unified.eval.records import BenchmarkEntry, GeneralSection, RunSummary, load_summary, write_summary_json
+from unified.eval.records import (BenchmarkEntry, GeneralSection, RunSummary, ShardRun, load_summary,
+                                  write_summary_json)
+from unified.eval.shards import run_kind_markdown
 from unified.store import write_text_atomic
 
 __all__ = ["NOT_STATED", "STATUSES", "benchmark_entry", "build_summary", "compare", "load_summary", "render_markdown",
@@ -105,12 +108,13 @@ def shorten(text: str, width: int) -> str:
 
 def benchmark_entry(*, tasks: Iterable[Any], results: Iterable[Any], runs: int, runs_protocol: int,
                     aggregate: dict[str, Any], tasks_in_benchmark: int | None = None,
-                    subset: str | None = None) -> BenchmarkEntry:
+                    subset: str | None = None, shard: str | None = None) -> BenchmarkEntry:
     """One benchmark's summary entry: counts by task, status, comparability (module docstring).
 
     ``tasks``: the scored tasks selected for the run; ``results``: their EpisodeResults (all
     trials); ``tasks_in_benchmark``: how many scored tasks the whole benchmark has, when the
-    selection was cut (``--limit``, ``--task-ids``); ``subset``: a description of a ``--split``.
+    selection was cut (``--limit``, ``--task-ids``); ``subset``: a description of a ``--split``;
+    ``shard``: for a ``--shard I/N`` run, the reason that says so (it is never comparable).
     """
     tasks = list(tasks)
     by_task: dict[str, list[Any]] = {t.id: [] for t in tasks}
@@ -150,6 +154,8 @@ def benchmark_entry(*, tasks: Iterable[Any], results: Iterable[Any], runs: int, 
     reasons += [str(r) for r in aggregate.get("not_comparable_because") or []]
     if subset:
         reasons.append(f"subset: {subset}")
+    if shard:
+        reasons.append(shard)
     if tasks_in_benchmark is not None and total < tasks_in_benchmark:
         reasons.append(f"partial: {total} of {tasks_in_benchmark} tasks selected")
     if skipped:
@@ -234,11 +240,13 @@ def _by_suite(benchmarks: dict[str, BenchmarkEntry]) -> dict[str, list[str]]:
 
 
 def build_summary(*, model: str, prompting: str, benchmarks: dict[str, BenchmarkEntry],
-                  general: GeneralSection | None = None) -> RunSummary:
-    """The run's summary record: the entries as given, the suites' scores computed from them."""
+                  general: GeneralSection | None = None, shard: ShardRun | None = None,
+                  merged_from: dict[str, Any] | None = None) -> RunSummary:
+    """The run's summary record: the entries as given, the suites' scores computed from them;
+    ``shard`` / ``merged_from`` for a shard's or a merge's run (:func:`unified.eval.shards.run_kind`)."""
     suites = {suite: {b: benchmarks[b].score() for b in members} for suite, members in _by_suite(benchmarks).items()}
     return RunSummary(model=model, prompting=prompting, updated_at=time.time(), benchmarks=dict(benchmarks),
-                      suites=suites, general=general)
+                      suites=suites, general=general, shard=shard, merged_from=merged_from)
 
 
 def _breakdown_lines(name: str, agg: dict[str, Any]) -> list[str]:
@@ -263,6 +271,7 @@ def _breakdown_lines(name: str, agg: dict[str, Any]) -> list[str]:
 
 def render_markdown(summary: RunSummary) -> str:
     lines = [f"# Eval run: model `{summary.model}`, prompting `{summary.prompting}`", ""]
+    lines += run_kind_markdown(summary)  # a shard, or a merge of shards: said before any number
     benchmarks = summary.benchmarks
     for suite, members in summary.suites.items():
         lines += [f"## {suite}", "",

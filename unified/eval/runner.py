@@ -28,7 +28,8 @@ from unified.eval.identity import claim_run_dir
 from unified.eval.general_report import general_section
 from unified.eval.records import BenchmarkEntry, RunSummary, fill_facts
 from unified.eval.report import benchmark_entry, build_summary, write_summary
-from unified.eval.shards import MissingPairs, check_unsharded_parts, parse_shard, shard_pairs
+from unified.eval.shards import (MissingPairs, check_unsharded_parts, parse_shard, run_kind, shard_pairs, shard_part,
+                                 shard_reason)
 from unified.eval.rundir import BenchmarkStore, RunDirLock
 from unified.store import write_json_atomic
 from unified.inference.base import ChatModel, make_chat_model
@@ -125,8 +126,9 @@ def _run_eval(cfg: EvalConfig, names: list[str], want_general: bool, *,
     general = general_section(out, cfg.general, cfg.model) if want_general else None
 
     def summary() -> RunSummary:
+        shard, merged_from = run_kind(cfg, out, benchmarks)  # a shard's or a merge's run says so (eval.shards)
         return write_summary(out, build_summary(model=cfg.model, prompting=cfg.prompting, benchmarks=benchmarks,
-                                                general=general))
+                                                general=general, shard=shard, merged_from=merged_from))
 
     holder = _Policy(cfg, policy)
     try:
@@ -198,7 +200,9 @@ def _run_benchmark(name: str, cfg: EvalConfig, out: Path, policy: _Policy,
     effective_limits = adapter.agent_limits(cfg.limits)  # the protocol's own budgets, recorded in the summary
     run = RunContext(work_dir=store.work_dir, runs=runs)  # what open and aggregate learn about this run
     recorded = store.load()
-    wanted = shard_pairs(adapter.name or name, tasks, runs, parse_shard(cfg.shard))
+    shard = parse_shard(cfg.shard)
+    pairs_total = len(tasks) * runs
+    wanted = shard_pairs(adapter.name or name, tasks, runs, shard)
     tasks = [t for t in tasks if any((t.id, trial) in wanted for trial in range(runs))]
     jobs = [Job(task, trial) for task in tasks for trial in range(runs)
             if (task.id, trial) in wanted and (task.id, trial) not in recorded]
@@ -237,7 +241,10 @@ def _run_benchmark(name: str, cfg: EvalConfig, out: Path, policy: _Policy,
     entry = benchmark_entry(tasks=[t for t in tasks if t.scored], results=results, runs=runs,
                             runs_protocol=adapter.runs_default, aggregate=aggregate,
                             tasks_in_benchmark=_tasks_in_benchmark(adapter, cfg),
-                            subset=f"--split {cfg.split}" if cfg.split else None)
+                            subset=f"--split {cfg.split}" if cfg.split else None,
+                            shard=shard_reason(shard, len(wanted), pairs_total) if shard else None)
+    if shard:
+        entry.shard = shard_part(shard, len(wanted), pairs_total)
     entry.runs_dir = str(store.dir)
     entry.settings = to_dict(dict(adapter.config))  # the adapter's parsed Config, defaults included
     entry.limits = to_dict(effective_limits)  # after the adapter's agent_limits, not only the flags

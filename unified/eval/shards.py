@@ -16,16 +16,31 @@ with few tasks one shard may get more than another, or none.
 ``python -m unified.eval --merge OUT_0 ... OUT_{N-1} --out OUT`` checks that the directories are
 the N shards of one command (same config but ``out`` and ``shard``; every index once; none still
 running), copies their result and episode lines into ``OUT`` (one line per pair, sorted by task id and
-trial), then lets the runner resume ``OUT`` as the unsharded command with no
-new episode allowed: it computes the same aggregates and summary an unsharded run would,
-from the same records. A pair found in no shard is an error naming the shard to rerun.
+trial) and their ``<benchmark>/work/`` files (adapter state such as BFCL memory snapshots and
+SWE-bench test logs) into ``OUT/<benchmark>/work/``, then lets the runner resume ``OUT`` as the
+unsharded command with no new episode allowed: it computes the same aggregates and summary an
+unsharded run would, from the same records. A pair found in no shard is an error naming the shard
+to rerun. A work file that two shards hold with different bytes keeps the copy of the lower shard
+index; ``OUT/shards.json`` and the summary list the others (they stay in their shard directories).
+
+Summaries say which kind of run they describe: a shard's ``summary.json`` has a top-level
+``"shard"`` (a :class:`unified.eval.records.ShardRun`: ``{"shard": "I/N", "index", "count", "pairs": n,
+"pairs_total": m, "merge_command": ..., "note": ...}``), its benchmarks' entries a ``"shard"``
+(a :class:`unified.eval.records.ShardPart`) with their own counts and the reason ``shard I/N: ...`` under
+``not_comparable_because``), and its ``summary.md`` opens with "Shard I/N: not a whole run" and the
+merge command. A merged run's has ``"merged_from"`` (the contents of ``shards.json``) and a
+paragraph naming the shard directories and where the work files went; its benchmark entries
+and tables are those of the unsharded run.
 """
 
 from __future__ import annotations
 
+import filecmp
 import hashlib
 import json
+import os
 import re
+import shutil
 from collections.abc import Iterable
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -34,7 +49,7 @@ from typing import Any
 
 from unified.benchmarks.contract import Task
 from unified.config import ConfigError, from_dict, to_dict
-from unified.eval.records import RunSummary
+from unified.eval.records import BenchmarkEntry, RunSummary, ShardPart, ShardRun
 from unified.store import append_jsonl, write_json_atomic
 
 SHARDS_FILE = "shards.json"
@@ -210,10 +225,18 @@ def merge_runs(shard_dirs: list[str], out: str) -> RunSummary:
         for d in dirs:  # a shard still running would change under us: refuse (names its process)
             stack.enter_context(RunDirLock(d))
         benches = sorted({p.parent.name for d in dirs for p in d.glob("*/results.jsonl")})
+        in_order = [d for _, d in sorted(zip((s.index for s in shards), dirs))]  # lower index wins a conflict
+        work: dict[str, Any] = {}
+        conflicts: list[dict[str, str]] = []
         for bench in benches:
             _merge_benchmark(bench, dirs, target)
+            files, clashes = _merge_work(bench, in_order, target)
+            if files or clashes:
+                work[bench] = {"dir": str(target / bench / "work"), "files": files}
+            conflicts += clashes
         write_json_atomic(target / SHARDS_FILE, {"shards": [{"dir": str(d), "shard": str(s)}
-                                                            for d, s in zip(dirs, shards)]})
+                                                            for d, s in zip(dirs, shards)],
+                                                 "work": work, "work_conflicts": conflicts})
         try:
             return run_eval(cfg, allow_new_episodes=False)
         except MissingPairs as exc:
@@ -267,6 +290,118 @@ def _merge_benchmark(bench: str, dirs: list[Path], target: Path) -> None:
         if key in episodes:
             append_jsonl(dest.episodes_path, episodes[key])
         append_jsonl(dest.results_path, results[key][0])
+
+
+def _merge_work(bench: str, dirs: list[Path], target: Path) -> tuple[int, list[dict[str, str]]]:
+    """Copy every shard's ``bench/work/`` tree into ``target/bench/work/`` (rewritten).
+
+    Returns (files copied, conflicts): a relative path two shards hold with different bytes keeps
+    the first shard's copy (``dirs`` in shard order) and is listed as ``{"path", "kept", "other"}``.
+    Links are copied as links, never followed (work files may come from sandboxed episodes)."""
+    dest = target / bench / "work"
+    if dest.is_symlink() or dest.is_file():
+        dest.unlink()
+    elif dest.exists():
+        shutil.rmtree(dest)
+    origin: dict[Path, Path] = {}
+    conflicts: list[dict[str, str]] = []
+    for d in dirs:
+        src = d / bench / "work"
+        if not src.is_dir() or src.is_symlink():
+            continue
+        for root, subdirs, files in os.walk(src):
+            subdirs.sort()
+            for name in sorted(files) + [s for s in subdirs if (Path(root) / s).is_symlink()]:
+                rel = (Path(root) / name).relative_to(src)
+                there = dest / rel
+                if rel in origin:
+                    if not _same_file(origin[rel] / bench / "work" / rel, src / rel):
+                        conflicts.append({"path": f"{bench}/work/{rel}", "kept": str(origin[rel]), "other": str(d)})
+                    continue
+                there.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src / rel, there, follow_symlinks=False)
+                origin[rel] = d
+    return len(origin), conflicts
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    if a.is_symlink() or b.is_symlink():
+        return a.is_symlink() and b.is_symlink() and os.readlink(a) == os.readlink(b)
+    return filecmp.cmp(a, b, shallow=False)
+
+
+# --------------------------------------------------------------------------------------------------
+# what a summary says about shards
+
+
+def merge_command(out: str | Path, count: int) -> str:
+    """The ``--merge`` command for the shards of the run whose shard writes into ``out``: concrete when
+    ``out`` is named ``shard-I`` (``slurm/eval.sh``'s layout), else with placeholders."""
+    path = Path(out)
+    if re.fullmatch(r"shard-\d+", path.name):
+        parent = path.parent
+        dirs = " ".join(str(parent / f"shard-{i}") for i in range(count))
+        return f"python -m unified.eval --merge {dirs} --out {parent}"
+    return f"python -m unified.eval --merge OUT_0 ... OUT_{count - 1} --out OUT"
+
+
+def shard_reason(shard: Shard, pairs: int, total: int) -> str:
+    """The ``not_comparable_because`` line of a shard's benchmark entry."""
+    return f"shard {shard}: {pairs} of {total} (task, trial) pairs, not a whole run"
+
+
+def run_kind(cfg: Any, out: str | Path, benchmarks: dict[str, BenchmarkEntry]) -> tuple[ShardRun | None, dict[str, Any] | None]:
+    """What says a summary is a shard's (:class:`ShardRun`, the summary's ``shard``) or a merge's (the
+    contents of ``shards.json``, its ``merged_from``); (None, None) for a plain run. ``benchmarks``:
+    the summary's entries (a shard's carry their :class:`ShardPart` counts)."""
+    shard = parse_shard(getattr(cfg, "shard", None))
+    if shard is not None:
+        counted = [e.shard for e in benchmarks.values() if e.shard is not None]
+        command = merge_command(out, shard.count)
+        return ShardRun(shard=str(shard), index=shard.index, count=shard.count,
+                        pairs=sum(c.pairs for c in counted), pairs_total=sum(c.pairs_total for c in counted),
+                        merge_command=command, note=f"not a whole run; merge with `{command}`"), None
+    path = Path(out) / SHARDS_FILE
+    if path.is_file():
+        try:
+            return None, json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            return None, {"error": f"{path}: {exc}"}
+    return None, None
+
+
+def run_kind_markdown(summary: RunSummary) -> list[str]:
+    """The paragraph that opens a shard's or a merged run's ``summary.md`` (none for a plain run)."""
+    if summary.shard is not None:
+        s = summary.shard
+        per = ", ".join(f"{name} {e.shard.pairs} of {e.shard.pairs_total}"
+                        for name, e in summary.benchmarks.items() if e.shard is not None)
+        return [f"**Shard {s.shard}: not a whole run.** It holds {s.pairs} of {s.pairs_total} "
+                f"(task, trial) pairs" + (f" ({per})" if per else "") + "; its scores cover those pairs only. "
+                f"Merge the {s.count} shards with `{s.merge_command}`.", ""]
+    merged = summary.merged_from
+    if not isinstance(merged, dict):
+        return []
+    if "error" in merged:
+        return [f"**Merged from shards**, but their list cannot be read: {merged['error']}", ""]
+    shards = merged.get("shards", [])
+    lines = [f"**Merged from {len(shards)} shards** (`--merge`): "
+             + ", ".join(f"`{s['dir']}` ({s['shard']})" for s in shards) + "."]
+    work = merged.get("work") or {}
+    if work:
+        lines.append("Their work files (`<benchmark>/work/`) were copied here: "
+                     + ", ".join(f"{b} {w['files']} into `{w['dir']}`" for b, w in work.items()) + ".")
+    clashes = merged.get("work_conflicts") or []
+    if clashes:
+        lines.append(f"{len(clashes)} work file(s) differed between shards; the lower shard's copy is kept here, "
+                     f"the others stay in their shard directories (listed in {SHARDS_FILE}), e.g. "
+                     f"`{clashes[0]['path']}` of `{clashes[0]['other']}`.")
+    return [" ".join(lines), ""]
+
+
+def shard_part(shard: Shard, pairs: int, total: int) -> ShardPart:
+    """A shard's counts for one benchmark's entry (its ``shard``)."""
+    return ShardPart(shard=str(shard), pairs=pairs, pairs_total=total)
 
 
 def check_unsharded_parts(cfg: Any, want_general: bool) -> None:

@@ -5,7 +5,6 @@
 - :mod:`~unified.inference.base`: :class:`ChatModel` (the model an episode calls; one call is one ``Step``): batched
   ``generate``, continuous ``submit``/``poll``, single-shot ``chat``; :func:`make_chat_model`;
   backends ``hf``, ``openai``, ``vllm`` (``gold`` is no backend: the agent loop's replayer);
-- :mod:`~unified.inference.reasoning`: the one ``<think>`` split/join;
 - :mod:`~unified.inference.shared`: one copy of a model per process;
 - :mod:`~unified.inference.server`, :mod:`~unified.inference.endpoints`,
   :mod:`~unified.inference.openai_compat`: the OpenAI-compatible server (subprocess or in-process),
@@ -20,7 +19,6 @@ from typing import Any
 _EXPORTS = {
     "ChatModel": "base", "PolicyOutput": "base", "PolicyRequest": "base",
     "SamplingConfig": "base", "make_chat_model": "base",
-    "join_reasoning": "reasoning", "split_reasoning": "reasoning", "strip_reasoning": "reasoning",
     "shared_chat_model": "shared", "shared_checkpoint": "shared",
     "ModelSpec": "spec", "SpecError": "spec", "parse_spec": "spec",
 }
@@ -28,8 +26,8 @@ __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
-    """Names are imported from their module on first use, so that ``unified.inference.reasoning``
-    (a stdlib-only module that :mod:`unified.text` uses) does not pull torch in through this package."""
+    """Names are imported from their module on first use, so that importing one light module of this
+    package (``spec``) does not pull torch in through ``base``."""
     if name not in _EXPORTS:
         raise AttributeError(f"module 'unified.inference' has no attribute {name!r}")
     return getattr(importlib.import_module(f"unified.inference.{_EXPORTS[name]}"), name)

@@ -26,7 +26,7 @@ from typing import Any, Hashable
 
 from unified.config import bounded
 from unified.registry import Registry
-from unified.inference.reasoning import strip_reasoning
+from unified.chatformat.reasoning import strip_reasoning
 from unified.inference.spec import ModelSpec, SpecError, parse_spec
 
 
@@ -147,7 +147,7 @@ class ChatModel:
     def chat_many(self, conversations: list[list[dict[str, Any]]], *, max_tokens: int, temperature: float = 0.0,
                   thinking: bool = False) -> list[str | Exception]:
         """Single-shot answers (a judge's batch): each conversation's answer text, reasoning removed
-        (:func:`unified.inference.reasoning.strip_reasoning`), or the Exception of a failed one."""
+        (:func:`unified.chatformat.reasoning.strip_reasoning`), or the Exception of a failed one."""
         requests = [PolicyRequest(messages=list(m), max_new_tokens=int(max_tokens), temperature=float(temperature),
                                   thinking=thinking) for m in conversations]
         if not requests:

@@ -27,7 +27,7 @@ from typing import Any, Hashable
 
 from unified.inference.base import ChatModel, PolicyOutput, PolicyRequest, SamplingConfig
 from unified.inference.openai_compat import DeadlineExceeded, OpenAICompatClient, parse_endpoint_spec
-from unified.inference.reasoning import join_reasoning
+from unified.chatformat.reasoning import join_reasoning
 from unified.inference.spec import ModelSpec
 
 

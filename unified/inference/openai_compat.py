@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 
 from unified.inference.spec import ENDPOINT_EXAMPLE, ModelSpec, SpecError, is_endpoint_spec, parse_spec
-from unified.inference.untrusted import UntrustedJSONError, load_untrusted_json
+from unified.chatformat.untrusted import UntrustedJSONError, load_untrusted_json
 
 RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 

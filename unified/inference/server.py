@@ -11,7 +11,7 @@ next step and leaves it when it ends, each with its own sampling settings), so c
 (the judge, many episodes in flight) get real throughput. Models the batcher does not support fall
 back to gathering requests for ``--batch-wait`` seconds and generating them as one batch
 (:func:`unified.models.generation.batched_generate`). Prompts are rendered with the checkpoint's own chat
-template; the reasoning (split by :func:`unified.inference.reasoning.split_reasoning`) comes back
+template; the reasoning (split by :func:`unified.chatformat.reasoning.split_reasoning`) comes back
 as ``reasoning_content`` and tool-call markup stays in ``content`` (like a vLLM server started
 without a tool parser). Every request brings its own ``max_tokens`` (``--max-new-tokens`` is
 only the default for requests that give none), so one server serves a judge, a simulated user
@@ -63,7 +63,7 @@ from typing import Any
 
 from unified.config import ArgumentParser
 from unified.inference import completions as comp
-from unified.inference.reasoning import split_reasoning
+from unified.chatformat.reasoning import split_reasoning
 from unified.inference.shared import model_lock, shared_checkpoint
 from unified.models.continuous import ContinuousBatcher, continuous_batching_supported
 from unified.models.generation import SamplingParams, batched_generate

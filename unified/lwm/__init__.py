@@ -1,5 +1,5 @@
 """World-model (next-state prediction) data: the AgentWorldBench format, domain prompts, the
-output parser, the RL dataset, harvesting from real environments, and the world-model eval.
+RL dataset, harvesting from real environments, and the world-model eval.
 
 Regenerate the shipped dataset with ``python -m unified.lwm.harvest --out data/lwm``; evaluate a
 world model with ``python -m unified.lwm.evaluation --model SPEC --judge SPEC --data DIR --out DIR``.
@@ -27,11 +27,10 @@ from unified.lwm.records import (
     validate_record,
     write_records,
 )
-from unified.text import completion_text, parse_observation, strip_reasoning
 
 __all__ = [
     "DOMAINS", "FIELDS", "GUI_DOMAINS", "SYSTEM_PROMPTS", "AWBRecord", "RecordError", "build_system_prompt",
-    "completion_text", "data_files", "domain_prompt", "dumps_record", "fit_prompt", "format_observation", "is_gui",
-    "load_records", "parse_observation", "read_records", "rl_dataset", "rl_rows", "sample_one_turn_per_trajectory",
-    "strip_reasoning", "to_chat", "trajectory_records", "validate_record", "write_records",
+    "data_files", "domain_prompt", "dumps_record", "fit_prompt", "format_observation", "is_gui", "load_records",
+    "read_records", "rl_dataset", "rl_rows", "sample_one_turn_per_trajectory", "to_chat", "trajectory_records",
+    "validate_record", "write_records",
 ]

@@ -41,7 +41,7 @@ from unified.config import ArgumentParser
 from unified.inference import PolicyRequest, SamplingConfig, parse_spec, shared_chat_model
 from unified.inference.judge import make_judge
 from unified.lwm.dataset import sample_one_turn_per_trajectory, to_chat
-from unified.text import parse_observation
+from unified.chatformat.observation import parse_observation
 from unified.lwm.records import AWBRecord, load_records
 from unified.rewards.functions import RubricReward
 from unified.rewards.verifiers import verify
@@ -93,7 +93,7 @@ class WorldModel:
         self.loaded = getattr(self.model, "loaded", None)
 
     def predict(self, messages: list[list[dict]]) -> list[str | Exception]:
-        """Raw completions (reasoning kept as ``...</think>``, :func:`unified.inference.join_reasoning`)."""
+        """Raw completions (reasoning kept as ``...</think>``, :func:`unified.chatformat.join_reasoning`)."""
         requests = [PolicyRequest(messages=m, max_new_tokens=self.max_new_tokens, temperature=0.0,
                                   thinking=self.thinking) for m in messages]
         try:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from unified.scan import NextMatch
+from unified.chatformat.scan import NextMatch
 
 PREDICTION_TAG = "predicted_observation"
 """The tag a prompting module asks for."""

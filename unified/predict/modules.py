@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from unified.agent.parsing import parse_completion
+from unified.chatformat.toolcalls import parse_completion
 from unified.agent.prompting import PROMPTING, PromptingModule
 from unified.predict.blocks import PREDICTION_TAG, find_blocks, strip_blocks
 from unified.predict.extract import NO_CALL, step_predictions

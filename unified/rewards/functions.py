@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from unified.config import bounded
-from unified.text import completion_text, parse_observation
+from unified.chatformat.observation import completion_text, parse_observation
 from unified.inference.judge import Judge, make_judge
 from unified.rewards.rubric import CRITERIA, judge_messages, parse_judge_answer
 from unified.rewards.similarity import SIMILARITY_METRICS
@@ -163,7 +163,7 @@ class RubricReward(RewardFunction):
     """The rubric judge as a reward: ``5 * mean`` of five 1-5 scores in [5, 25], 0 when unparseable.
 
     Only the predicted observation inside the answer tags reaches the judge
-    (:func:`unified.text.parse_observation`), with up to ``max_history`` earlier turns, the new
+    (:func:`unified.chatformat.parse_observation`), with up to ``max_history`` earlier turns, the new
     action and the real observation (:func:`unified.rewards.rubric.judge_messages`). A judge call
     that fails gives 0 for its completions (with why in the breakdown), never an exception.
     """

@@ -14,7 +14,7 @@ s_c in [1, 5]:
     reward = 5 * mean_c(s_c)  in [5, 25]        (0 when the judge's answer cannot be parsed)
     eval score = (mean_c(s_c) - 1) / 4 * 100     in [0, 100]
 
-Only the parsed answer (:func:`unified.lwm.parse_observation`: no ``<think>``, the last
+Only the parsed answer (:func:`unified.chatformat.parse_observation`: no ``<think>``, the last
 ``<predicted_observation>`` block) reaches the judge, so nothing the policy writes outside
 its answer can move the score. The judge answers in a ``<scores>`` block (parsed by
 :func:`parse_judge_answer`, which never raises).
@@ -27,8 +27,9 @@ import math
 import re
 from dataclasses import dataclass
 
-from unified.scan import tag_blocks
-from unified.text import DATA_RULE, fence_data, strip_reasoning
+from unified.chatformat.scan import tag_blocks
+from unified.chatformat.reasoning import strip_reasoning
+from unified.text import DATA_RULE, fence_data
 
 CRITERIA = ("format", "factuality", "consistency", "realism", "quality")
 

@@ -147,6 +147,23 @@ def _step_times(output_dir: Path) -> list[float]:
     return [seen[k] for k in sorted(seen)]
 
 
+RENAMED_SETTINGS = {"enable_thinking": "thinking"}
+"""Keys of a stored ``settings`` record that were renamed (old -> new); the values mean the same."""
+
+
+def _renamed_settings(record: dict[str, Any], path: Path) -> dict[str, Any]:
+    """``record`` with the old names of :data:`RENAMED_SETTINGS` in its ``settings`` read as the new ones."""
+    settings = record.get("settings")
+    if not isinstance(settings, dict):
+        return record
+    old = [k for k in RENAMED_SETTINGS if k in settings]
+    if old:
+        print(f"{path}: settings {', '.join(old)} read as {', '.join(RENAMED_SETTINGS[k] for k in old)} "
+              "(renamed)", flush=True)
+        settings = {RENAMED_SETTINGS.get(k, k): v for k, v in settings.items()}
+    return {**record, "settings": settings}
+
+
 def run_before_after(cfg: WarmupConfig, *, samples_per_prompt: int = 2, temperature: float | None = None,
                      policy=None) -> dict[str, Any]:
     """Held-out reward of the SFT checkpoint, GSPO warmup, held-out reward of ``final/``.
@@ -164,13 +181,13 @@ def run_before_after(cfg: WarmupConfig, *, samples_per_prompt: int = 2, temperat
     path = out / REPORT_FILE
     previous: dict[str, Any] = {}
     if path.is_file():
-        previous = json.loads(path.read_text())
+        previous = _renamed_settings(json.loads(path.read_text()), path)
     elif cfg.resume == "auto" and (out / "final").exists():
         raise ValueError(f"{cfg.output_dir} already holds a finished run without a before/after record; "
                          "use a fresh output_dir for the benchmark")
     device = training_device()
     policy = policy if policy is not None else load_policy(cfg, device)
-    train, heldout = load_splits(cfg, policy.tokenizer)
+    train, heldout, validation = load_splits(cfg, policy.tokenizer)
     if heldout is None or len(heldout) == 0:
         raise ValueError("--eval-before-after needs held-out data: set data.heldout_size or data.heldout")
     funcs, weights = load_rewards(cfg, training=False)  # the score: the recipe's rewards, no shaping term
@@ -201,7 +218,8 @@ def run_before_after(cfg: WarmupConfig, *, samples_per_prompt: int = 2, temperat
     print(f"before: mean reward {before['mean_reward']:.4f} on {before['completions']} held-out completions", flush=True)
     policy.model.train()
     result = run_warmup(cfg, train_dataset=train, reward_funcs=train_funcs, reward_weights=train_weights,
-                        model=policy.model, tokenizer=policy.tokenizer, probe_rewards=(funcs, weights))
+                        model=policy.model, tokenizer=policy.tokenizer, probe_rewards=(funcs, weights),
+                        validation_dataset=validation)
     del policy
     gc.collect()
     trained = load_checkpoint(result.final_dir, device=device, dtype=torch.float32)
@@ -226,6 +244,7 @@ def run_before_after(cfg: WarmupConfig, *, samples_per_prompt: int = 2, temperat
         "mean_step_seconds": sum(step_times) / len(step_times) if step_times else result.seconds_per_step,
         "peak_memory": peak_memory_gib(), "kernels": result.kernels, "final_dir": result.final_dir,
         "heldout_size": len(heldout), "train_size": len(train),
+        "validation_size": len(validation) if validation is not None else 0,
     }
     write_json_atomic(path, report)
     from unified.warmup.model_card import reward_names, write_model_card

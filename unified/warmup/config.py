@@ -22,6 +22,8 @@ GenerationBackend = Literal["hf", "vllm_server", "vllm_colocate"]
 DistributedBackend = Literal["none", "ddp", "deepspeed_zero3", "fsdp2"]
 CPU_DISTRIBUTED: tuple[str, ...] = ("ddp", "deepspeed_zero3")
 """Backends that run as several CPU processes (``launch.cpu_processes``); the others say why not."""
+SHARDED_DISTRIBUTED: tuple[str, ...] = ("deepspeed_zero3", "fsdp2")
+"""Backends whose ranks hold a shard of the weights (the collapse guard's probe needs them whole)."""
 CPU_DISTRIBUTED_WHY = {
     "none": "one process has nothing to distribute; ",
     "fsdp2": "accelerate (1.15) applies FSDP only on accelerator devices (AcceleratorState picks FSDP for "
@@ -63,8 +65,12 @@ class DataSection:
     """Separate held-out files; empty = split ``heldout_size`` samples off ``train``."""
     heldout_size: int = bounded(0, ge=0)
     """Samples kept out of training for the before/after reward measurement."""
+    validation_size: int = bounded(0, ge=0)
+    """Samples split off the training rows (after the held-out split) and never trained on: the collapse
+    guard's probe decodes them (``monitor.probe_size``, ``monitor.keep_best``). 0 = none; the probe then
+    reads training rows."""
     limit: int | None = bounded(None, ge=1)
-    """Use at most this many training samples (after the held-out split)."""
+    """Use at most this many training samples (after the held-out and validation splits)."""
     max_prompt_tokens: int | None = bounded(None, ge=1)
     """Drop samples whose rendered prompt is longer (the paper: 128k)."""
     seed: int = 0
@@ -124,16 +130,21 @@ class MonitorSection:
     """Collapse watch (:mod:`unified.warmup.guard`): degenerate completions logged every step, and a guard.
 
     Every step logs the share of the rollouts that are repetition loops or truncated
-    (:mod:`unified.warmup.degenerate`). With ``probe_size`` P > 0 the guard also decodes P training
-    prompts greedily before training and after every step (the decoding the held-out score uses,
+    (:mod:`unified.warmup.degenerate`). With ``probe_size`` P > 0 the guard also decodes P prompts
+    (of the validation split when ``data.validation_size`` > 0, else training rows) greedily before training and after every step (the decoding the held-out score uses,
     which sampled rollouts can hide) and logs ``probe/loop_share``, ``probe/reward`` and
     ``probe/kl_to_start`` (mean per-token KL(pi_start || pi_theta) on the start's greedy answers).
     The step is *collapsed* when ``probe/loop_share - start >= max_probe_loop_rise`` or the rollouts'
-    loop share ``>= max_rollout_loop_share``; then ``on_collapse`` says what happens.
+    loop share ``>= max_rollout_loop_share``; then ``on_collapse`` says what happens. ``keep_best``
+    ends the run with the weights of the step whose probe reward was highest (early stopping on a
+    validation split).
     """
 
     probe_size: int = bounded(0, ge=0)
-    """Training prompts decoded greedily after every step; 0 = no probe."""
+    """Prompts decoded greedily before training and after every step; 0 = no probe."""
+    probe_kl: bool = True
+    """Also log ``probe/kl_to_start`` (one more forward pass over the probe's answers a step, and the
+    start's ``(T, V)`` log-probs kept in memory)."""
     max_probe_loop_rise: float | None = bounded(None, ge=0, le=1)
     """Collapse when the probe's loop share rose by at least this much over the start; None = never."""
     max_rollout_loop_share: float | None = bounded(None, ge=0, le=1)
@@ -141,6 +152,11 @@ class MonitorSection:
     on_collapse: Literal["log", "stop", "rollback"] = "log"
     """``log``: only report; ``stop``: end training with the current weights; ``rollback``: restore the
     trainable weights of the last step that did not collapse (the start if none) and end training."""
+    keep_best: bool = False
+    """At the end of training, restore the trainable weights of the step (the start included) with the
+    highest ``probe/reward`` on the validation split, so that ``final/`` holds them (one in-memory copy
+    of the trainable parameters). Needs ``probe_size`` > 0 and ``data.validation_size`` > 0: selecting
+    on training rows or on the held-out rows would be selecting on what is trained or measured."""
 
 
 @dataclass
@@ -279,6 +295,15 @@ class WarmupConfig:
             raise ConfigError(f"model.trainable_layers: expected >= 1 or null, got {self.model.trainable_layers}")
         if self.generation.cpu_threads is not None and self.generation.cpu_threads < 1:
             raise ConfigError(f"generation.cpu_threads: expected >= 1 or null, got {self.generation.cpu_threads}")
+        if self.monitor.keep_best and (self.monitor.probe_size < 1 or self.data.validation_size < 1):
+            raise ConfigError("monitor.keep_best: needs a probe of validation prompts: set monitor.probe_size > 0 "
+                              f"and data.validation_size > 0 (got {self.monitor.probe_size} and "
+                              f"{self.data.validation_size})")
+        if self.monitor.probe_size > 0 and self.launch.trainer_processes() > 1 \
+                and self.launch.distributed in SHARDED_DISTRIBUTED:
+            raise ConfigError(f"monitor.probe_size: the probe decodes with the whole model on every rank, which "
+                              f"launch.distributed={self.launch.distributed} shards; set monitor.probe_size=0 and "
+                              "monitor.keep_best=false, or use launch.distributed=ddp")
         if self.launch.nodes < 1:
             raise ConfigError(f"launch.nodes: expected >= 1, got {self.launch.nodes}")
         if self.launch.cpu_processes > 1 and not self.launch.cpu_data_parallel():

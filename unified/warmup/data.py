@@ -13,7 +13,7 @@ Exactly one turn t is sampled per trajectory (seeded), as in the Qwen-AgentWorld
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from unified.warmup.config import WarmupConfig
 
@@ -43,18 +43,28 @@ def check_columns(dataset, where: str = "dataset") -> None:
         raise ValueError(f"{where}: missing column(s) {missing}; got {dataset.column_names}")
 
 
-def split_heldout(dataset, size: int, seed: int):
+def split_heldout(dataset, size: int, seed: int, *, field: str = "data.heldout_size"):
     """Seeded split of ``size`` rows (distinct trajectories) off ``dataset``: ``(train, heldout)``."""
     if size <= 0:
         return dataset, None
     if size >= len(dataset):
-        raise ValueError(f"data.heldout_size={size} leaves no training rows (dataset has {len(dataset)})")
+        raise ValueError(f"{field}={size} leaves no training rows (dataset has {len(dataset)})")
     shuffled = dataset.shuffle(seed=seed)
     return shuffled.select(range(size, len(shuffled))), shuffled.select(range(size))
 
 
-def load_splits(cfg: WarmupConfig, tokenizer=None):
-    """``(train, heldout)`` datasets of the recipe (``heldout`` is None when none is asked for)."""
+class Splits(NamedTuple):
+    """The recipe's rows: ``train`` (what GSPO samples), ``heldout`` (the before/after score) and
+    ``validation`` (the collapse guard's probe); the last two are None when the recipe asks for none.
+    The three are disjoint trajectories; the held-out split is the same whatever ``validation_size``."""
+
+    train: Any
+    heldout: Any
+    validation: Any
+
+
+def load_splits(cfg: WarmupConfig, tokenizer=None) -> Splits:
+    """The recipe's :class:`Splits` (``heldout``/``validation`` None when none is asked for)."""
     d = cfg.data
     full = _rl_dataset(_paths(d.train), seed=d.seed, tokenizer=tokenizer, max_prompt_tokens=d.max_prompt_tokens)
     check_columns(full, f"data.train {d.train}")
@@ -67,12 +77,14 @@ def load_splits(cfg: WarmupConfig, tokenizer=None):
         train = full
     else:
         train, heldout = split_heldout(full, d.heldout_size, d.seed)
+    # a different shuffle from the held-out one; taken after it, so the held-out rows never move
+    train, validation = split_heldout(train, d.validation_size, d.seed + 1, field="data.validation_size")
     if d.limit is not None:
         train = train.select(range(min(d.limit, len(train))))
     if len(train) == 0:
         raise ValueError(f"data.train {d.train}: no samples left (max_prompt_tokens={d.max_prompt_tokens}, "
                          f"limit={d.limit})")
-    return train, heldout
+    return Splits(train, heldout, validation)
 
 
 def load_rewards(cfg: WarmupConfig, *, training: bool = True) -> tuple[list[Callable], list[float]]:

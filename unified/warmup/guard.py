@@ -23,6 +23,15 @@ It adds them to the step's log record (``metrics.jsonl``) and prints one progres
 ``max_rollout_loop_share`` of the rollouts are loops; ``on_collapse`` then logs it, stops training, or
 restores the trainable weights of the last step that did not collapse (kept in memory, one copy of
 the trainable parameters) and stops, so that ``final/`` holds the last good weights.
+
+With ``monitor.keep_best`` the probe reads the recipe's *validation* split (rows never trained on,
+disjoint from the held-out rows) and the guard keeps a copy of the trainable weights of the step
+``s* = argmax_s probe/reward(s)`` over s = start, 1, ..., S (ties: the earliest); at the end of
+training it restores them, so ``final/`` holds step s*: early stopping on a validation split, the
+model selection of supervised training applied to the warmup's greedy answers. A resumed run starts
+its selection at the resumed step (the copy lives in memory). Under data parallelism every rank holds
+the whole model and runs the same greedy probe, so every rank selects (and restores) the same step;
+sharded backends (ZeRO-3, FSDP) are refused by the recipe check.
 """
 
 from __future__ import annotations
@@ -54,6 +63,9 @@ class CollapseGuard(TrainerCallback):
         self._start_inputs: list[torch.Tensor] = []
         self._good: dict[str, torch.Tensor] = {}
         self.good_step = 0
+        self._best: dict[str, torch.Tensor] = {}
+        self.best_step: int | None = None
+        self.best_reward = float("-inf")
         self.outcome: dict[str, Any] = {}
         """``{"collapsed_at": step, "action": ..., "kept_step": step}`` once a collapse was detected."""
 
@@ -82,6 +94,8 @@ class CollapseGuard(TrainerCallback):
             loops = [find_loop(t, i) is not None for t, i in zip(scored["completions_text"], scored["completion_ids"])]
             out = {"probe/loop_share": sum(loops) / len(loops), "probe/reward": scored["mean_reward"],
                    "probe/completion_tokens": scored["mean_completion_tokens"]}
+            if not self.cfg.probe_kl:
+                return out
             if self.start is None:
                 self._keep_start_logprobs(model, scored["completion_ids"])
                 out["probe/kl_to_start"] = 0.0
@@ -144,9 +158,23 @@ class CollapseGuard(TrainerCallback):
         self.good_step = step
 
     def _restore_good(self, model) -> None:
+        self._restore(model, self._good)
+
+    def _restore(self, model, copy: dict[str, torch.Tensor]) -> None:
         with torch.no_grad():
             for name, p in self._trainable(model).items():
-                p.copy_(self._good[name])
+                p.copy_(copy[name])
+
+    def _consider_best(self, model, step: int, reward: float) -> None:
+        """``keep_best``: copy the trainable weights when the probe reward beats every earlier step's."""
+        if not self.cfg.keep_best or reward <= self.best_reward:
+            return
+        for name, p in self._trainable(model).items():
+            if name in self._best:
+                self._best[name].copy_(p.detach())
+            else:
+                self._best[name] = p.detach().clone()
+        self.best_step, self.best_reward = step, reward
 
     # ---------------------------------------------------------------- callback hooks
 
@@ -155,9 +183,11 @@ class CollapseGuard(TrainerCallback):
         self._keep_good(model, state.global_step)
         if self.probe is not None:
             self.start = self.measure_probe(model)
-            print(f"unified.warmup: probe at step {state.global_step}: greedy loops "
-                  f"{self._count(self.start['probe/loop_share'])}/{len(self.probe)}, "
-                  f"reward {self.start['probe/reward']:.3f}", flush=True)
+            self._consider_best(model, state.global_step, self.start["probe/reward"])
+            if state.is_world_process_zero:
+                print(f"unified.warmup: probe at step {state.global_step}: greedy loops "
+                      f"{self._count(self.start['probe/loop_share'])}/{len(self.probe)}, "
+                      f"reward {self.start['probe/reward']:.3f}", flush=True)
 
     def _count(self, share: float) -> int:
         return round(share * len(self.probe)) if self.probe is not None else 0
@@ -188,9 +218,24 @@ class CollapseGuard(TrainerCallback):
                 metrics["collapse/kept_step"] = float(self.good_step)
         else:
             self._keep_good(model, state.global_step)
+            if "probe/reward" in metrics:  # a collapsed step is never the best one
+                self._consider_best(model, state.global_step, metrics["probe/reward"])
         if self.trainer is not None:
             self.trainer.extra_logs.update(metrics)
         return control
+
+    def on_train_end(self, args, state, control, model=None, **kwargs):
+        """``keep_best``: leave the model with the best step's weights (``final/`` is saved after this)."""
+        if not self.cfg.keep_best or self.best_step is None or model is None:
+            return
+        self.outcome.update({"best_step": self.best_step, "best_probe_reward": round(self.best_reward, 6)})
+        last_step = self.outcome.get("kept_step", state.global_step)
+        if self.best_step != last_step:
+            self._restore(model, self._best)
+            self.outcome["kept_step"] = self.best_step
+        if state.is_world_process_zero and self.best_step != last_step:
+            print(f"unified.warmup: keep_best: final weights are step {self.best_step}'s (validation reward "
+                  f"{self.best_reward:.3f}), not step {last_step}'s", flush=True)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs or "reward" not in logs or not state.is_world_process_zero:

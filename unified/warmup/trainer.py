@@ -470,13 +470,14 @@ def finished_run(cfg: WarmupConfig) -> WarmupResult | None:
 
 def run_warmup(cfg: WarmupConfig, *, train_dataset=None, reward_funcs: Sequence[Callable] | None = None,
                reward_weights: Sequence[float] | None = None, model=None, tokenizer=None,
-               callbacks: Sequence[Any] = (), probe_rewards: tuple[Sequence[Callable], Sequence[float]] | None = None
-               ) -> WarmupResult:
+               callbacks: Sequence[Any] = (), probe_rewards: tuple[Sequence[Callable], Sequence[float]] | None = None,
+               validation_dataset=None) -> WarmupResult:
     """Train according to ``cfg`` (resuming if there is a checkpoint) and save ``final/``.
 
     Data and rewards come from the recipe (:mod:`unified.warmup.data`) unless given; ``probe_rewards``
     (funcs, weights) score the collapse guard's greedy probe (default: the recipe's rewards without
-    shaping, or the given ``reward_funcs``). The :class:`~unified.warmup.guard.CollapseGuard` of
+    shaping, or the given ``reward_funcs``) on ``validation_dataset`` (default: the recipe's validation
+    split when ``train_dataset`` is not given). The :class:`~unified.warmup.guard.CollapseGuard` of
     ``cfg.monitor`` always runs (degenerate shares in every log record, one progress line a step). A run
     already finished at ``train.max_steps`` is left as it is (``already_finished``); a run
     whose last checkpoint is at ``max_steps`` but that died before writing ``final/`` only
@@ -506,13 +507,14 @@ def run_warmup(cfg: WarmupConfig, *, train_dataset=None, reward_funcs: Sequence[
         kernels = {"attention": str(getattr(model.config, "_attn_implementation", "")),
                    "experts": str(getattr(model.config, "_experts_implementation", ""))}
     if train_dataset is None:
-        train_dataset, _ = load_splits(cfg, tokenizer)
+        splits = load_splits(cfg, tokenizer)
+        train_dataset, validation_dataset = splits.train, splits.validation
     if reward_funcs is None:
         reward_funcs, reward_weights = load_rewards(cfg)
         probe_rewards = probe_rewards or load_rewards(cfg, training=False) if cfg.monitor.probe_size else None
     probe_rewards = probe_rewards or (reward_funcs, reward_weights or [1.0] * len(reward_funcs))
-    reward_funcs, reward_weights, guard = _with_collapse_guard(cfg, train_dataset, tokenizer, reward_funcs,
-                                                               reward_weights, probe_rewards)
+    reward_funcs, reward_weights, guard = _with_collapse_guard(cfg, train_dataset, validation_dataset, tokenizer,
+                                                               reward_funcs, reward_weights, probe_rewards)
     callbacks = [*callbacks, guard]
     resume = resume_checkpoint(cfg)
     if resume is not None:
@@ -563,21 +565,25 @@ def run_warmup(cfg: WarmupConfig, *, train_dataset=None, reward_funcs: Sequence[
     return result
 
 
-def _with_collapse_guard(cfg: WarmupConfig, train_dataset, tokenizer, reward_funcs, reward_weights, probe_rewards):
+def _with_collapse_guard(cfg: WarmupConfig, train_dataset, validation_dataset, tokenizer, reward_funcs,
+                         reward_weights, probe_rewards):
     """The rewards plus the weight-0 degenerate-rollout monitor, and the :class:`CollapseGuard` callback
-    (its probe scored with ``probe_rewards``: the recipe's rewards without the shaping terms)."""
+    (its probe: the first ``probe_size`` validation rows, or training rows without a validation split,
+    scored with ``probe_rewards``: the recipe's rewards without the shaping terms)."""
     from unified.warmup.degenerate import DegenerateMonitor
     from unified.warmup.guard import CollapseGuard
 
     m = cfg.monitor
-    if m.probe_size > 0 and world_size() > 1:
-        raise ValueError("monitor.probe_size is for single-process training; set it to 0 with several processes")
     eos = getattr(tokenizer, "eos_token_id", None)
     monitor = DegenerateMonitor(cfg.generation.max_completion_length, eos)
     weights = list(reward_weights) if reward_weights is not None else [1.0] * len(reward_funcs)
     probe, score_funcs, score_weights = None, [], []
+    if m.keep_best and (validation_dataset is None or len(validation_dataset) == 0):
+        raise ValueError("monitor.keep_best selects on the validation split: set data.validation_size > 0 "
+                         "(or pass validation_dataset)")
     if m.probe_size > 0:
-        probe = train_dataset.select(range(min(m.probe_size, len(train_dataset))))
+        source = validation_dataset if validation_dataset is not None and len(validation_dataset) else train_dataset
+        probe = source.select(range(min(m.probe_size, len(source))))
         score_funcs, score_weights = probe_rewards
     guard = CollapseGuard(m, monitor, probe=probe, score_funcs=score_funcs, score_weights=score_weights,
                           tokenizer=tokenizer, max_new_tokens=cfg.generation.max_completion_length,

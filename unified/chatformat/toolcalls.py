@@ -1,4 +1,4 @@
-"""Completions -> reasoning, visible answer and tool calls; tool calls -> text.
+"""Completions -> reasoning, visible answer and tool calls; tool calls -> text (:func:`render_tool_call`).
 
 Two wire forms are parsed, wherever they appear in the completion (after the reasoning):
 
@@ -23,7 +23,7 @@ and flagged. Nothing here evaluates model text as code.
 
 Model output is untrusted, and nothing it contains may escape as an exception (one malformed
 completion would otherwise stop a whole eval, and its rerun, at the same episode).
-Model JSON is read by :func:`unified.inference.untrusted.load_untrusted_json` (limits on
+Model JSON is read by :func:`unified.chatformat.untrusted.load_untrusted_json` (limits on
 nesting, digits, NaN/Infinity, lone surrogates; named errors) and text cleaned by ``clean_text``.
 :func:`parse_completion` never raises: whatever it meets becomes a
 ``parse_error`` on a call.
@@ -36,16 +36,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from unified.inference.reasoning import split_reasoning
-from unified.scan import NextMatch
-from unified.inference.untrusted import (  # noqa: F401 (model-output readers, used here and re-exported)
-    MAX_INT_DIGITS,
-    MAX_JSON_DEPTH,
-    UntrustedJSONError,
-    check_untrusted_value,
-    clean_text,
-    load_untrusted_json,
-)
+from unified.chatformat.reasoning import split_reasoning
+from unified.chatformat.scan import NextMatch
+from unified.chatformat.untrusted import UntrustedJSONError, check_untrusted_value, clean_text, load_untrusted_json
 from unified.types import ToolCall, ToolSpec
 
 _OPEN, _CLOSE = "<tool_call>", "</tool_call>"
@@ -239,10 +232,11 @@ def calls_from_structured(raw_calls: list[dict[str, Any]]) -> list[ToolCall]:
 
 
 def render_tool_call(call: ToolCall) -> str:
-    """A ToolCall in the Qwen3.5 XML form that :func:`parse_completion` reads (what replayers emit)."""
-    lines = ["<tool_call>", f"<function={call.name}>"]
+    """A ToolCall in the Qwen3.5 XML form (the first wire form above; what the gold replay emits and
+    :func:`parse_tool_calls` reads back)."""
+    lines = [_OPEN, f"<function={call.name}>"]
     for key, value in call.arguments.items():
         text = value if isinstance(value, str) else json.dumps(value)
         lines += [f"<parameter={key}>", text, "</parameter>"]
-    lines += ["</function>", "</tool_call>"]
+    lines += ["</function>", _CLOSE]
     return "\n".join(lines)

@@ -7,7 +7,7 @@ surrogates (``"\\ud800"``, which no UTF-8 file can hold) are a :class:`Untrusted
 naming the problem, never ``RecursionError``/``ValueError`` from deep inside ``json``. Text
 itself goes through :func:`clean_text` (lone surrogates -> U+FFFD, bytes decoded with
 replacement). Used by the OpenAI-compatible client (server-parsed tool-call arguments) and by
-the agent's completion parser (:mod:`unified.agent.parsing`).
+the completion parser (:mod:`unified.chatformat.toolcalls`).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ way), the lwm world model and parser, and the judges.
 
 from __future__ import annotations
 
-from unified.scan import remove_tag_blocks
+from unified.chatformat.scan import remove_tag_blocks
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 _TOOL_CALL = "<tool_call>"
