@@ -37,6 +37,7 @@ import sys
 import threading
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -185,10 +186,13 @@ class ScenarioResult:
 
 
 def _policy(spec: str, max_in_flight: int, max_new_tokens: int):
+    from unified.agent.replay import replayer_for
     from unified.inference.base import SamplingConfig, make_chat_model
 
     sampling = SamplingConfig(temperature=0.0, max_new_tokens=max_new_tokens, thinking=False)
-    if spec == "scripted":  # a scripted model behind submit/poll, so the continuous schedule runs without weights
+    if spec == "gold":  # the loop's replayer, no model (make_chat_model refuses the spec)
+        return replayer_for(spec)
+    if spec == "scripted":  # a scripted model behind submit's futures, so the continuous schedule runs without weights
         import re
 
         from unified.chatformat.toolcalls import render_tool_call
@@ -201,7 +205,7 @@ def _policy(spec: str, max_in_flight: int, max_new_tokens: int):
 
             def __init__(self) -> None:
                 super().__init__("scripted", sampling)
-                self.queued: dict = {}
+                self.pool = ThreadPoolExecutor(1, thread_name_prefix="streaming-echo")
 
             @staticmethod
             def _answer(messages) -> PolicyOutput:
@@ -215,13 +219,12 @@ def _policy(spec: str, max_in_flight: int, max_new_tokens: int):
             def generate(self, requests):
                 return [self._answer(r.messages) for r in requests]
 
-            def submit(self, key, request) -> None:
-                self.queued[key] = request
+            def submit(self, request, *, continuous=None):
+                return self.pool.submit(self._step, request)
 
-            def poll(self):
-                time.sleep(0.001)
-                items, self.queued = list(self.queued.items()), {}
-                return [(k, self._answer(r.messages)) for k, r in items]
+            def _step(self, request):
+                time.sleep(0.001)  # one "decode step"
+                return self._answer(request.messages)
 
         return StreamingEcho()
     return make_chat_model(spec, sampling, concurrency=max_in_flight)

@@ -56,7 +56,7 @@ ARGS=(--recipe "$RECIPE" --output-dir "$OUTPUT"
       --set "launch.cpu_processes=$CPU_PROCESSES")
 [ -n "$MODEL" ] && ARGS+=(--model "$MODEL")
 [ -n "$DATA" ] && ARGS+=(--data "$DATA")
-[ -n "$JUDGE" ] && ARGS+=(--set "rewards.judge_endpoint=$JUDGE")
+[ -n "$JUDGE" ] && ARGS+=(--set "rewards.rubric.judge_endpoint=$JUDGE")
 if [ "$NODES" -gt 1 ] || [ "$GPUS_PER_NODE" -gt 1 ] || [ "$CPU_PROCESSES" -gt 1 ]; then
     ARGS+=(--set "launch.distributed=$DISTRIBUTED")
 fi

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from unified.chatformat.toolcalls import render_tool_call
 from unified.benchmarks.contract import Adapter, Environment, Task
@@ -134,18 +135,21 @@ class EchoModel(ChatModel):
 
 
 class StreamingEchoModel(EchoModel):
-    """:class:`EchoModel` behind the continuous-batching interface (each poll answers all submitted)."""
+    """:class:`EchoModel` behind futures, answered on a thread of its own (as an engine answers)."""
 
     supports_continuous_batching = True
 
     def __init__(self) -> None:
         super().__init__()
-        self.queued: dict = {}
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="streaming-echo")
 
-    def submit(self, key, request) -> None:
-        self.queued[key] = request
+    def submit(self, request, *, continuous=None):
+        return self.pool.submit(self._answer, request)
 
-    def poll(self):
+    def _answer(self, request):
         time.sleep(0.001)  # one "decode step"
-        items, self.queued = list(self.queued.items()), {}
-        return [(key, self.answer(request.messages)) for key, request in items]
+        return self.answer(request.messages)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False)
+        super().close()

@@ -1,7 +1,7 @@
 """The agent loop's blocking calls run on workers: a slow start, user or judge holds back only its own episode.
 
-Every test runs both schedules (rounds with the real ``gold`` policy, continuous with the same
-gold replay behind ``submit``/``poll``). The gates are real ``threading.Event``s that only the
+Every test runs both policies (the fixture's scripted ``EchoModel``, answered by one ``generate`` call,
+and the same model answered on a thread of its own behind ``submit``'s futures, as an engine answers). The gates are real ``threading.Event``s that only the
 *other* episodes' delivery opens: a loop that ran the blocked call on its own thread would never
 deliver those episodes, the gate would time out, and the test fails (it does on the loop of
 commit 6d61e8f, where only ``env.step`` ran on workers).

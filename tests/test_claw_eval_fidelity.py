@@ -198,9 +198,10 @@ def test_a_program_used_by_a_script_the_snapshot_commands_run_is_found(tmp_path)
                                                 "file:///workspace/output.html --frames 10"])
     assert missing_programs(task, which=lambda name: f"/usr/bin/{name}", has_playwright=lambda: False) == ["playwright"]
     assert missing_programs(task, which=lambda name: None, has_playwright=lambda: True) == []
-    from evaluators.claw_eval import tasks as claw_tasks
+    from evaluators.claw_eval.browser import playwright_setup
 
-    claw_tasks._has_playwright.cache_clear()
-    if not claw_tasks._has_playwright():
+    playwright_setup.cache_clear()
+    if not playwright_setup().ok:  # the reason says what is missing and how to provide it
         reason = skip_reason(task, env={})
-        assert reason.startswith("needs playwright") and "screenshots" in reason
+        assert reason.startswith("needs Playwright with a browser") and "screenshots" in reason
+        assert "pip install" in reason or "apt-get install chromium" in reason

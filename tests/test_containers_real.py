@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from evaluators.terminal_bench import TerminalBench2Adapter
+from evaluators.terminal_bench.environment import KEPT_RUNNING
 from unified.agent.loop import AgentLoop, Job
 from unified.execution import get_backend
 from unified.execution.images import build_task
@@ -49,7 +50,7 @@ def test_rebuilt_base_gold_scores_1_and_a_wrong_answer_0(podman):
     assert built.status == "built", built.reason
     assert built.bases == ["docker.io/library/debian:bookworm-slim"]
 
-    adapter = TerminalBench2Adapter(root=str(ROOT), backend="podman", build="always")
+    adapter = TerminalBench2Adapter(root=str(ROOT), backend="podman", build="always", tasks="fixture_container_hello")
     task = adapter.tasks()[0]
     gold = AgentLoop(adapter, GoldReplayer()).run([Job(task, 0)])[0]
     assert gold.error is None and gold.score == 1.0, gold.details.get("verifier_output")
@@ -63,3 +64,15 @@ def test_rebuilt_base_gold_scores_1_and_a_wrong_answer_0(podman):
     summary = adapter.aggregate([gold, wrong])
     assert summary["score"] == 50.0 and summary["backends"] == ["podman"]
     assert any(r.startswith("rebuilt from the Dockerfile on a local base") for r in summary["not_comparable_because"])
+
+
+def test_a_service_the_solution_left_running_answers_the_verifier(podman):
+    """As in Harbor, what the oracle started in the background still runs when the verifier queries it."""
+    built = build_task(ROOT / "fixture_container_service", "podman")
+    assert built.status == "built", built.reason
+    adapter = TerminalBench2Adapter(root=str(ROOT), backend="podman", build="always", tasks="fixture_container_service")
+    task = adapter.tasks()[0]
+    gold = AgentLoop(adapter, GoldReplayer()).run([Job(task, 0)])[0]
+    assert gold.error is None and gold.score == 1.0, gold.details.get("verifier_output")
+    assert gold.details["agent_processes"] == KEPT_RUNNING
+    assert "service answered: service-ok" in gold.details["verifier_output"]

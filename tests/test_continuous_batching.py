@@ -3,7 +3,8 @@ loop's continuous schedule with a scripted streaming policy and with the hf back
 
 from __future__ import annotations
 
-import time
+import threading
+from concurrent.futures import Future
 
 import pytest
 import torch
@@ -125,8 +126,9 @@ def test_unsupported_models_are_refused_with_the_reason(tiny_checkpoint):
 
 
 class StreamingScriptedPolicy(ChatModel):
-    """A streaming policy without a model: request ``k`` of task ``echo_n`` ends after ``latency(n)``
-    polls with a fixed script (call ``echo`` once, then answer), so the schedule is observable."""
+    """A streaming policy without a model: a thread of its own "decodes" every 0.02 s, and request
+    ``k`` of task ``echo_n`` ends after ``latency(n)`` steps with a fixed script (call ``echo`` once,
+    then answer), so the schedule is observable."""
 
     name = "streaming_scripted"
     supports_continuous_batching = True
@@ -134,25 +136,43 @@ class StreamingScriptedPolicy(ChatModel):
     def __init__(self, latency):
         super().__init__("streaming_scripted")
         self.latency, self.polls, self.inflight, self.log = latency, 0, {}, []
+        self.lock, self.stopped = threading.Lock(), threading.Event()
+        threading.Thread(target=self._engine, daemon=True).start()
 
-    def submit(self, key, request):
+    def submit(self, request, *, continuous=None):
         n = int(request.messages[1]["content"].rsplit(" ", 1)[-1].rstrip("."))
         turn = sum(m["role"] == "assistant" for m in request.messages)
-        self.inflight[key] = (self.polls + self.latency(n), n, turn)
-        self.log.append(("submit", n, turn, self.polls))
+        future = Future()
+        with self.lock:
+            self.inflight[future] = (self.polls + self.latency(n), n, turn)
+            self.log.append(("submit", n, turn, self.polls))
+        return future
 
-    def poll(self):
-        time.sleep(0.02)  # one "decode step" (the environment threads run meanwhile, as they do beside a model)
-        self.polls += 1
+    def _engine(self):
+        while not self.stopped.wait(0.02):  # one "decode step" (the environment threads run meanwhile)
+            with self.lock:
+                self.polls += 1
+                try:
+                    for future, output in self.step():
+                        future.set_result(output)
+                except Exception as exc:  # the engine lost what it held: every waiter gets the error
+                    for future in self.inflight:
+                        future.set_exception(exc)
+                    self.inflight.clear()
+
+    def step(self):
         done = []
-        for key, (due, n, turn) in list(self.inflight.items()):
+        for future, (due, n, turn) in list(self.inflight.items()):
             if self.polls >= due:
-                del self.inflight[key]
+                del self.inflight[future]
                 text = (f'<tool_call>{{"name": "echo", "arguments": {{"text": "{n}"}}}}</tool_call>' if turn == 0
                         else "finished")
-                done.append((key, PolicyOutput(text=text, completion_tokens=3, seconds=0.01)))
+                done.append((future, PolicyOutput(text=text, completion_tokens=3, seconds=0.01)))
                 self.log.append(("done", n, turn, self.polls))
         return done
+
+    def close(self):
+        self.stopped.set()
 
 
 def test_loop_schedules_continuously_without_waiting_for_slow_episodes():
@@ -179,12 +199,13 @@ def test_loop_records_a_failing_engine_per_episode_and_goes_on():
     adapter = FixtureAdapter(n=2)
 
     class Failing(StreamingScriptedPolicy):
-        def poll(self):
-            if self.polls == 0:
-                self.polls += 1
-                self.inflight.clear()  # the engine lost what it held
+        failed = False
+
+        def step(self):
+            if self.inflight and not self.failed:  # the first step with work in it
+                self.failed = True
                 raise RuntimeError("engine fell over")
-            return super().poll()
+            return super().step()
 
     episodes = []
     results = AgentLoop(adapter, Failing(lambda n: 1), max_in_flight=1,

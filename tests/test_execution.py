@@ -237,3 +237,35 @@ def test_live_engine(name, tmp_path):
         assert s.read_file("/logs/verifier/reward.txt") == b"1\n"
         res = s.exec("while :; do :; done", timeout_s=2)
         assert res.timed_out
+
+
+def test_a_locally_built_image_becomes_a_sif_through_a_saved_archive(tmp_path):
+    """Apptainer has no ``podman-daemon://`` source: a built image is saved, then ``apptainer build`` reads the archive.
+
+    Apptainer is not installable here (no Debian package), so its half is the command line; podman's
+    half runs for real where podman is installed and root: the archive it saves is an OCI layout.
+    """
+    import shutil
+    import subprocess
+    import tarfile
+
+    from unified.execution.containers import local_image_to_sif_argvs
+
+    sif = tmp_path / "t.sif"
+    save, build = local_image_to_sif_argvs("podman", "unified-x:1", "apptainer", sif, tmp_path)
+    assert save == ["podman", "save", "--format", "oci-archive", "-o", str(tmp_path / "image.oci.tar"), "unified-x:1"]
+    assert build == ["apptainer", "build", "--force", str(sif), f"oci-archive://{tmp_path / 'image.oci.tar'}"]
+    dsave, dbuild = local_image_to_sif_argvs("docker", "unified-x:1", "singularity", sif, tmp_path)
+    assert dsave[:2] == ["docker", "save"] and dbuild[-1] == f"docker-archive://{tmp_path / 'image.docker.tar'}"
+    assert not any("daemon://" in a for a in save + build + dsave + dbuild)
+
+    if shutil.which("podman") is None or os.geteuid() != 0:
+        return
+    from unified.execution.probe import PROBE_IMAGE, probe_tar
+
+    if subprocess.run(["podman", "image", "inspect", PROBE_IMAGE], capture_output=True).returncode != 0:
+        subprocess.run(["podman", "import", "-", PROBE_IMAGE], input=probe_tar(), capture_output=True, check=True)
+    save, _ = local_image_to_sif_argvs("podman", PROBE_IMAGE, "apptainer", sif, tmp_path)
+    subprocess.run(save, capture_output=True, check=True, timeout=120)
+    with tarfile.open(save[-2]) as tar:
+        assert {"oci-layout", "index.json"} <= set(tar.getnames())

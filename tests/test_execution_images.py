@@ -108,3 +108,18 @@ def test_uvs_own_image_used_as_a_file_source_is_rebuilt_from_the_wheel(tmp_path)
     refs = from_images(dockerfile)
     assert refs == ["ubuntu:24.04", "ghcr.io/astral-sh/uv:0.8.14"]
     assert UV_IMAGE.fullmatch(refs[1]).group(1) == "0.8.14"
+
+
+def test_a_failed_build_line_carries_the_infrastructure_evidence():
+    """The census sorts a failed build by the CLI's output: a download failure inside a RUN step must show there."""
+    from unified.execution.images import BuildResult
+    from unified.execution.images.__main__ import result_line
+    from unified.execution.infra import infrastructure_evidence
+
+    reason = ("podman build ... failed (exit 2):\n[1/2] STEP 6/6: RUN uv run /root/x.py\n"
+              "error: Request failed after 3 retries\n  Caused by: dns error\n"
+              "  Caused by: failed to lookup address information: Name or service not known")
+    line = result_line(BuildResult(task="t", status="failed", reason=reason, seconds=12.7))
+    assert line.startswith("t: failed  podman build ... failed (exit 2):") and line.endswith("(13 s)")
+    assert infrastructure_evidence(line), line
+    assert "|" not in result_line(BuildResult(task="t", status="built", image="unified-t:1", seconds=3))

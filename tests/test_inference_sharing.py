@@ -126,12 +126,7 @@ def test_greedy_logprobs_equal_a_forward_pass_over_prompt_and_completion(tiny_ch
     requests = [PolicyRequest(messages=[{"role": "user", "content": text}])
                 for text in ("hello there", "list the files of the workspace please")]
     if continuous:
-        for key, request in enumerate(requests):
-            policy.submit(key, request)
-        done = {}
-        while len(done) < len(requests):
-            done.update(policy.poll())
-        outputs = [done[k] for k in range(len(requests))]
+        outputs = [future.result() for future in [policy.submit(request) for request in requests]]
     else:
         outputs = policy.generate(requests)
     for out in outputs:
@@ -144,11 +139,7 @@ def test_greedy_logprobs_equal_a_forward_pass_over_prompt_and_completion(tiny_ch
 def test_sampled_logprobs_are_under_the_tempered_distribution(tiny_checkpoint, fresh_registry):
     policy = make_chat_model(str(tiny_checkpoint), SamplingConfig(max_new_tokens=8, temperature=0.7, seed=3),
                              continuous=True)
-    policy.submit("k", PolicyRequest(messages=[{"role": "user", "content": "sample something"}]))
-    done = {}
-    while not done:
-        done.update(policy.poll())
-    out = done["k"]
+    out = policy.submit(PolicyRequest(messages=[{"role": "user", "content": "sample something"}])).result()
     expected = _recomputed(policy.loaded, out.prompt_token_ids, out.token_ids, temperature=0.7)
     assert out.logprobs == pytest.approx(expected, abs=1e-4)
 

@@ -13,11 +13,12 @@ from unified.config import from_dict
 from unified.inference.judge import Judge, JudgeCache
 from unified.rewards import (
     CRITERIA,
-    RewardConfig,
+    RubricEntry,
     RubricReward,
-    build_reward_functions,
+    RuleEntry,
+    build_rewards,
+    default_rewards,
     parse_judge_answer,
-    reward_weights,
 )
 
 
@@ -139,10 +140,9 @@ def test_cache_answers_reruns_without_the_backend(tmp_path):
 
 def test_mix_is_the_weighted_sum_of_named_functions_and_logging_and_config():
     """The paper's 9:1 mix is TRL's ``sum_k w_k r_k`` over the named functions; none reads another."""
-    cfg = from_dict(RewardConfig, {"judge_model": "embedded", "cache_dir": ""})
-    assert (cfg.rubric_weight, cfg.rule_weight) == (0.9, 0.1)
-    funcs = build_reward_functions(cfg, judge=FixtureJudge(_block([5, 5, 5, 5, 5])))
-    weights = reward_weights(cfg)
+    entries = default_rewards()
+    assert [(e.name, e.weight) for e in entries] == [("rubric", 0.9), ("rule", 0.1)]
+    funcs, weights = build_rewards(entries, judge=FixtureJudge(_block([5, 5, 5, 5, 5])))
     assert [f.__name__ for f in funcs] == ["rubric", "rule"] and weights == [0.9, 0.1]
     metrics, extras = {}, {}
     batch = dict(reference=["same output", "different"], domain="terminal", trainer_state=None)
@@ -157,12 +157,12 @@ def test_mix_is_the_weighted_sum_of_named_functions_and_logging_and_config():
     state = [dict(vars(f)) for f in funcs]
     assert [f(["p", "p"], ["same output", "other"], **batch) for f in reversed(funcs)] == per_func[::-1]
     assert [dict(vars(f)) for f in funcs] == state and not hasattr(funcs[0], "last_breakdowns")
-    only_rule = RewardConfig(rubric_weight=0.0, rule_weight=1.0)
-    assert [f.__name__ for f in build_reward_functions(only_rule)] == ["rule"]
-    with pytest.raises(ValueError, match="both 0"):
-        RewardConfig(rubric_weight=0, rule_weight=0)
+    only_rule = [RubricEntry(name="rubric", weight=0.0), RuleEntry(name="rule", weight=1.0)]
+    assert [f.__name__ for f in build_rewards(only_rule)[0]] == ["rule"]  # weight 0: left out, no judge needed
     with pytest.raises(ValueError, match="exactly one of judge_endpoint"):
-        build_reward_functions(RewardConfig())
+        build_rewards(default_rewards())
+    rubric = from_dict(RubricEntry, {"name": "rubric", "weight": 1, "judge_model": "embedded", "cache_dir": ""})
+    assert rubric.judge_model == "embedded" and rubric.cache_dir == "" and not rubric.training_only
 
 
 @pytest.mark.slow
@@ -170,9 +170,10 @@ def test_judge_end_to_end_against_a_loopback_server(tiny_checkpoint, tmp_path):
     from unified.inference.server import LocalOpenAIServer
 
     with LocalOpenAIServer(str(tiny_checkpoint), served_name="tiny-judge", max_new_tokens=24) as server:
-        cfg = RewardConfig(judge_endpoint=server.spec, cache_dir=str(tmp_path / "cache"), judge_max_tokens=24,
-                           judge_max_retries=0)
-        rubric, rule = build_reward_functions(cfg)
+        entries = [RubricEntry(name="rubric", weight=0.9, judge_endpoint=server.spec,
+                               cache_dir=str(tmp_path / "cache"), judge_max_tokens=24, judge_max_retries=0),
+                   RuleEntry(name="rule", weight=0.1)]
+        rubric, rule = build_rewards(entries)[0]
         prompts = [[{"role": "system", "content": "terminal"}, {"role": "user", "content": f"echo {i}"}]
                    for i in range(3)]
         completions = [[{"role": "assistant", "content": f"{i}\n[exit code: 0]"}] for i in range(3)]
@@ -187,6 +188,6 @@ def test_judge_end_to_end_against_a_loopback_server(tiny_checkpoint, tmp_path):
             assert "judge failed" not in b.detail, b.detail
         assert rule(prompts, completions, reference=refs) == [25.0] * 3
     # the server is gone: the cached answers alone reproduce the rewards
-    again = build_reward_functions(cfg)[0]
+    again = build_rewards(entries)[0][0]
     assert again(prompts, completions, reference=refs, domain=["terminal"] * 3) == values
     assert again.judge.calls == 0

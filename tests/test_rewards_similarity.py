@@ -7,17 +7,17 @@ import statistics
 
 import pytest
 
-from unified.registry import UnknownNameError
 from unified.rewards import (
     RULE_SCALE,
     SIMILARITY_METRICS,
-    RewardConfig,
+    RuleEntry,
     RuleReward,
+    SimilarityEntry,
     SimilarityReward,
-    build_reward_functions,
+    build_rewards,
+    default_rewards,
     lcs_f1,
     lcs_length,
-    reward_weights,
     token_f1,
     tokens,
 )
@@ -117,17 +117,14 @@ def test_graded_reward_gives_a_gspo_group_variance_where_the_binary_rule_gives_n
 
 def test_config_builds_and_weights_the_similarity_reward():
     assert SIMILARITY_METRICS.get("lcs_f1") is lcs_f1 and SIMILARITY_METRICS.get("token_f1") is token_f1
-    cfg = RewardConfig(rubric_weight=0.0, rule_weight=0.0, similarity_weight=1.0)
-    funcs = build_reward_functions(cfg)
-    assert [f.__name__ for f in funcs] == ["similarity"] and reward_weights(cfg) == [1.0]
-    both = RewardConfig(rubric_weight=0.0, rule_weight=0.5, similarity_weight=0.5, similarity_metric="token_f1")
-    assert [f.__name__ for f in build_reward_functions(both)] == ["rule", "similarity"]
-    per_func = [f(None, ["a b", "b a"], reference=["a b", "a b"]) for f in build_reward_functions(both)]
-    weights = reward_weights(both)
+    funcs, weights = build_rewards([SimilarityEntry(name="similarity", weight=1.0)])
+    assert [f.__name__ for f in funcs] == ["similarity"] and weights == [1.0]
+    both = [RuleEntry(name="rule", weight=0.5), SimilarityEntry(name="similarity", weight=0.5, metric="token_f1")]
+    funcs, weights = build_rewards(both)
+    assert [f.__name__ for f in funcs] == ["rule", "similarity"]
+    per_func = [f(None, ["a b", "b a"], reference=["a b", "a b"]) for f in funcs]
     mixed = [sum(w * values[i] for w, values in zip(weights, per_func)) for i in range(2)]  # TRL's weighted sum
     assert mixed == pytest.approx([25.0, 12.5])
-    assert RewardConfig().similarity_weight == 0.0  # the paper's mix is unchanged
-    with pytest.raises(UnknownNameError, match="lcs_f1"):
-        RewardConfig(similarity_metric="lcs")
-    with pytest.raises(ValueError, match="similarity_weight"):
-        RewardConfig(similarity_weight=-1.0)
+    assert "similarity" not in [e.name for e in default_rewards()]  # the paper's mix is unchanged
+    with pytest.raises(ValueError, match="lcs_f1"):
+        SimilarityEntry(name="similarity", weight=1.0, metric="lcs")

@@ -12,7 +12,7 @@ import pytest
 
 from _warmup_support import fixture_rl_dataset, tiny_overrides, tiny_policy
 from unified.inference.judge import Judge
-from unified.rewards import CRITERIA, build_reward_functions, reward_weights
+from unified.rewards import CRITERIA, build_rewards
 from unified.warmup.callbacks import METRICS_FILE, read_metrics
 from unified.warmup.config import load_warmup_config
 from unified.warmup.trainer import build_trainer
@@ -34,10 +34,9 @@ class ContentJudge(Judge):
 
 
 def test_trl_mixes_the_named_library_rewards_by_their_weights(tmp_path):
-    cfg = load_warmup_config(None, tiny_overrides(tmp_path, "train.max_steps=1", "rewards.judge_model=embedded",
-                                                  "rewards.cache_dir=", "rewards.similarity_weight=0.5"))
-    funcs = build_reward_functions(cfg.rewards, judge=ContentJudge())
-    weights = reward_weights(cfg.rewards)
+    cfg = load_warmup_config(None, tiny_overrides(tmp_path, "train.max_steps=1", "rewards.rubric.judge_model=embedded",
+                                                  "rewards.rubric.cache_dir=", "rewards.similarity.weight=0.5"))
+    funcs, weights = build_rewards(cfg.rewards, judge=ContentJudge())
     assert [f.__name__ for f in funcs] == ["rubric", "rule", "similarity"] and weights == [0.9, 0.1, 0.5]
     model, tokenizer = tiny_policy(0, "qwen3_moe")
     trainer = build_trainer(cfg, train_dataset=fixture_rl_dataset(), reward_funcs=funcs, reward_weights=weights,

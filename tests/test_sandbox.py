@@ -111,6 +111,14 @@ def test_memory_and_process_limits_bind(tmp_path):
         assert "fork" in forks.stderr.lower() or "resource temporarily unavailable" in forks.stderr.lower()
 
 
+def test_the_address_space_limit_follows_memory_unless_lifted(tmp_path):
+    """A browser reserves ~1 TiB of address space: a sandbox that runs one lifts RLIMIT_AS, not its memory limit."""
+    with Sandbox(SandboxConfig(workspace=tmp_path / "a", memory_mb=300)) as box:
+        assert box.run("ulimit -v").stdout.strip() == str(300 * 1024)
+    with Sandbox(SandboxConfig(workspace=tmp_path / "b", memory_mb=300, address_space_mb=0)) as box:
+        assert box.run("ulimit -v").stdout.strip() == "unlimited"
+
+
 def test_throwaway_workspace_is_removed_and_run_needs_context():
     with throwaway_sandbox() as box:
         ws = box.workspace

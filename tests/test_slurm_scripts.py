@@ -51,7 +51,7 @@ def test_a_dry_run_says_it_started_nothing():
 def test_the_paper_recipe_without_judge_stops_at_once():
     out = _run(REPO / "slurm" / "lwm_warmup.sh", UNIFIED_HOSTNAMES="n0 n1", NODES="2", GPUS_PER_NODE="8")
     assert out.returncode != 0 and "srun" not in out.stdout
-    assert "rewards.judge_endpoint is empty" in out.stderr and "JUDGE=openai:URL#MODEL" in out.stderr
+    assert "rewards.rubric.judge_endpoint is empty" in out.stderr and "JUDGE=openai:URL#MODEL" in out.stderr
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)

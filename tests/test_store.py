@@ -151,3 +151,24 @@ def test_warmup_metrics_survive_a_torn_line_and_a_resumed_run(tmp_path):
     state = SimpleNamespace(is_world_process_zero=True, global_step=2)
     callback.on_log(None, state, None, logs={"loss": 0.25})
     assert [(r["step"], r["loss"]) for r in read_metrics(path)] == [(1, 0.5), (2, 0.25)]
+
+
+def test_read_identity_prefers_the_file_and_falls_back_only_when_it_is_missing(tmp_path):
+    from unified.store import IDENTITY_FILE, read_identity
+
+    asked = []
+
+    def derive():
+        asked.append(1)
+        return {"fields": {"derived": True}}
+
+    assert read_identity(tmp_path, derive) == {"fields": {"derived": True}} and asked == [1]  # no file: derived
+
+    def broken():
+        raise KeyError("config")
+
+    assert read_identity(tmp_path, broken) is None  # an older directory that cannot be read: nothing to compare
+    (tmp_path / IDENTITY_FILE).write_text('{"fields": {"model": "x"}}')
+    assert read_identity(tmp_path, derive) == {"fields": {"model": "x"}} and asked == [1]
+    (tmp_path / IDENTITY_FILE).write_text("{not json")
+    assert read_identity(tmp_path, derive) is None and asked == [1]  # a malformed file is not replaced by a guess

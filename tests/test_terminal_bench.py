@@ -42,6 +42,8 @@ def test_gold_solutions_score_100_percent_on_the_local_backend():
     results = AgentLoop(adapter, GoldReplayer()).run([Job(t, 0) for t in adapter.tasks()])
     assert [r.error for r in results] == [None, None, None]
     assert all(r.score == 1.0 and r.passed and r.details["backend"] == "local" for r in results)
+    # bubblewrap cannot keep a verifier out of the agent's reach: its processes are stopped first, and the record says so
+    assert all(r.details["agent_processes"].startswith("stopped before verification") for r in results)
     summary = adapter.aggregate(results)
     assert summary["score"] == 100.0 and summary["backends"] == ["local"]
 

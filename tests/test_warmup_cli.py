@@ -33,7 +33,8 @@ def test_the_two_required_recipes_ship():
 def test_every_shipped_recipe_parses_and_dry_runs(recipe, capsys):
     cfg = load_warmup_config(recipe)
     assert cfg.gspo.importance_sampling_level == "sequence" and cfg.gspo.beta == 0.0
-    judge = ["--set", "rewards.judge_endpoint=openai:http://judge:8001/v1#judge"] if cfg.rewards.rubric_weight else []
+    needs_judge = any(e.name == "rubric" and e.weight for e in cfg.rewards)
+    judge = ["--set", "rewards.rubric.judge_endpoint=openai:http://judge:8001/v1#judge"] if needs_judge else []
     assert main(["--recipe", str(recipe), "--dry-run", *judge]) == 0
     out = capsys.readouterr().out
     resolved = yaml.safe_load(out.split("# objective:")[0])
@@ -45,7 +46,7 @@ def test_every_shipped_recipe_parses_and_dry_runs(recipe, capsys):
 def test_paper_recipe_matches_the_paper_setting(capsys):
     cfg = load_warmup_config(REPO / "recipes" / "warmup" / "qwen35_35b_a3b.yaml")
     assert cfg.data.max_prompt_tokens == 131072
-    assert (cfg.rewards.rubric_weight, cfg.rewards.rule_weight) == (0.9, 0.1)
+    assert [(e.name, e.weight, e.training_only) for e in cfg.rewards] == [("rubric", 0.9, False), ("rule", 0.1, False)]
     assert cfg.model.gradient_checkpointing and cfg.generation.backend == "vllm_server"
     main(["--recipe", str(REPO / "recipes" / "warmup" / "qwen35_35b_a3b.yaml"), "--dry-run"])
     out = capsys.readouterr().out

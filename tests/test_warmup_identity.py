@@ -27,14 +27,16 @@ def _errors(capsys, argv: list[str], code: int = 2) -> list[str]:
 
 def test_the_paper_recipes_empty_judge_is_flagged_by_dry_run_and_stops_a_run(capsys, tmp_path):
     lines = _errors(capsys, ["--recipe", PAPER, "--dry-run"])
-    assert lines == [line for line in lines if line.startswith("unified.warmup: rewards.judge_endpoint is empty")]
-    assert len(lines) == 1 and "JUDGE=" in lines[0] and "--set rewards.judge_endpoint=openai:URL#MODEL" in lines[0]
-    assert main(["--recipe", PAPER, "--dry-run", "--set", "rewards.judge_endpoint=openai:http://j:8001/v1#judge"]) == 0
+    assert lines == [line for line in lines
+                     if line.startswith("unified.warmup: rewards.rubric.judge_endpoint is empty")]
+    assert len(lines) == 1 and "JUDGE=" in lines[0] and "--set rewards.rubric.judge_endpoint=openai:URL#MODEL" in lines[0]
+    assert main(["--recipe", PAPER, "--dry-run", "--set",
+                 "rewards.rubric.judge_endpoint=openai:http://j:8001/v1#judge"]) == 0
     # --print-command (what slurm/lwm_warmup.sh asks first) stops too, before any node loads weights
     assert _errors(capsys, ["--recipe", PAPER, "--print-command", "trainer"])[0].startswith(
-        "unified.warmup: rewards.judge_endpoint is empty")
+        "unified.warmup: rewards.rubric.judge_endpoint is empty")
     assert "is not openai:URL#MODEL" in _errors(
-        capsys, ["--recipe", PAPER, "--dry-run", "--set", "rewards.judge_endpoint=embedded"])[0]
+        capsys, ["--recipe", PAPER, "--dry-run", "--set", "rewards.rubric.judge_endpoint=embedded"])[0]
 
 
 def test_a_misspelt_model_spec_is_one_line_in_dry_run_and_run(capsys, tmp_path):

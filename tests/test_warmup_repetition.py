@@ -1,5 +1,5 @@
 """Issue 18's levers against repetition loops: ``generation.repetition_penalty`` (rollout sampling) and
-``shaping.repetition_weight`` (a training-only reward term that the held-out score leaves out)."""
+the ``repetition`` reward entry (a training-only reward term that the held-out score leaves out)."""
 
 from __future__ import annotations
 
@@ -34,19 +34,19 @@ def test_repetition_penalty_is_in_the_rollout_generation_config(tmp_path):
     assert plain.generation_config.repetition_penalty == 1.0
 
 
-@pytest.mark.parametrize("override", ["generation.repetition_penalty=0", "shaping.repetition_weight=-1",
-                                      "shaping.repetition_ngram=0"])
+@pytest.mark.parametrize("override", ["generation.repetition_penalty=0", "rewards.repetition.weight=-1",
+                                      "rewards.repetition.ngram=0"])
 def test_repetition_settings_are_bounded(tmp_path, override):
-    with pytest.raises((ConfigError, ValueError), match=override.split("=")[0].split(".")[1]):
+    with pytest.raises((ConfigError, ValueError), match=override.split("=")[0].split(".")[-1]):
         load_warmup_config(None, [f"output_dir={tmp_path}", override])
 
 
 def test_shaping_adds_a_training_only_repetition_term(tmp_path):
     recipe = REPO / "recipes/warmup/embedded_cpu.yaml"
-    off = load_warmup_config(recipe, [f"output_dir={tmp_path}", "shaping.repetition_weight=0"])
+    off = load_warmup_config(recipe, [f"output_dir={tmp_path}", "rewards.repetition.weight=0"])
     assert load_rewards(off)[1] == load_rewards(off, training=False)[1] == [1.0]  # the similarity reward alone
-    cfg = load_warmup_config(recipe, [f"output_dir={tmp_path}", "shaping.repetition_weight=5",
-                                      "shaping.repetition_ngram=2"])
+    cfg = load_warmup_config(recipe, [f"output_dir={tmp_path}", "rewards.repetition.weight=5",
+                                      "rewards.repetition.ngram=2"])
     score_funcs, score_weights = load_rewards(cfg, training=False)
     funcs, weights = load_rewards(cfg)
     assert len(funcs) == len(score_funcs) + 1 and weights == [*score_weights, 5.0]
@@ -63,7 +63,7 @@ def test_before_after_scores_without_the_shaping_term(tmp_path, tiny_checkpoint,
     args = ["--recipe", str(REPO / "recipes/warmup/embedded_cpu.yaml"), "--eval-before-after",
             "--heldout-temperature", "0",
             *tiny_cli_overrides(tiny_checkpoint, data, out, "train.max_steps=1", "train.save_steps=1",
-                                "data.heldout_size=4", "shaping.repetition_weight=5")]
+                                "data.heldout_size=4", "rewards.repetition.weight=5")]
     assert main(args) == 0
     report = json.loads((out / REPORT_FILE).read_text())
     assert report["settings"]["rewards"] == ["similarity"] and report["settings"]["weights"] == [1.0]

@@ -9,7 +9,11 @@ declares (:func:`bounded`: ``max_steps >= 1``, ``learning_rate > 0``, no NaN) is
 names the field, the bound and the value. :func:`flag_type` turns the same bounds into an
 argparse ``type`` for a CLI flag, so ``--limit -1`` is a usage error naming flag and value.
 ``--set a.b=value`` parses ``value`` as YAML (so ``--set train.lr=3e-4`` is a float and
-``--set eval.suites=[ood]`` a list).
+``--set eval.suites=[ood]`` a list). A list of named entries (mappings with a ``name``, such as
+a warmup recipe's ``rewards``) is addressed by entry name or position: ``--set
+rewards.similarity.weight=0.5`` sets that entry's key, ``--set rewards.0.weight=0.5`` the first
+entry's, and a name the list does not hold adds an entry (``{name: NAME}`` and the item class's
+``NEW_ENTRY`` keys, then ``KEY: VALUE``); ``--set rewards=[...]`` replaces the whole list.
 
 Typical CLI use::
 
@@ -69,6 +73,11 @@ def _line_index(text: str, source: str) -> dict[tuple[str, ...], int]:
                 key_path = path + (str(key_node.value),)
                 index[key_path] = key_node.start_mark.line + 1
                 walk(value_node, key_path)
+        elif isinstance(node, yaml.SequenceNode) and path:  # item i of key k: path (..., "k[i]")
+            for i, item in enumerate(node.value):
+                item_path = path[:-1] + (f"{path[-1]}[{i}]",)
+                index[item_path] = item.start_mark.line + 1
+                walk(item, item_path)
 
     if root is not None:
         walk(root, ())
@@ -113,27 +122,80 @@ def read_yaml(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[tuple[
 # overrides
 
 
+def _split_override(item: str) -> tuple[list[str], str]:
+    if "=" not in item:
+        raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set train.lr=3e-4")
+    key, raw = item.split("=", 1)
+    parts = [p for p in key.strip().split(".") if p]
+    if not parts:
+        raise ConfigError(f"--set {item!r}: empty key")
+    return parts, raw
+
+
+def _named_entry(items: list[Any], part: str, item: str, where: str, create: bool) -> int | None:
+    """The position of the entry of ``items`` (a list of named mappings) that ``part`` addresses: a
+    position (``0``) or the value of an entry's ``name``; a new name is appended when ``create``."""
+    if part.isdigit():
+        if int(part) >= len(items):
+            raise ConfigError(f"--set {item!r}: {where} has {len(items)} entries, no entry {part}")
+        return int(part)
+    if not all(isinstance(e, dict) and "name" in e for e in items):
+        raise ConfigError(f"--set {item!r}: {where} is a list, not a list of named entries: address an item by "
+                          f"position ({where}.0) or set the whole list ({where}=[...])")
+    for i, entry in enumerate(items):
+        if str(entry["name"]) == part:
+            return i
+    if not create:
+        return None
+    items.append({"name": part})
+    return len(items) - 1
+
+
+def _override_target(data: dict[str, Any], parts: list[str], item: str, create: bool
+                     ) -> tuple[dict[str, Any] | None, tuple[str, ...]]:
+    """The mapping that holds the last key of ``parts`` and the key path of that key in ``data`` (with
+    ``"k[i]"`` for item i of list ``k``, as :func:`_line_index` writes it); (None, path) when a named
+    entry is missing and not ``create``."""
+    node: Any = data
+    path: list[str] = []
+    for i, part in enumerate(parts[:-1]):
+        where = ".".join(parts[:i])
+        if isinstance(node, list):
+            index = _named_entry(node, part, item, where, create)
+            if index is None:
+                return None, tuple(path)
+            child = node[index]
+            path[-1] = f"{path[-1]}[{index}]"
+        else:
+            child = node.get(part)
+            if child is None:
+                if not create:
+                    return None, tuple(path)
+                child = node[part] = {}
+            path.append(part)
+        if not isinstance(child, (dict, list)):
+            raise ConfigError(f"--set {item!r}: {'.'.join(parts[: i + 1])} is a value, not a section")
+        node = child
+    if isinstance(node, list):
+        where = ".".join(parts[:-1])
+        raise ConfigError(f"--set {item!r}: {where} is a list of entries: set a key of one entry, by name or "
+                          f"position (--set {where}.NAME.KEY=VALUE, --set {where}.0.KEY=VALUE), or the whole list "
+                          f"(--set {where}=[...])")
+    return node, (*path, parts[-1])
+
+
 def apply_overrides(data: dict[str, Any], overrides: list[str] | None) -> dict[str, Any]:
-    """Apply ``key.sub=value`` overrides to a (nested) dict in place; values parse as YAML."""
+    """Apply ``key.sub=value`` overrides to a (nested) dict in place; values parse as YAML.
+
+    In a list of named entries a key part is an entry's name or position (module docstring)."""
     for item in overrides or []:
-        if "=" not in item:
-            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set train.lr=3e-4")
-        key, raw = item.split("=", 1)
-        parts = [p for p in key.strip().split(".") if p]
-        if not parts:
-            raise ConfigError(f"--set {item!r}: empty key")
+        parts, raw = _split_override(item)
         try:
             value = load_yaml_text(raw) if raw.strip() else ""
         except yaml.YAMLError as exc:
             raise ConfigError(f"--set {item!r}: value is not valid YAML: {exc}") from None
-        node = data
-        for i, part in enumerate(parts[:-1]):
-            child = node.get(part)
-            if child is None:
-                child = node[part] = {}
-            if not isinstance(child, dict):
-                raise ConfigError(f"--set {item!r}: {'.'.join(parts[: i + 1])} is a value, not a section")
-            node = child
+        node, _ = _override_target(data, parts, item, create=True)
+        assert node is not None
         node[parts[-1]] = value
     return data
 
@@ -293,10 +355,12 @@ def from_dict(cls: type[C], data: dict[str, Any], *, where: str = "", lines: dic
     if not isinstance(data, dict):
         raise ConfigError(f"{_location(source, lines, ())}{where or cls.__name__}: expected a mapping "
                           f"(an object), got {type(data).__name__}")
+    section = tuple(p for p in where.split(".") if p and not p.startswith("["))
+    data = _apply_upgrade(cls, data, where, _location(source, lines, section))
+    cls = _variant(cls, data, where, _location(source, lines, section + ("name",)))
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     kwargs: dict[str, Any] = {}
-    section = tuple(p for p in where.split(".") if p and not p.startswith("["))
     data = _apply_renames(cls, data, where, _location(source, lines, section))
     for key, value in data.items():
         key_where = f"{where}.{key}" if where else str(key)
@@ -311,11 +375,11 @@ def from_dict(cls: type[C], data: dict[str, Any], *, where: str = "", lines: dic
             kwargs[key] = _coerce(value, tp, key_where, source, lines)
             check_bounds(kwargs[key], fields[key].metadata.get("bounds", {}), key_where)
         except UnknownNameError as exc:
-            if loc and str(exc).startswith(loc):  # raised by a nested section, which named the file
+            if loc and _located(str(exc), loc, source):  # raised by a nested section, which named the file
                 raise
             raise ConfigNameError(exc.kind, exc.name, exc.valid, where=f"{loc}{key_where}") from None
         except ConfigError as exc:
-            if loc and not str(exc).startswith(loc):
+            if loc and not _located(str(exc), loc, source):
                 raise ConfigError(f"{loc}{exc}") from None
             raise
     missing = [name for name, f in fields.items() if name not in kwargs
@@ -327,9 +391,33 @@ def from_dict(cls: type[C], data: dict[str, Any], *, where: str = "", lines: dic
         return cls(**kwargs)
     except ConfigError:
         raise
-    except ValueError as exc:  # a section's own checks (__post_init__)
-        raise ConfigError(f"{_location(source, lines, section)}{exc}") from None
+    except ValueError as exc:  # a section's own checks (__post_init__); "FIELD: why" points at the field
+        text, field_name = str(exc), str(exc).split(":", 1)[0]
+        if field_name in fields and field_name in data:
+            text = f"{where}.{text}" if where else text
+            raise ConfigError(f"{_location(source, lines, section + (field_name,))}{text}") from None
+        raise ConfigError(f"{_location(source, lines, section)}{text}") from None
 
+
+UPGRADE_ATTRIBUTE = "UPGRADE"
+"""A dataclass may declare ``UPGRADE: ClassVar[Callable[[dict], tuple[dict, str] | None]]``: given the
+raw mapping of its section, ``(the mapping in today's form, today's spelling in words)`` when the mapping
+is in an older form, else None. Old recipes and stored records still load, with one deprecation line
+naming the file and the new spelling; :func:`load_config` upgrades the file before ``--set`` applies."""
+
+VARIANT_ATTRIBUTE = "VARIANT"
+"""A dataclass may declare ``VARIANT: ClassVar[Callable[[dict], type]]``: the dataclass (itself or a
+subclass) that a raw mapping of this type is loaded into, chosen from its content (a list of reward
+entries picks each entry's options by its ``name``); raises ``UnknownNameError`` or ``ValueError``."""
+
+NEW_ENTRY_ATTRIBUTE = "NEW_ENTRY"
+"""The item dataclass of a list of named entries may declare ``NEW_ENTRY: ClassVar[dict]``: the keys an
+entry that ``--set LIST.NAME.KEY=VALUE`` adds starts with, besides its name (a reward: ``weight: 0``)."""
+
+RENAMED_PATHS_ATTRIBUTE = "RENAMED_PATHS"
+"""A root dataclass may declare ``RENAMED_PATHS: ClassVar[dict[str, str]]``: an old dotted ``--set``
+key -> today's (``shaping.repetition_weight`` -> ``rewards.repetition.weight``), with one deprecation
+line."""
 
 RENAMED_ATTRIBUTE = "RENAMED"
 """A dataclass may declare ``RENAMED: ClassVar[dict[str, str | tuple[str, Callable]]]``: old key ->
@@ -337,6 +425,44 @@ new key (or (new key, a function of the old value)). Old recipes and stored reco
 one deprecation line per old key and place."""
 
 _warned_renames: set[tuple[str, str]] = set()
+
+
+def _apply_upgrade(cls: type, data: dict[str, Any], where: str, loc: str) -> dict[str, Any]:
+    upgrade = getattr(cls, UPGRADE_ATTRIBUTE, None)
+    if upgrade is None or not isinstance(data, dict):
+        return data
+    try:
+        upgraded = upgrade(data)
+    except UnknownNameError as exc:
+        raise ConfigNameError(exc.kind, exc.name, exc.valid, where=f"{loc}{exc.where or where or cls.__name__}"
+                              ) from None
+    except ValueError as exc:
+        text = str(exc)
+        raise ConfigError(text if loc and text.startswith(loc) else f"{loc}{text}") from None
+    if upgraded is None:
+        return data
+    data, spelling = upgraded
+    note = f"deprecated: {loc}{spelling}"
+    if (note, "") not in _warned_renames:
+        _warned_renames.add((note, ""))
+        warnings.warn(note, DeprecationWarning, stacklevel=3)
+        print(f"note: {note}", file=sys.stderr)
+    return data
+
+
+def _variant(cls: type, data: dict[str, Any], where: str, loc: str) -> type:
+    choose = getattr(cls, VARIANT_ATTRIBUTE, None)
+    if choose is None:
+        return cls
+    try:
+        chosen = choose(data)
+    except UnknownNameError as exc:
+        raise ConfigNameError(exc.kind, exc.name, exc.valid, where=f"{loc}{where or cls.__name__}.name") from None
+    except ValueError as exc:
+        raise ConfigError(f"{loc}{where or cls.__name__}: {exc}") from None
+    if not (isinstance(chosen, type) and issubclass(chosen, cls)):
+        raise TypeError(f"{cls.__name__}.VARIANT gave {chosen!r}, not a subclass")
+    return chosen
 
 
 def _apply_renames(cls: type, data: dict[str, Any], where: str, loc: str) -> dict[str, Any]:
@@ -362,8 +488,21 @@ def _apply_renames(cls: type, data: dict[str, Any], where: str, loc: str) -> dic
     return out
 
 
+def _located(message: str, loc: str, source: str) -> bool:
+    """The message already names where (this key's file line, another line of the file, a --set flag)."""
+    return message.startswith(loc) or bool(source) and message.startswith(f"{source}:") or \
+        message.startswith("--set ")
+
+
 def _location(source: str, lines: dict[tuple[str, ...], Any] | None, path: tuple[str, ...]) -> str:
     line = (lines or {}).get(path)
+    for n in range(len(path) - 1, 0, -1) if line is None and lines else ():  # inside what a --set flag set
+        for key in (path[:n], path[:n - 1] + (path[n - 1].split("[")[0],)):
+            if isinstance(lines.get(key), str):
+                line = lines[key]
+                break
+        if line is not None:
+            break
     if isinstance(line, str):  # a key set by --set (see mark_overrides): the flag is to blame, not the file
         return f"{line}: "
     if not source:
@@ -371,16 +510,29 @@ def _location(source: str, lines: dict[tuple[str, ...], Any] | None, path: tuple
     return f"{source}:{line}: " if line else f"{source}: "
 
 
-def mark_overrides(lines: dict[tuple[str, ...], Any], overrides: list[str] | None) -> dict[tuple[str, ...], Any]:
+def mark_overrides(lines: dict[tuple[str, ...], Any], overrides: list[str] | None,
+                   data: dict[str, Any] | None = None) -> dict[tuple[str, ...], Any]:
     """Point the key paths that ``--set`` overrides at the flag (``"--set KEY=VALUE"``) instead of a
     line of the recipe file, so that an error in an overridden value or a mistyped overridden key
-    names the flag. Modifies and returns ``lines``."""
+    names the flag. ``data``: the overridden dict, to find the entries of named lists that a key
+    addresses by name. Modifies and returns ``lines``."""
     for item in overrides or []:
         key = item.split("=", 1)[0]
         path = tuple(p for p in key.strip().split(".") if p)
         if not path:
             continue
-        for stale in [k for k in lines if k[:len(path)] == path]:
+        if data is not None:
+            try:
+                node, resolved = _override_target(data, list(path), item, create=False)
+                path = resolved if node is not None else path
+            except ConfigError:
+                pass
+            for i, part in enumerate(path[:-1]):  # an entry that --set added: its errors name the flag
+                if part.endswith("]") and path[:i + 1] not in lines:
+                    lines[path[:i + 1]] = f"--set {item}"
+        items = (path[-1] + "[",)  # a whole list set: its items' lines are stale too
+        for stale in [k for k in lines if k[:len(path)] == path or (
+                len(k) >= len(path) and k[:len(path) - 1] == path[:-1] and k[len(path) - 1].startswith(items))]:
             del lines[stale]
         lines[path] = f"--set {item}"
     return lines
@@ -394,10 +546,64 @@ def load_config(cls: type[C], path: str | os.PathLike[str] | None = None, overri
     if path is not None:
         data, lines = read_yaml(path)
         source = str(path)
-    if overrides:
+    if overrides:  # the file in today's form first, so that --set keys address today's keys
+        data = _apply_upgrade(cls, data, "", _location(source, lines, ()))
+        overrides = _renamed_overrides(cls, overrides)
+        _prepare_lists(cls, data, overrides)
         apply_overrides(data, overrides)
-        mark_overrides(lines, overrides)
+        mark_overrides(lines, overrides, data)
     return from_dict(cls, data, lines=lines, source=source)
+
+
+def _renamed_overrides(cls: type, overrides: list[str]) -> list[str]:
+    """``--set`` keys spelt as before a :data:`RENAMED_PATHS_ATTRIBUTE` rename, in today's spelling."""
+    renamed = getattr(cls, RENAMED_PATHS_ATTRIBUTE, None) or {}
+    out = []
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        new = renamed.get(key.strip())
+        if new is None or not sep:
+            out.append(item)
+            continue
+        out.append(f"{new}={raw}")
+        note = f"deprecated: --set {key.strip()} is now --set {new}"
+        if (note, "") not in _warned_renames:
+            _warned_renames.add((note, ""))
+            warnings.warn(note, DeprecationWarning, stacklevel=3)
+            print(f"note: {note}", file=sys.stderr)
+    return out
+
+
+def _prepare_lists(cls: type, data: dict[str, Any], overrides: list[str]) -> None:
+    """For each override that addresses into a list field of ``cls`` (``rewards.rule.weight``): put the
+    field's default into ``data`` when the file does not set it (the override edits the default list),
+    and add an entry named by the override that the list lacks, starting from the item class's
+    :data:`NEW_ENTRY_ATTRIBUTE` (``{name: rule, weight: 0}``), so an option alone adds nothing that acts."""
+    for item in overrides:
+        parts = [p for p in item.split("=", 1)[0].strip().split(".") if p]
+        tp, node = cls, data
+        for i, part in enumerate(parts[:-1]):
+            if not dataclasses.is_dataclass(tp) or not isinstance(node, dict):
+                break
+            hints = typing.get_type_hints(tp)
+            fields = {f.name: f for f in dataclasses.fields(tp)}
+            if part not in fields:
+                break
+            field_tp = hints[part]
+            if typing.get_origin(field_tp) is list:
+                if node.get(part) is None:
+                    f = fields[part]
+                    default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+                    node[part] = to_dict(default) if default is not dataclasses.MISSING else []
+                items, name = node[part], parts[i + 1]
+                template = getattr((typing.get_args(field_tp) or (None,))[0], NEW_ENTRY_ATTRIBUTE, None)
+                if (template is not None and i + 2 < len(parts) and not name.isdigit() and isinstance(items, list)
+                        and all(isinstance(e, dict) for e in items) and all(e.get("name") != name for e in items)):
+                    items.append({"name": name, **template})
+                break
+            if not dataclasses.is_dataclass(field_tp):
+                break
+            tp, node = field_tp, node.setdefault(part, {})
 
 
 # --------------------------------------------------------------------------------------

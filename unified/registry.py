@@ -18,7 +18,7 @@ class UnknownNameError(KeyError):
     """A name that is not in a registry (or a key that is not in a config section)."""
 
     def __init__(self, kind: str, name: str, valid: list[str], where: str = "") -> None:
-        self.kind, self.name, self.valid = kind, name, sorted(valid)
+        self.kind, self.name, self.valid, self.where = kind, name, sorted(valid), where
         close = difflib.get_close_matches(name, self.valid, n=3, cutoff=0.5)
         hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
         prefix = f"{where}: " if where else ""

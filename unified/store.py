@@ -19,7 +19,7 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 
 def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
@@ -123,6 +123,29 @@ def append_jsonl(path: str | os.PathLike[str], data: dict[str, Any]) -> None:
 
 # --------------------------------------------------------------------------------------
 # run identity: what defines the results in a run directory
+
+
+IDENTITY_FILE = "identity.json"
+"""The identity record of a run directory (eval ``--out``, warmup ``output_dir``)."""
+WEIGHT_FILES = ("*.json", "*.safetensors", "*.bin", "*.pt", "*.gguf", "*.model")
+"""The files of a local checkpoint whose names, sizes and times make its ``model.files`` digest."""
+
+
+def read_identity(directory: str | os.PathLike[str], derive: Callable[[], dict[str, Any] | None]
+                  ) -> dict[str, Any] | None:
+    """The identity recorded in ``directory/identity.json``; without that file, ``derive()`` (an identity
+    worked out from an older directory's own records; any exception in it: None, nothing to compare
+    against); an unreadable or malformed file: None."""
+    try:
+        return json.loads((Path(directory) / IDENTITY_FILE).read_text())
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError):
+        return None
+    try:
+        return derive()
+    except Exception:  # an older directory this version cannot read
+        return None
 
 
 def flatten_identity(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:

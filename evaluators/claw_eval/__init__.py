@@ -14,7 +14,7 @@ Not on PyPI: point the adapter at a checkout with ``$CLAW_EVAL_ROOT`` or
                       a cap makes the result not comparable); ``user_max_tokens`` (256)
 ``sandbox_tools``     offer Bash/Read/Write/Edit/Glob/Grep on a sandboxed workspace (default true,
                       as the benchmark's ``--sandbox`` runs do)
-``grader_timeout_s``, ``exec_timeout_s``, ``memory_mb``  limits
+``grader_timeout_s``, ``exec_timeout_s``, ``memory_mb``, ``browser_memory_mb``  limits
 
 Tasks needing live web search (``web_real``) are skipped unless ``$SERP_DEV_KEY`` is set;
 tasks whose fixtures are missing from the checkout are skipped with the file named, and so are
@@ -103,6 +103,10 @@ class ClawEvalConfig:
     """Wall time of one sandboxed tool call."""
     memory_mb: int = bounded(2048, ge=1)
     """Memory of the sandbox."""
+    browser_memory_mb: int = bounded(16384, ge=1)
+    """Memory of the sandbox of a task that runs a browser (the web-page tasks' Playwright screenshots):
+    the sandbox's watchdog counts the shared-memory objects Chromium maps (dozens) at their mapped
+    size, about 13 GiB for one page here, far above what it holds."""
 
     def __post_init__(self) -> None:
         self.splits, self.categories = config_list(self.splits), config_list(self.categories)
@@ -156,6 +160,7 @@ class ClawEvalAdapter(Adapter):
             user = resolve_endpoint(self.user_spec)
         env = _TrialEnvironment(self, ct, user_endpoint=user, sandbox_tools=self.settings.sandbox_tools,
                                 exec_timeout_s=self.settings.exec_timeout_s, memory_mb=self.settings.memory_mb)
+        env.browser_memory_mb = self.settings.browser_memory_mb
         env.user_max_tokens = self.settings.user_max_tokens
         return env
 
@@ -202,6 +207,8 @@ class ClawEvalAdapter(Adapter):
         trace = build_trace(episode, env.dispatches, audit, env.user_rounds,
                             int((ct.user_agent or {}).get("max_rounds", 0)) if env.multi_turn else 0, env.user_done)
         details: dict[str, Any] = {"split": ct.split, "category": ct.category, "sandbox": env.metadata["sandbox"],
+                                   "browser": env.metadata.get("browser"),
+                                   "address_space_limit": env.metadata.get("address_space_limit"),
                                    "prompts": env.metadata.get("prompts"),
                                    "docker": "not used (local bubblewrap sandbox ran)", "judge": self.judge_spec,
                                    "n_dispatches": len(env.dispatches), "user_rounds": env.user_rounds}
@@ -260,6 +267,10 @@ class ClawEvalAdapter(Adapter):
         if ours:
             reasons.append(f"{ours} episodes used our agent system prompt / simulated user instead of the "
                            "checkout's (runner/system_prompt.py, runner/user_agent.py could not be loaded)")
+        browsers = sorted({b for r in scored if (b := r.details.get("browser")) and not b.startswith("playwright's")})
+        if browsers:
+            reasons.append(f"web pages rendered by {', '.join(browsers)} through Playwright, not Playwright's own "
+                           "Chromium build of the official image")
         if trials < self.runs_default:
             reasons.append(f"fewer trials than the protocol's {self.runs_default}: Avg@{trials}")
         if self.settings.judge_max_tokens:

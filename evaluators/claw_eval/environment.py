@@ -37,7 +37,8 @@ from unified.types import Episode, Message, Observation, ToolCall, ToolSpec
 
 from evaluators.claw_eval import official
 from evaluators.claw_eval.services import ServiceGroup, ServiceSpec
-from evaluators.claw_eval.tasks import ClawTask, fixture_source
+from evaluators.claw_eval.browser import BROWSERS_MOUNT, playwright_setup
+from evaluators.claw_eval.tasks import ClawTask, fixture_source, used_programs
 
 WORKSPACE = "/workspace"
 SHIM_DIR = "/tmp/.unified-shims"
@@ -101,6 +102,8 @@ class ClawEvalEnvironment(Environment):
         self.user_endpoint = user_endpoint
         self.use_sandbox = sandbox_tools
         self.exec_timeout_s, self.memory_mb, self.http_timeout_s = exec_timeout_s, memory_mb, http_timeout_s
+        self.browser_memory_mb = 16384
+        """Memory of the sandbox when the task runs a browser (see the adapter's ``browser_memory_mb``)."""
         self.services: ServiceGroup | None = services
         self._own_services = services is None
         self.dispatches: list[dict[str, Any]] = []
@@ -156,9 +159,20 @@ class ClawEvalEnvironment(Environment):
             shims = self._scratch.root / "shims"
             shims.mkdir()
             (shims / "python").symlink_to(PYTHON3)  # the official image (python:3.11-slim) has `python`
-            self._box = self._scratch.start(timeout_s=self.exec_timeout_s, memory_mb=self.memory_mb,
-                                            mount_point=WORKSPACE, readonly_binds=[(str(shims), SHIM_DIR)],
-                                            env={"PATH": f"{SHIM_DIR}:{DEFAULT_PATH}"})
+            binds, env = [(str(shims), SHIM_DIR)], {"PATH": f"{SHIM_DIR}:{DEFAULT_PATH}"}
+            if "playwright" in used_programs(self.task) and playwright_setup().ok:
+                setup = playwright_setup()
+                self.metadata["browser"] = setup.browser
+                if setup.browsers_dir is not None:  # Debian's chromium under the names Playwright looks for
+                    binds.append((str(setup.browsers_dir), BROWSERS_MOUNT))
+                    env["PLAYWRIGHT_BROWSERS_PATH"] = BROWSERS_MOUNT
+                # Chromium reserves ~1 TiB of address space: no per-process RLIMIT_AS, the sandbox-wide limit holds
+                self.metadata["address_space_limit"] = "none per process (a browser runs); sandbox-wide memory limit kept"
+                self.metadata["memory_mb"] = max(self.memory_mb, self.browser_memory_mb)
+            self._box = self._scratch.start(timeout_s=self.exec_timeout_s,
+                                            memory_mb=self.metadata.get("memory_mb", self.memory_mb),
+                                            mount_point=WORKSPACE, readonly_binds=binds, env=env,
+                                            address_space_mb=0 if "address_space_limit" in self.metadata else None)
         self.deadline = time.monotonic() + self.task.timeout_seconds
 
     def _inject(self, rel: str) -> None:

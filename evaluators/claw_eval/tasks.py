@@ -11,12 +11,10 @@ user_agent: 38). A task is skipped, with the reason, when it needs live web acce
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import shlex
 import shutil
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,8 @@ from typing import Any
 import yaml
 
 from unified.benchmarks.contract import BenchmarkUnavailable, TaskFormatError, check_task_id
+
+from evaluators.claw_eval.browser import playwright_setup
 
 ENV_ROOT = "CLAW_EVAL_ROOT"
 CLONE_HINT = (f"git clone https://github.com/claw-eval/claw-eval && export {ENV_ROOT}=$PWD/claw-eval "
@@ -163,7 +163,7 @@ NEEDED_PROGRAMS = {"ffmpeg": r"\bffmpeg\b", "ffprobe": r"\bffprobe\b", "chromium
 its Chromium) has, by the pattern that shows a task uses one: in its task.yaml, its grader.py, or
 a script its snapshot commands run (e.g. the multimodal web-page tasks' ``take_recording.py``,
 whose Playwright screenshots are what the grader judges). ``playwright`` is the Python package
-(for the sandbox's ``python3``) with a browser it can launch."""
+(for the sandbox's ``python3``) with a browser it can launch (:mod:`evaluators.claw_eval.browser`)."""
 
 SCRIPT_MAX_BYTES = 1 << 20
 """Scripts larger than this are not read for program names."""
@@ -188,35 +188,24 @@ def snapshot_scripts(task: ClawTask) -> list[Path]:
     return out
 
 
-def missing_programs(task: ClawTask, which=shutil.which, has_playwright=None) -> list[str]:
-    """The programs this task uses (task.yaml, grader.py, the scripts of its snapshot commands)
-    that this machine lacks; ``has_playwright()`` says whether the sandbox's Python can drive a browser."""
+def used_programs(task: ClawTask) -> list[str]:
+    """The programs of :data:`NEEDED_PROGRAMS` this task uses (task.yaml, grader.py, the scripts of its snapshot commands)."""
     sources = [Path(task.dir, name) for name in ("task.yaml", "grader.py")] + snapshot_scripts(task)
     text = ""
     for path in sources:
         if path.is_file() and path.stat().st_size <= SCRIPT_MAX_BYTES:
             text += path.read_text(encoding="utf-8", errors="replace") + "\n"
-    found = [prog for prog, pattern in NEEDED_PROGRAMS.items() if re.search(pattern, text)]
-    has_playwright = _has_playwright if has_playwright is None else has_playwright
+    return [prog for prog, pattern in NEEDED_PROGRAMS.items() if re.search(pattern, text)]
+
+
+def missing_programs(task: ClawTask, which=shutil.which, has_playwright=None) -> list[str]:
+    """The programs this task uses (task.yaml, grader.py, the scripts of its snapshot commands)
+    that this machine lacks; ``has_playwright()`` says whether the sandbox's Python can drive a browser."""
+    found = used_programs(task)
+    has_playwright = (lambda: playwright_setup().ok) if has_playwright is None else has_playwright
     return [prog for prog in found
             if (not has_playwright() if prog == "playwright" else
-                which(prog) is None and not (prog == "chromium" and _has_playwright_chromium()))]
-
-
-def _has_playwright_chromium() -> bool:
-    return any(Path.home().glob(".cache/ms-playwright/chromium*"))
-
-
-@functools.lru_cache(maxsize=1)
-def _has_playwright() -> bool:
-    """The sandbox's ``python3`` imports ``playwright`` and Playwright's own Chromium is installed
-    (the recording scripts launch it without a path)."""
-    try:
-        probe = subprocess.run(["/usr/bin/python3", "-c", "import playwright.sync_api"], capture_output=True,
-                               timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return probe.returncode == 0 and _has_playwright_chromium()
+                which(prog) is None and not (prog == "chromium" and has_playwright()))]
 
 
 def skip_reason(task: ClawTask, env: dict[str, str] | None = None) -> str | None:
@@ -241,10 +230,11 @@ def skip_reason(task: ClawTask, env: dict[str, str] | None = None) -> str | None
         return (f"prompt attachments ({', '.join(task.attachments[:3])}) must reach the model as media, and the "
                 "agent loop passes text only")
     programs = missing_programs(task)
+    if "playwright" in programs:  # the page is graded from the screenshots its snapshot script takes
+        return (f"needs Playwright with a browser (its screenshots are what the grader judges; without them a good "
+                f"page scores at most 0.2): {playwright_setup().missing}")
     if programs:
-        why = (" (the page is graded from Playwright screenshots: without it a good page scores at most 0.2)"
-               if "playwright" in programs else "")
-        return (f"needs {', '.join(programs)}, not installed here{why} (the official agent image Dockerfile.agent has "
+        return (f"needs {', '.join(programs)}, not installed here (the official agent image Dockerfile.agent has "
                 "it): install it or run in that image")
     return None
 

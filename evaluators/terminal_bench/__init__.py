@@ -198,7 +198,7 @@ class TerminalBench2Adapter(Adapter):
         details["task_network"] = env.task.network
         details["image"], details["built_from"] = env.image, env.build_context
         details.update({k: v for k, v in env.metadata.get("execution", {}).items() if k.startswith("rebuilt_base")})
-        infra = verifier_infrastructure_error(env.task.path, env.session, details) if env.session else None
+        infra = verifier_infrastructure_error(env.task.path, env.read_verifier_file, details) if env.session else None
         reward = details.get("reward")
         score = float(reward) if reward is not None and infra is None else 0.0
         return EpisodeResult(benchmark=self.name, task_id=task.id, trial=episode.trial, score=score,

@@ -21,10 +21,15 @@ environment (output to ``/logs/verifier/test-stdout.txt`` as well) with the task
 ``[verifier]`` timeout and env. The reward is read in Harbor's order: ``reward.json`` first
 (its numeric ``reward``; the other numeric keys are kept as ``rewards``; when it has no
 ``reward`` key, ``reward.txt`` supplies it), else ``reward.txt``. A verifier that times out or
-writes no reward scores 0 with ``reward_error`` saying so. Before the verifier starts, every
-process the agent left running is killed, and that none is left is checked (otherwise the
-episode is not verified and scores 0 with that error); ``/logs/verifier`` is then made a fresh
-empty directory, so nothing of the agent's can write or pre-place the reward. The verifier runs
+writes no reward scores 0 with ``reward_error`` saying so. As in Harbor, the processes the agent
+(or the oracle) left running keep running while the verifier runs (a task's answer can be a
+service) where the session can run the verifier out of their reach
+(:meth:`~unified.execution.ExecutionSession.exec_private_verifier`, docker and podman:
+``/logs/verifier``, ``/tests`` and the verifier's home are private to it, see
+:mod:`unified.execution.verifier`). Elsewhere (``local``, apptainer) every process the agent left
+running is killed first, and that none is left is checked (otherwise the episode is not verified
+and scores 0 with that error); ``/logs/verifier`` is then made a fresh empty directory, so nothing
+of the agent's can write or pre-place the reward. ``agent_processes`` in the result says which. The verifier runs
 with :meth:`~unified.execution.ExecutionSession.verifier_env` under the task's own env: a fresh
 ``HOME`` outside the working directory, Python's user site off, no agent-writable ``PATH`` entry,
 so nothing the agent planted (a ``usercustomize.py`` in its home) runs inside the verifier.
@@ -39,10 +44,11 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from unified.benchmarks.contract import Environment
 from unified.execution import EnvironmentSpec, ExecutionBackend, ExecutionSession, TmuxTerminal
+from unified.execution.verifier import PrivateRun
 from unified.types import Message, Observation, ToolCall, ToolSpec
 
 from evaluators.terminal_bench.tasks import TBTask
@@ -54,6 +60,8 @@ INSTALL_TMUX = ("(command -v apt-get && (apt-get update && DEBIAN_FRONTEND=nonin
 
 MAX_WAIT_S = 300.0
 """Longest single wait a ``send_keys`` call may ask for (Terminus-2 caps durations too)."""
+KEPT_RUNNING = "kept running during verification, as Harbor leaves them (the verifier ran out of their reach)"
+STOPPED = "stopped before verification (Harbor leaves them running)"
 
 SEND_KEYS = ToolSpec(
     name="send_keys",
@@ -104,6 +112,7 @@ class TerminalBenchEnvironment(Environment):
         self.network, self.network_source = network, network_source
         self.oracle_requested = oracle_requested or (lambda: False)
         self.solution_installed = False
+        self.verifier_files: PrivateRun | None = None
 
     def spec(self) -> EnvironmentSpec:
         t = self.task
@@ -208,40 +217,66 @@ class TerminalBenchEnvironment(Environment):
         """Copy tests in, run ``tests/test.sh``, read the reward (see the module docstring)."""
         assert self.session is not None
         session = self.session
-        # nothing of the agent's may run during verification or have left a reward behind
+        env = {**session.verifier_env(), **self.task.verifier_env}  # fresh HOME, no user site (see there)
+        tests = Path(self.task.path) / "tests"
+        private = session.exec_private_verifier(
+            ["bash", "-c", "bash /tests/test.sh 2>&1 | tee /logs/verifier/test-stdout.txt; exit ${PIPESTATUS[0]}"],
+            out_dir="/logs/verifier", private_dirs=["/tests", env["HOME"]], files={"/tests": tests},
+            timeout_s=self.task.verifier_timeout_s, env=env)
+        if not isinstance(private, str):
+            self.verifier_files = private
+            base = {"backend": session.backend, "network": self.network, "agent_processes": KEPT_RUNNING}
+            if private.failure():
+                return {**base, "reward": None, "reward_error": private.failure()}
+            details = {**base, "verifier_exit_code": private.exit_code, "verifier_timed_out": private.timed_out,
+                       "verifier_seconds": round(private.duration_s, 2), "verifier_output": private.output()[-4000:]}
+            details.update(read_reward(self.read_verifier_file))
+            return details
+        # this session cannot keep the verifier out of their reach: nothing of the agent's may run during
+        # verification or have left a reward behind
         stopped = session.stop_agent_processes()
         if not stopped["ok"]:
             return {"reward": None, "backend": session.backend, "reward_error": "the agent's processes could not all "
                     f"be stopped before verification ({stopped['detail']}); not verified"}
         session.fresh_dir("/logs/verifier")
         session.fresh_dir("/tests")  # in a container the agent could have left a conftest.py there
-        session.copy_in(Path(self.task.path) / "tests", "/tests")
-        env = {**session.verifier_env(), **self.task.verifier_env}  # fresh HOME, no user site (see there)
+        session.copy_in(tests, "/tests")
+        env = {**session.verifier_env(), **self.task.verifier_env}  # a new HOME, made now that none of theirs runs
         res = session.exec(["bash", "-c", "bash /tests/test.sh 2>&1 | tee /logs/verifier/test-stdout.txt; "
                             "exit ${PIPESTATUS[0]}"], timeout_s=self.task.verifier_timeout_s, env=env)
         details: dict[str, Any] = {"verifier_exit_code": res.exit_code, "verifier_timed_out": res.timed_out,
                                    "verifier_seconds": round(res.duration_s, 2),
                                    "verifier_output": res.output()[-4000:], "backend": session.backend,
-                                   "network": self.network}
-        details.update(read_reward(session))
+                                   "network": self.network, "agent_processes": f"{STOPPED} ({private})"}
+        details.update(read_reward(self.read_verifier_file))
         return details
 
+    def read_verifier_file(self, path: str) -> bytes:
+        """A file the verifier wrote (under ``/logs/verifier``): from its private run, else from the session."""
+        if self.verifier_files is not None:
+            return self.verifier_files.read(path, "/logs/verifier")
+        assert self.session is not None
+        return self.session.read_file(path)
 
-def read_reward(session: ExecutionSession) -> dict[str, Any]:
+
+def read_reward(read: ExecutionSession | Callable[[str], bytes]) -> dict[str, Any]:
     """``{"reward", "rewards", "reward_source"}`` or ``{"reward": None, "reward_error"}``, in Harbor's order.
 
     ``reward.json`` first: an object whose numeric values are the rewards (``rewards``), with
     ``reward`` the headline; without a ``reward`` key, ``reward.txt`` supplies it. Then
     ``reward.txt`` alone (one number). ``reward_source`` names the file the headline came from.
     """
+    if isinstance(read, ExecutionSession):
+        read = read.read_file
+
     def text_reward() -> float:
-        raw = session.read_file("/logs/verifier/reward.txt").decode(errors="replace").strip()
+        raw = read("/logs/verifier/reward.txt").decode(errors="replace").strip()
         if not raw:
             raise ValueError("reward.txt is empty")
         return float(raw)
 
     try:
-        raw_json = session.read_file("/logs/verifier/reward.json")
+        raw_json = read("/logs/verifier/reward.json")
     except FileNotFoundError:
         raw_json = None
     if raw_json is not None:

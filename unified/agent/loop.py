@@ -1,15 +1,17 @@
-"""The multi-turn agent loop: many episodes in flight, batched by rounds or continuously.
+"""The multi-turn agent loop: many episodes in flight, each asking the policy when it is ready.
 
-The orchestrator owns the conversation (tau2-bench's shape: agents are step functions). Two
-schedules (``scheduling``, see :data:`SCHEDULING`):
-
-- *rounds*: each round gathers the next turn of every episode in flight into one
-  ``policy.generate`` call (the ``hf`` backend turns it into one left-padded batch); an episode
-  whose turn ended early waits for the slowest one of the round;
-- *continuous*: each episode's request is submitted as soon as it is ready
-  (``policy.submit``), ``policy.poll`` advances generation by one decode step and returns the
-  turns that ended, and those go to their environments at once while the others keep decoding
-  (:class:`unified.models.continuous.ContinuousBatcher` behind the ``hf`` backend).
+The orchestrator owns the conversation (tau2-bench's shape: agents are step functions; verl's
+``ToolAgentLoop`` shape: one state per episode, generation behind a future). One schedule: every
+episode whose next turn is ready is submitted to the policy (``policy.submit_many``, a future per
+request), the loop waits for whichever comes first, a policy answer or an environment call, and
+moves that episode on at once: its tool calls go to its environment on a worker thread while the
+other episodes keep generating. Behind the ``hf`` backend the futures come from the checkpoint's
+one engine (:class:`unified.inference.engine.Engine`), which batches the episodes' requests
+continuously (or in gathered batches: ``scheduling="rounds"``, see :data:`SCHEDULING`); a policy
+without a ``submit`` of its own answers the episodes that were ready together with one
+``generate`` call. Everything the loop knows of an episode is in its
+:class:`unified.agent.workers.EpisodeState` (``phase``, the pending generation, the step whose calls
+run, the counters its limits read).
 
 Given a :class:`unified.agent.replay.Replayer` instead of a policy (``--model gold``), the loop asks
 it for each ready episode's next turn from the task itself (``replayer.respond(adapter, task,
@@ -32,10 +34,8 @@ Either way, per policy output:
 Every call into the benchmark that may block (opening and starting the environment,
 ``env.step``, ``env.next_user_turn`` with a simulated user behind it, ``adapter.score`` with a
 judge behind it, stopping) runs on a worker thread (:mod:`unified.agent.workers`), one call per
-episode at a time, so a slow tool, user or judge holds back only its own episode: in *rounds*,
-a round waits for episodes still busy at most as long as the last round's generation took
-(``round_wait``), and the others join a later round when they are ready; an episode being scored
-frees its place for the next one (see :class:`AgentLoop`). The loop's own thread
+episode at a time, so a slow tool, user or judge holds back only its own episode; an episode
+being scored frees its place for the next one (see :class:`AgentLoop`). The loop's own thread
 talks to the policy, parses, and hands finished episodes to ``on_result`` (one thread: the run
 directory's writer needs no lock). ``run`` returns the results in the order of its jobs.
 
@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import time
 import traceback
-from concurrent.futures import Future
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -62,21 +62,25 @@ from unified.chatformat.toolcalls import calls_from_structured, parse_completion
 from unified.chatformat.untrusted import clean_text
 from unified.agent.prompting import make_prompting
 from unified.agent.replay import Replayer
-from unified.agent.workers import (FINISH, OPEN, STEP, USER, EpisodeState, EpisodeWorkers, close_environment,
-                                   crash_result, finish_episode, next_user_turn, open_environment, step_environment)
+from unified.agent.workers import (FINISH, GENERATE, OPEN, READY, STEP, USER, EpisodeState, EpisodeWorkers,
+                                   close_environment, crash_result, finish_episode, next_user_turn, open_environment,
+                                   step_environment)
 from unified.benchmarks.contract import Adapter, AgentLimits, RunContext, StopReason, Task
 from unified.inference.base import ChatModel, PolicyOutput, PolicyRequest
 from unified.types import Episode, EpisodeResult, Message, Step, ToolCall
 
 
 SCHEDULING = ("auto", "rounds", "continuous")
-"""``rounds``: every episode in flight waits for one batched ``policy.generate`` per round.
-``continuous``: each episode is submitted when it is ready (``policy.submit`` / ``poll``) and its
-next turn starts as soon as its environment step returns (continuous batching).
-``auto``: continuous when the policy supports it (``hf`` on an SDPA model), else rounds."""
+"""How the policy's engine batches the episodes' requests (the loop's schedule is the same):
+``continuous``: a request joins the decoding batch at the next step and leaves it when it ends;
+``rounds``: requests that arrive together are decoded as one batch until its last row ends
+(``policy.submit(..., continuous=False)``); ``auto``: continuous when the policy has it (``hf``
+on an SDPA model, ``openai``/``vllm`` whose server batches), else one ``generate`` call for the
+episodes ready together."""
 
 MIN_ROUND_WAIT = 0.05
-"""Seconds a round waits at least for episodes still busy (opening, stepping, asking the user)."""
+"""Seconds ready episodes are held at least, in rounds, for episodes still busy (opening, stepping,
+asking the user)."""
 
 END = "end"
 """What :meth:`AgentLoop._take_output` returns for an episode that ended with this output."""
@@ -102,16 +106,10 @@ class _Run:
     """Keys (positions in ``jobs``) not admitted yet, in order."""
     remaining: dict[str, int] = field(default_factory=dict)
     flight: dict[int, EpisodeState] = field(default_factory=dict)
-    """Admitted and not yet delivered, whatever they are doing."""
-    ready: dict[int, EpisodeState] = field(default_factory=dict)
-    """Waiting for their next policy turn (rounds: the next round's members)."""
-    waiting: dict[int, EpisodeState] = field(default_factory=dict)
-    """Continuous: submitted to the policy, by policy key."""
-    stepping: dict[int, tuple[Step, list[ToolCall]]] = field(default_factory=dict)
+    """Admitted and not yet delivered, by key; each knows its own phase."""
     results: dict[int, EpisodeResult] = field(default_factory=dict)
-    ready_since: float = 0.0
     last_generation: float = 0.0
-    """Seconds the last round's ``policy.generate`` took."""
+    """Seconds the last answer took from submission (how long a round holds ready episodes)."""
 
     def __post_init__(self) -> None:
         self.pending = list(range(len(self.jobs)))
@@ -123,6 +121,10 @@ class _Run:
         if self.remaining[job.task.id] == 0:
             self.done.add(job.task.id)
 
+    def in_phase(self, phase: str) -> list[EpisodeState]:
+        """The episodes in ``phase``, by key."""
+        return [self.flight[key] for key in sorted(self.flight) if self.flight[key].phase == phase]
+
 
 class AgentLoop:
     """Runs jobs of one adapter with one policy; ``run`` returns when all jobs are done.
@@ -131,11 +133,16 @@ class AgentLoop:
     scored do not count (a slow judge does not hold the next episode back), but at most as many
     again are scored at once (their environments stay open until scored, so at most
     ``2 * max_in_flight`` are open). ``env_workers``: threads for the episodes' blocking calls
-    (None: ``2 * max_in_flight``, so no call waits for a thread). ``round_wait``: in rounds, how
-    long a round waits for episodes still busy before going without them (None: as long as the
-    last round's generation took, at least :data:`MIN_ROUND_WAIT`). ``run``: the eval run the episodes
+    (None: ``2 * max_in_flight``, so no call waits for a thread). ``on_round(in_flight, pending)``
+    is called each time an episode was delivered (progress). ``run``: the eval run the episodes
     belong to, passed to ``adapter.open`` (its work directory, its trials). ``policy``: a ChatModel,
     or a :class:`unified.agent.replay.Replayer` whose answers come from the task (``--model gold``).
+
+    When the policy batches by rounds (``scheduling="rounds"``, or a policy without continuous
+    batching), ready episodes are submitted together: they are held while other episodes are
+    opening, stepping or asking their user, at most ``round_wait`` seconds (None: as long as the
+    last answer took, at least :data:`MIN_ROUND_WAIT`), so a round is not split by a tool call that
+    returns a moment later. The schedule is the same; only when ready episodes are submitted differs.
     """
 
     def __init__(self, adapter: Adapter, policy: ChatModel | Replayer, *, prompting: str = "act",
@@ -162,7 +169,7 @@ class AgentLoop:
         """Run every job; ``finished_ids`` are task ids already done (dependencies of a resume).
         Returns the results in the order of ``jobs``."""
         replaying = isinstance(self.policy, Replayer)
-        continuous = not replaying and self.uses_continuous_batching
+        continuous = False if replaying else None if self.uses_continuous_batching else False
         r = _Run(jobs=list(jobs), workers=EpisodeWorkers(self.env_workers), done=set(finished_ids or ()))
         scheduled_ids = {j.task.id for j in r.jobs}
         try:
@@ -173,12 +180,16 @@ class AgentLoop:
                         r.jobs[r.pending[0]].task.depends_on = []
                     continue
                 progressed = self._collect(r)
-                progressed = (self._replay(r) if replaying else self._continue(r) if continuous
-                              else self._maybe_round(r)) or progressed
+                if replaying:  # the task's own turns, at once: nothing to submit or wait for
+                    progressed = self._replay(r) or progressed
+                else:
+                    progressed = self._submit_ready(r, continuous) or progressed
+                    progressed = self._take_answers(r) or progressed
                 if not progressed:
-                    if not len(r.workers):
+                    waiting = r.workers.futures() + [s.generation for s in r.in_phase(GENERATE)]
+                    if not waiting:
                         raise RuntimeError("agent loop stalled: episodes in flight but nothing running")
-                    r.workers.wait(self._idle_timeout(r))
+                    wait(waiting, timeout=self._hold_left(r, continuous), return_when=FIRST_COMPLETED)
         finally:
             r.workers.shutdown()  # only after an exception: drop queued calls, wait for running ones
             for state in r.flight.values():
@@ -187,7 +198,7 @@ class AgentLoop:
 
     @property
     def uses_continuous_batching(self) -> bool:
-        """True when episodes go to the policy one by one as they become ready (``scheduling``)."""
+        """True when the policy's requests are batched continuously (``scheduling``)."""
         if self.scheduling == "rounds":
             return False
         supported = bool(getattr(self.policy, "supports_continuous_batching", False))
@@ -222,19 +233,9 @@ class AgentLoop:
             r.results[key] = self._deliver(result, episode)
             r.mark_done(job)
             return
-        state = r.flight[key] = EpisodeState(key=key, job=job, episode=episode)
+        state = r.flight[key] = EpisodeState(key=key, job=job, episode=episode, phase=OPEN)
         r.workers.submit(key, OPEN, open_environment, self.adapter, state, self.prompting_name,
                          self.prompting_options, self.run_context)
-
-    def _idle_timeout(self, r: _Run) -> float | None:
-        """How long to wait for a worker call when nothing else can move: in rounds with episodes
-        ready, until the round goes without the busy ones; otherwise until a call ends."""
-        if not r.ready:
-            return None
-        return max(0.0, r.ready_since + self._round_wait(r) - time.monotonic())
-
-    def _round_wait(self, r: _Run) -> float:
-        return self.round_wait if self.round_wait is not None else max(MIN_ROUND_WAIT, r.last_generation)
 
     # ----------------------------------------------------------------------------------
     def _collect(self, r: _Run) -> bool:
@@ -245,7 +246,7 @@ class AgentLoop:
             if kind == OPEN:
                 self._opened(r, state, future)
             elif kind == STEP:
-                step, calls = r.stepping.pop(key)
+                step, calls, state.step, state.calls = state.step, state.calls, None, []
                 if self._take_observations(state, step, calls, future):
                     self._end(r, state)
                 else:
@@ -297,14 +298,14 @@ class AgentLoop:
         if self.on_round:
             self.on_round(len(r.flight), len(r.pending))
 
-    def _make_ready(self, r: _Run, state: EpisodeState) -> None:
-        if not r.ready:
-            r.ready_since = time.monotonic()
-        r.ready[state.key] = state
+    @staticmethod
+    def _make_ready(r: _Run, state: EpisodeState) -> None:
+        state.phase, state.ready_at = READY, time.monotonic()
 
     def _end(self, r: _Run, state: EpisodeState) -> None:
         """The episode ended: score it and stop its environment on a worker."""
         state.episode.wall_seconds = time.monotonic() - state.started
+        state.phase = FINISH
         r.workers.submit(state.key, FINISH, finish_episode, self.adapter, state)
 
     def _then(self, r: _Run, state: EpisodeState, next_call: str, step: Step | None, calls: list[ToolCall]) -> None:
@@ -312,10 +313,11 @@ class AgentLoop:
         if next_call == END:
             self._end(r, state)
         elif next_call == STEP:
-            r.stepping[state.key] = (step, calls)
+            state.phase, state.step, state.calls = STEP, step, calls
             message = state.episode.messages[-1]  # the assistant turn that made the calls
             r.workers.submit(state.key, STEP, step_environment, state.env, calls, message)
         else:
+            state.phase = USER
             r.workers.submit(state.key, USER, next_user_turn, state)
 
     def _deliver(self, result: EpisodeResult, episode: Episode) -> EpisodeResult:
@@ -350,77 +352,67 @@ class AgentLoop:
         state.episode.stop_reason = StopReason.ERROR
         state.episode.error = f"{where}:\n{traceback.format_exc()}"
 
-    def _maybe_round(self, r: _Run) -> bool:
-        """Rounds: one ``policy.generate`` for every ready episode, once no other episode is busy
-        opening, stepping or asking its user, or once the round waited :meth:`_round_wait` for them."""
-        if not r.ready:
+    def _submit_ready(self, r: _Run, continuous: bool | None) -> bool:
+        """Submit the next turn of every ready episode (one ``submit_many``: a policy without its
+        own ``submit`` answers them with one ``generate`` call); True when there were any."""
+        ready = r.in_phase(READY)
+        if not ready or self._hold_left(r, continuous, ready):
             return False
-        if r.workers.busy((OPEN, STEP, USER)) and time.monotonic() - r.ready_since < self._round_wait(r):
-            return False
-        states = [r.ready.pop(key) for key in sorted(r.ready)]
         asking, requests = [], []
-        for state in states:
+        for state in ready:
             try:
                 requests.append(self._request(state))
                 asking.append(state)
             except Exception:
                 self._crashed(state, "building the policy request failed")
                 self._end(r, state)
-        t0 = time.perf_counter()
+        if not asking:
+            return bool(ready)
+        submitted = time.perf_counter()
         try:
-            outputs = self.policy.generate(requests) if requests else []
-            if len(outputs) != len(requests):
-                raise RuntimeError(f"the policy returned {len(outputs)} outputs for {len(requests)} requests")
-        except Exception as exc:  # the whole batch failed: every episode records it
-            outputs = [exc] * len(requests)
-        r.last_generation = gen_seconds = time.perf_counter() - t0
-        for state, output in zip(asking, outputs):
-            self._then(r, state, *self._take_output(state, output, gen_seconds))
-        if self.on_round:
-            self.on_round(len(r.flight), len(r.pending))
+            futures = self.policy.submit_many(requests, continuous=continuous)
+            if len(futures) != len(requests):
+                raise RuntimeError(f"the policy returned {len(futures)} futures for {len(requests)} requests")
+        except Exception as exc:  # nothing was submitted: every episode records it
+            futures = [Future() for _ in requests]
+            for future in futures:
+                future.set_exception(exc)
+        for state, future in zip(asking, futures):
+            state.phase, state.generation, state.submitted = GENERATE, future, submitted
         return True
 
-    def _continue(self, r: _Run) -> bool:
-        """Continuous batching: submit every ready episode, then one ``policy.poll()`` (one decode
-        step of every waiting episode); the turns that ended move on at once."""
-        for key in sorted(r.ready):
-            self._submit(r, r.ready.pop(key))
-        if not r.waiting:
-            return False
-        try:
-            polled = self.policy.poll()
-        except Exception as exc:  # the engine failed: every waiting episode records it
-            polled = [(key, exc) for key in list(r.waiting)]
-        for key, output in polled:
-            state = r.waiting.pop(key, None)
-            if state is None:  # a request the policy already reported (it failed in an earlier poll)
-                continue
-            self._then(r, state, *self._take_output(state, output, getattr(output, "seconds", 0.0)))
-        return True
+    def _hold_left(self, r: _Run, continuous: bool | None, ready: list[EpisodeState] | None = None) -> float | None:
+        """Rounds: seconds the ready episodes are still held for the busy ones; None: submit them
+        now (nothing is busy, the wait is over, or requests are batched continuously)."""
+        ready = r.in_phase(READY) if ready is None else ready
+        if continuous is not False or not ready or not r.workers.busy((OPEN, STEP, USER)):
+            return None
+        wait_s = self.round_wait if self.round_wait is not None else max(MIN_ROUND_WAIT, r.last_generation)
+        left = min(s.ready_at for s in ready) + wait_s - time.monotonic()
+        return left if left > 0 else None
 
     def _replay(self, r: _Run) -> bool:
         """A :class:`unified.agent.replay.Replayer` in place of the policy: every ready episode's next
         turn comes from its task at once (nothing to batch). True when there were any."""
-        replayed = bool(r.ready)
-        for key in sorted(r.ready):
-            state = r.ready.pop(key)
+        ready = r.in_phase(READY)
+        for state in ready:
             try:
                 output = self.policy.respond(self.adapter, state.job.task, self._request(state).messages)
             except Exception as exc:  # this episode's error, like a failed request
                 output = exc
             self._then(r, state, *self._take_output(state, output, 0.0))
-        return replayed
+        return bool(ready)
 
-    def _submit(self, r: _Run, state: EpisodeState) -> None:
-        """Queue the episode's next turn; when that fails the episode ends with its error."""
-        try:
-            request = self._request(state)
-            r.waiting[id(state)] = state
-            self.policy.submit(id(state), request)
-        except Exception:
-            r.waiting.pop(id(state), None)
-            self._crashed(state, "submitting the policy request failed")
-            self._end(r, state)
+    def _take_answers(self, r: _Run) -> bool:
+        """Move on every episode whose policy answer came; True when there were any."""
+        answered = [s for s in r.in_phase(GENERATE) if s.generation.done()]
+        for state in answered:
+            future, state.generation = state.generation, None
+            r.last_generation = time.perf_counter() - state.submitted
+            error = future.exception()
+            output = error if error is not None else future.result()
+            self._then(r, state, *self._take_output(state, output, time.perf_counter() - state.submitted))
+        return bool(answered)
 
     def _take_output(self, state: EpisodeState, output: PolicyOutput | Exception,
                      gen_seconds: float) -> tuple[str, Step | None, list[ToolCall]]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 import traceback
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from unified.agent.prompting import PromptingModule, make_prompting
@@ -27,11 +27,19 @@ from unified.types import Episode, EpisodeResult, Message, Observation, ToolCall
 OPEN, STEP, USER, FINISH = "open", "step", "user", "finish"
 """Kinds of worker call: start the environment, run tool calls, ask for the next user turn,
 score and stop. The first three end with the episode needing the policy again."""
+READY, GENERATE = "ready", "generate"
+"""The phases of an episode besides its worker calls: waiting for the policy to be asked, and
+waiting for the policy's answer (:attr:`EpisodeState.generation`)."""
 
 
 @dataclass
 class EpisodeState:
-    """One episode in flight: its job, record, environment and the counters its limits read."""
+    """One episode in flight: its job, record, environment, where it stands and the counters its
+    limits read. The agent loop keeps one per episode (nothing about an episode lives elsewhere).
+
+    ``phase`` moves ``open -> ready -> generate -> (step | user) -> ready -> ... -> finish``: one of
+    :data:`OPEN`, :data:`READY`, :data:`GENERATE`, :data:`STEP`, :data:`USER`, :data:`FINISH`.
+    """
 
     key: int
     """Position of the job in :meth:`unified.agent.loop.AgentLoop.run`'s list (results come back in that order)."""
@@ -47,6 +55,17 @@ class EpisodeState:
     tokens: int = 0
     closed: bool = False
     """True once the environment was stopped (by :func:`finish_episode` or a failed open)."""
+    phase: str = OPEN
+    generation: Future | None = None
+    """The policy's answer while ``phase == GENERATE``."""
+    ready_at: float = 0.0
+    """``time.monotonic()`` when the episode last became ready for the policy."""
+    submitted: float = 0.0
+    """``time.perf_counter()`` when the request was submitted."""
+    step: Any = None
+    """The :class:`unified.types.Step` whose tool calls run while ``phase == STEP``."""
+    calls: list[ToolCall] = field(default_factory=list)
+    """Those calls."""
 
 
 def crash_result(benchmark: str, job: Any, error: str) -> EpisodeResult:
@@ -178,6 +197,10 @@ class EpisodeWorkers:
             del self._calls[future]
             self._busy.discard(key)
         return done
+
+    def futures(self) -> list[Future]:
+        """The calls in flight."""
+        return list(self._calls)
 
     def wait(self, timeout: float | None = None) -> None:
         """Block until a call ends (or ``timeout`` seconds passed)."""

@@ -83,8 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-in-flight", type=_flag("max_in_flight"),
                         help="episodes generated together (hf batch size)")
     parser.add_argument("--scheduling", choices=["auto", "continuous", "rounds"],
-                        help="continuous batching (episodes join the batch when ready; auto: where the backend has it) "
-                             "or rounds (one batch per round)")
+                        help="continuous batching (a request joins the decoding batch when ready; auto: where the "
+                             "backend has it) or rounds (requests that arrive together decode as one batch)")
     parser.add_argument("--temperature", type=_flag("temperature", float))
     parser.add_argument("--top-p", type=_flag("top_p", float))
     parser.add_argument("--max-new-tokens", type=_flag("max_new_tokens"), help="per policy call")

@@ -42,7 +42,7 @@ class EvalConfig:
     max_in_flight: int = bounded(8, ge=1)
     """Episodes generated together (the batch size of the ``hf`` backend)."""
     scheduling: str = "auto"
-    """``auto`` | ``continuous`` | ``rounds``: how episodes share the policy
+    """``auto`` | ``continuous`` | ``rounds``: how the policy's engine batches the episodes' requests
     (:data:`unified.agent.loop.SCHEDULING`; auto = continuous batching where the backend has it)."""
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     """Decoding of every policy call (``--temperature``, ``--top-p``, ``--max-new-tokens``, ``--thinking``,

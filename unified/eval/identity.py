@@ -34,11 +34,10 @@ from typing import Any
 
 from unified.config import from_dict, to_dict
 from unified.eval.rundir import RunDirError
-from unified.store import files_fingerprint, flatten_identity, identity_differences, write_json_atomic
+from unified.store import IDENTITY_FILE, WEIGHT_FILES, files_fingerprint, flatten_identity, identity_differences, \
+    read_identity, write_json_atomic
 
-IDENTITY_FILE = "identity.json"
 RESUME_ANYWAY_FLAG = "--resume-anyway"
-_WEIGHT_FILES = ("*.json", "*.safetensors", "*.bin", "*.pt", "*.gguf", "*.model")
 
 
 class IdentityMismatch(RunDirError):
@@ -54,7 +53,7 @@ def model_identity(spec: str, backend: str | None) -> dict[str, Any]:
     if parsed.kind in ("local", "gguf"):
         path = Path(parsed.target).resolve()
         out["model"] = str(path)
-        out["model.files"] = files_fingerprint(path, _WEIGHT_FILES)
+        out["model.files"] = files_fingerprint(path, WEIGHT_FILES)
     elif parsed.is_endpoint:
         out["model"] = f"{parsed.target}#{parsed.served_name}"
     elif parsed.kind == "gold":
@@ -84,20 +83,14 @@ def _has_results(out: Path) -> bool:
 
 def _recorded(out: Path, cfg_cls: type) -> dict[str, Any] | None:
     """The recorded identity, or one derived from an older directory's ``run.json`` (no ``model.files``)."""
-    try:
-        return json.loads((out / IDENTITY_FILE).read_text())
-    except FileNotFoundError:
-        pass
-    except (OSError, ValueError):
-        return None
-    try:
+    def from_run_json() -> dict[str, Any]:  # no run.json, or one this version cannot read: None
         old = from_dict(cfg_cls, json.loads((out / "run.json").read_text())["config"])
         record = eval_identity(old, list(old.benchmark_config))
-    except Exception:  # no run.json, or one this version cannot read: nothing to compare against
-        return None
-    record["fields"].pop("model.files", None)
-    record["benchmarks"] = {}  # settings of benchmarks the old config did not name are unknown
-    return record
+        record["fields"].pop("model.files", None)
+        record["benchmarks"] = {}  # settings of benchmarks the old config did not name are unknown
+        return record
+
+    return read_identity(out, from_run_json)
 
 
 def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:

@@ -28,7 +28,10 @@ import tarfile
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from unified.execution.verifier import PrivateRun
 
 
 class ExecutionError(RuntimeError):
@@ -198,6 +201,19 @@ class ExecutionSession(ABC):
         lines = res.stdout.strip().splitlines()
         return {"ok": res.ok and bool(lines) and lines[-1].startswith("stopped"), "detail":
                 (lines[-1] if lines else "") + res.stderr.strip()[-300:]}
+
+    def exec_private_verifier(
+        self, command: list[str], *, out_dir: str, private_dirs: list[str], files: dict[str, Path],
+        timeout_s: float, env: dict[str, str] | None = None, workdir: str | None = None,
+    ) -> PrivateRun | str:
+        """Run a verifier out of reach of the agent's processes, which keep running (:mod:`unified.execution.verifier`).
+
+        ``out_dir`` and ``private_dirs`` become fresh directories only the verifier sees; ``files``
+        (destination -> host path) are placed there first. Returns the run, or a one-line reason
+        why this session cannot do it (then nothing ran, and the caller stops the agent's
+        processes and runs the verifier the plain way). This base class cannot.
+        """
+        return f"{self.backend}: no way to run a verifier out of reach of the agent's processes"
 
     def own_pids(self) -> list[int]:
         """Processes inside (their pids there) that belong to the session, not to the agent."""

@@ -25,6 +25,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 import uuid
 import weakref
@@ -41,6 +42,13 @@ from unified.execution.base import (
     shell_join,
 )
 from unified.execution.probe import probe_apptainer, probe_engine
+from unified.execution.verifier import (
+    PRIVATE_VERIFIER_SCRIPT,
+    SETUP_FAILED,
+    PrivateRun,
+    files_tar,
+    parse_private_output,
+)
 from unified.sandbox.streams import communicate_capped, cut_text
 
 KEEPALIVE = ["sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"]
@@ -123,11 +131,14 @@ def run_argv(engine: str, spec: EnvironmentSpec, image: str, name: str) -> list[
 
 
 def exec_argv(engine: str, name: str, command: str | list[str], timeout_s: float, workdir: str | None = None,
-              env: dict[str, str] | None = None, interactive: bool = False, has_timeout: bool = True) -> list[str]:
-    """``docker exec`` of ``command``, wrapped in ``timeout -k`` when the image has it."""
+              env: dict[str, str] | None = None, interactive: bool = False, has_timeout: bool = True,
+              privileged: bool = False) -> list[str]:
+    """``docker exec`` of ``command``, wrapped in ``timeout -k`` when the image has it (``privileged``: every capability)."""
     argv = [engine, "exec"]
     if interactive:
         argv.append("-i")
+    if privileged:
+        argv.append("--privileged")
     if workdir:
         argv += ["-w", workdir]
     for key, value in (env or {}).items():
@@ -215,6 +226,29 @@ class DockerSession(ExecutionSession):
             return ExecResult(-9, out, err, True, time.monotonic() - start, self.backend)
         timed_out = self._has_timeout and code in (124, 137)
         return ExecResult(code, out, err, timed_out, time.monotonic() - start, self.backend)
+
+    def exec_private_verifier(self, command, *, out_dir, private_dirs, files, timeout_s, env=None,
+                              workdir=None) -> PrivateRun | str:
+        dirs = [out_dir, *[d for d in private_dirs if d != out_dir]]
+        if any(":" in d or not d.startswith("/") for d in dirs):
+            raise ValueError(f"private verifier directories must be absolute paths without ':': {dirs}")
+        inner = ["unshare", "--mount", "--propagation", "private", "sh", "-c", PRIVATE_VERIFIER_SCRIPT, "sh",
+                 out_dir, f"{max(timeout_s, 0.1):g}", workdir or self.workdir, ":".join(dirs), *command]
+        limit = timeout_s + 120  # the command's own limit is inside; this bounds setup and the copy back
+        argv = exec_argv(self.engine, self.name, inner, limit, None, env, interactive=True,
+                         has_timeout=self._has_timeout, privileged=True)
+        start = time.monotonic()
+        code, out, err, host_timeout = _run_capped(argv, timeout=limit + _HOST_GRACE_S, stdin=files_tar(files))
+        seconds = time.monotonic() - start
+        if not host_timeout and (code in SETUP_FAILED or (code in (125, 126, 127) and not out.strip())):
+            what = SETUP_FAILED.get(code, f"exit {code}")  # 125-127: the engine refused, or no unshare/sh
+            return f"{self.engine}: cannot run the verifier in a private namespace ({what}): {err.strip()[-300:]}"
+        if host_timeout:
+            return PrivateRun(-9, "", err, True, seconds, unreadable=f"did not finish within {limit:.0f} s")
+        try:
+            return parse_private_output(out, seconds, timeout_s)
+        except ValueError as exc:  # it ran: its result is lost, not to be run again the plain way
+            return PrivateRun(code, "", err, False, seconds, unreadable=f"{exc} (exit {code}; {err.strip()[-200:]})")
 
     def copy_in(self, src: Path, dest: str) -> None:
         path = self._abs(dest)
@@ -334,6 +368,21 @@ def apptainer_pull_argv(binary: str, image: str, sif: Path) -> list[str]:
     return [binary, "build", str(sif), source]
 
 
+def local_image_to_sif_argvs(engine: str, tag: str, binary: str, sif: Path, workdir: Path) -> list[list[str]]:
+    """The commands that turn a locally built image into a SIF: save it as an archive, build the SIF from that.
+
+    Apptainer reads a saved image (``oci-archive://`` from ``podman save --format oci-archive``,
+    ``docker-archive://`` from ``docker save``); it has no ``podman-daemon://`` source, and
+    ``docker-daemon://`` needs a docker daemon. The archive goes in ``workdir`` (the caller removes it).
+    """
+    if engine == "podman":
+        archive = workdir / "image.oci.tar"
+        return [[engine, "save", "--format", "oci-archive", "-o", str(archive), tag],
+                [binary, "build", "--force", str(sif), f"oci-archive://{archive}"]]
+    archive = workdir / "image.docker.tar"
+    return [[engine, "save", "-o", str(archive), tag], [binary, "build", "--force", str(sif), f"docker-archive://{archive}"]]
+
+
 def apptainer_start_argv(binary: str, spec: EnvironmentSpec, sif: Path, instance: str, scratch: Path) -> list[str]:
     """``apptainer instance start`` with a private, writable overlay and no host home."""
     argv = [binary, "instance", "start", "--containall", "--cleanenv", "--writable-tmpfs", "--no-home",
@@ -444,11 +493,21 @@ class ApptainerBackend(ExecutionBackend):
                     hint)
             tag = DockerBackend(builder).prepare_image(spec)
             sif = sif_path(tag)
-            source = f"{'docker-daemon' if builder == 'docker' else 'podman-daemon'}://{tag}"
-        else:
-            if not spec.image:
-                raise ExecutionError("apptainer: the environment names neither an image nor a build context")
-            sif, source = sif_path(spec.image), spec.image
+            if not sif.exists():
+                sif.parent.mkdir(parents=True, exist_ok=True)
+                with tempfile.TemporaryDirectory(prefix="unified-sif-", dir=sif.parent) as tmp:
+                    for argv in local_image_to_sif_argvs(builder, tag, binary, sif, Path(tmp)):
+                        try:
+                            proc = _run(argv, timeout=spec.build_timeout_s)
+                        except subprocess.TimeoutExpired:
+                            raise ExecutionError(f"apptainer: {quote(argv)} timed out") from None
+                        if proc.returncode != 0:
+                            raise ExecutionError(f"apptainer: {quote(argv)} failed: "
+                                                 f"{proc.stderr.decode(errors='replace')[-2000:]}")
+            return sif
+        if not spec.image:
+            raise ExecutionError("apptainer: the environment names neither an image nor a build context")
+        sif, source = sif_path(spec.image), spec.image
         if not sif.exists():
             sif.parent.mkdir(parents=True, exist_ok=True)
             argv = apptainer_pull_argv(binary, source, sif)

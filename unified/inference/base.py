@@ -22,7 +22,8 @@ every caller in a process the same in-process copy of a model.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Hashable
+from concurrent.futures import Future
+from typing import Any
 
 from unified.config import bounded
 from unified.registry import Registry
@@ -120,19 +121,34 @@ class ChatModel:
         return cls(spec, sampling, **options)
 
     supports_continuous_batching = False
-    """True when :meth:`submit` / :meth:`poll` are implemented (the agent loop then schedules
-    episodes continuously instead of by rounds)."""
+    """True when :meth:`submit` sends each request on its own as it comes (an engine that batches
+    continuously, or concurrent requests to a server); False: :meth:`submit_many` makes one
+    :meth:`generate` call of the requests it is given."""
 
     def generate(self, requests: list[PolicyRequest]) -> list[PolicyOutput | Exception]:
         raise NotImplementedError
 
-    def submit(self, key: Hashable, request: PolicyRequest) -> None:
-        """Queue one request; its output comes back from a later :meth:`poll` under ``key``."""
-        raise NotImplementedError(f"the {self.name!r} backend has no continuous batching; use generate()")
+    def submit(self, request: PolicyRequest, *, continuous: bool | None = None) -> Future:
+        """Start one request; the future resolves to its :class:`PolicyOutput` (or raises what it
+        raised). ``continuous=False`` asks a backend that can do both (``hf``) to decode it in a
+        gathered batch instead of joining the continuous one; the others ignore it."""
+        return self.submit_many([request], continuous=continuous)[0]
 
-    def poll(self) -> list[tuple[Hashable, PolicyOutput | Exception]]:
-        """Advance generation (one decode step) and return the requests that finished."""
-        raise NotImplementedError(f"the {self.name!r} backend has no continuous batching; use generate()")
+    def submit_many(self, requests: list[PolicyRequest], *, continuous: bool | None = None) -> list[Future]:
+        """:meth:`submit` for each request; a backend without its own ``submit`` answers them all
+        with one :meth:`generate` call, made here (its futures are done when this returns)."""
+        if type(self).submit is not ChatModel.submit:
+            return [self.submit(request, continuous=continuous) for request in requests]
+        futures: list[Future] = [Future() for _ in requests]
+        try:
+            outputs = self.generate(list(requests)) if requests else []
+            if len(outputs) != len(requests):
+                raise RuntimeError(f"the policy returned {len(outputs)} outputs for {len(requests)} requests")
+        except Exception as exc:  # the whole call failed: every request reports it
+            outputs = [exc] * len(requests)
+        for future, output in zip(futures, outputs):
+            future.set_exception(output) if isinstance(output, BaseException) else future.set_result(output)
+        return futures
 
     def close(self) -> None:
         """Release resources (engines, servers)."""

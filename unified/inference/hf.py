@@ -1,39 +1,41 @@
-"""``hf``: in-process transformers generation, the next turn of all episodes in one batch.
+"""``hf``: in-process transformers generation, a client of its checkpoint's one engine.
 
-Prompts are rendered with the checkpoint's own chat template (tools included) and generated
-together by :func:`unified.models.generation.batched_generate` (left-padded batches); each
-output keeps its own token ids. A :class:`unified.models.prefix_cache.PrefixCache` keeps the KV
-of recent prompts + completions, so an episode's next turn (its previous prompt and completion
-plus the new observation) and tasks sharing a system prompt prefill only their new tokens.
-``prefix_cache_mb`` sets its budget (0 turns it off; default ``$UNIFIED_PREFIX_CACHE_MB`` or
-1024). ``stats`` accumulates prefill/decode seconds and token counts over all calls.
+Prompts are rendered with the checkpoint's own chat template (tools included) and handed to the
+model's :class:`unified.inference.engine.Engine` (one per loaded checkpoint, shared with judges,
+simulated users and the loopback server on the same weights): ``submit(request)`` returns a
+future at once, ``generate(requests)`` submits them all and waits. The engine decodes requests
+by continuous batching (:class:`unified.models.continuous.ContinuousBatcher`: a request joins
+the decoding batch at the next step and leaves it when it ends) where the model supports it
+(SDPA attention and a plain KV cache); ``continuous=False`` (or a model it does not support)
+gathers requests that arrive together into left-padded batches
+(:func:`unified.models.generation.batched_generate`). Each output keeps its own token ids.
 
-Two ways in: ``generate(requests)`` (one batch, the agent loop's *rounds*) and
-``submit`` / ``poll`` (continuous batching through
-:class:`unified.models.continuous.ContinuousBatcher`: requests join the decoding batch when
-they arrive and leave when they end). ``continuous`` (default: when the model supports it, i.e.
-SDPA attention and a plain KV cache) turns the second way on; ``max_batch_size`` bounds the
-rows decoded together in both. A request's ``deadline`` ends its row when it passes
-(``finish_reason="timeout"``, the text so far kept); a request whose deadline has already
+A :class:`unified.models.prefix_cache.PrefixCache` per policy keeps the KV of recent prompts +
+completions, so an episode's next turn (its previous prompt and completion plus the new
+observation) and tasks sharing a system prompt prefill only their new tokens. ``prefix_cache_mb``
+sets its budget (0 turns it off; default ``$UNIFIED_PREFIX_CACHE_MB`` or 1024). ``stats``
+accumulates this policy's prefill/decode seconds and token counts. ``max_batch_size`` is the
+least number of rows the engine decodes together. A request's ``deadline`` ends its row when it
+passes (``finish_reason="timeout"``, the text so far kept); a request whose deadline has already
 passed is answered at once with no text.
 
-The weights come from the process's shared copy (:func:`unified.inference.shared.shared_checkpoint`:
-a judge or a local server on the same spec uses the same tensors) unless ``loaded`` is given;
-every forward pass runs under the model's :func:`unified.inference.shared.model_lock`. A request's
-own ``max_new_tokens``/``temperature``/``thinking`` override the model's sampling (rows
-of one batch may differ). Outputs carry each generated token's log-probability
-(:func:`unified.models.generation.token_logprobs`).
+The weights come from the process's shared copy (:func:`unified.inference.shared.shared_checkpoint`)
+unless ``loaded`` is given. A request's own ``max_new_tokens``/``temperature``/``thinking``
+override the model's sampling (rows of one batch may differ). Outputs carry each generated
+token's log-probability (:func:`unified.models.generation.token_logprobs`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Hashable
+from concurrent.futures import Future
+from typing import Any
 
 from unified.inference.base import ChatModel, PolicyOutput, PolicyRequest, SamplingConfig
-from unified.inference.shared import model_lock, shared_checkpoint
+from unified.inference.engine import chain, engine_for
+from unified.inference.shared import shared_checkpoint
 from unified.inference.spec import ModelSpec, parse_spec
-from unified.models.continuous import ContinuousBatcher, ContinuousStats, continuous_batching_supported
-from unified.models.generation import SamplingParams, batched_generate, past_deadline
+from unified.models.continuous import ContinuousStats
+from unified.models.generation import SamplingParams
 from unified.models.prefix_cache import PrefixCache
 
 
@@ -49,17 +51,15 @@ class HFPolicy(ChatModel):
         if loaded is None:
             loaded = shared_checkpoint(spec)
         self.loaded = loaded
-        self.lock = model_lock(loaded.model)
         self.max_batch_size = max_batch_size
+        self.engine = engine_for(loaded, max_rows=max_batch_size)
         self.prefix_cache = PrefixCache(None if prefix_cache_mb is None else int(prefix_cache_mb * (1 << 20)))
         self.stats = ContinuousStats()
-        supported, why = continuous_batching_supported(loaded.model)
+        supported, why = self.engine.continuous_supported, self.engine.why_not_continuous
         if continuous and not supported:
             raise ValueError(f"continuous batching was asked for but is not supported: {why}")
         self.supports_continuous_batching = supported if continuous is None else bool(continuous)
-        self._batcher = None
-        self._requests: dict[Hashable, tuple[PolicyRequest, str]] = {}  # submitted: (request, rendered prompt)
-        self._ready: list[tuple[Hashable, PolicyOutput | Exception]] = []
+        """True when requests join the engine's continuous batch (else they are gathered into batches)."""
 
     def _sampling_params(self, request: PolicyRequest | None = None) -> SamplingParams:
         s = self.sampling_for(request) if request is not None else self.sampling
@@ -71,91 +71,41 @@ class HFPolicy(ChatModel):
             request.messages, tools=request.tools or None, tokenize=False, add_generation_prompt=True,
             enable_thinking=thinking) + request.prefix
 
-    def generate(self, requests: list[PolicyRequest]) -> list[PolicyOutput | Exception]:
-        results: list[PolicyOutput | Exception | None] = [None] * len(requests)
-        prompts, index = [], []
-        for i, request in enumerate(requests):
-            if past_deadline(request.deadline):
-                results[i] = _timed_out(request)
-                continue
-            try:
-                prompts.append(self.render(request))
-                index.append(i)
-            except Exception as exc:  # a template error belongs to that request only
-                results[i] = exc
-        groups: dict[SamplingParams, list[int]] = {}  # rows with the same sampling decode together
-        for j, i in enumerate(index):
-            groups.setdefault(self._sampling_params(requests[i]), []).append(j)
-        for params, rows in groups.items():
-            with self.lock:
-                outputs = batched_generate(self.loaded.model, self.loaded.tokenizer, [prompts[j] for j in rows], params,
-                                           max_batch_size=self.max_batch_size, prefix_cache=self.prefix_cache,
-                                           stats=self.stats, deadlines=[requests[index[j]].deadline for j in rows])
-            for j, out in zip(rows, outputs):
-                results[index[j]] = _policy_output(out, prompts[j], requests[index[j]])
-        return results  # type: ignore[return-value]
-
-    # continuous batching ------------------------------------------------------------------
-    def submit(self, key: Hashable, request: PolicyRequest) -> None:
-        if not self.supports_continuous_batching:
-            return super().submit(key, request)
-        if key in self._requests:
-            raise ValueError(f"request key {key!r} is already being generated")
-        if self._batcher is None:
-            with self.lock:
-                self._batcher = ContinuousBatcher(self.loaded.model, self.loaded.tokenizer, self._sampling_params(),
-                                                  max_rows=self.max_batch_size, prefix_cache=self.prefix_cache,
-                                                  stats=self.stats)
-        if past_deadline(request.deadline):
-            self._ready.append((key, _timed_out(request)))
-            return
+    def submit(self, request: PolicyRequest, *, continuous: bool | None = None) -> Future:
+        """Render ``request`` and queue it on the engine; a template error fails its future only."""
         try:
             prompt = self.render(request)
-            self._batcher.add(key, prompt, self._sampling_params(request), deadline=request.deadline)
         except Exception as exc:  # a template error belongs to that request only
-            self._ready.append((key, exc))
-            return
-        self._requests[key] = (request, prompt)
+            failed: Future = Future()
+            failed.set_exception(exc)
+            return failed
+        joins = self.supports_continuous_batching and continuous is not False
+        future = self.engine.generate(prompt, self._sampling_params(request), deadline=request.deadline,
+                                      continuous=joins, prefix_cache=self.prefix_cache, stats=self.stats)
+        return chain(future, lambda out: _policy_output(out, prompt, request))
 
-    def poll(self) -> list[tuple[Hashable, PolicyOutput | Exception]]:
-        if not self.supports_continuous_batching:
-            return super().poll()
-        done, self._ready = self._ready, []
-        if self._batcher is None or not self._batcher.busy:
-            return done
-        try:
-            with self.lock:
-                finished = self._batcher.step()
-        except Exception as exc:  # the engine's state is unknown: fail every request in it, start afresh
-            done += [(key, exc) for key in self._requests]
-            self._requests.clear()
-            self._batcher = None
-            return done
-        for key, out in finished:
-            request, prompt = self._requests.pop(key)
-            done.append((key, _policy_output(out, prompt, request)))
-        return done
+    def generate(self, requests: list[PolicyRequest]) -> list[PolicyOutput | Exception]:
+        futures = [self.submit(request) for request in requests]
+        results: list[PolicyOutput | Exception] = []
+        for future in futures:
+            try:
+                results.append(future.result())
+            except Exception as exc:  # one failing request must not take the batch down
+                results.append(exc)
+        return results
 
     def reset_stats(self) -> None:
         """Start counting afresh (benchmarks measure one mode at a time)."""
         self.stats = ContinuousStats()
-        if self._batcher is not None:
-            self._batcher.stats = self.stats
 
     def close(self) -> None:
         self.prefix_cache.clear()
-        self._batcher = None
-
-
-def _timed_out(request: PolicyRequest) -> PolicyOutput:
-    """The answer to a request whose deadline passed before generation started."""
-    return PolicyOutput(text="", prefix=request.prefix, finish_reason="timeout")
 
 
 def _policy_output(out, prompt: str, request: PolicyRequest) -> PolicyOutput:
     """A :class:`GenerationOutput` as the policy's output for ``request``."""
-    return PolicyOutput(text=out.text, prompt=prompt, token_ids=list(out.token_ids), prefix=request.prefix,
+    return PolicyOutput(text=out.text, prompt=prompt if out.prompt_token_ids else "",
+                        token_ids=list(out.token_ids), prefix=request.prefix,
                         prompt_token_ids=list(out.prompt_token_ids), logprobs=out.logprobs,
                         prompt_tokens=out.prompt_tokens, completion_tokens=len(out.token_ids),
                         finish_reason=out.finish_reason, seconds=out.seconds)
-

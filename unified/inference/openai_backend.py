@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import copy
 import json
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import Any, Hashable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
 from unified.inference.base import ChatModel, PolicyOutput, PolicyRequest, SamplingConfig
 from unified.inference.openai_compat import DeadlineExceeded, OpenAICompatClient, parse_endpoint_spec
@@ -48,8 +48,6 @@ class OpenAIPolicy(ChatModel):
     concurrency_option = "max_concurrency"
     name = "openai"
     supports_continuous_batching = True
-    poll_interval_s = 0.05
-    """Longest wait of one ``poll`` for a request to finish (the loop services environments between polls)."""
 
     def __init__(self, spec: str | ModelSpec, sampling: SamplingConfig = SamplingConfig(), *, timeout_s: float = 300.0,
                  max_retries: int = 4, max_concurrency: int = 8, api_key: str | None = None,
@@ -60,7 +58,6 @@ class OpenAIPolicy(ChatModel):
                                           max_concurrency=max_concurrency, api_key=api_key)
         self.client = OpenAICompatClient(self.config)
         self._pool: ThreadPoolExecutor | None = None
-        self._inflight: dict[Future, tuple[Hashable, PolicyRequest]] = {}
 
     def _payload(self, request: PolicyRequest) -> dict[str, Any]:
         s = self.sampling_for(request)
@@ -87,21 +84,22 @@ class OpenAIPolicy(ChatModel):
         answers = self.client.chat_many([self._payload(r) for r in requests])
         return [self._output(request, answer) for request, answer in zip(requests, answers)]
 
-    def submit(self, key: Hashable, request: PolicyRequest) -> None:
+    def submit(self, request: PolicyRequest, *, continuous: bool | None = None) -> Future:
+        """Send the request on a thread of its own (up to ``max_concurrency`` at once); the server batches."""
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=self.config.max_concurrency, thread_name_prefix="openai-policy")
-        self._inflight[self._pool.submit(self.client.chat, **self._payload(request))] = (key, request)
+        sent = self._pool.submit(self.client.chat, **self._payload(request))
+        out: Future = Future()
 
-    def poll(self) -> list[tuple[Hashable, PolicyOutput | Exception]]:
-        if not self._inflight:
-            return []
-        done, _ = wait(self._inflight, timeout=self.poll_interval_s, return_when=FIRST_COMPLETED)
-        finished = []
-        for future in done:
-            key, request = self._inflight.pop(future)
-            error = future.exception()
-            finished.append((key, self._output(request, error if error is not None else future.result())))
-        return finished
+        def done(f: Future) -> None:
+            try:
+                error = f.exception()
+                out.set_result(self._output(request, error if error is not None else f.result()))
+            except BaseException as exc:  # noqa: BLE001 (handed to the waiter)
+                out.set_exception(exc)
+
+        sent.add_done_callback(done)
+        return out
 
     def close(self) -> None:
         if self._pool is not None:

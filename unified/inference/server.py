@@ -10,7 +10,9 @@ requests are generated together by continuous batching
 next step and leaves it when it ends, each with its own sampling settings), so concurrent clients
 (the judge, many episodes in flight) get real throughput. Models the batcher does not support fall
 back to gathering requests for ``--batch-wait`` seconds and generating them as one batch
-(:func:`unified.models.generation.batched_generate`). Prompts are rendered with the checkpoint's own chat
+(:func:`unified.models.generation.batched_generate`). The handlers are clients of the
+checkpoint's one :class:`unified.inference.engine.Engine`: each submits its request and waits on
+the future. Prompts are rendered with the checkpoint's own chat
 template; the reasoning (split by :func:`unified.chatformat.reasoning.split_reasoning`) comes back
 as ``reasoning_content`` and tool-call markup stays in ``content`` (like a vLLM server started
 without a tool parser). Every request brings its own ``max_tokens`` (``--max-new-tokens`` is
@@ -21,8 +23,8 @@ generated token's log-probability in ``choices[0].logprobs.content`` (OpenAI's s
 :class:`InProcessServer` serves the same routes from threads of *this* process over its shared
 copy of the model (:func:`unified.inference.shared.shared_checkpoint`): an embedded run whose
 judge and simulated user need an HTTP endpoint (a grader in a sandbox, a checkout's own client)
-loads the model once, for the policy and the server together. Generation holds the model's
-:func:`unified.inference.shared.model_lock` one step at a time.
+loads the model once, for the policy and the server together, and the server's requests join the
+same engine (and the same decode steps) as the policy's episodes.
 
 Authentication: :class:`InProcessServer` makes a random bearer token per server (``token``) and
 answers 401 to any request without ``Authorization: Bearer <token>`` (``/health`` excepted):
@@ -44,7 +46,6 @@ import hmac
 import json
 import logging
 import os
-import queue
 import secrets
 import signal
 import socket
@@ -56,7 +57,6 @@ import time
 import urllib.request
 import uuid
 from concurrent.futures import Future
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -64,38 +64,30 @@ from typing import Any
 from unified.config import ArgumentParser
 from unified.inference import completions as comp
 from unified.chatformat.reasoning import split_reasoning
-from unified.inference.shared import model_lock, shared_checkpoint
-from unified.models.continuous import ContinuousBatcher, continuous_batching_supported
-from unified.models.generation import SamplingParams, batched_generate
+from unified.inference.engine import engine_for
+from unified.inference.shared import shared_checkpoint
+from unified.models.generation import SamplingParams
 from unified.models.prefix_cache import PrefixCache
 
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class _Job:
-    prompt: str | list[int]
-    """Chat-templated text, or token ids (``/v1/completions``)."""
-    params: Any
-    future: Future
+class _Client:
+    """The server as a client of its checkpoint's engine: its own prefix cache, its batch size."""
 
+    def __init__(self, loaded, max_batch: int, wait_s: float, prefix_cache_mb: float | None = None) -> None:
+        self.loaded = loaded
+        self.engine = engine_for(loaded, max_rows=max_batch)
+        self.engine.gather_s = wait_s
+        # KV reuse across requests (a multi-turn client resends its growing history)
+        self.prefix_cache = PrefixCache(None if prefix_cache_mb is None else int(prefix_cache_mb * (1 << 20)))
 
-@dataclass
-class _ScoreJob:
-    """Log-probabilities of prompt ids (``echo``), run on the generation thread between decode steps."""
+    def generate(self, prompt: str | list[int], params: SamplingParams) -> Future:
+        return self.engine.generate(prompt, params, prefix_cache=self.prefix_cache)
 
-    ids: list[int]
-    top: int
-    generate: bool
-    future: Future
-
-    def run(self, loaded) -> None:
-        try:
-            with model_lock(loaded.model):
-                result = comp.score_prompt(loaded.model, loaded.tokenizer, self.ids, self.top, self.generate)
-            self.future.set_result(result)
-        except Exception as exc:  # reported to the request, the thread goes on
-            self.future.set_exception(exc)
+    def score(self, ids: list[int], top: int, generate: bool) -> Future:
+        """Log-probabilities of prompt ids (``echo``), computed on the engine's thread between steps."""
+        return self.engine.call(lambda loaded: comp.score_prompt(loaded.model, loaded.tokenizer, ids, top, generate))
 
 
 def _normalise_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -121,101 +113,6 @@ def _normalise_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-class _Batcher(threading.Thread):
-    """The generation thread: continuous batching when the model supports it, else gathered batches."""
-
-    def __init__(self, loaded, max_batch: int, wait_s: float, prefix_cache_mb: float | None = None) -> None:
-        super().__init__(daemon=True, name="unified-server-generation")
-        self.loaded, self.max_batch, self.wait_s = loaded, max_batch, wait_s
-        self.lock = model_lock(loaded.model)
-        self.jobs: queue.Queue[_Job | _ScoreJob | None] = queue.Queue()
-        """Work for the generation thread; None stops it."""
-        # KV reuse across requests (a multi-turn client resends its growing history)
-        self.prefix_cache = PrefixCache(None if prefix_cache_mb is None else int(prefix_cache_mb * (1 << 20)))
-
-    def run(self) -> None:
-        supported, _ = continuous_batching_supported(self.loaded.model)
-        self._run_continuous() if supported else self._run_gathered()
-
-    def stop(self) -> None:
-        """End the thread once the work queued before this call is done."""
-        self.jobs.put(None)
-
-    def _run_continuous(self) -> None:
-        def new_engine():
-            with self.lock:
-                return ContinuousBatcher(self.loaded.model, self.loaded.tokenizer, max_rows=self.max_batch,
-                                         prefix_cache=self.prefix_cache)
-
-        engine, futures, count = new_engine(), {}, 0
-        while True:
-            while True:  # wait for work only when nothing is decoding
-                try:
-                    job = self.jobs.get(block=not engine.busy)
-                except queue.Empty:
-                    break
-                if job is None:
-                    for future in futures.values():
-                        future.set_exception(RuntimeError("the server stopped"))
-                    return
-                if isinstance(job, _ScoreJob):
-                    job.run(self.loaded)
-                    continue
-                count += 1
-                try:
-                    engine.add(count, job.prompt, job.params)
-                    futures[count] = job.future
-                except Exception as exc:
-                    job.future.set_exception(exc)
-            if not engine.busy:
-                continue
-            try:
-                with self.lock:
-                    finished = engine.step()
-            except Exception as exc:  # the engine's state is unknown: fail what it held, start afresh
-                for future in futures.values():
-                    future.set_exception(exc)
-                engine, futures = new_engine(), {}
-                continue
-            for key, output in finished:
-                futures.pop(key).set_result(output)
-
-    def _run_gathered(self) -> None:
-        while True:
-            batch = [self.jobs.get()]
-            deadline = time.monotonic() + self.wait_s
-            while len(batch) < self.max_batch:
-                try:
-                    batch.append(self.jobs.get(timeout=max(0.0, deadline - time.monotonic())))
-                except queue.Empty:
-                    break
-            if None in batch:
-                for job in batch:
-                    if job is not None:
-                        job.future.set_exception(RuntimeError("the server stopped"))
-                return
-            for job in [j for j in batch if isinstance(j, _ScoreJob)]:
-                job.run(self.loaded)
-            batch = [j for j in batch if not isinstance(j, _ScoreJob)]
-            for job in batch:  # batched_generate takes text
-                if isinstance(job.prompt, list):
-                    job.prompt = self.loaded.tokenizer.decode(job.prompt)
-            groups: dict[Any, list[_Job]] = {}
-            for job in batch:
-                groups.setdefault(job.params, []).append(job)
-            for params, jobs in groups.items():
-                try:
-                    with self.lock:
-                        outputs = batched_generate(self.loaded.model, self.loaded.tokenizer, [j.prompt for j in jobs],
-                                                   params, max_batch_size=self.max_batch,
-                                                   prefix_cache=self.prefix_cache)
-                    for job, output in zip(jobs, outputs):
-                        job.future.set_result(output)
-                except Exception as exc:  # reported to every waiting request
-                    for job in jobs:
-                        job.future.set_exception(exc)
-
-
 def _chat_logprobs(tokenizer, output) -> dict[str, Any] | None:
     """OpenAI's ``choices[i].logprobs`` for a chat completion: one entry per generated token."""
     if output.logprobs is None:
@@ -229,7 +126,7 @@ TOKEN_ENV = "UNIFIED_SERVER_API_KEY"
 """Environment variable holding the bearer token the command-line server requires (unset: none)."""
 
 
-def make_handler(loaded, batcher: _Batcher, served_name: str, default_max_tokens: int, token: str | None = None):
+def make_handler(loaded, client: _Client, served_name: str, default_max_tokens: int, token: str | None = None):
     """The request handler; with ``token``, every route but ``/health`` needs ``Authorization: Bearer <token>``."""
     expected = f"Bearer {token}".encode() if token else None
 
@@ -290,10 +187,8 @@ def make_handler(loaded, batcher: _Batcher, served_name: str, default_max_tokens
                 return self._send(400, {"error": {"message": f"bad request: {type(exc).__name__}: {exc}"}})
             except Exception as exc:  # template errors (e.g. raise_exception in the template)
                 return self._send(400, {"error": {"message": f"cannot render the chat template: {exc}"}})
-            job = _Job(prompt, params, Future())
-            batcher.jobs.put(job)
             try:
-                output = job.future.result()
+                output = client.generate(prompt, params).result()
             except Exception as exc:
                 return self._send(500, {"error": {"message": f"generation failed: {exc}"}})
             reasoning, content = split_reasoning(output.text)
@@ -330,14 +225,12 @@ def make_handler(loaded, batcher: _Batcher, served_name: str, default_max_tokens
                                         top_p=float(request.get("top_p") or 1.0), seed=request.get("seed"))
             except (KeyError, ValueError, TypeError) as exc:
                 return self._send(400, {"error": {"message": f"bad request: {type(exc).__name__}: {exc}"}})
-            jobs = [_ScoreJob(ids, int(request.get("logprobs") or 1), max_tokens == 1, Future()) if echo
-                    else _Job(ids, params, Future()) for ids in prompts]
-            for job in jobs:
-                batcher.jobs.put(job)
+            futures = [client.score(ids, int(request.get("logprobs") or 1), max_tokens == 1) if echo
+                       else client.generate(ids, params) for ids in prompts]
             choices, prompt_tokens, completion_tokens = [], 0, 0
-            for index, (ids, job) in enumerate(zip(prompts, jobs)):
+            for index, (ids, future) in enumerate(zip(prompts, futures)):
                 try:
-                    output = job.future.result()
+                    output = future.result()
                 except Exception as exc:
                     return self._send(500, {"error": {"message": f"generation failed: {exc}"}})
                 prompt_tokens += len(ids)
@@ -364,9 +257,8 @@ def serve(model: str, host: str = "127.0.0.1", port: int = 8000, *, served_name:
           max_batch: int = 8, batch_wait_s: float = 0.05, max_new_tokens: int = 256,
           prefix_cache_mb: float | None = None, token: str | None = None) -> None:
     loaded = shared_checkpoint(model)
-    batcher = _Batcher(loaded, max_batch, batch_wait_s, prefix_cache_mb)
-    batcher.start()
-    server = ThreadingHTTPServer((host, port), make_handler(loaded, batcher, served_name or model, max_new_tokens,
+    client = _Client(loaded, max_batch, batch_wait_s, prefix_cache_mb)
+    server = ThreadingHTTPServer((host, port), make_handler(loaded, client, served_name or model, max_new_tokens,
                                                             token))
     print(f"unified local server: {served_name or model} on http://{host}:{port}/v1", flush=True)
     server.serve_forever()
@@ -402,24 +294,22 @@ class InProcessServer(LoopbackAddress):
         self.token = token or secrets.token_urlsafe(32)
         """The bearer token every request but ``/health`` must carry (random per server unless given)."""
         self.loaded = loaded if loaded is not None else shared_checkpoint(model)
-        self._batcher = _Batcher(self.loaded, max_batch, batch_wait_s, prefix_cache_mb)
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(self.loaded, self._batcher, served_name,
+        self._client = _Client(self.loaded, max_batch, batch_wait_s, prefix_cache_mb)
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(self.loaded, self._client, served_name,
                                                                           max_new_tokens, self.token))
         self._httpd.daemon_threads = True
         self.port = self._httpd.server_address[1]
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="unified-server-http", daemon=True)
-        self._batcher.start()
         self._thread.start()
 
     def running(self) -> bool:
-        return self._thread.is_alive() and self._batcher.is_alive()
+        return self._thread.is_alive()
 
     def stop(self) -> None:
+        """Stop serving (the engine is the checkpoint's, shared with the other clients: it goes on)."""
         if self._thread.is_alive():
             self._httpd.shutdown()
         self._httpd.server_close()
-        self._batcher.stop()
-        self._batcher.join(timeout=30)
 
     def __enter__(self) -> "InProcessServer":
         return self

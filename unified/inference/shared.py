@@ -6,11 +6,12 @@ loads it once per process and hands every caller the same :class:`unified.models
 keyed by the resolved checkpoint (a local path made absolute, a hub id, ``embedded``), the
 device, the dtype and the loader's other options. Concurrent first callers wait for the one load.
 
-Generation on a shared model is serialised by :func:`model_lock` (one re-entrant lock per model):
-the ``hf`` backend holds it for one decode step of its continuous batcher (or one batched
-call), the local server's generation thread for one step, so a judge's request, a simulated
-user's and the policy's episodes interleave step by step instead of loading copies or racing
-on the same weights.
+Generation on a loaded model has one driver, its :class:`unified.inference.engine.Engine` (one
+thread per model, :func:`unified.inference.engine.engine_for`): the ``hf`` policy, judges,
+simulated users and the loopback server submit to it and wait on futures, so their requests share
+decode steps instead of loading copies or racing on the same weights. The engine holds
+:func:`model_lock` (one re-entrant lock per model) for each step; code that runs the model outside
+the engine takes the same lock.
 
 :func:`shared_chat_model` is the convenience for single-shot users: a :class:`ChatModel` per
 spec (an ``hf`` model over the shared weights, or an OpenAI-compatible client), reused by every

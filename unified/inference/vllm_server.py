@@ -76,14 +76,6 @@ def vllm_python() -> str:
                           "UNIFIED_VLLM_PYTHON to a Python that can import vllm")
 
 
-def vllm_available() -> bool:
-    try:
-        vllm_python()
-    except VLLMUnavailable:
-        return False
-    return True
-
-
 def _log_dir() -> Path:
     from unified.models.embedded import cache_dir
 

@@ -47,6 +47,9 @@ from unified.models.generation import (GenerationOutput, GenerationStats, Sampli
                                        token_logprobs)
 from unified.models.prefix_cache import PrefixCache
 
+_BATCHERS = object()
+"""``ContinuousBatcher.add``'s default ``prefix_cache``: the batcher's own."""
+
 ROW_ATTENTION = "unified_rows"
 """The attention implementation name registered with transformers' ``AttentionInterface``."""
 
@@ -121,6 +124,10 @@ class _Row:
     """Per generated token, :func:`unified.models.generation.token_logprobs`."""
     deadline: float | None = None
     """``time.monotonic()`` after which the row ends with ``finish_reason="timeout"``."""
+    cache: PrefixCache | None = None
+    """The prefix cache this row reads its prompt from and stores its KV in (its client's)."""
+    stats: "ContinuousStats | None" = None
+    """The counters this row adds to (its client's)."""
 
 
 class RowKVCache:
@@ -178,6 +185,10 @@ class ContinuousBatcher:
     ``add(key, prompt)`` (a chat-templated string or token ids) queues a prompt; ``step()`` admits
     queued rows, decodes one token for every live row and returns ``[(key, GenerationOutput)]``
     for the rows that ended. ``busy`` is true while anything is queued or live.
+
+    A row may bring its own ``prefix_cache`` and ``stats`` (several clients of one engine, each with
+    its own cache budget and counters); by default it uses the batcher's. A decode step counts in
+    the stats of every client with a row in it (``row_steps`` counts all its rows: the occupancy).
     """
 
     def __init__(self, model, tokenizer, params: SamplingParams = SamplingParams(), *, max_rows: int = 16,
@@ -194,7 +205,7 @@ class ContinuousBatcher:
         self.pad_id = tokenizer.pad_token_id
         self._layers, self._kv_heads, self._head_dim = _kv_shape(model.config)
         self._cache_kwarg = _cache_kwarg(model)
-        self._queue: deque[tuple[Hashable, list[int], SamplingParams, float | None]] = deque()
+        self._queue: deque[tuple] = deque()  # (key, ids, params, deadline, cache, stats)
         self._live: list[_Row] = []
 
     @property
@@ -206,18 +217,22 @@ class ContinuousBatcher:
         return len(self._live)
 
     def add(self, key: Hashable, prompt: str | list[int], params: SamplingParams | None = None,
-            deadline: float | None = None) -> None:
+            deadline: float | None = None, *, prefix_cache: PrefixCache | None | object = _BATCHERS,
+            stats: ContinuousStats | None = None) -> None:
         ids = prompt if isinstance(prompt, list) else self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
         if not ids:
             raise ValueError(f"empty prompt for {key!r}")
         params = params or self.params
         if params.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1 for {key!r}, got {params.max_new_tokens}")
-        self._queue.append((key, list(ids), params, deadline))
+        cache = self.prefix_cache if prefix_cache is _BATCHERS else prefix_cache
+        cache = cache if cache is not None and cache.enabled else None
+        self._queue.append((key, list(ids), params, deadline, cache, stats if stats is not None else self.stats))
 
     @torch.no_grad()
     def _admit(self, key: Hashable, ids: list[int], params: SamplingParams | None = None,
-               deadline: float | None = None) -> _Row:
+               deadline: float | None = None, cache: PrefixCache | None = None,
+               stats: ContinuousStats | None = None) -> _Row:
         device = self.model.device
         params = params or self.params
         n = len(ids)
@@ -229,34 +244,40 @@ class ContinuousBatcher:
         reused = 0
         if n > 1:
             prompt = torch.tensor([ids[:-1]], device=device)
-            before = self.prefix_cache.stats.reused_tokens if self.prefix_cache is not None else 0
-            cache, _ = prefill_row(self.model, prompt, self.prefix_cache)
-            if cache is None:
+            before = cache.stats.reused_tokens if cache is not None else 0
+            kv, _ = prefill_row(self.model, prompt, cache)
+            if kv is None:
                 raise ValueError("the model's cache is not a plain DynamicCache: continuous batching cannot run it")
-            for k, v, layer in zip(keys, values, cache.layers):
+            for k, v, layer in zip(keys, values, kv.layers):
                 k[:, :n - 1] = layer.keys[0]
                 v[:, :n - 1] = layer.values[0]
-            reused = self.prefix_cache.stats.reused_tokens - before if self.prefix_cache is not None else 0
-        self.stats.rows += 1
-        self.stats.prompt_tokens += n
-        self.stats.reused_prompt_tokens += reused
+            reused = cache.stats.reused_tokens - before if cache is not None else 0
+        stats = stats if stats is not None else self.stats
+        stats.rows += 1
+        stats.prompt_tokens += n
+        stats.reused_prompt_tokens += reused
         generator = None
         if params.temperature > 0 and params.seed is not None:
             generator = torch.Generator(device=device).manual_seed(params.seed)
         return _Row(key=key, prompt_ids=ids, keys=keys, values=values, length=n - 1, next_token=ids[-1],
-                    started=time.perf_counter(), params=params, generator=generator, deadline=deadline)
+                    started=time.perf_counter(), params=params, generator=generator, deadline=deadline,
+                    cache=cache, stats=stats)
 
     @torch.no_grad()
     def step(self) -> list[tuple[Hashable, GenerationOutput]]:
         """Admit queued rows, run one decode step over all live rows, return the rows that ended."""
         if self._queue and len(self._live) < self.max_rows:
-            t0 = time.perf_counter()
             decoding = bool(self._live)
+            admitted: dict[int, ContinuousStats] = {}
             while self._queue and len(self._live) < self.max_rows:
-                self._live.append(self._admit(*self._queue.popleft()))
-                self.stats.admitted_while_decoding += int(decoding)
-            self.stats.calls += 1
-            self.stats.prefill_seconds += time.perf_counter() - t0
+                t0 = time.perf_counter()
+                row = self._admit(*self._queue.popleft())
+                self._live.append(row)
+                row.stats.admitted_while_decoding += int(decoding)
+                row.stats.prefill_seconds += time.perf_counter() - t0
+                admitted[id(row.stats)] = row.stats
+            for stats in admitted.values():
+                stats.calls += 1
         if not self._live:
             return []
         t0 = time.perf_counter()
@@ -272,8 +293,10 @@ class ContinuousBatcher:
         cache.advance()
         chosen = self._choose(rows, logits)
         chosen_logprobs = token_logprobs(logits, chosen, [r.params for r in rows])
-        self.stats.decode_steps += 1
-        self.stats.row_steps += len(rows)
+        clients = {id(r.stats): r.stats for r in rows}.values()
+        for stats in clients:
+            stats.decode_steps += 1
+            stats.row_steps += len(rows)
         finished: list[tuple[Hashable, GenerationOutput]] = []
         now = time.monotonic()
         for row, token, logprob in zip(rows, chosen, chosen_logprobs):
@@ -285,7 +308,8 @@ class ContinuousBatcher:
             if reason:
                 self._live.remove(row)
                 finished.append((row.key, self._finish(row, reason)))
-        self.stats.decode_seconds += time.perf_counter() - t0
+        for stats in clients:
+            stats.decode_seconds += time.perf_counter() - t0
         return finished
 
     @staticmethod
@@ -298,13 +322,13 @@ class ContinuousBatcher:
         return chosen
 
     def _finish(self, row: _Row, reason: str) -> GenerationOutput:
-        if self.prefix_cache is not None:
+        if row.cache is not None:
             seq = row.prompt_ids + row.generated[:-1]  # every token fed to the model (== row.length columns)
-            self.prefix_cache.insert(seq, [k[None, :, :row.length] for k in row.keys],
+            row.cache.insert(seq, [k[None, :, :row.length] for k in row.keys],
                                      [v[None, :, :row.length] for v in row.values], copy=True)
         text_ids = row.generated[:-1] if reason == "stop" else row.generated
         text = _strip_padding_tokens(self.tokenizer.decode(text_ids, skip_special_tokens=False), self.tokenizer)
-        self.stats.completion_tokens += len(row.generated)
+        row.stats.completion_tokens += len(row.generated)
         return GenerationOutput(text=text, token_ids=list(row.generated), logprobs=list(row.logprobs),
                                 prompt_tokens=len(row.prompt_ids),
                                 prompt_token_ids=list(row.prompt_ids),

@@ -73,10 +73,6 @@ class PrefixCacheStats:
     inserted: int = 0
     evicted: int = 0
 
-    @property
-    def reuse_rate(self) -> float:
-        return self.reused_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
-
 
 @dataclass
 class _Entry:

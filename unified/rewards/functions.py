@@ -12,14 +12,14 @@ observation o_hat of one turn; its reward mixes
   ``r_sim = 25 * s(o_hat, o)`` in [0, 25], s an LCS or token F1 (:mod:`unified.rewards.similarity`);
   small policies that never pass the binary check need it for any GSPO signal.
 
-Mixing is TRL's weighted sum, nothing else: :func:`build_reward_functions` gives the functions
-with a non-zero weight, :func:`reward_weights` their weights in the same order, and TRL's
-``GRPOTrainer(reward_funcs=funcs, args=GRPOConfig(reward_weights=weights))`` computes, for a
-batch of B completions and K functions, ``rewards_per_func`` of shape ``(B, K)`` and
+Mixing is TRL's weighted sum, nothing else: a recipe lists its rewards with their weights
+(:mod:`unified.rewards.entries`), and TRL's ``GRPOTrainer(reward_funcs=funcs,
+args=GRPOConfig(reward_weights=weights))`` computes, for a batch of B completions and K functions,
+``rewards_per_func`` of shape ``(B, K)`` and
 
     R_i = sum_k w_k * r_k,i        (a NaN, i.e. a function's None, is skipped: nansum)
 
-With the paper's 9:1 (``rubric_weight=0.9, rule_weight=0.1``): ``R = 0.9 r_rubric + 0.1 r_rule``
+With the paper's 9:1 (``rubric`` weight 0.9, ``rule`` weight 0.1): ``R = 0.9 r_rubric + 0.1 r_rule``
 in {0} U [4.5, 25]. GSPO then normalises R within each group of G completions of one prompt.
 No function reads another's result: each is computed from the batch alone.
 
@@ -40,7 +40,6 @@ verdict, judge text, parse status) for evaluation code; when TRL passes ``log_me
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -58,21 +57,14 @@ RULE_SCALE = 25.0
 
 
 @dataclass
-class RewardConfig:
-    """The reward section of a warmup recipe."""
+class JudgeSettings:
+    """The rubric judge: which model, its cache, its limits, and what it is shown (the options of a
+    recipe's ``{name: rubric}`` reward entry, and of :class:`unified.trace.judge.RubricJudge`)."""
 
     judge_endpoint: str = ""
     """OpenAI-compatible judge, ``openai:URL#MODEL`` (set this or ``judge_model``)."""
     judge_model: str = ""
     """Local judge checkpoint (a ``load_checkpoint`` spec: ``embedded``, a HF directory, ...)."""
-    rubric_weight: float = 0.9
-    """Weight of the rubric reward (5..25, 0 if unparseable)."""
-    rule_weight: float = 0.1
-    """Weight of the rule verifier (0 or 25)."""
-    similarity_weight: float = 0.0
-    """Weight of the graded rule reward (25 x similarity, in [0, 25]); 0 = off, as in the paper."""
-    similarity_metric: str = "lcs_f1"
-    """Graded score of :mod:`unified.rewards.similarity`: ``lcs_f1`` (order-aware) or ``token_f1``."""
     cache_dir: str = "~/.cache/unified/judge"
     """On-disk judge answer cache; empty string: no cache."""
     judge_max_tokens: int = bounded(256, ge=1)
@@ -89,16 +81,6 @@ class RewardConfig:
     """Earlier turns shown to the judge."""
 
     RENAMED = {"judge_disable_thinking": ("judge_thinking", lambda value: not value)}  # unified.config.from_dict
-
-    def __post_init__(self) -> None:
-        for name in ("rubric_weight", "rule_weight", "similarity_weight"):
-            value = getattr(self, name)
-            if value < 0 or math.isnan(value):
-                raise ValueError(f"RewardConfig.{name} must be >= 0, got {value}")
-        if self.rubric_weight == 0 and self.rule_weight == 0 and self.similarity_weight == 0:
-            raise ValueError("RewardConfig: rubric_weight and rule_weight are both 0 and similarity_weight is 0: "
-                             "no reward left")
-        SIMILARITY_METRICS.get(self.similarity_metric)  # unknown name: error listing the valid ones
 
 
 def _prompt_parts(prompt: Any) -> tuple[list[tuple[str, str]], str]:
@@ -261,7 +243,7 @@ class SimilarityReward(RewardFunction):
         return breakdowns
 
 
-def build_judge(cfg: RewardConfig) -> Judge:
+def build_judge(cfg: JudgeSettings) -> Judge:
     """The configured judge (:func:`unified.inference.judge.make_judge`) behind the configured cache."""
     if bool(cfg.judge_endpoint) == bool(cfg.judge_model):
         raise ValueError("judge: set exactly one of judge_endpoint (openai:URL#MODEL) or judge_model "
@@ -272,28 +254,5 @@ def build_judge(cfg: RewardConfig) -> Judge:
                       max_retries=cfg.judge_max_retries, thinking=cfg.judge_thinking)
 
 
-def build_reward_functions(cfg: RewardConfig, *, judge: Judge | None = None
-                           ) -> list[RewardFunction]:
-    """The reward functions of ``cfg`` with a non-zero weight, in the order [rubric, rule, similarity]
-    (see :func:`reward_weights`).
-
-    ``judge`` overrides the configured judge (e.g. one on an already loaded local model).
-    """
-    funcs: list[RewardFunction] = []
-    if cfg.rubric_weight:
-        funcs.append(RubricReward(judge if judge is not None else build_judge(cfg), max_chars=cfg.judge_max_chars,
-                                  max_history=cfg.judge_max_history))
-    if cfg.rule_weight:
-        funcs.append(RuleReward())
-    if cfg.similarity_weight:
-        funcs.append(SimilarityReward(cfg.similarity_metric))
-    return funcs
-
-
-def reward_weights(cfg: RewardConfig) -> list[float]:
-    """TRL ``reward_weights`` aligned with :func:`build_reward_functions`."""
-    return [w for w in (cfg.rubric_weight, cfg.rule_weight, cfg.similarity_weight) if w]
-
-
-__all__ = ["CRITERIA", "RULE_SCALE", "RewardConfig", "RewardFunction", "RubricReward", "RuleReward", "SimilarityReward",
-           "build_judge", "build_reward_functions", "reward_weights"]
+__all__ = ["CRITERIA", "RULE_SCALE", "JudgeSettings", "RewardFunction", "RubricReward", "RuleReward",
+           "SimilarityReward", "build_judge"]

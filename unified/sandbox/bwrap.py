@@ -87,6 +87,10 @@ class SandboxConfig:
     memory_mb: int = 1024
     """Memory of the whole sandbox in MiB: all its processes and its ``/tmp`` together (cgroup v2 or
     watchdog); also the address-space limit (RLIMIT_AS) of each process and the size of ``/tmp``."""
+    address_space_mb: int | None = None
+    """RLIMIT_AS of each process in MiB (None: ``memory_mb``; 0: none). A browser reserves about a TiB
+    of address space (V8's sandbox) and dies under any smaller limit; the sandbox-wide memory limit
+    (cgroup v2 or watchdog) still holds without it."""
     max_processes: int = 256
     """Processes the sandbox may have at once (RLIMIT_NPROC, and cgroup v2 or watchdog)."""
     disk_mb: int | None = 8192
@@ -279,7 +283,8 @@ class Sandbox:
             raise ValueError("empty command")
         mib = 1024 * 1024
         cmd = self._cgroup.enter_argv() if self._cgroup is not None else []
-        cmd += ["prlimit", f"--as={cfg.memory_mb * mib}", f"--nproc={cfg.max_processes}",
+        address_space = cfg.memory_mb if cfg.address_space_mb is None else cfg.address_space_mb
+        cmd += ["prlimit", *([f"--as={address_space * mib}"] if address_space else []), f"--nproc={cfg.max_processes}",
                 f"--fsize={cfg.file_size_mb * mib}", "--core=0", "--"]
         workspace = str(self.workspace)
         ro_binds = self._readonly_binds()

@@ -21,7 +21,7 @@ from typing import Any
 
 from unified.benchmarks.discovery import world_model_domain
 from unified.predict.extract import Prediction, episode_key
-from unified.rewards import RewardConfig, build_judge, judge_messages, parse_judge_answer
+from unified.rewards import JudgeSettings, build_judge, judge_messages, parse_judge_answer
 from unified.types import Episode, ToolCall
 
 
@@ -40,13 +40,13 @@ class RubricJudge:
 
     ``endpoint`` is ``openai:URL#MODEL`` (any OpenAI-compatible server); ``local_model`` a
     ``load_checkpoint`` spec instead. Other keyword options go to
-    :class:`unified.rewards.RewardConfig` (``cache_dir``, ``judge_max_tokens``, ...).
+    :class:`unified.rewards.JudgeSettings` (``cache_dir``, ``judge_max_tokens``, ...).
     """
 
     def __init__(self, endpoint: str = "", *, local_model: str = "", correct_if_factuality: float = 4.0,
                  judge: Any = None, **reward_options: Any) -> None:
         self.correct_if_factuality = correct_if_factuality
-        self.config = RewardConfig(judge_endpoint=endpoint, judge_model=local_model, **reward_options)
+        self.config = JudgeSettings(judge_endpoint=endpoint, judge_model=local_model, **reward_options)
         self.judge = judge if judge is not None else build_judge(self.config)
         self.requests_sent = 0
 

@@ -6,7 +6,7 @@
 2. sample ``samples_per_prompt`` completions per held-out prompt from the SFT checkpoint (the
    recipe's temperature/top-p/length, a fixed seed) and score them with the recipe's reward
    functions, weighted as in training: ``R = sum_k w_k r_k`` per completion (the training-only
-   ``shaping`` terms are left out: the score is the same whatever the shaping);
+   ``training_only`` reward entries are left out: the score is the same whatever the shaping);
 3. train ``train.max_steps`` GSPO steps on the rest;
 4. reload ``<output_dir>/final`` (the checkpoint the eval would get) and score it the same way.
 

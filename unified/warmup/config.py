@@ -5,6 +5,12 @@ line, see :mod:`unified.config`) and turned into TRL's ``GRPOConfig`` by
 :func:`unified.warmup.trainer.build_grpo_config`. The defaults are the GSPO setting of the
 Qwen-AgentWorld warmup: sequence-level importance ratio, no KL term, clip range
 ``[1 - 3e-4, 1 + 4e-4]``, rewards mixed 9:1 (rubric:rule), one sampled turn per trajectory.
+
+``rewards`` is a list of entries (:mod:`unified.rewards.entries`): ``[{name: rubric, weight: 0.9},
+{name: rule, weight: 0.1}]`` by default, a training-only shaping term one entry among them
+(``{name: repetition, weight: 5.0, training_only: true}``). The older form (``rewards.rubric_weight``,
+``rule_weight``, ``similarity_weight`` and a ``shaping`` section) still loads, converted, with one
+deprecation line naming the file and the new spelling; so do its ``--set`` keys.
 """
 
 from __future__ import annotations
@@ -14,8 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
+
 from unified.config import ConfigError, bounded, load_config
-from unified.rewards import RewardConfig
+from unified.rewards.entries import LEGACY_KEYS, RewardEntry, check_entries, default_rewards, legacy_entries
 
 Precision = Literal["auto", "bf16", "fp32"]
 GenerationBackend = Literal["hf", "vllm_server", "vllm_colocate"]
@@ -99,30 +107,6 @@ class GSPOSection:
     """Advantage normalisation; ``group`` = (r - mean_group) / std_group."""
     mask_truncated_completions: bool = False
     """Exclude completions that hit ``max_completion_length`` from the loss."""
-
-
-@dataclass
-class ShapingSection:
-    """Training-only reward terms, added to ``rewards`` during GSPO and left out of every held-out score.
-
-    ``repetition_weight`` w > 0 adds TRL's n-gram repetition penalty (``trl.rewards.
-    get_repetition_penalty_reward``; Yeo et al., 2025, "Demystifying Long Chain-of-Thought Reasoning
-    in LLMs", arXiv:2502.03373, App. C.2) with weight w. For a completion of token ids y with the
-    list of its ``repetition_ngram``-grams g(y) (|g(y)| = |y| - n + 1):
-
-    .. math::
-
-        R(y) = R_{rewards}(y) - w \Big(1 - \frac{|\mathrm{set}(g(y))|}{|g(y)|}\Big)
-
-    0 for a completion without a repeated n-gram (or shorter than n), close to -w for a loop such
-    as ``"```\n\n```\n\n..."``, whose similarity reward (about 0) is otherwise no lower than any
-    other wrong answer's, so GSPO's group advantage gives it no push down of its own.
-    """
-
-    repetition_weight: float = bounded(0.0, ge=0)
-    """w, in the units of the mixed reward (0-25 for the rule rewards); 0 = off."""
-    repetition_ngram: int = bounded(3, ge=1)
-    """n of the n-grams counted."""
 
 
 @dataclass
@@ -265,17 +249,25 @@ class WarmupConfig:
     """``auto`` (continue from the last complete checkpoint if any), ``never``, or a checkpoint dir."""
     model: ModelSection = field(default_factory=ModelSection)
     data: DataSection = field(default_factory=DataSection)
-    rewards: RewardConfig = field(default_factory=RewardConfig)
+    rewards: list[RewardEntry] = field(default_factory=default_rewards)
+    """The reward functions and their weights, training-only shaping terms among them
+    (:mod:`unified.rewards.entries`); ``--set rewards.NAME.KEY=VALUE`` edits an entry by name."""
     gspo: GSPOSection = field(default_factory=GSPOSection)
-    shaping: ShapingSection = field(default_factory=ShapingSection)
     monitor: MonitorSection = field(default_factory=MonitorSection)
     generation: GenerationSection = field(default_factory=GenerationSection)
     train: TrainSection = field(default_factory=TrainSection)
     logging: LoggingSection = field(default_factory=LoggingSection)
     launch: LaunchSection = field(default_factory=LaunchSection)
 
+    UPGRADE = staticmethod(lambda data: upgrade_rewards(data))  # unified.config: the older rewards form
+    RENAMED_PATHS = LEGACY_KEYS  # its --set keys
+
     def validate(self) -> "WarmupConfig":
         """Cross-field checks that a single field's type cannot express."""
+        try:
+            check_entries(self.rewards)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         if self.gspo.num_generations < 2:
             raise ConfigError("gspo.num_generations: GSPO needs at least 2 completions per prompt, "
                               f"got {self.gspo.num_generations}")
@@ -327,10 +319,40 @@ class WarmupConfig:
         return root / "recipes" / "accelerate" / f"{self.launch.distributed}{suffix}.yaml"
 
 
+def upgrade_rewards(data: dict[str, Any]) -> tuple[dict[str, Any], str] | None:
+    """A recipe mapping in the older rewards form (a ``rewards`` mapping with ``rubric_weight``,
+    ``rule_weight``, ``similarity_weight``, and/or a ``shaping`` section) in today's form (one list,
+    the shaping term an entry of it), and the new spelling in words; None for today's form."""
+    rewards = data.get("rewards")
+    if not isinstance(rewards, dict) and "shaping" not in data:
+        return None
+    shaping = data.get("shaping")
+    if shaping is not None and not isinstance(shaping, dict):
+        raise ValueError(f"shaping: expected a section (mapping), got {shaping!r}")
+    if isinstance(rewards, list):  # today's list and an older shaping section
+        entries = [*rewards, *legacy_entries(None, shaping)]
+    elif rewards is None or isinstance(rewards, dict):  # no rewards section: the defaults, as before
+        entries = legacy_entries(rewards or {}, shaping)
+    else:
+        return None  # the loader says what is wrong with it
+    out = {k: v for k, v in data.items() if k != "shaping"}
+    out["rewards"] = entries
+    old = " and the shaping section" if "shaping" in data else ""
+    flow = yaml.safe_dump(entries, default_flow_style=True, sort_keys=False, width=1 << 20).strip()
+    return out, (f"rewards as rubric_weight/rule_weight/similarity_weight{old} is now one list of entries "
+                 f"(recipes/README.md): rewards: {flow}")
+
+
 def load_warmup_config(path: str | os.PathLike[str] | None = None,
                        overrides: list[str] | None = None) -> WarmupConfig:
     """Load and validate a warmup recipe (``overrides`` are ``--set key=value`` strings)."""
-    return load_config(WarmupConfig, path, overrides).validate()
+    cfg = load_config(WarmupConfig, path, overrides)
+    try:
+        return cfg.validate()
+    except ConfigError as exc:
+        if path is None:
+            raise
+        raise ConfigError(f"{path}: {exc}") from None
 
 
 def describe(cfg: WarmupConfig) -> dict[str, Any]:

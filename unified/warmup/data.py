@@ -88,16 +88,11 @@ def load_splits(cfg: WarmupConfig, tokenizer=None) -> Splits:
 
 
 def load_rewards(cfg: WarmupConfig, *, training: bool = True) -> tuple[list[Callable], list[float]]:
-    """The TRL reward callables of ``cfg.rewards`` and their weights (rubric:rule 9:1 by default).
+    """The TRL reward callables of ``cfg.rewards`` and their weights, in list order (rubric:rule 9:1 by
+    default; :func:`unified.rewards.build_rewards`).
 
-    ``training``: also the training-only terms of ``cfg.shaping`` (a repetition penalty); a held-out
-    score passes ``False`` so that it measures the recipe's rewards alone."""
-    from unified.rewards import build_reward_functions, reward_weights
+    ``training``: also the ``training_only`` entries (shaping terms such as a repetition penalty); a
+    held-out score passes ``False`` so that it measures the recipe's scored rewards alone."""
+    from unified.rewards import build_rewards
 
-    funcs, weights = list(build_reward_functions(cfg.rewards)), list(reward_weights(cfg.rewards))
-    if training and cfg.shaping.repetition_weight > 0:
-        from trl.rewards import get_repetition_penalty_reward
-
-        funcs.append(get_repetition_penalty_reward(ngram_size=cfg.shaping.repetition_ngram, max_penalty=-1.0))
-        weights.append(cfg.shaping.repetition_weight)
-    return funcs, weights
+    return build_rewards(cfg.rewards, training=training)

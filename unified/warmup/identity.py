@@ -26,19 +26,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from unified.config import to_dict
-from unified.store import content_fingerprint, files_fingerprint, flatten_identity, identity_differences, \
-    write_json_atomic
+from unified.config import from_dict, to_dict
+from unified.store import IDENTITY_FILE, WEIGHT_FILES, content_fingerprint, files_fingerprint, flatten_identity, \
+    identity_differences, read_identity, write_json_atomic
 from unified.warmup.config import WarmupConfig
 
-IDENTITY_FILE = "identity.json"
 RESUME_ANYWAY_FLAG = "--resume-anyway"
 NOT_IDENTITY = ("output_dir", "resume", "train.max_steps", "train.save_steps", "train.save_total_limit",
                 "train.logging_steps", "train.dataloader_num_workers", "logging.", "generation.cpu_threads",
                 "generation.vllm_server_host", "generation.vllm_server_port", "generation.vllm_server_timeout_s",
-                "launch.main_process_port", "rewards.cache_dir", "rewards.judge_max_concurrency",
-                "rewards.judge_timeout_s", "rewards.judge_max_retries")
-_WEIGHT_FILES = ("*.json", "*.safetensors", "*.bin", "*.pt", "*.gguf", "*.model")
+                "launch.main_process_port")
+NOT_REWARD_IDENTITY = ("cache_dir", "judge_max_concurrency", "judge_timeout_s", "judge_max_retries")
+"""Options of a reward entry that do not change what is trained (``rewards.NAME.KEY``)."""
+_LEGACY_SECTIONS = ("rewards.", "shaping.")
 
 
 class WarmupIdentityMismatch(ValueError):
@@ -49,9 +49,36 @@ def _is_identity_key(key: str) -> bool:
     return not any(key == k or (k.endswith(".") and key.startswith(k)) for k in NOT_IDENTITY)
 
 
+def _reward_fields(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """``rewards.NAME.KEY`` for each entry (the keys ``--set`` uses), without those of :data:`NOT_REWARD_IDENTITY`."""
+    return {f"rewards.{e['name']}.{k}": v for e in entries for k, v in flatten_identity(e).items()
+            if k != "name" and k not in NOT_REWARD_IDENTITY}
+
+
 def recipe_fields(cfg: WarmupConfig) -> dict[str, Any]:
     """The flat keys of the resolved recipe that define the run (module docstring)."""
-    return {k: v for k, v in flatten_identity(to_dict(cfg)).items() if _is_identity_key(k)}
+    data = to_dict(cfg)
+    entries = data.pop("rewards")
+    return {**{k: v for k, v in flatten_identity(data).items() if _is_identity_key(k)}, **_reward_fields(entries)}
+
+
+def _upgrade_recorded(fields: dict[str, Any]) -> dict[str, Any]:
+    """A recorded identity of the older rewards form (``rewards.rubric_weight``, ``shaping.*``, ...) in
+    today's keys (``rewards.rubric.weight``, ``rewards.repetition.weight``, ...), so a rerun compares them."""
+    if not any(k.startswith("shaping.") or k in ("rewards.rubric_weight", "rewards.rule_weight") for k in fields):
+        return fields
+    from unified.rewards.entries import legacy_entries
+
+    sections: dict[str, dict[str, Any]] = {"rewards.": {}, "shaping.": {}}
+    rest = {}
+    for key, value in fields.items():
+        prefix = next((p for p in _LEGACY_SECTIONS if key.startswith(p)), None)
+        if prefix is None:
+            rest[key] = value
+        else:
+            sections[prefix][key[len(prefix):]] = value
+    entries = from_dict(WarmupConfig, {"rewards": legacy_entries(sections["rewards."], sections["shaping."])}).rewards
+    return {**rest, **_reward_fields(to_dict(entries))}
 
 
 def warmup_identity(cfg: WarmupConfig) -> dict[str, Any]:
@@ -63,7 +90,7 @@ def warmup_identity(cfg: WarmupConfig) -> dict[str, Any]:
         spec = parse_spec(cfg.model.name_or_path)
         if spec.kind in ("local", "gguf"):
             fields["model.name_or_path"] = str(Path(spec.target).resolve())
-            fields["model.files"] = files_fingerprint(spec.target, _WEIGHT_FILES)
+            fields["model.files"] = files_fingerprint(spec.target, WEIGHT_FILES)
     except (ValueError, FileNotFoundError):  # reported by unified.warmup.preflight
         pass
     data = [p for p in [*cfg.data.train, *cfg.data.heldout] if Path(p).exists()]
@@ -77,22 +104,21 @@ def _has_run(out: Path) -> bool:
 
 
 def _recorded(out: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads((out / IDENTITY_FILE).read_text())
-    except FileNotFoundError:
-        pass
-    except (OSError, ValueError):
-        return None
-    try:  # an older directory: its resolved recipe, without the digests it did not record
+    def from_resolved_recipe() -> dict[str, Any]:  # an older directory: without the digests it did not record
         from unified.config import load_config
 
-        old = load_config(WarmupConfig, out / "recipe.resolved.yaml")
-    except Exception:  # nothing readable to compare against
-        return None
-    fields = recipe_fields(old)
-    if fields.get("model.name_or_path") and Path(str(fields["model.name_or_path"])).is_dir():
-        fields["model.name_or_path"] = str(Path(str(fields["model.name_or_path"])).resolve())
-    return {"fields": fields}
+        fields = recipe_fields(load_config(WarmupConfig, out / "recipe.resolved.yaml"))
+        if fields.get("model.name_or_path") and Path(str(fields["model.name_or_path"])).is_dir():
+            fields["model.name_or_path"] = str(Path(str(fields["model.name_or_path"])).resolve())
+        return {"fields": fields}
+
+    record = read_identity(out, from_resolved_recipe)
+    if record and isinstance(record.get("fields"), dict):
+        try:
+            record["fields"] = _upgrade_recorded(record["fields"])
+        except ValueError:  # recorded reward settings this version cannot read: compared as they are
+            pass
+    return record
 
 
 def check_output_dir(cfg: WarmupConfig, *, resume_anyway: bool = False) -> list[str]:

@@ -72,13 +72,13 @@ def render_model_card(cfg: WarmupConfig, *, identity: dict[str, Any], steps: int
     lines += ["", "## Rewards", ""]
     if rewards:
         lines += ["| reward function | weight |", "|---|---|"] + [f"| {n} | {w:g} |" for n, w in rewards]
-    r = cfg.rewards
-    judge = r.judge_endpoint or r.judge_model
-    if judge and r.rubric_weight > 0:
-        lines.append(f"\nRubric judge: `{judge}`.")
-    if cfg.shaping.repetition_weight > 0:
-        lines.append(f"\nTraining-only shaping: repetition penalty weight {cfg.shaping.repetition_weight:g} "
-                     f"({cfg.shaping.repetition_ngram}-grams), left out of held-out scores.")
+    for entry in cfg.rewards:
+        judge = getattr(entry, "judge_endpoint", "") or getattr(entry, "judge_model", "")
+        if judge and entry.weight > 0:
+            lines.append(f"\nRubric judge: `{judge}`.")
+    shaping = [e.describe() for e in cfg.rewards if e.training_only and e.weight > 0]
+    if shaping:
+        lines.append(f"\nTraining-only shaping: {'; '.join(shaping)}, left out of held-out scores.")
     obj = describe(cfg)
     lines += ["", "## Training", "", f"- objective: {obj['objective']}, clip range {obj['clip_range']}, "
               f"KL beta {obj['kl_beta']}, group size {obj['group_size']}"]

@@ -14,9 +14,19 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from unified.execution.images import CannotRebuild, base_sif, build_task
+from unified.execution.images import BuildResult, CannotRebuild, base_sif, build_task
+from unified.execution.infra import infrastructure_evidence
 from unified.execution.probe import containers_conf_text
 from unified.store import append_jsonl
+
+
+def result_line(result: BuildResult) -> str:
+    """One line a task: status, image, the reason's first line, and for a failure the infrastructure
+    evidence in the build's output (a download or DNS failure), which a caller sorting causes reads."""
+    first = result.reason.splitlines()[0] if result.reason else ""
+    evidence = infrastructure_evidence(result.reason) if result.status == "failed" and result.reason else []
+    extra = "".join(f" | {line}" for line in evidence)
+    return f"{result.task}: {result.status} {result.image or ''} {first}{extra} ({result.seconds:.0f} s)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,8 +73,7 @@ def main(argv: list[str] | None = None) -> int:
                             debian_mirror=args.debian_mirror, ubuntu_mirror=args.ubuntu_mirror,
                             log=lambda m: print(m, file=sys.stderr, flush=True))
         failed += result.status == "failed"
-        print(f"{result.task}: {result.status} {result.image or ''} {result.reason.splitlines()[0] if result.reason else ''}"
-              f" ({result.seconds:.0f} s)", flush=True)
+        print(result_line(result), flush=True)
         if args.jsonl:
             append_jsonl(args.jsonl, asdict(result))
     return 1 if failed else 0

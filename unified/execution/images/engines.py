@@ -26,7 +26,7 @@ from pathlib import Path
 
 from unified.execution.base import EnvironmentSpec, quote
 from unified.execution.containers import REBUILT_LABEL as LABEL
-from unified.execution.containers import build_argv, image_tag, sif_path
+from unified.execution.containers import build_argv, image_tag, local_image_to_sif_argvs, sif_path
 from unified.execution.images.bases import BaseRecipe
 
 _UV_PIN = re.compile(r"astral\.sh/uv/(\d+\.\d+\.\d+)/install\.sh")
@@ -139,15 +139,13 @@ def build_task_image(engine: str, spec: EnvironmentSpec, timeout: float) -> str:
 
 
 def to_sif(engine: str, tag: str, binary: str, workdir: Path) -> Path:
-    """Convert a built image into the SIF the apptainer backend uses for it."""
+    """Convert a built image into the SIF the apptainer backend uses for it (:func:`local_image_to_sif_argvs`)."""
     sif = sif_path(tag)
     sif.parent.mkdir(parents=True, exist_ok=True)
-    archive = workdir / "image.oci.tar"
-    _run([engine, "save", "--format", "oci-archive", "-o", str(archive), tag] if engine == "podman"
-         else [engine, "save", "-o", str(archive), tag])
-    source = f"oci-archive://{archive}" if engine == "podman" else f"docker-archive://{archive}"
-    _run([binary, "build", "--force", str(sif), source])
-    archive.unlink(missing_ok=True)
+    argvs = local_image_to_sif_argvs(engine, tag, binary, sif, workdir)
+    for argv in argvs:
+        _run(argv)
+    Path(argvs[0][-2]).unlink(missing_ok=True)
     return sif
 
 

@@ -1,0 +1,107 @@
+"""One engine per loaded model (unified.inference.engine), on tiny real MoE checkpoints."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from unified.inference import engine as engine_module
+from unified.inference.base import PolicyRequest, SamplingConfig, make_chat_model
+from unified.inference.engine import Engine, GenerationJob, engine_for
+from unified.inference.hf import HFPolicy
+from unified.inference.shared import shared_chat_model, shared_checkpoint
+from unified.models import load_checkpoint
+from unified.models.generation import SamplingParams, batched_generate
+
+QUESTIONS = ["hi", "list the files in /tmp and say which one is the largest, then delete it",
+             "what is 2 + 2?", "write one line of a poem about the sea, the sky and the long walk home at night"]
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_checkpoint):
+    return load_checkpoint(tiny_checkpoint, device="cpu")
+
+
+def _requests(questions=QUESTIONS):
+    return [PolicyRequest(messages=[{"role": "user", "content": q}]) for q in questions]
+
+
+def _plain_generate(loaded, prompt: str, max_new_tokens: int) -> list[int]:
+    """Reference: transformers' own ``generate`` on the prompt alone (greedy, no cache reuse, no padding)."""
+    out = batched_generate(loaded.model, loaded.tokenizer, [prompt], SamplingParams(max_new_tokens=max_new_tokens),
+                           prefill_separately=False)
+    return out[0].token_ids
+
+
+@pytest.mark.parametrize("continuous", [True, False])
+def test_greedy_completions_from_concurrent_clients_equal_plain_generate(loaded, continuous):
+    """Four threads (a policy's episodes, a judge, a user) submit at once; every completion is the one
+    transformers' ``generate`` gives the prompt alone."""
+    policy = HFPolicy("tiny", SamplingConfig(max_new_tokens=10, thinking=False), loaded=loaded,
+                      continuous=continuous)
+    requests = _requests()
+    outputs: dict[int, object] = {}
+    barrier = threading.Barrier(len(requests))
+
+    def client(i: int) -> None:
+        barrier.wait()
+        outputs[i] = policy.submit(requests[i]).result(timeout=900)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(requests))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, request in enumerate(requests):
+        expected = _plain_generate(loaded, policy.render(request), 10)
+        assert outputs[i].token_ids == expected, QUESTIONS[i]
+        assert outputs[i].prompt == policy.render(request) and outputs[i].completion_tokens == len(expected)
+    assert policy.generate(requests)[2].token_ids == outputs[2].token_ids  # generate = submit + result
+
+
+def test_policy_judge_and_server_on_one_checkpoint_share_one_engine(tiny_checkpoint):
+    from unified.inference.server import InProcessServer
+
+    spec = str(tiny_checkpoint)
+    policy = make_chat_model(spec, SamplingConfig(max_new_tokens=6, thinking=False))
+    judge = shared_chat_model(spec)
+    with InProcessServer(spec, max_new_tokens=6) as server:
+        assert policy.engine is judge.engine is engine_for(server.loaded) is engine_for(shared_checkpoint(spec))
+        client = make_chat_model(server.spec, SamplingConfig(max_new_tokens=6, thinking=False), api_key=server.token)
+        messages = [{"role": "user", "content": "hello there"}]
+        over_http = client.generate([PolicyRequest(messages=messages)])[0]
+        in_process = policy.generate([PolicyRequest(messages=messages)])[0]
+        assert over_http.text == in_process.text and over_http.completion_tokens == in_process.completion_tokens
+
+
+def test_a_bad_job_fails_alone_and_the_others_complete(loaded):
+    engine = Engine(loaded, max_rows=4)
+    prompt = loaded.tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
+                                                  add_generation_prompt=True)
+    good = engine.generate(prompt, SamplingParams(max_new_tokens=4))
+    bad = engine.generate(prompt, SamplingParams(max_new_tokens=0))
+    empty = engine.generate([], SamplingParams(max_new_tokens=4))
+    assert len(good.result(timeout=900).token_ids) >= 1
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        bad.result(timeout=900)
+    with pytest.raises(ValueError, match="empty prompt"):
+        empty.result(timeout=900)
+    # a request whose deadline passed is answered at once, with no text
+    late = engine.submit(GenerationJob(prompt, SamplingParams(max_new_tokens=4), deadline=time.monotonic() - 1))
+    assert late.done() and late.result().finish_reason == "timeout" and late.result().text == ""
+
+
+def test_the_engine_thread_exits_when_idle_and_the_next_submit_starts_it(loaded, monkeypatch):
+    monkeypatch.setattr(engine_module, "IDLE_EXIT_S", 0.05)
+    engine = Engine(loaded)
+    prompt = loaded.tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
+                                                  add_generation_prompt=True)
+    first = engine.generate(prompt, SamplingParams(max_new_tokens=3)).result(timeout=900)
+    deadline = time.monotonic() + 600
+    while engine.running and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not engine.running  # no thread holds the model while nobody generates
+    again = engine.generate(prompt, SamplingParams(max_new_tokens=3)).result(timeout=900)
+    assert again.token_ids == first.token_ids

@@ -1,0 +1,156 @@
+"""A verifier that runs while the agent's processes keep running, out of their reach (docker, podman).
+
+Terminal-Bench's own harness (Harbor) runs the verifier in the agent's container right after the
+agent stops, and leaves every process the agent or the oracle started running: a task whose answer
+is a service (a mail server, a web server) is verified by talking to it. Left running, such a
+process could also write the verifier's reward file, rewrite its tests while they run, or plant
+programs in the home the verifier installs its tools into. So on container engines the verifier
+runs in a *private mount namespace with more privileges than the agent's processes*:
+
+- ``exec --privileged``: the verifier holds every capability, the agent's processes only the
+  engine's default set (no ``CAP_SYS_PTRACE``), so the kernel's ptrace access check refuses
+  them the verifier's ``/proc/PID/{root,cwd,fd,environ,mem}``: they cannot reach its private
+  mounts, its pipes or its memory;
+- ``unshare --mount --propagation private``: fresh tmpfs mounts, seen only by the verifier, over
+  the directories it alone writes (``/logs/verifier``, ``/tests``, its ``HOME``) and over a
+  scratch directory for its own output; the tests arrive as a tar on the verifier's stdin;
+- the agent's processes can still unlink a mount point in their namespace, which detaches the
+  verifier's mount in its namespace (Linux >= 3.18): every private directory's device number is
+  checked before the command runs and again after it (from inside the directory), and a change
+  is reported as interference (``tampered``), never read as a result;
+- the outputs (the command's stdout, stderr, exit status and the reward directory) leave through
+  the verifier's own stdout, as one tar, written from the directory the check just confirmed.
+
+Everything else the verifier reads (the working directory, the system, a service's files and
+sockets) is the agent's to set, as it is in Harbor: a process left running can change it while
+the verifier runs, which the agent could equally have done before it stopped. Sessions that
+cannot do this (the ``local`` bubblewrap backend, apptainer, an image without ``unshare`` or an
+engine that refuses ``--privileged``) stop the agent's processes before the verifier runs instead
+(:meth:`~unified.execution.ExecutionSession.stop_agent_processes`), and the result says so.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+PRIVATE_VERIFIER_SCRIPT = r"""
+out=$1; limit=$2; wd=$3; privs=$4; shift 4
+scratch=$(mktemp -d /tmp/.unified-verifier-io.XXXXXXXX) || exit 90
+mount -t tmpfs -o mode=0700 unified-verifier-io "$scratch" || exit 91
+sdev=$(stat -c %d "$scratch") || exit 91
+devs=""
+oldifs=$IFS; IFS=:
+for d in $privs; do
+  mkdir -p "$d" && mount -t tmpfs -o mode=0755 unified-verifier "$d" || exit 92
+  devs="$devs $(stat -c %d "$d")"
+done
+IFS=$oldifs
+odev=${devs# }; odev=${odev%% *}
+tar -x -o -C / || exit 93
+check() {
+  set -- $devs; IFS=:
+  for d in $privs; do
+    [ "$(stat -c %d "$d" 2>/dev/null)" = "$1" ] || { IFS=$oldifs; echo "$d"; return 1; }
+    shift
+  done
+  IFS=$oldifs
+}
+finish() { cd "$scratch" && [ "$(stat -c %d .)" = "$sdev" ] && tar -c . | base64; }
+bad=$(check) || { echo "$bad" > "$scratch/tampered"; finish; exit; }
+cd "$wd" 2>/dev/null || cd /
+if command -v timeout >/dev/null 2>&1; then
+  timeout -k 5 "$limit" "$@" > "$scratch/stdout" 2> "$scratch/stderr" < /dev/null
+else
+  "$@" > "$scratch/stdout" 2> "$scratch/stderr" < /dev/null
+fi
+echo $? > "$scratch/rc"
+bad=$(check) || { echo "$bad" > "$scratch/tampered"; finish; exit; }
+if cd "$out" && [ "$(stat -c %d .)" = "$odev" ]; then
+  mkdir "$scratch/out" && tar -c . | tar -x -C "$scratch/out"
+else
+  echo "$out" > "$scratch/tampered"
+fi
+finish
+"""
+"""POSIX sh, run as ``unshare --mount --propagation private sh -c SCRIPT sh OUT LIMIT WORKDIR PRIVATE_DIRS CMD...``.
+
+``PRIVATE_DIRS`` is ``:``-separated and starts with ``OUT``. Exit 90-93: the isolation could not be
+set up (nothing of the command ran). Otherwise stdout is one base64 tar: ``stdout``, ``stderr``,
+``rc``, ``out/`` (the contents of ``OUT``) or ``tampered`` (the private directory that was replaced)."""
+
+SETUP_FAILED = {90: "mktemp", 91: "mount of the scratch tmpfs", 92: "mount of a private tmpfs",
+                93: "unpacking the verifier's files"}
+
+
+@dataclass
+class PrivateRun:
+    """What a privately run verifier left: its exit status and output, and the files of its output directory."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    timed_out: bool
+    duration_s: float
+    files: dict[str, bytes] = field(default_factory=dict)
+    """Relative path (``reward.txt``, ``sub/x.json``) -> bytes, from the private output directory."""
+    tampered: str = ""
+    """A private directory found replaced (an agent's process unlinked its mount point); then nothing else counts."""
+    unreadable: str = ""
+    """Why the run's result could not be read back (it ran; then nothing else counts)."""
+
+    def failure(self) -> str:
+        """Why this run gives no result (empty when it gives one)."""
+        if self.tampered:
+            return (f"the verifier's private directory {self.tampered} was replaced while it ran "
+                    "(a process left running unlinked it); not verified")
+        return f"the private verifier's result could not be read back: {self.unreadable}" if self.unreadable else ""
+
+    def output(self) -> str:
+        return self.stdout + (("\n" if self.stdout and not self.stdout.endswith("\n") else "") + self.stderr
+                              if self.stderr else "")
+
+    def read(self, path: str, out_dir: str) -> bytes:
+        """The bytes of ``path`` (absolute, under ``out_dir``) as the verifier left it; FileNotFoundError otherwise."""
+        rel = PurePosixPath(path).relative_to(PurePosixPath(out_dir)).as_posix()
+        if rel not in self.files:
+            raise FileNotFoundError(f"{path}: not written by the verifier")
+        return self.files[rel]
+
+
+def files_tar(files: dict[str, Path]) -> bytes:
+    """A tar of host files/directories under their absolute destination paths (``{"/tests": Path(...)}``)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for dest, src in files.items():
+            tar.add(str(src), arcname=dest.lstrip("/"))
+    return buf.getvalue()
+
+
+def parse_private_output(stdout: str, duration_s: float, limit_s: float) -> PrivateRun:
+    """Read the base64 tar :data:`PRIVATE_VERIFIER_SCRIPT` prints; ValueError when it is not one."""
+    try:
+        raw = base64.b64decode("".join(stdout.split()), validate=True)
+        tar = tarfile.open(fileobj=io.BytesIO(raw))
+    except (ValueError, tarfile.TarError) as exc:
+        raise ValueError(f"the private verifier's output is not a tar: {exc}") from None
+    entries: dict[str, bytes] = {}
+    with tar:
+        for m in tar.getmembers():
+            rel = PurePosixPath(m.name)
+            if not m.isfile() or rel.is_absolute() or ".." in rel.parts:
+                continue
+            fh = tar.extractfile(m)
+            entries[rel.as_posix().removeprefix("./")] = fh.read() if fh else b""
+    if "tampered" in entries:
+        return PrivateRun(-1, "", "", False, duration_s, tampered=entries["tampered"].decode(errors="replace").strip())
+    try:
+        code = int(entries.get("rc", b"").strip())
+    except ValueError:
+        raise ValueError("the private verifier's output has no exit status") from None
+    files = {k[len("out/"):]: v for k, v in entries.items() if k.startswith("out/")}
+    return PrivateRun(code, entries.get("stdout", b"").decode(errors="replace"),
+                      entries.get("stderr", b"").decode(errors="replace"), code in (124, 137), duration_s, files)

@@ -1,0 +1,278 @@
+"""A recipe's rewards: a list of entries, each a registered name or a dotted path with a weight
+(TRL's ``reward_funcs`` and ``reward_weights`` in one list).
+
+::
+
+    rewards:
+      - {name: rubric, weight: 0.9, judge_endpoint: "openai:http://judge:8001/v1#judge"}
+      - {name: rule, weight: 0.1}
+      - {name: similarity, weight: 1.0, metric: lcs_f1}
+      - {name: repetition, weight: 5.0, ngram: 3, training_only: true}
+      - {name: "my_rewards.scores:length_reward", weight: 0.5}
+
+Every entry has a ``name``, a ``weight`` w >= 0 (0 leaves the entry out), ``training_only`` (a
+shaping term: added to the GSPO reward, left out of every held-out score and of the collapse
+guard's probe; unset: the reward's own default, true for ``repetition`` only) and the typed options
+of its reward (an unknown option is an error naming file, line and the valid ones).
+
+Registered names (:data:`REWARDS`; a package may register more from above):
+
+- ``rubric`` (:class:`RubricEntry`, options of :class:`unified.rewards.functions.JudgeSettings`):
+  the LLM judge's ``5 * mean(c_1..c_5)`` in [5, 25], 0 when unparseable;
+- ``rule`` (:class:`RuleEntry`): the binary verifier, {0, 25};
+- ``similarity`` (:class:`SimilarityEntry`, ``metric``): ``25 * s(o_hat, o)`` in [0, 25];
+- ``repetition`` (:class:`RepetitionEntry`, ``ngram``): TRL's n-gram repetition penalty
+  (``trl.rewards.get_repetition_penalty_reward``; Yeo et al., 2025, "Demystifying Long
+  Chain-of-Thought Reasoning in LLMs", arXiv:2502.03373, App. C.2). For a completion of token ids
+  y with the list g(y) of its n-grams (|g(y)| = |y| - n + 1):
+
+  .. math::
+
+      r_{rep}(y) = -\\Big(1 - \\frac{|\\mathrm{set}(g(y))|}{|g(y)|}\\Big) \\in [-1, 0]
+
+  0 without a repeated n-gram (or when shorter than n), close to -1 for a loop such as
+  ``"```\\n\\n```\\n\\n..."``; with weight w the mixed reward drops by up to w. A loop's similarity
+  reward (about 0) is no lower than any other wrong answer's, so GSPO's group advantage gives it
+  no push down of its own: hence a training-only term.
+
+A name with ``:`` or ``.`` is a dotted path ``package.module:function`` (or
+``package.module.function``) to a callable with TRL's reward-function signature ``fn(prompts,
+completions, **columns) -> list[float | None]`` and a ``__name__`` (TRL's metric name); with
+``args`` the callable is a factory, called once with them (``trl.rewards:get_soft_overlong_punishment``
+with ``args: {max_completion_len: 512, soft_punish_cache: 64}``).
+
+:func:`build_rewards` gives the functions and weights of the entries kept, in list order; TRL then
+computes, for B completions and the K functions kept, ``R_i = sum_k w_k r_k,i`` (nansum over a
+function's None), shape ``(B,)``. :func:`legacy_entries` converts the older recipe form (three
+weight fields and a ``shaping`` section).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from unified.config import bounded, from_dict
+from unified.registry import Registry, UnknownNameError
+from unified.rewards.functions import JudgeSettings, RubricReward, RuleReward, SimilarityReward, build_judge
+from unified.rewards.similarity import SIMILARITY_METRICS
+
+
+@dataclass
+class RewardEntry:
+    """One reward of a recipe: its name, its weight, whether it is a training-only shaping term."""
+
+    name: str
+    """A registered reward (:data:`REWARDS`) or a dotted path ``package.module:function``."""
+    weight: float = field(metadata={"bounds": {"ge": 0.0}})
+    """TRL's reward weight w_k; 0 leaves the entry out."""
+    training_only: bool | None = None
+    """Left out of held-out scores and of the collapse guard's probe; ``None``: the reward's default."""
+
+    SHAPING: ClassVar[bool] = False
+    """Default of ``training_only`` for this reward."""
+    NEW_ENTRY: ClassVar[dict[str, Any]] = {"weight": 0.0}
+    """An entry that ``--set rewards.NAME.KEY=...`` adds starts at weight 0 (off until a weight is set)."""
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("a reward entry needs a name")
+        if self.training_only is None:
+            self.training_only = type(self).SHAPING
+
+    def build(self, judge: Any = None) -> Callable:
+        """The TRL reward function (``judge``: a judge to use instead of the configured one)."""
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        """A few words for the model card."""
+        return f"{self.name} weight {self.weight:g}"
+
+
+@dataclass
+class RubricEntry(JudgeSettings, RewardEntry):
+    """``rubric``: the rubric judge (:class:`unified.rewards.functions.RubricReward`)."""
+
+    def build(self, judge: Any = None) -> Callable:
+        return RubricReward(judge if judge is not None else build_judge(self), max_chars=self.judge_max_chars,
+                            max_history=self.judge_max_history)
+
+
+@dataclass
+class RuleEntry(RewardEntry):
+    """``rule``: the binary verifier (:class:`unified.rewards.functions.RuleReward`)."""
+
+    def build(self, judge: Any = None) -> Callable:
+        return RuleReward()
+
+
+@dataclass
+class SimilarityEntry(RewardEntry):
+    """``similarity``: the graded rule reward (:class:`unified.rewards.functions.SimilarityReward`)."""
+
+    metric: str = "lcs_f1"
+    """``lcs_f1`` (order-aware) or ``token_f1`` (:mod:`unified.rewards.similarity`)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        try:
+            SIMILARITY_METRICS.get(self.metric)
+        except UnknownNameError as exc:
+            raise ValueError(f"metric: {exc}") from None
+
+    def build(self, judge: Any = None) -> Callable:
+        return SimilarityReward(self.metric)
+
+
+@dataclass
+class RepetitionEntry(RewardEntry):
+    """``repetition``: TRL's n-gram repetition penalty in [-1, 0] (module docstring); training-only by default."""
+
+    ngram: int = bounded(3, ge=1)
+    """n of the n-grams counted."""
+
+    SHAPING: ClassVar[bool] = True
+
+    def build(self, judge: Any = None) -> Callable:
+        from trl.rewards import get_repetition_penalty_reward
+
+        return get_repetition_penalty_reward(ngram_size=self.ngram, max_penalty=-1.0)
+
+    def describe(self) -> str:
+        return f"repetition penalty weight {self.weight:g} ({self.ngram}-grams)"
+
+
+@dataclass
+class CallableEntry(RewardEntry):
+    """A dotted path ``package.module:function`` to a TRL reward function (or, with ``args``, a factory)."""
+
+    args: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of a factory; empty: the callable is the reward function itself."""
+
+    def build(self, judge: Any = None) -> Callable:
+        module_name, sep, attr = self.name.partition(":")
+        if not sep:
+            module_name, _, attr = self.name.rpartition(".")
+        try:
+            target = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError, ValueError) as exc:
+            raise ValueError(f"rewards: {self.name!r}: cannot load it: {type(exc).__name__}: {exc}") from None
+        func = target(**self.args) if self.args else target
+        if not callable(func) or not getattr(func, "__name__", None):
+            raise ValueError(f"rewards: {self.name!r} is not a reward function with a __name__ (TRL's "
+                             f"fn(prompts, completions, **columns) -> list[float | None]), got {func!r}")
+        return func
+
+
+REWARDS: Registry[type[RewardEntry]] = Registry("reward")
+"""Reward name -> its entry class (options and ``build``)."""
+REWARDS.register("rubric", RubricEntry)
+REWARDS.register("rule", RuleEntry)
+REWARDS.register("similarity", SimilarityEntry)
+REWARDS.register("repetition", RepetitionEntry)
+
+
+def is_dotted_path(name: str) -> bool:
+    return ":" in name or "." in name
+
+
+def entry_class(data: dict[str, Any]) -> type[RewardEntry]:
+    """The entry class of a raw entry mapping, by its ``name`` (``unified.config`` VARIANT hook)."""
+    name = data.get("name")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"every reward entry needs a name: one of {', '.join(REWARDS.names())} or a dotted "
+                         f"path package.module:function, got {name!r}")
+    return CallableEntry if is_dotted_path(name) else REWARDS.get(name)
+
+
+RewardEntry.VARIANT = staticmethod(entry_class)  # type: ignore[attr-defined]
+
+
+def default_rewards() -> list[RewardEntry]:
+    """The paper's mix: rubric 0.9, rule 0.1."""
+    return [RubricEntry(name="rubric", weight=0.9), RuleEntry(name="rule", weight=0.1)]
+
+
+def check_entries(entries: list[RewardEntry]) -> None:
+    """Raise ValueError for a list that cannot train: a name twice, or no scored entry left."""
+    seen: set[str] = set()
+    for entry in entries:
+        if entry.name in seen:
+            raise ValueError(f"rewards: {entry.name!r} is listed twice (names address entries in --set and "
+                             "name TRL's metrics)")
+        seen.add(entry.name)
+    if not any(e.weight > 0 and not e.training_only for e in entries):
+        raise ValueError("rewards: no entry with a weight > 0 outside training_only: nothing to score "
+                         f"(got {[(e.name, e.weight) for e in entries]})")
+
+
+def build_rewards(entries: list[RewardEntry], *, training: bool = True, judge: Any = None
+                  ) -> tuple[list[Callable], list[float]]:
+    """TRL's ``reward_funcs`` and ``reward_weights`` of ``entries``, in list order: those of weight > 0,
+    without the ``training_only`` ones unless ``training``. ``judge`` replaces the rubric's configured judge."""
+    kept = [e for e in entries if e.weight > 0 and (training or not e.training_only)]
+    return [e.build(judge=judge) for e in kept], [e.weight for e in kept]
+
+
+def find_entry(entries: list[RewardEntry], name: str) -> RewardEntry | None:
+    """The entry called ``name`` (None if the list has none)."""
+    return next((e for e in entries if e.name == name), None)
+
+
+# --------------------------------------------------------------------------------------
+# the older form: three weight fields + judge settings, and a separate shaping section
+
+
+@dataclass
+class _LegacyRewards(JudgeSettings):
+    rubric_weight: float = bounded(0.9, ge=0)
+    rule_weight: float = bounded(0.1, ge=0)
+    similarity_weight: float = bounded(0.0, ge=0)
+    similarity_metric: str = "lcs_f1"
+
+
+@dataclass
+class _LegacyShaping:
+    repetition_weight: float = bounded(0.0, ge=0)
+    repetition_ngram: int = bounded(3, ge=1)
+
+
+LEGACY_KEYS: dict[str, str] = {
+    "rewards.rubric_weight": "rewards.rubric.weight", "rewards.rule_weight": "rewards.rule.weight",
+    "rewards.similarity_weight": "rewards.similarity.weight", "rewards.similarity_metric": "rewards.similarity.metric",
+    **{f"rewards.{f.name}": f"rewards.rubric.{f.name}" for f in dataclasses.fields(JudgeSettings)},
+    "shaping.repetition_weight": "rewards.repetition.weight", "shaping.repetition_ngram": "rewards.repetition.ngram",
+}
+"""The older form's ``--set`` keys -> today's."""
+
+
+def legacy_entries(rewards: dict[str, Any] | None, shaping: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Today's raw entries for an older recipe's ``rewards`` mapping (``rubric_weight``, ``rule_weight``,
+    ``similarity_weight``, ``similarity_metric``, judge settings; its defaults 0.9/0.1/0) and ``shaping``
+    mapping (``repetition_weight``, ``repetition_ngram``): the same functions and weights, in the same
+    order (rubric, rule, similarity, repetition), entries of weight 0 left out. ``None``: nothing to
+    convert from that section."""
+    out: list[dict[str, Any]] = []
+    if rewards is not None:
+        old = from_dict(_LegacyRewards, rewards, where="rewards")
+        judge = {f.name: getattr(old, f.name) for f in dataclasses.fields(JudgeSettings)
+                 if getattr(old, f.name) != f.default}
+        if old.rubric_weight:
+            out.append({"name": "rubric", "weight": old.rubric_weight, **judge})
+        if old.rule_weight:
+            out.append({"name": "rule", "weight": old.rule_weight})
+        if old.similarity_weight:
+            out.append({"name": "similarity", "weight": old.similarity_weight, "metric": old.similarity_metric})
+    shape = from_dict(_LegacyShaping, shaping or {}, where="shaping")
+    if shape.repetition_weight:
+        out.append({"name": "repetition", "weight": shape.repetition_weight, "ngram": shape.repetition_ngram,
+                    "training_only": True})
+    return out
+
+
+__all__ = ["REWARDS", "CallableEntry", "LEGACY_KEYS", "RepetitionEntry", "RewardEntry", "RubricEntry", "RuleEntry",
+           "SimilarityEntry", "build_rewards", "check_entries", "default_rewards", "entry_class", "find_entry",
+           "legacy_entries"]
