@@ -54,8 +54,10 @@ class ModeResult:
     completions: dict[str, list[list[int]]] = field(default_factory=dict, repr=False)
 
 
-def _run_mode(adapter, policy, tasks, mode: str, max_in_flight: int, limits, scheduling: str) -> ModeResult:
+def _run_mode(adapter, policy, tasks, mode: str, max_in_flight: int, limits, scheduling: str,
+              work_dir: Path) -> ModeResult:
     from unified.agent.loop import AgentLoop, Job
+    from unified.benchmarks.contract import RunContext
 
     policy.prefix_cache.clear()
     policy.reset_stats()
@@ -68,7 +70,7 @@ def _run_mode(adapter, policy, tasks, mode: str, max_in_flight: int, limits, sch
         completions[f"{result.task_id}#{result.trial}"] = [s.completion_token_ids for s in episode.steps]
 
     loop = AgentLoop(adapter, policy, limits=limits, max_in_flight=max_in_flight, on_result=on_result,
-                     scheduling=scheduling)
+                     scheduling=scheduling, run=RunContext(work_dir=work_dir))
     started = time.perf_counter()
     loop.run([Job(t) for t in tasks])
     seconds = time.perf_counter() - started
@@ -129,7 +131,6 @@ def _bench(args: argparse.Namespace, work_dir: Path) -> int:
 
     config = {"categories": args.categories} if args.categories else {}
     adapter = load_adapter("bfcl_v4", **config)
-    adapter.work_dir = work_dir
     tasks = adapter.tasks(None, args.tasks)
     print(f"{len(tasks)} BFCL v4 tasks: {', '.join(t.id for t in tasks)}", file=sys.stderr, flush=True)
     loaded = load_checkpoint(args.model, **({"experts_implementation": args.experts} if args.experts else {}))
@@ -152,7 +153,7 @@ def _bench(args: argparse.Namespace, work_dir: Path) -> int:
         if mode not in ("batched", "sequential"):
             raise SystemExit(f"--modes: unknown mode {mode!r} (batched, sequential)")
         results[mode] = _run_mode(adapter, policy, tasks, mode, in_flight if mode == "batched" else 1, limits,
-                                  args.scheduling)
+                                  args.scheduling, work_dir)
         print(_line(results[mode]), flush=True)
     report: dict[str, Any] = {
         "model": args.model, "tasks": [t.id for t in tasks], "max_new_tokens": args.max_new_tokens,

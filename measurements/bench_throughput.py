@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from unified.benchmarks.contract import Adapter, AgentLimits, Environment, Task
+from unified.benchmarks.contract import Adapter, AgentLimits, Environment, RunContext, Task
 from unified.types import EpisodeResult, Message, Observation, ToolCall, ToolSpec
 
 FOLLOW_UP = "Thanks. Please call echo with text {n} once more, then tell me you are done."
@@ -145,7 +145,7 @@ class EchoUserAdapter(Adapter):
     def tasks(self, split: str | None = None, limit: int | None = None) -> list[Task]:
         return [Task(id=f"echo_{i}", benchmark=self.name, payload={"n": i}) for i in range(self.episodes)]
 
-    def open(self, task: Task) -> Environment:
+    def open(self, task: Task, *, run: RunContext = RunContext()) -> Environment:
         return EchoUserEnv(task, self.server)
 
     def score(self, task: Task, episode, env: Environment) -> EpisodeResult:
@@ -186,30 +186,47 @@ class ScenarioResult:
 
 
 def _policy(spec: str, max_in_flight: int, max_new_tokens: int):
+    from unified.agent.replay import replayer_for
     from unified.inference.base import SamplingConfig, make_chat_model
 
     sampling = SamplingConfig(temperature=0.0, max_new_tokens=max_new_tokens, thinking=False)
-    if spec == "scripted":  # the gold replay behind submit's futures, so the continuous schedule runs without a model
-        from unified.inference.gold import GoldPolicy
+    if spec == "gold":  # the loop's replayer, no model (make_chat_model refuses the spec)
+        return replayer_for(spec)
+    if spec == "scripted":  # a scripted model behind submit's futures, so the continuous schedule runs without weights
+        import re
 
-        class StreamingGold(GoldPolicy):
+        from unified.chatformat.toolcalls import render_tool_call
+        from unified.inference.base import ChatModel, PolicyOutput
+
+        class StreamingEcho(ChatModel):
+            """Each user turn: ``echo(text=N)`` (N from "Call echo with text N."), then "Done."."""
+
             supports_continuous_batching = True
 
             def __init__(self) -> None:
-                super().__init__(sampling)
-                self.pool = ThreadPoolExecutor(1, thread_name_prefix="streaming-gold")
+                super().__init__("scripted", sampling)
+                self.pool = ThreadPoolExecutor(1, thread_name_prefix="streaming-echo")
+
+            @staticmethod
+            def _answer(messages) -> PolicyOutput:
+                users = [i for i, m in enumerate(messages) if m["role"] == "user"]
+                n = re.search(r"Call echo with text (\S+?)\.", messages[users[0]]["content"])
+                acted = any(m["role"] == "assistant" for m in messages[users[-1] + 1:])
+                text = (render_tool_call(ToolCall(name="echo", arguments={"text": n.group(1)}))
+                        if n and not acted else "Done.")
+                return PolicyOutput(text="</think>\n\n" + text, finish_reason="stop")
+
+            def generate(self, requests):
+                return [self._answer(r.messages) for r in requests]
 
             def submit(self, request, *, continuous=None):
-                return self.pool.submit(self._answer, request)
+                return self.pool.submit(self._step, request)
 
-            def _answer(self, request):
+            def _step(self, request):
                 time.sleep(0.001)  # one "decode step"
-                out = self.generate([request])[0]
-                if isinstance(out, Exception):
-                    raise out
-                return out
+                return self._answer(request.messages)
 
-        return StreamingGold()
+        return StreamingEcho()
     return make_chat_model(spec, sampling, concurrency=max_in_flight)
 
 

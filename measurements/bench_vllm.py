@@ -37,8 +37,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _eval(policy, tasks, adapter, work_dir: Path, max_in_flight: int, limits) -> dict[str, Any]:
     from unified.agent.loop import AgentLoop, Job
+    from unified.benchmarks.contract import RunContext
 
-    adapter.work_dir = work_dir
     completions: dict[str, list[list[int]]] = {}
     tokens = calls = errors = 0
 
@@ -50,8 +50,8 @@ def _eval(policy, tasks, adapter, work_dir: Path, max_in_flight: int, limits) ->
         tokens += sum(s.completion_tokens for s in episode.steps)
 
     started = time.perf_counter()
-    AgentLoop(adapter, policy, limits=limits, max_in_flight=max_in_flight, on_result=on_result).run(
-        [Job(t) for t in tasks])
+    AgentLoop(adapter, policy, limits=limits, max_in_flight=max_in_flight, on_result=on_result,
+              run=RunContext(work_dir=work_dir)).run([Job(t) for t in tasks])
     seconds = time.perf_counter() - started
     return {"seconds": seconds, "episodes": len(completions), "episodes_per_s": len(completions) / seconds,
             "policy_calls": calls, "completion_tokens": tokens, "tokens_per_s": tokens / seconds,

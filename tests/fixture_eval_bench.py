@@ -1,15 +1,20 @@
 """A fixture benchmark in the adapter contract's format (for runner/loop tests, not a real benchmark).
 
 Task ``echo_N``: the agent must call ``echo(text="N")``; score 1 when it did. ``crash_*`` tasks
-raise inside ``step``. Steps sleep ``FIXTURE_STEP_SECONDS`` (env var) so a run can be killed mid-way.
+raise inside ``step``. :class:`EchoModel` is a scripted chat model that solves it from the
+conversation alone (for the loop's schedules without model weights). Steps sleep ``FIXTURE_STEP_SECONDS`` (env var) so a run can be killed mid-way.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 
+from unified.chatformat.toolcalls import render_tool_call
 from unified.benchmarks.contract import Adapter, Environment, Task
+from unified.inference.base import ChatModel, PolicyOutput
 from unified.types import EpisodeResult, Message, Observation, ToolCall, ToolSpec
 
 
@@ -50,7 +55,7 @@ class FixtureAdapter(Adapter):
         tasks += [Task(id=f"crash_{i}", benchmark=self.name, payload={"n": i}) for i in range(self.crash)]
         return tasks[:limit] if limit else tasks
 
-    def open(self, task):
+    def open(self, task, *, run=None):
         return FixtureEnv(task)
 
     def score(self, task, episode, env):
@@ -84,17 +89,67 @@ class DependentFixtureAdapter(FixtureAdapter):
         tasks += super().tasks(split, None)
         return tasks[:limit] if limit else tasks
 
-    def open(self, task):
-        done = (self.work_dir / "done") if self.work_dir else None
+    def open(self, task, *, run=None):
+        done = (run.work_dir / "done") if run and run.work_dir else None
         missing = [d for d in task.depends_on if done is None or not (done / d).exists()]
         if missing:
             raise RuntimeError(f"{task.id}: dependencies not run here: {missing}")
-        return FixtureEnv(task)
+        env = FixtureEnv(task)
+        env.done_dir = done
+        return env
 
     def score(self, task, episode, env):
         result = super().score(task, episode, env)
-        (self.work_dir / "done").mkdir(parents=True, exist_ok=True)
-        (self.work_dir / "done" / task.id).touch()
+        if env.done_dir is not None:
+            env.done_dir.mkdir(parents=True, exist_ok=True)
+            (env.done_dir / task.id).touch()
         if not task.scored:
             result.details["prereq"] = True
         return result
+
+
+class EchoModel(ChatModel):
+    """A scripted chat model for this fixture's format (no weights): in the first user turn it calls
+    ``echo(text=N)`` with the N of "Call echo with text N." once, then answers "Done." (ends the
+    turn), as the gold replay does; every later user turn gets "Done.". It reads only the
+    conversation, as a model does; ``generate`` serves the rounds schedule."""
+
+    name = "fixture_echo_model"
+
+    def __init__(self) -> None:
+        super().__init__("fixture_echo_model")
+
+    @staticmethod
+    def answer(messages: list[dict]) -> PolicyOutput:
+        users = [i for i, m in enumerate(messages) if m["role"] == "user"]
+        match = re.search(r"Call echo with text (\S+?)\.", messages[users[0]]["content"]) if users else None
+        acted = len(users) != 1 or any(m["role"] == "assistant" for m in messages[users[0] + 1:])
+        if match and not acted:
+            text = render_tool_call(ToolCall(name="echo", arguments={"text": match.group(1)}))
+        else:
+            text = "Done."
+        return PolicyOutput(text="</think>\n\n" + text, finish_reason="stop")
+
+    def generate(self, requests):
+        return [self.answer(r.messages) for r in requests]
+
+
+class StreamingEchoModel(EchoModel):
+    """:class:`EchoModel` behind futures, answered on a thread of its own (as an engine answers)."""
+
+    supports_continuous_batching = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="streaming-echo")
+
+    def submit(self, request, *, continuous=None):
+        return self.pool.submit(self._answer, request)
+
+    def _answer(self, request):
+        time.sleep(0.001)  # one "decode step"
+        return self.answer(request.messages)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False)
+        super().close()

@@ -7,11 +7,11 @@ import pytest
 from unified.benchmarks.contract import AgentLimits
 from unified.agent.loop import AgentLoop, Job
 from unified.chatformat.toolcalls import parse_completion, render_tool_call
-from unified.inference import PolicyOutput, make_chat_model
+from unified.inference import PolicyOutput
 from unified.inference.base import ChatModel
 from unified.types import ToolCall, ToolSpec
 
-from fixture_eval_bench import FixtureAdapter
+from fixture_eval_bench import EchoModel, FixtureAdapter
 
 TOOLS = [ToolSpec(name="f", parameters={"type": "object", "properties": {"s": {"type": "string"}, "n": {"type": "integer"}}})]
 
@@ -72,7 +72,7 @@ def test_malformed_and_unknown_calls_become_error_observations():
 
 def test_episodes_batched_together_and_crash_recorded():
     adapter = FixtureAdapter(n=5, crash=1)
-    policy = make_chat_model("gold")
+    policy = EchoModel()
     seen = []
     original = policy.generate
     policy.generate = lambda reqs: (seen.append(len(reqs)), original(reqs))[1]

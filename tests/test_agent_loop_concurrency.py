@@ -1,7 +1,7 @@
 """The agent loop's blocking calls run on workers: a slow start, user or judge holds back only its own episode.
 
-Every test runs both policies (the real ``gold`` policy, answered by one ``generate`` call, and the
-same gold replay answered on a thread of its own behind ``submit``'s futures, as an engine answers). The gates are real ``threading.Event``s that only the
+Every test runs both policies (the fixture's scripted ``EchoModel``, answered by one ``generate`` call,
+and the same model answered on a thread of its own behind ``submit``'s futures, as an engine answers). The gates are real ``threading.Event``s that only the
 *other* episodes' delivery opens: a loop that ran the blocked call on its own thread would never
 deliver those episodes, the gate would time out, and the test fails (it does on the loop of
 commit 6d61e8f, where only ``env.step`` ran on workers).
@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from fixture_eval_bench import FixtureAdapter, FixtureEnv
+from fixture_eval_bench import EchoModel, FixtureAdapter, FixtureEnv, StreamingEchoModel
 from unified.agent.loop import AgentLoop, Job
-from unified.inference.gold import GoldPolicy
+from unified.agent.replay import GoldReplayer
 
 GATE_SECONDS = 5.0
 """How long a gated call waits for the other episodes before giving up (the old loop's failure)."""
@@ -25,28 +24,8 @@ GATE_SECONDS = 5.0
 SCHEDULES = ["rounds", "continuous"]
 
 
-class StreamingGold(GoldPolicy):
-    """The gold replay behind futures, answered on a thread of its own (as an engine answers)."""
-
-    supports_continuous_batching = True
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.pool = ThreadPoolExecutor(1, thread_name_prefix="streaming-gold")
-
-    def submit(self, request, *, continuous=None):
-        return self.pool.submit(self._answer, request)
-
-    def _answer(self, request):
-        time.sleep(0.001)  # one "decode step"
-        out = self.generate([request])[0]
-        if isinstance(out, Exception):
-            raise out
-        return out
-
-
-def _policy(scheduling: str) -> GoldPolicy:
-    return StreamingGold() if scheduling == "continuous" else GoldPolicy()
+def _policy(scheduling: str) -> EchoModel:
+    return StreamingEchoModel() if scheduling == "continuous" else EchoModel()
 
 
 class GatedEnv(FixtureEnv):
@@ -75,7 +54,7 @@ class GatedAdapter(FixtureAdapter):
         if where == self.where and task_id == self.gated:
             self.opened_in_time = self.gate.wait(GATE_SECONDS)
 
-    def open(self, task):
+    def open(self, task, *, run=None):
         return GatedEnv(task, self)
 
     def score(self, task, episode, env):
@@ -153,7 +132,7 @@ class OneCallAtATimeAdapter(FixtureAdapter):
         super().__init__(n=n)
         self.envs, self.overlaps = [], []
 
-    def open(self, task):
+    def open(self, task, *, run=None):
         env = OneCallAtATimeEnv(task, self)
         self.envs.append(env)
         return env
@@ -197,7 +176,7 @@ class FailingAdapter(FixtureAdapter):
         super().__init__(n=6)
         self.envs = {}
 
-    def open(self, task):
+    def open(self, task, *, run=None):
         if task.id == "echo_3":
             raise RuntimeError("could not open the task")
         env = self.envs[task.id] = FailingEnv(task)
@@ -237,7 +216,7 @@ class SlowScoreAdapter(FixtureAdapter):
         tasks[1].depends_on = ["echo_0"]
         return tasks
 
-    def open(self, task):
+    def open(self, task, *, run=None):
         self.events.append(("open", task.id))
         env = FixtureEnv(task)
         env.stop = lambda: self.events.append(("stop", task.id))
@@ -267,7 +246,7 @@ def test_an_exception_leaving_the_loop_still_stops_every_environment():
         raise OSError("disk full")  # the crash record cannot be written either: run raises
 
     with pytest.raises(OSError, match="disk full"):
-        AgentLoop(adapter, GoldPolicy(), max_in_flight=4, on_result=on_result).run([Job(t) for t in adapter.tasks()])
+        AgentLoop(adapter, GoldReplayer(), max_in_flight=4, on_result=on_result).run([Job(t) for t in adapter.tasks()])
     assert adapter.envs and all(env.stopped for env in adapter.envs)
 
 

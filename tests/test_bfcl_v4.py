@@ -1,4 +1,4 @@
-"""BFCL v4 adapter: gold policy, agreement with bfcl-eval's own runner, isolation, safety."""
+"""BFCL v4 adapter: gold replay, agreement with bfcl-eval's own runner, isolation, safety."""
 
 from __future__ import annotations
 
@@ -16,32 +16,33 @@ pytest.importorskip("bfcl_eval")
 
 from unified.agent.loop import AgentLoop, Job  # noqa: E402
 from unified.chatformat.toolcalls import render_tool_call  # noqa: E402
+from unified.benchmarks.contract import RunContext  # noqa: E402
 from unified.benchmarks.discovery import load_adapter  # noqa: E402
-from unified.inference import make_chat_model  # noqa: E402
-from unified.inference.base import ChatModel, PolicyOutput  # noqa: E402
+from unified.agent.replay import GoldReplayer  # noqa: E402
+from unified.inference.base import PolicyOutput  # noqa: E402
 from unified.types import ToolCall  # noqa: E402
 
 from evaluators.bfcl_v4.scoring import checker_call, step_call_strings  # noqa: E402
 
 
-def _run(adapter, tasks, policy):
+def _run(adapter, tasks, policy, work_dir=None):
     results, episodes = [], {}
 
     def keep(result, episode):
         results.append(result)
         episodes[episode.task_id] = episode
 
-    AgentLoop(adapter, policy, max_in_flight=32, on_result=keep).run([Job(t) for t in tasks])
+    AgentLoop(adapter, policy, max_in_flight=32, on_result=keep,
+              run=RunContext(work_dir=work_dir)).run([Job(t) for t in tasks])
     return results, episodes
 
 
 @pytest.mark.slow
 def test_gold_policy_scores_100_on_all_multi_turn(tmp_path):
     adapter = load_adapter("bfcl_v4", categories="multi_turn")
-    adapter.work_dir = tmp_path
     tasks = adapter.tasks()
     assert len(tasks) == 800
-    results, _ = _run(adapter, tasks, make_chat_model("gold"))
+    results, _ = _run(adapter, tasks, GoldReplayer(), work_dir=tmp_path)
     failed = [(r.task_id, r.details.get("error_type"), r.error) for r in results if not r.passed]
     assert not failed, failed[:3]
     agg = adapter.aggregate(results)
@@ -50,32 +51,26 @@ def test_gold_policy_scores_100_on_all_multi_turn(tmp_path):
 
 def test_gold_memory_kv_writes_snapshot_and_passes(tmp_path):
     adapter = load_adapter("bfcl_v4", categories="memory_kv", limit_order="per_category")
-    adapter.work_dir = tmp_path
     tasks = adapter.tasks(limit=2)
     prereqs = [t for t in tasks if not t.scored]
     assert prereqs and all(t.id in [p.id for p in prereqs] for t in tasks for t in [] )
-    results, _ = _run(adapter, tasks, make_chat_model("gold"))
+    results, _ = _run(adapter, tasks, GoldReplayer(), work_dir=tmp_path)
     scored = [r for r in results if not r.details.get("prereq")]
     assert len(scored) == 2 and all(r.passed for r in scored)
     assert list(tmp_path.rglob("*_final.json")), "the prerequisite conversations must leave a memory snapshot"
 
 
-class GoldWithMalformedCall(ChatModel):
+class GoldWithMalformedCall(GoldReplayer):
     """Gold, with a malformed tool call appended to every answer that has no call (answer text plus
     a call whose JSON does not parse, in one step)."""
 
-    name = "gold_malformed"
-    needs_context = True
+    name = model = "gold_malformed"
 
-    def __init__(self):
-        super().__init__("gold_malformed")
-        self.gold = make_chat_model("gold")
-
-    def generate(self, requests):
-        outs = self.gold.generate(requests)
-        return [out if isinstance(out, Exception) or "<tool_call>" in out.text else
-                PolicyOutput(text=out.text + '\n<tool_call>\n{"name": "core_memory_add", "arguments": {\n</tool_call>')
-                for out in outs]
+    def respond(self, adapter, task, messages):
+        out = super().respond(adapter, task, messages)
+        if "<tool_call>" in out.text:
+            return out
+        return PolicyOutput(text=out.text + '\n<tool_call>\n{"name": "core_memory_add", "arguments": {\n</tool_call>')
 
 
 @pytest.mark.slow
@@ -85,9 +80,8 @@ def test_memory_answer_with_a_malformed_call_is_scored_from_its_raw_text_as_bfcl
     from evaluators.bfcl_v4.isolation import import_bfcl
 
     adapter = load_adapter("bfcl_v4", categories="memory_kv", limit_order="per_category")
-    adapter.work_dir = tmp_path
     tasks = adapter.tasks(limit=2)
-    results, episodes = _run(adapter, tasks, GoldWithMalformedCall())
+    results, episodes = _run(adapter, tasks, GoldWithMalformedCall(), work_dir=tmp_path)
     scored = [r for r in results if not r.details.get("prereq")]
     assert len(scored) == 2 and all(r.passed for r in scored), [r.details for r in scored]
     # bfcl itself, its Qwen FC handler decoding the raw completions of the same episode, agrees
@@ -108,36 +102,32 @@ def test_memory_answer_with_a_malformed_call_is_scored_from_its_raw_text_as_bfcl
         assert isinstance(agentic_steps(episodes[r.task_id], set())[-1], str)
 
 
-class PerturbedGold(ChatModel):
+class PerturbedGold(GoldReplayer):
     """Gold answers, corrupted for some tasks (wrong values, dropped calls, plain text), so the
     agreement test sees passes and failures of every kind."""
 
-    name = "perturbed"
-    needs_context = True
+    name = model = "perturbed"
 
     def __init__(self, seed=0):
-        super().__init__("perturbed")
-        self.gold = make_chat_model("gold")
+        super().__init__()
         self.rng = random.Random(seed)
         self.mode = {}
 
-    def generate(self, requests):
-        outs = self.gold.generate(requests)
-        for i, (request, out) in enumerate(zip(requests, outs)):
-            task = request.context["task"]
-            mode = self.mode.setdefault(task.id, self.rng.choice(["keep", "keep", "value", "drop", "text"]))
-            if mode == "keep" or isinstance(out, Exception) or "<tool_call>" not in out.text:
-                continue
-            calls = [c for turn in request.context["adapter"].gold_turns(task) for c in turn]
-            if mode == "text":
-                outs[i] = PolicyOutput(text="</think>\n\nI cannot help with that.")
-            elif mode == "drop" and len(calls) > 1:
-                outs[i] = PolicyOutput(text="</think>\n\n" + render_tool_call(calls[0]))
-            elif mode == "value":
-                bad = [ToolCall(name=c.name, arguments={k: (v + "_x" if isinstance(v, str) else v)
-                                                        for k, v in c.arguments.items()}) for c in calls[:1]]
-                outs[i] = PolicyOutput(text="</think>\n\n" + "\n".join(render_tool_call(c) for c in bad))
-        return outs
+    def respond(self, adapter, task, messages):
+        out = super().respond(adapter, task, messages)
+        mode = self.mode.setdefault(task.id, self.rng.choice(["keep", "keep", "value", "drop", "text"]))
+        if mode == "keep" or "<tool_call>" not in out.text:
+            return out
+        calls = [c for turn in adapter.gold_turns(task) for c in turn]
+        if mode == "text":
+            return PolicyOutput(text="</think>\n\nI cannot help with that.")
+        if mode == "drop" and len(calls) > 1:
+            return PolicyOutput(text="</think>\n\n" + render_tool_call(calls[0]))
+        if mode == "value":
+            bad = [ToolCall(name=c.name, arguments={k: (v + "_x" if isinstance(v, str) else v)
+                                                    for k, v in c.arguments.items()}) for c in calls[:1]]
+            return PolicyOutput(text="</think>\n\n" + "\n".join(render_tool_call(c) for c in bad))
+        return out
 
 
 AGREEMENT_CATEGORIES = ["simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance", "live_simple",
@@ -169,9 +159,8 @@ def _bfcl_result_line(task, episode, adapter) -> dict:
 @pytest.mark.slow
 def test_scores_agree_with_bfcl_eval_runner(tmp_path):
     adapter = load_adapter("bfcl_v4", categories=AGREEMENT_CATEGORIES, limit_order="per_category")
-    adapter.work_dir = tmp_path / "work"
     tasks = adapter.tasks(limit=12)
-    results, episodes = _run(adapter, tasks, PerturbedGold())
+    results, episodes = _run(adapter, tasks, PerturbedGold(), work_dir=tmp_path / "work")
     ours = adapter.aggregate(results)
     accuracies = [v["accuracy"] for v in ours["categories"].values()]
     assert 0 < min(accuracies) or max(accuracies) < 100  # both passes and failures were produced
@@ -235,7 +224,7 @@ def test_web_search_without_key_is_a_recorded_skip(monkeypatch):
     adapter = load_adapter("bfcl_v4", categories="web_search_base", limit_order="per_category")
     tasks = adapter.tasks(limit=2)
     assert all("SERPAPI_API_KEY" in t.skip_reason for t in tasks)
-    results, _ = _run(adapter, tasks, make_chat_model("gold"))
+    results, _ = _run(adapter, tasks, GoldReplayer())
     assert all(r.skipped for r in results)
     assert adapter.aggregate(results)["skipped"] == 2
 

@@ -64,9 +64,10 @@ def test_web_search_without_key_is_not_ok(adapter, monkeypatch):
 import copy  # noqa: E402
 import json  # noqa: E402
 
-from unified.benchmarks.contract import AgentLimits  # noqa: E402
+from unified.benchmarks.contract import AgentLimits, RunContext  # noqa: E402
 from unified.agent.loop import AgentLoop, Job  # noqa: E402
-from unified.inference.base import ChatModel, PolicyOutput  # noqa: E402
+from unified.agent.replay import Replayer  # noqa: E402
+from unified.inference.base import PolicyOutput  # noqa: E402
 
 DONE = "</think>\n\nDone."
 
@@ -80,31 +81,24 @@ def _step(*calls: str) -> str:
     return "</think>\n\n" + "\n".join(calls)
 
 
-class ScriptedPolicy(ChatModel):
+class ScriptedPolicy(Replayer):
     """Per task id, per user turn, the completions of its steps; then "Done." (ends the turn)."""
 
-    name = "scripted"
-    needs_context = True
+    name = model = "scripted"
 
     def __init__(self, scripts):
-        super().__init__("scripted")
         self.scripts = scripts
 
-    def generate(self, requests):
-        outs = []
-        for request in requests:
-            messages = request.messages
-            turn = sum(1 for m in messages if m["role"] == "user") - 1
-            last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
-            step = sum(1 for m in messages[last_user:] if m["role"] == "assistant")
-            script = self.scripts.get(request.context["task"].id, [])
-            steps = script[turn] if turn < len(script) else []
-            outs.append(PolicyOutput(text=steps[step] if step < len(steps) else DONE))
-        return outs
+    def respond(self, adapter, task, messages):
+        turn = sum(1 for m in messages if m["role"] == "user") - 1
+        last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
+        step = sum(1 for m in messages[last_user:] if m["role"] == "assistant")
+        script = self.scripts.get(task.id, [])
+        steps = script[turn] if turn < len(script) else []
+        return PolicyOutput(text=steps[step] if step < len(steps) else DONE)
 
 
 def _run_scripted(adapter, tasks, scripts, tmp_path, limits=None):
-    adapter.work_dir = tmp_path
     results, episodes = {}, {}
 
     def keep(result, episode):
@@ -112,7 +106,8 @@ def _run_scripted(adapter, tasks, scripts, tmp_path, limits=None):
         episodes[episode.task_id] = episode
 
     AgentLoop(adapter, ScriptedPolicy(scripts), max_in_flight=4, on_result=keep,
-              limits=adapter.agent_limits(limits or AgentLimits())).run([Job(t) for t in tasks])
+              limits=adapter.agent_limits(limits or AgentLimits()),
+              run=RunContext(work_dir=tmp_path)).run([Job(t) for t in tasks])
     return results, episodes
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from evaluators.claw_eval import ClawEvalAdapter
 from evaluators.claw_eval.tasks import ClawTask, fixture_source, missing_programs, skip_reason
+from unified.benchmarks.contract import RunContext
 from unified.types import Episode, EpisodeResult, Message, ToolCall
 from _requires import needs_bwrap
 
@@ -135,13 +136,12 @@ def _results(trials_per_task):
 
 def test_avg_at_k_follows_the_runs_asked_for_and_labels_fewer_than_the_protocol():
     adapter = ClawEvalAdapter(root=str(CHECKOUT))
-    adapter.runs_requested = 1
-    one = adapter.aggregate(_results({"a": 1, "b": 1}))
+    one = adapter.aggregate(_results({"a": 1, "b": 1}), run=RunContext(runs=1))
     assert one["metric"].startswith("Avg@1 (%), protocol Avg@3 over 2 tasks run") and one["score"] == 100.0
     assert "pass^1" in one and not one["comparable"]
     assert any("fewer trials than the protocol's 3" in r for r in one["not_comparable_because"])
-    adapter.runs_requested = 3  # a missing trial counts 0 (protocol), not padded to the most trials seen
-    three = adapter.aggregate(_results({"a": 2, "b": 2}))
+    # a missing trial counts 0 (protocol), not padded to the most trials seen
+    three = adapter.aggregate(_results({"a": 2, "b": 2}), run=RunContext(runs=3))
     assert three["metric"].startswith("Avg@3 (%) over 2 tasks") and three["score"] == pytest.approx(200 / 3)
     assert three["pass^3"] == 0.0
 

@@ -21,7 +21,7 @@ from unified.agent.loop import AgentLoop, Job
 from unified.execution import get_backend
 from unified.execution.images import build_task
 from unified.execution.probe import containers_conf_text, probe_engine
-from unified.inference.gold import GoldPolicy
+from unified.agent.replay import GoldReplayer
 from unified.types import Episode, ToolCall
 
 ROOT = Path(__file__).parent / "fixtures" / "terminal_bench_containers"
@@ -52,7 +52,7 @@ def test_rebuilt_base_gold_scores_1_and_a_wrong_answer_0(podman):
 
     adapter = TerminalBench2Adapter(root=str(ROOT), backend="podman", build="always", tasks="fixture_container_hello")
     task = adapter.tasks()[0]
-    gold = AgentLoop(adapter, GoldPolicy()).run([Job(task, 0)])[0]
+    gold = AgentLoop(adapter, GoldReplayer()).run([Job(task, 0)])[0]
     assert gold.error is None and gold.score == 1.0, gold.details.get("verifier_output")
     assert gold.details["backend"] == "podman" and "bookworm" in gold.details["rebuilt_base"]
 
@@ -72,7 +72,7 @@ def test_a_service_the_solution_left_running_answers_the_verifier(podman):
     assert built.status == "built", built.reason
     adapter = TerminalBench2Adapter(root=str(ROOT), backend="podman", build="always", tasks="fixture_container_service")
     task = adapter.tasks()[0]
-    gold = AgentLoop(adapter, GoldPolicy()).run([Job(task, 0)])[0]
+    gold = AgentLoop(adapter, GoldReplayer()).run([Job(task, 0)])[0]
     assert gold.error is None and gold.score == 1.0, gold.details.get("verifier_output")
     assert gold.details["agent_processes"] == KEPT_RUNNING
     assert "service answered: service-ok" in gold.details["verifier_output"]

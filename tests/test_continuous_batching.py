@@ -190,9 +190,9 @@ def test_loop_schedules_continuously_without_waiting_for_slow_episodes():
 
 
 def make_rounds_only_policy():
-    from unified.inference import make_chat_model
+    from fixture_eval_bench import EchoModel
 
-    return make_chat_model("gold")
+    return EchoModel()
 
 
 def test_loop_records_a_failing_engine_per_episode_and_goes_on():

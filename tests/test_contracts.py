@@ -38,7 +38,7 @@ class RecordingAdapter(Adapter):
     def tasks(self, split=None, limit=None):
         return [Task(id="t0", benchmark=self.name)]
 
-    def open(self, task):
+    def open(self, task, *, run=None):
         self.envs.append(RecordingEnv())
         return self.envs[-1]
 

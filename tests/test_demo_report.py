@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from unified import demo
+from unified.eval.records import BenchmarkEntry, RunSummary
 
 
 def _report():
@@ -13,11 +14,11 @@ def _report():
 
 
 def test_table_shows_the_rule_based_reward_with_its_se_and_what_the_suite_ran_and_skipped():
-    summary = {"benchmarks": {
-        "bfcl_v4": {"status": "ok", "aggregate": {"score": 0.25, "metric": "overall accuracy"}, "tasks": 2,
-                    "tasks_run": 2, "tasks_skipped": 0, "tasks_errored": 0},
-        "claw_eval": {"status": "skipped", "reason": "no local checkout", "how_to_fix": "set CLAW_EVAL_ROOT"},
-    }}
+    summary = RunSummary(benchmarks={
+        "bfcl_v4": BenchmarkEntry(status="ok", aggregate={"score": 0.25, "metric": "overall accuracy"}, tasks=2,
+                                  tasks_run=2, tasks_skipped=0, tasks_errored=0),
+        "claw_eval": BenchmarkEntry(status="skipped", reason="no local checkout", how_to_fix="set CLAW_EVAL_ROOT"),
+    })
     table = demo.before_after_table(_report(), summary)
     assert "rule-based" in table and "| 2.00 | 3.50 (paired +1.50 +- 0.50 SE; 5 up, 1 down, 2 same) |" in table
     assert "| mean completion length, tokens | 30.0 | 12.5 |" in table

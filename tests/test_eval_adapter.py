@@ -225,5 +225,5 @@ def test_an_outside_adapter_that_fails_to_import_is_a_recorded_skip_naming_why(m
         adapter_class("zz_bench")
     assert expected in info.value.reason
     summary = run_eval(EvalConfig(benchmarks=["zz_bench"], model="gold", out=str(tmp_path / "run")))
-    assert summary["benchmarks"]["zz_bench"]["status"] == "skipped"
-    assert expected in summary["benchmarks"]["zz_bench"]["reason"]
+    assert summary.benchmarks["zz_bench"].status == "skipped"
+    assert expected in summary.benchmarks["zz_bench"].reason

@@ -8,6 +8,7 @@ import pytest
 
 from unified.benchmarks.contract import Task
 from unified.eval.cli import main
+from unified.eval.records import RunSummary, fill_facts
 from unified.eval.report import NOT_STATED, benchmark_entry, render_markdown
 from unified.eval.config import EvalConfig
 from unified.eval.runner import run_eval
@@ -37,8 +38,8 @@ class ComparableFixtureAdapter(FixtureAdapter):
     name = "fixture_comparable"
     runs_default = 2
 
-    def aggregate(self, results):
-        return {**super().aggregate(results), "comparable": True, "not_comparable_because": []}
+    def aggregate(self, results, *, run=None):
+        return {**super().aggregate(results, run=run), "comparable": True, "not_comparable_because": []}
 
 
 class ComparableSkippingFixtureAdapter(ComparableFixtureAdapter):
@@ -61,10 +62,10 @@ def _result(task_id, trial=0, score=1.0, **kw):
 def test_every_task_skipped_is_never_ok(tmp_path):
     summary = run_eval(EvalConfig(benchmarks=[SKIPPING], model="gold", out=str(tmp_path),
                                   benchmark_config={SKIPPING: {"n": 3}}))
-    entry = summary["benchmarks"][SKIPPING]
-    assert entry["status"] == "skipped" and entry["tasks_run"] == 0 and entry["tasks_skipped"] == 3
-    assert entry["skip_reasons"] == {"needs ffmpeg (not installed)": 3}
-    assert summary["suites"]["other"][SKIPPING] is None and entry["comparable"] is False
+    entry = summary.benchmarks[SKIPPING]
+    assert entry.status == "skipped" and entry.tasks_run == 0 and entry.tasks_skipped == 3
+    assert entry.skip_reasons == {"needs ffmpeg (not installed)": 3}
+    assert summary.suites["other"][SKIPPING] is None and entry.comparable is False
     md = (tmp_path / "summary.md").read_text()
     row = [line for line in md.splitlines() if line.startswith(f"| {SKIPPING} |")][0]
     assert "0.00" not in row and "| ok |" not in row and "skipped: every task was skipped" in row
@@ -73,9 +74,9 @@ def test_every_task_skipped_is_never_ok(tmp_path):
 def test_every_task_errored_is_error_without_a_score(tmp_path):
     summary = run_eval(EvalConfig(benchmarks=[FIXTURE], model="gold", out=str(tmp_path),
                                   benchmark_config={FIXTURE: {"n": 0, "crash": 2}}))
-    entry = summary["benchmarks"][FIXTURE]
-    assert entry["status"] == "error" and entry["tasks_errored"] == 2 and entry["tasks_run"] == 0
-    assert "fixture environment crashed" in next(iter(entry["error_reasons"]))
+    entry = summary.benchmarks[FIXTURE]
+    assert entry.status == "error" and entry.tasks_errored == 2 and entry.tasks_run == 0
+    assert "fixture environment crashed" in next(iter(entry.error_reasons))
     row = [line for line in (tmp_path / "summary.md").read_text().splitlines() if line.startswith(f"| {FIXTURE} |")][0]
     assert "0.00" not in row and "| ok |" not in row and "| error: no task ran" in row
 
@@ -83,22 +84,22 @@ def test_every_task_errored_is_error_without_a_score(tmp_path):
 def test_limit_and_missing_statement_make_a_run_not_comparable(tmp_path):
     summary = run_eval(EvalConfig(benchmarks=[FIXTURE, STATING], model="gold", out=str(tmp_path), limit=2,
                                   benchmark_config={FIXTURE: {"n": 5}, STATING: {"n": 5}}))
-    plain, stating = summary["benchmarks"][FIXTURE], summary["benchmarks"][STATING]
-    assert plain["status"] == "ok" and plain["tasks_run"] == 2 and plain["tasks_in_benchmark"] == 5
-    assert NOT_STATED in plain["not_comparable_because"]
-    assert "partial: 2 of 5 tasks selected" in plain["not_comparable_because"] and not plain["comparable"]
-    assert stating["not_comparable_because"] == ["partial: 2 of 5 tasks selected"] and not stating["comparable"]
+    plain, stating = summary.benchmarks[FIXTURE], summary.benchmarks[STATING]
+    assert plain.status == "ok" and plain.tasks_run == 2 and plain.tasks_in_benchmark == 5
+    assert NOT_STATED in plain.not_comparable_because
+    assert "partial: 2 of 5 tasks selected" in plain.not_comparable_because and not plain.comparable
+    assert stating.not_comparable_because == ["partial: 2 of 5 tasks selected"] and not stating.comparable
     md = (tmp_path / "summary.md").read_text()
     assert f"**{STATING}** not comparable: partial: 2 of 5 tasks selected" in md
 
 
 def test_a_full_run_the_adapter_vouches_for_is_comparable_and_fewer_trials_is_not(tmp_path):
     full = run_eval(EvalConfig(benchmarks=[STATING], model="gold", out=str(tmp_path / "full"),
-                               benchmark_config={STATING: {"n": 2}}))["benchmarks"][STATING]
-    assert full["status"] == "ok" and full["comparable"] and full["not_comparable_because"] == []
+                               benchmark_config={STATING: {"n": 2}})).benchmarks[STATING]
+    assert full.status == "ok" and full.comparable and full.not_comparable_because == []
     one = run_eval(EvalConfig(benchmarks=[STATING], model="gold", out=str(tmp_path / "one"), runs=1,
-                              benchmark_config={STATING: {"n": 2}}))["benchmarks"][STATING]
-    assert one["not_comparable_because"] == ["fewer trials than the protocol's 2 (1)"] and not one["comparable"]
+                              benchmark_config={STATING: {"n": 2}})).benchmarks[STATING]
+    assert one.not_comparable_because == ["fewer trials than the protocol's 2 (1)"] and not one.comparable
 
 
 def test_partial_status_grader_errors_and_missing_trials():
@@ -110,13 +111,13 @@ def test_partial_status_grader_errors_and_missing_trials():
                _result("e", error="boom"), _result("e", 1)]
     entry = benchmark_entry(tasks=tasks, results=results, runs=2, runs_protocol=2,
                             aggregate={"score": 40.0, "comparable": True})
-    assert (entry["status"], entry["tasks_run"], entry["tasks_skipped"], entry["tasks_errored"],
-            entry["tasks_not_recorded"]) == ("partial", 1, 1, 2, 1)
-    assert entry["errors"] == 2 and entry["error_reasons"] == {"grader: grader timed out after 900s": 1, "boom": 1}
-    assert entry["comparable"] is False
-    assert "1 of 5 tasks skipped (1 no key)" in entry["not_comparable_because"]
-    assert "2 of 5 tasks errored" in entry["not_comparable_because"]
-    md = render_markdown({"model": "m", "prompting": "act", "benchmarks": {"b": entry}, "suites": {"other": {"b": 40.0}}})
+    assert (entry.status, entry.tasks_run, entry.tasks_skipped, entry.tasks_errored,
+            entry.tasks_not_recorded) == ("partial", 1, 1, 2, 1)
+    assert entry.errors == 2 and entry.error_reasons == {"grader: grader timed out after 900s": 1, "boom": 1}
+    assert entry.comparable is False
+    assert "1 of 5 tasks skipped (1 no key)" in entry.not_comparable_because
+    assert "2 of 5 tasks errored" in entry.not_comparable_because
+    md = render_markdown(RunSummary(model="m", prompting="act", benchmarks={"b": entry}, suites={"other": {"b": 40.0}}))
     assert "| b | 40.00* |" in md and "| 1/5 | 1 | 2 | partial | no |" in md
 
 
@@ -140,8 +141,9 @@ def test_paper_column_marks_non_comparable_rows():
     entry = benchmark_entry(tasks=[Task(id="t", benchmark="bfcl_v4")], results=[_result("t")], runs=1,
                             runs_protocol=1, aggregate={"score": 50.0, "comparable": False,
                                                         "not_comparable_because": ["simulated search"]})
-    md = render_markdown({"model": "m", "prompting": "act", "benchmarks": {"bfcl_v4": entry},
-                          "suites": {"ood": {"bfcl_v4": 50.0}}})
+    fill_facts("bfcl_v4", entry)  # the runner records the adapter's declared facts (its paper numbers) once
+    md = render_markdown(RunSummary(model="m", prompting="act", benchmarks={"bfcl_v4": entry},
+                                    suites={"ood": {"bfcl_v4": 50.0}}))
     assert "62.29 → 71.25 (not comparable)" in md and "**bfcl_v4** not comparable: simulated search" in md
 
 
@@ -165,16 +167,16 @@ def test_long_reasons_are_cut_at_a_word_boundary():
 def test_nothing_ran_is_never_comparable_in_summary_json_or_compare(tmp_path, capsys):
     summary = run_eval(EvalConfig(benchmarks=[STATING_SKIPPING], model="gold", out=str(tmp_path / "a"),
                                   benchmark_config={STATING_SKIPPING: {"n": 2}}))
-    entry = summary["benchmarks"][STATING_SKIPPING]
-    assert entry["status"] == "skipped" and entry["comparable"] is False
-    assert entry["aggregate"]["comparable"] is False  # the adapter said True with 0 scored episodes
-    assert "nothing ran: no scored episode" in entry["not_comparable_because"]
+    entry = summary.benchmarks[STATING_SKIPPING]
+    assert entry.status == "skipped" and entry.comparable is False
+    assert entry.aggregate["comparable"] is False  # the adapter said True with 0 scored episodes
+    assert "nothing ran: no scored episode" in entry.not_comparable_because
     on_disk = json.loads((tmp_path / "a" / "summary.json").read_text())["benchmarks"][STATING_SKIPPING]
     assert '"comparable": true' not in json.dumps(on_disk)
     # every trial errored: same
     errored = benchmark_entry(tasks=[Task(id="t", benchmark="b")], results=[_result("t", error="boom")], runs=1,
                               runs_protocol=1, aggregate={"score": 0.0, "comparable": True})
-    assert errored["comparable"] is False and errored["aggregate"]["comparable"] is False
+    assert errored.comparable is False and errored.aggregate["comparable"] is False
     # a summary that says comparable for a benchmark that did not run (an older writer): --compare says not
     stale = {"model": "old", "prompting": "act", "updated_at": 0, "suites": {"other": {"x": None}},
              "benchmarks": {"x": {"status": "skipped", "reason": "no key", "comparable": True, "tasks_run": 0,

@@ -64,18 +64,18 @@ def test_crash_recorded_and_unavailable_benchmark_skipped(tmp_path, capsys):
     cfg = EvalConfig(benchmarks=[FIXTURE, "widesearch_typo_not_registered:Nope", "claw_eval"], model="gold",
                      out=str(tmp_path), benchmark_config={FIXTURE: {"n": 3, "crash": 1}})
     summary = run_eval(cfg)
-    bench = summary["benchmarks"][FIXTURE]
-    assert bench["results"] == 4 and bench["errors"] == 1
-    assert bench["aggregate"]["score"] == pytest.approx(75.0)  # the crash scores 0, recorded, not dropped
+    bench = summary.benchmarks[FIXTURE]
+    assert bench.results == 4 and bench.errors == 1
+    assert bench.aggregate["score"] == pytest.approx(75.0)  # the crash scores 0, recorded, not dropped
     crash = [r for r in _results(tmp_path) if r["task_id"] == "crash_0"][0]
     assert "fixture environment crashed" in crash["error"]
-    skipped = summary["benchmarks"]["widesearch_typo_not_registered:Nope"]
-    assert skipped["status"] == "skipped" and skipped["reason"] == "not yet available"
+    skipped = summary.benchmarks["widesearch_typo_not_registered:Nope"]
+    assert skipped.status == "skipped" and skipped.reason == "not yet available"
     assert "skipped" in capsys.readouterr().err
     markdown = (tmp_path / "summary.md").read_text()
     assert markdown.count("| fixture_eval_bench:FixtureAdapter |") == 1
     assert "**fixture_eval_bench:FixtureAdapter** errors: 1 x RuntimeError: fixture environment crashed" in markdown
-    assert bench["limits"] == {"max_turns": 40, "max_steps_per_turn": 20, "max_episode_tokens": 32768,
+    assert bench.limits == {"max_turns": 40, "max_steps_per_turn": 20, "max_episode_tokens": 32768,
                                "max_seconds": 3600.0}
 
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from unified.benchmarks.contract import Task
-from unified.eval.report import benchmark_entry, write_summary
+from unified.eval.records import load_summary
+from unified.eval.report import benchmark_entry, build_summary, write_summary
 from unified.eval.rundir import BenchmarkStore
 from unified.eval.wandb_log import COLUMNS, episode_rows, log_run, summary_numbers
 from unified.store import write_json_atomic
@@ -33,7 +33,7 @@ def fixture_run(tmp_path: Path) -> Path:
     results = list(store.load().values())
     entry = benchmark_entry(tasks=[Task(id=r.task_id, benchmark="alpha") for r in results], results=results,
                             runs=1, runs_protocol=1, aggregate={"score": 50.0, "metric": "fixture", "comparable": False})
-    write_summary(run, SimpleNamespace(model="fixture", prompting="act"), {"alpha": entry})
+    write_summary(run, build_summary(model="fixture", prompting="act", benchmarks={"alpha": entry}))
     write_json_atomic(run / "run.json", {"config": {"model": "fixture", "prompting": "act"}})
     return run
 
@@ -42,7 +42,7 @@ def test_rows_and_summary_numbers(fixture_run: Path):
     rows = [dict(zip(COLUMNS, r)) for r in episode_rows(fixture_run)]
     assert [(r["task_id"], r["score"], r["stop_reason"], r["steps"], r["skipped"]) for r in rows] == [
         ("t0", 1.0, "answer", 1, ""), ("t1", 0.0, "answer", 1, ""), ("t2", 0.0, "", 0, "no key")]
-    numbers = summary_numbers(json.loads((fixture_run / "summary.json").read_text()))
+    numbers = summary_numbers(load_summary(fixture_run))
     assert numbers["alpha/score"] == 50.0 and numbers["alpha/tasks_run"] == 2 and numbers["alpha/tasks_skipped"] == 1
 
 

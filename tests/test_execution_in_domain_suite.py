@@ -1,5 +1,5 @@
 """``python -m unified.eval --suite in_domain`` on the fixture tasks ($UNIFIED_FIXTURES_DIR) with the
-local backend: all four in-domain benchmarks run and the gold policy scores 100% on each."""
+local backend: all four in-domain benchmarks run and the gold replay scores 100% on each."""
 
 from __future__ import annotations
 

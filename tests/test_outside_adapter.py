@@ -109,7 +109,8 @@ def test_outside_adapter_joins_the_ood_suite_with_resume_summary_and_compare(sit
     harvest = subprocess.run([sys.executable, "-m", "unified.lwm.harvest", "--out", str(tmp_path / "lwm"),
                               "--terminal", "0", "--mcp", "0", "--episodes", str(run / "refund_desk")],
                              capture_output=True, text=True, cwd=tmp_path, timeout=300,
-                             env={**os.environ, "PYTHONPATH": str(site)})
+                             env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                 [str(site), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)})
     assert harvest.returncode == 0, harvest.stderr
     manifest = json.loads((tmp_path / "lwm" / "MANIFEST.json").read_text())
     assert manifest["files"]["mcp.jsonl"]["trajectories"] == 2

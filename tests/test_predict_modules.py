@@ -120,7 +120,7 @@ def _fixture_adapter():
         def tasks(self, split=None, limit=None):
             return [Task(id="weather", benchmark=self.name)]
 
-        def open(self, task):
+        def open(self, task, *, run=None):
             return FixtureWeatherEnv()
 
         def score(self, task, episode, env):

@@ -13,7 +13,7 @@ import pytest
 from evaluators.swe_bench import SWEBenchProAdapter, SWEBenchVerifiedAdapter
 from unified.agent.loop import AgentLoop, Job
 from unified.benchmarks.contract import BenchmarkUnavailable
-from unified.inference.gold import GoldPolicy
+from unified.agent.replay import GoldReplayer
 from unified.types import Episode, ToolCall
 from _requires import needs_local
 
@@ -29,7 +29,7 @@ def test_gold_patches_resolve_every_fixture_instance(cls, data):
     adapter = cls(dataset=str(FIXTURES / data), backend="local")
     tasks = adapter.tasks()
     assert len(tasks) == 2 and all(t.skip_reason is None for t in tasks)
-    results = AgentLoop(adapter, GoldPolicy()).run([Job(t, 0) for t in tasks])
+    results = AgentLoop(adapter, GoldReplayer()).run([Job(t, 0) for t in tasks])
     assert [r.error for r in results] == [None, None]
     assert all(r.score == 1.0 and r.details["resolved"] and r.details["backend"] == "local" for r in results)
     assert all("diff --git" in r.details["model_patch"] for r in results)
@@ -102,7 +102,7 @@ def test_an_instance_that_cannot_be_graded_is_skipped_for_every_trial(monkeypatc
     tasks = adapter.tasks()
     assert len(tasks) == 2 and all("classic dataset schema" in t.skip_reason for t in tasks)
     assert all("swebench==4.1.0" in t.skip_reason for t in tasks)
-    results = AgentLoop(adapter, GoldPolicy()).run([Job(t, trial) for t in tasks for trial in range(3)])
+    results = AgentLoop(adapter, GoldReplayer()).run([Job(t, trial) for t in tasks for trial in range(3)])
     assert len(results) == 6 and all(r.skipped and r.score == 0.0 for r in results)
     agg = adapter.aggregate(results)
     assert agg["n_episodes"] == 0 and agg["skipped_instances"] == sorted(t.id for t in tasks)
@@ -126,7 +126,7 @@ def test_grading_has_the_network_except_on_local_and_pro_parses_with_python(tmp_
     adapter = SWEBenchProAdapter(dataset=str(FIXTURES / "fixture_pro.jsonl"), backend="local")
     assert adapter.settings.grading_network is True and adapter._spec(adapter.tasks()[0].payload["row"], True).network
     task = adapter.tasks()[0]
-    results = AgentLoop(adapter, GoldPolicy()).run([Job(task, 0)])
+    results = AgentLoop(adapter, GoldReplayer()).run([Job(task, 0)])
     # a container engine grades with the network; the local backend never has it, and says so
     assert results[0].score == 1.0 and results[0].details["grading_network"] is False
     assert results[0].details["grading_network_cut"] == "the local backend has no network"
@@ -159,7 +159,7 @@ def test_classic_rows_grade_with_the_task_repository_through_swebench(monkeypatc
     adapter = SWEBenchVerifiedAdapter(dataset=str(FIXTURES / "fixture_verified_classic.jsonl"), backend="local")
     tasks = adapter.tasks()
     assert all(t.skip_reason is None and "task repository" in t.payload["dataset_schema"] for t in tasks)
-    results = AgentLoop(adapter, GoldPolicy()).run([Job(t, 0) for t in tasks])
+    results = AgentLoop(adapter, GoldReplayer()).run([Job(t, 0) for t in tasks])
     assert [r.score for r in results] == [1.0, 1.0], [r.error or r.details.get("log_tail") for r in results]
     monkeypatch.setenv("SWE_BENCH_TASK_REPO", str(FIXTURES / "repos"))  # not a task repository
     assert all("not in the task repository" in t.skip_reason for t in adapter.__class__(
@@ -177,7 +177,7 @@ def test_grading_that_cannot_download_its_test_tools_is_an_infrastructure_error(
         "cd /app\n", "cd /app\npython3 -c \"import urllib.request; urllib.request.urlopen('https://pypi.invalid/runner')\"\n"))
     adapter = SWEBenchProAdapter(dataset=str(FIXTURES / "fixture_pro.jsonl"), backend="local",
                                  scripts_dir=str(scripts), instances="instance_fixture__calc-1")
-    results = AgentLoop(adapter, GoldPolicy()).run([Job(adapter.tasks()[0], 0)])
+    results = AgentLoop(adapter, GoldReplayer()).run([Job(adapter.tasks()[0], 0)])
     assert results[0].error.startswith("infrastructure: grading could not run the tests\nDNS: ")
     summary = adapter.aggregate(results)
     assert summary["n_instances"] == 0 and summary["errored"] == 1  # listed, left out of the score

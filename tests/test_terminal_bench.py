@@ -14,7 +14,7 @@ from evaluators.terminal_bench.tasks import TaskFormatError, read_task
 from unified.agent.loop import AgentLoop, Job
 from unified.benchmarks.contract import BenchmarkUnavailable
 from unified.execution import LocalBackend
-from unified.inference.gold import GoldPolicy
+from unified.agent.replay import GoldReplayer
 from unified.types import Episode, ToolCall
 from _requires import needs_local, needs_tmux
 
@@ -39,7 +39,7 @@ def test_fixture_tasks_are_read_from_the_task_folders():
 
 def test_gold_solutions_score_100_percent_on_the_local_backend():
     adapter = _adapter()
-    results = AgentLoop(adapter, GoldPolicy()).run([Job(t, 0) for t in adapter.tasks()])
+    results = AgentLoop(adapter, GoldReplayer()).run([Job(t, 0) for t in adapter.tasks()])
     assert [r.error for r in results] == [None, None, None]
     assert all(r.score == 1.0 and r.passed and r.details["backend"] == "local" for r in results)
     # bubblewrap cannot keep a verifier out of the agent's reach: its processes are stopped first, and the record says so

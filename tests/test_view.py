@@ -13,13 +13,12 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from unified import view
 from unified.benchmarks.contract import Task
-from unified.eval.report import benchmark_entry, write_summary
+from unified.eval.report import benchmark_entry, build_summary, write_summary
 from unified.eval.rundir import BenchmarkStore
 from unified.types import Episode, EpisodeResult, Message, Observation, Step, ToolCall, ToolSpec
 
@@ -68,7 +67,7 @@ def fixture_run(tmp_path: Path) -> Path:
         entries[name] = benchmark_entry(tasks=tasks, results=results, runs=1, runs_protocol=1,
                                         aggregate={"score": sum(r.score for r in results), "metric": "fixture",
                                                    "comparable": False})
-    write_summary(run, SimpleNamespace(model="fixture <b>model</b>", prompting="predict_then_act"), entries)
+    write_summary(run, build_summary(model="fixture <b>model</b>", prompting="predict_then_act", benchmarks=entries))
     return run
 
 

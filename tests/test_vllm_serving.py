@@ -69,8 +69,7 @@ def _run(adapter, tasks, policy):
 
 
 def _bfcl(tmp_path, n, categories="simple_python"):
-    adapter = load_adapter("bfcl_v4", categories=categories)
-    adapter.work_dir = tmp_path
+    adapter = load_adapter("bfcl_v4", categories=categories)  # no memory category: no run work directory needed
     return adapter, adapter.tasks(limit=n)
 
 
@@ -124,7 +123,6 @@ def test_greedy_agreement_with_the_in_process_engine(vllm_policy, loaded, tmp_pa
     adapter, tasks = _bfcl(tmp_path / "vllm", 8)
     firsts = {}
     for name, policy in (("vllm", vllm_policy), ("hf", make_chat_model("embedded", SAMPLING, concurrency=8, loaded=loaded))):
-        adapter.work_dir = tmp_path / name
         episodes = {}
         AgentLoop(adapter, policy, max_in_flight=8, limits=one_turn,
                   on_result=lambda r, e: episodes.__setitem__(e.task_id, e)).run([Job(t) for t in tasks])

@@ -20,7 +20,7 @@ from unified.text import DATA_RULE
 from evaluators.widesearch import WideSearchAdapter, load_widesearch
 from evaluators.widesearch.metrics import date_near, evaluate_table, extract_table, number_near
 from unified.agent.loop import AgentLoop, Job
-from unified.inference.gold import GoldPolicy
+from unified.agent.replay import GoldReplayer
 from unified.types import Episode, Message, ToolCall
 
 FIXTURES = Path(__file__).parent / "fixtures" / "widesearch"
@@ -63,7 +63,7 @@ def test_fixture_gold_answers_score_100_percent_and_results_name_the_search_back
     adapter = WideSearchAdapter(data=str(FIXTURES), judge=scripted_judge)
     tasks = adapter.tasks()
     assert [t.id for t in tasks] == ["fixture_ws_en_001", "fixture_ws_en_002", "fixture_ws_en_003"]
-    results = AgentLoop(adapter, GoldPolicy()).run([Job(t, 0) for t in tasks])
+    results = AgentLoop(adapter, GoldReplayer()).run([Job(t, 0) for t in tasks])
     assert all(r.score == 1.0 and r.details["f1_by_row"] == 1.0 for r in results), [r.details for r in results]
     assert {r.details["search_backend"] for r in results} == {"local_corpus"}
     assert {r.details["judge"] for r in results} == {scripted_judge}
@@ -249,8 +249,8 @@ def test_a_gold_check_runs_with_judge_none_and_scores_100(tmp_path):
 
     summary = run_eval(EvalConfig(benchmarks=["widesearch"], model="gold", out=str(tmp_path),
                                   benchmark_config={"widesearch": {"data": str(FIXTURES), "judge": "none"}}))
-    entry = summary["benchmarks"]["widesearch"]
-    assert entry["status"] == "ok" and entry["aggregate"]["score"] == 100.0
-    assert entry["aggregate"]["judges"] == ["none (exact-match fallbacks)"]
+    entry = summary.benchmarks["widesearch"]
+    assert entry.status == "ok" and entry.aggregate["score"] == 100.0
+    assert entry.aggregate["judges"] == ["none (exact-match fallbacks)"]
     doc = WideSearchAdapter.Config.__doc__ or ""
     assert "judge=none" in doc and "gold" in doc

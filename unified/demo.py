@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -142,7 +143,7 @@ def memory_notice(*, skip_warmup: bool = False) -> str:
     return line
 
 
-def before_after_table(report: dict, summary: dict | None) -> str:
+def before_after_table(report: dict, summary: Any | None) -> str:
     """The demo's closing table: held-out world-model reward before/after, and the agent suite's result."""
     before, after, paired = report["before"], report["after"], report["paired"]
     n = paired["prompts"]
@@ -161,14 +162,13 @@ def before_after_table(report: dict, summary: dict | None) -> str:
     if summary is None:
         rows.append("| agent suite (ood) | not run | not run (unified.eval unavailable or failed) |")
     else:
-        from unified.eval.report import _counts_cell, _fmt, _score, _status_cell
+        from unified.eval.report import _fmt, counts_cells, status_cell
 
-        for name, entry in summary.get("benchmarks", {}).items():
-            ran, skipped, errored = _counts_cell(entry)
-            status = entry.get("status", "")
-            cell = (f"{_fmt(_score(entry))} ({(entry.get('aggregate') or {}).get('metric', 'score')}; tasks run "
-                    f"{ran}, skipped {skipped}, errored {errored})" if status in ("ok", "partial")
-                    else _status_cell(entry))
+        for name, entry in summary.benchmarks.items():  # a unified.eval.records.RunSummary
+            ran, skipped, errored = counts_cells(entry)
+            cell = (f"{_fmt(entry.score())} ({entry.aggregate.get('metric', 'score')}; tasks run "
+                    f"{ran}, skipped {skipped}, errored {errored})" if entry.status in ("ok", "partial")
+                    else status_cell(entry))
             rows.append(f"| agent suite ood: {name} | not run (time) | {cell} |")
     rows += ["", "The reward is a rule (token LCS F1), not the paper's LLM judge; with a few prompts and steps the "
              "SE is wide. The seed-by-seed measurement on 24 prompts is in recipes/warmup/embedded_cpu.yaml's header."]
@@ -208,7 +208,7 @@ def _warmup(args, loaded, done: list[str]) -> dict:
     return report
 
 
-def _eval_ood(args, final: Path, done: list[str]) -> dict | None:
+def _eval_ood(args, final: Path, done: list[str]) -> Any | None:
     """[5] the same weights as a multi-turn agent: ``python -m unified.eval --suite ood``."""
     if importlib.util.find_spec("unified.eval.__main__") is None:
         print("[5] `python -m unified.eval` is not in this checkout yet: the ood eval of the warmed-up "
@@ -224,8 +224,10 @@ def _eval_ood(args, final: Path, done: list[str]) -> dict | None:
         print(f"    the eval exited with status {rc}")
     done.append(f"evaluated the warmed-up checkpoint on the ood suite (exit status {rc}, results in "
                 f"{Path(args.out) / 'eval-ood'})")
+    from unified.eval.records import load_summary
+
     path = Path(args.out) / "eval-ood" / "summary.json"
-    return json.loads(path.read_text()) if path.is_file() else None
+    return load_summary(path.parent) if path.is_file() else None
 
 
 if __name__ == "__main__":

@@ -264,7 +264,8 @@ def _episode(index: int, result: EpisodeResult | None, episode: Episode | None) 
 
 def render(run_dir: str | Path) -> tuple[str, int]:
     """The page of a run directory and its number of episodes (results without an episode included)."""
-    from unified.eval.report import load_summary, render_markdown
+    from unified.eval.records import load_summary
+    from unified.eval.report import render_markdown
     from unified.trace.load import load_run
 
     run = load_run(run_dir)

@@ -34,7 +34,7 @@ from typing import Any, Literal
 from evaluators.bfcl_v4 import data, scoring
 from evaluators.bfcl_v4.environment import BFCLEnvironment
 from evaluators.bfcl_v4.isolation import import_bfcl
-from unified.benchmarks.contract import Adapter, PaperReference, Task
+from unified.benchmarks.contract import Adapter, PaperReference, RunContext, Task
 from unified.types import Episode, EpisodeResult, ToolCall
 
 
@@ -83,8 +83,8 @@ class BFCLAdapter(Adapter):
         categories = data.resolve_categories(split) if split else self.categories
         return data.select_tasks(categories, limit, self.settings.limit_order)
 
-    def open(self, task: Task) -> BFCLEnvironment:
-        return BFCLEnvironment(task, self.work_dir, bfcl_inference=self.settings.inference == "bfcl")
+    def open(self, task: Task, *, run: RunContext = RunContext()) -> BFCLEnvironment:
+        return BFCLEnvironment(task, run.work_dir, bfcl_inference=self.settings.inference == "bfcl")
 
     def score(self, task: Task, episode: Episode, env: BFCLEnvironment) -> EpisodeResult:  # type: ignore[override]
         category = task.payload["category"]
@@ -100,7 +100,7 @@ class BFCLAdapter(Adapter):
                              score=1.0 if verdict["valid"] else 0.0, passed=bool(verdict["valid"]),
                              details=_jsonable(details))
 
-    def aggregate(self, results: list[EpisodeResult]) -> dict[str, Any]:
+    def aggregate(self, results: list[EpisodeResult], *, run: RunContext = RunContext()) -> dict[str, Any]:
         by_category: dict[str, list[float]] = defaultdict(list)
         errors = skipped = 0
         for r in results:

@@ -101,7 +101,7 @@ class BFCLEnvironment(Environment):
         utils = import_bfcl("bfcl_eval.utils")
         if self.is_memory:
             if self.work_dir is None:
-                raise RuntimeError("BFCL memory tasks need the adapter's work_dir (set by the runner)")
+                raise RuntimeError("BFCL memory tasks need the run's work_dir (open(task, run=RunContext(work_dir=...)))")
             cls = self.entry["involved_classes"][0]
             config = {cls: {"model_result_dir": Path(self.work_dir) / "memory", "scenario": self.entry["scenario"],
                             "test_id": self.entry["id"],

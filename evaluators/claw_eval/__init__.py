@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from unified.config import bounded
-from unified.benchmarks.contract import Adapter, Environment, PaperReference, Task
+from unified.benchmarks.contract import Adapter, Environment, PaperReference, RunContext, Task
 from unified.benchmarks.helpers import config_list, judge_reason, limit_runnable
 from unified.benchmarks.aggregate import scores_by_task
 from unified.types import Episode, EpisodeResult
@@ -153,7 +153,7 @@ class ClawEvalAdapter(Adapter):
             out += [Task(id=d, benchmark=self.name, split="unreadable", skip_reason=e) for d, e in broken]
         return limit_runnable(out, limit)
 
-    def open(self, task: Task) -> Environment:
+    def open(self, task: Task, *, run: RunContext = RunContext()) -> Environment:
         ct = ClawTask(**task.payload)
         user = None
         if (ct.user_agent or {}).get("enabled"):
@@ -237,13 +237,13 @@ class ClawEvalAdapter(Adapter):
         return EpisodeResult(benchmark=self.name, task_id=task.id, trial=episode.trial, score=score,
                              passed=is_pass(score), details=details)
 
-    def aggregate(self, results: list[EpisodeResult]) -> dict[str, Any]:
-        """Avg@k / pass^k / pass@k with k the trials the run asked for (``runs_requested``, set by
-        the runner; default the protocol's 3): a missing or crashed trial counts 0. With fewer
+    def aggregate(self, results: list[EpisodeResult], *, run: RunContext = RunContext()) -> dict[str, Any]:
+        """Avg@k / pass^k / pass@k with k the trials the run asked for (``run.runs``; outside a run
+        the protocol's 3): a missing or crashed trial counts 0. With fewer
         trials than the protocol the metric says so ("Avg@1, protocol Avg@3") and is not comparable."""
         scored = [r for r in results if r.skipped is None]
         grouped = scores_by_task(scored)
-        trials = int(getattr(self, "runs_requested", None) or self.runs_default)
+        trials = run.trials(self)
         out = aggregate_trials(grouped, trials)
         by_split: dict[str, list[EpisodeResult]] = {}
         for r in scored:

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from unified.config import bounded
-from unified.benchmarks.contract import Adapter, Environment, PaperReference, Task
+from unified.benchmarks.contract import Adapter, Environment, PaperReference, RunContext, Task
 from unified.benchmarks.helpers import config_list, judge_reason, limit_runnable
 from unified.types import Episode, EpisodeResult
 
@@ -141,7 +141,7 @@ class QwenClawBenchAdapter(Adapter):
             out += [Task(id=stem, benchmark=self.name, split="unparseable", skip_reason=error) for stem, error in broken]
         return limit_runnable(out, limit)
 
-    def open(self, task: Task) -> Environment:
+    def open(self, task: Task, *, run: RunContext = RunContext()) -> Environment:
         return QwenClawBenchEnvironment(QCBTask(**task.payload), exec_timeout_s=self.settings.exec_timeout_s,
                                         memory_mb=self.settings.memory_mb)
 
@@ -224,7 +224,7 @@ class QwenClawBenchAdapter(Adapter):
                     "protocol": "ours"}
         return {**parsed, "parsed": True, "judge": endpoint.describe(), "protocol": "ours"}
 
-    def aggregate(self, results: list[EpisodeResult]) -> dict[str, Any]:
+    def aggregate(self, results: list[EpisodeResult], *, run: RunContext = RunContext()) -> dict[str, Any]:
         scored = [r for r in results if r.skipped is None]
         runs = [{"task_id": r.task_id, "score": r.score, "category": r.details.get("category", "")} for r in scored]
         out = aggregate_runs(runs)

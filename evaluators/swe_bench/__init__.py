@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from unified.config import bounded
-from unified.benchmarks.contract import Adapter, BenchmarkUnavailable, Environment, PaperReference, Task
+from unified.benchmarks.contract import Adapter, BenchmarkUnavailable, Environment, PaperReference, RunContext, Task
 from unified.benchmarks.helpers import config_list, limit_runnable, require_execution_backend
 from unified.benchmarks.aggregate import avg_at_k, partition, per_trial, scores_by_task
 from unified.execution.infra import infrastructure_error
@@ -173,11 +173,12 @@ class _SWEBenchAdapter(Adapter):
         spec.network = network
         return spec
 
-    def open(self, task: Task) -> Environment:
+    def open(self, task: Task, *, run: RunContext = RunContext()) -> Environment:
         row = task.payload["row"]
         repos = task.payload.get("repos_dir")
         return SWEEnvironment(row, self.variant, self._backend(), self._spec(row, self.settings.network),
-                              repo_source(Path(repos) if repos else None, str(row["repo"])))
+                              repo_source(Path(repos) if repos else None, str(row["repo"])),
+                              log_dir=run.work_dir / "logs" if run.work_dir else None)
 
     def score(self, task: Task, episode: Episode, env: Environment) -> EpisodeResult:
         assert isinstance(env, SWEEnvironment)
@@ -199,7 +200,7 @@ class _SWEBenchAdapter(Adapter):
                              repo_source(Path(repos) if repos else None, str(row["repo"]))) as fresh:
             if self.variant == "verified":
                 graded = grade_verified(fresh, row, patch, self.settings.eval_timeout_s,
-                                        log_dir=(self.work_dir / "logs") if self.work_dir else None)
+                                        log_dir=env.log_dir)
             else:
                 graded = grade_pro(fresh, row, patch, Path(task.payload["scripts_dir"]), self.settings.eval_timeout_s)
         details.update(graded)
@@ -211,7 +212,7 @@ class _SWEBenchAdapter(Adapter):
         return EpisodeResult(self.name, task.id, episode.trial, 1.0 if resolved else 0.0, passed=resolved,
                              details=details)
 
-    def aggregate(self, results: list[EpisodeResult]) -> dict[str, Any]:
+    def aggregate(self, results: list[EpisodeResult], *, run: RunContext = RunContext()) -> dict[str, Any]:
         return aggregate_resolved(results)
 
     def gold_turns(self, task: Task) -> list[list[ToolCall]]:

@@ -90,9 +90,11 @@ class SWEEnvironment(Environment):
     """One SWE-bench instance: repository session + bash + editor."""
 
     def __init__(self, row: dict[str, Any], variant: str, backend: ExecutionBackend, spec: EnvironmentSpec,
-                 source: Path | None) -> None:
+                 source: Path | None, log_dir: Path | None = None) -> None:
         super().__init__()
         self.row, self.variant, self.backend, self.spec, self.source = row, variant, backend, spec, source
+        self.log_dir = log_dir
+        """Where grading writes its logs (the run's work directory), or None."""
         self.session: ExecutionSession | None = None
         self.tools = [BASH, EDITOR]
         self.system_prompt = SYSTEM_PROMPT.format(workdir=spec.workdir)

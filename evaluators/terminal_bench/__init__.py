@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from unified.config import bounded
-from unified.benchmarks.contract import Adapter, BenchmarkUnavailable, Environment, PaperReference, Task
+from unified.benchmarks.contract import Adapter, BenchmarkUnavailable, Environment, PaperReference, RunContext, Task
 from unified.benchmarks.helpers import config_list, limit_runnable, require_execution_backend
 from unified.benchmarks.aggregate import avg_at_k, partition, per_trial, scores_by_task
 from unified.types import Episode, EpisodeResult, ToolCall
@@ -181,7 +181,7 @@ class TerminalBench2Adapter(Adapter):
             return t.docker_image, None
         return None, t.build_context
 
-    def open(self, task: Task) -> Environment:
+    def open(self, task: Task, *, run: RunContext = RunContext()) -> Environment:
         t = self._task(task)
         backend = self._backend()
         image, context = self.image_for(t, backend.name)
@@ -204,7 +204,7 @@ class TerminalBench2Adapter(Adapter):
         return EpisodeResult(benchmark=self.name, task_id=task.id, trial=episode.trial, score=score,
                              passed=None if infra else score >= 1.0, details=details, error=infra)
 
-    def aggregate(self, results: list[EpisodeResult]) -> dict[str, Any]:
+    def aggregate(self, results: list[EpisodeResult], *, run: RunContext = RunContext()) -> dict[str, Any]:
         return aggregate_rewards(results)
 
     # -- gold: type the reference solution into the terminal -----------------------------

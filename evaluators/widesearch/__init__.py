@@ -41,7 +41,7 @@ from typing import Any, Literal
 import pandas as pd
 
 from unified.config import bounded
-from unified.benchmarks.contract import Adapter, BenchmarkUnavailable, Environment, PaperReference, Task
+from unified.benchmarks.contract import Adapter, BenchmarkUnavailable, Environment, PaperReference, RunContext, Task
 from unified.benchmarks.helpers import config_list, judge_reason, limit_runnable
 from unified.inference.endpoints import resolve_endpoint
 from unified.types import Episode, EpisodeResult, Message, Observation, ToolCall, ToolSpec
@@ -311,7 +311,7 @@ class WideSearchAdapter(Adapter):
         out += [Task(id=iid, benchmark=self.name, split="unparseable", skip_reason=err) for iid, err in broken]
         return limit_runnable(out, limit)
 
-    def open(self, task: Task) -> Environment:
+    def open(self, task: Task, *, run: RunContext = RunContext()) -> Environment:
         payload = task.payload
         system = self.prompts.system.get("zh" if payload.get("language") == "zh" else "en", SYSTEM_PROMPT)
         return WideSearchEnvironment(payload, lambda: make_backend(payload["search"], **payload["search_options"]),
@@ -343,7 +343,7 @@ class WideSearchAdapter(Adapter):
         return EpisodeResult(self.name, task.id, episode.trial, result.f1_by_item, passed=result.score == 1.0,
                              details=details)
 
-    def aggregate(self, results: list[EpisodeResult]) -> dict[str, Any]:
+    def aggregate(self, results: list[EpisodeResult], *, run: RunContext = RunContext()) -> dict[str, Any]:
         return aggregate_widesearch(results)
 
     def gold_turns(self, task: Task) -> list[list[ToolCall]]:

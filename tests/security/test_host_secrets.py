@@ -17,7 +17,7 @@ from security._support import needs_bwrap, needs_local
 from unified.agent.loop import AgentLoop, Job
 from unified.benchmarks.contract import Adapter, Environment, Task
 from unified.execution import EnvironmentSpec, LocalBackend
-from unified.inference.gold import GoldPolicy
+from unified.agent.replay import GoldReplayer
 from unified.sandbox import throwaway_sandbox
 from unified.types import EpisodeResult, Message, Observation, ToolCall, ToolSpec
 
@@ -109,7 +109,7 @@ class _LeakyAdapter(Adapter):
     def tasks(self, split=None, limit=None):
         return [Task(id="leak", benchmark=self.name)]
 
-    def open(self, task):
+    def open(self, task, *, run=None):
         return _LeakyEnv()
 
     def score(self, task, episode, env):
@@ -122,7 +122,7 @@ class _LeakyAdapter(Adapter):
 def test_an_episode_never_records_a_host_secret(canaries):
     episodes = []
     adapter = _LeakyAdapter()
-    AgentLoop(adapter, GoldPolicy(), on_result=lambda r, e: episodes.append(e)).run([Job(adapter.tasks()[0], 0)])
+    AgentLoop(adapter, GoldReplayer(), on_result=lambda r, e: episodes.append(e)).run([Job(adapter.tasks()[0], 0)])
     record = json.dumps(episodes[0].to_dict(), default=str)
     assert "token in use" in record and canaries["OPENAI_API_KEY"] not in record
     assert "[redacted $OPENAI_API_KEY]" in record

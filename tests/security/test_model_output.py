@@ -26,7 +26,8 @@ from unified.agent.prompting import PROMPTING, PromptingModule
 from unified.eval.config import EvalConfig
 from unified.eval.runner import run_eval
 from unified.eval.rundir import BenchmarkStore
-from unified.inference.base import ChatModel, PolicyOutput
+from unified.agent.replay import Replayer
+from unified.inference.base import PolicyOutput
 
 NESTED = '<tool_call>{"name": "x", "arguments": {"a": ' + "[" * 50000 + "]" * 50000 + "}}</tool_call>"
 BIG_INT = '<tool_call>{"name": "x", "arguments": {"a": ' + "7" * 5000 + "}}</tool_call>"
@@ -86,33 +87,26 @@ HOSTILE = {
 }
 
 
-class HostileOutputPolicy(ChatModel):
+class HostileOutputPolicy(Replayer):
     """Turn 1 of task ``echo_N``: its hostile completion (or the right call); later turns: "done"."""
 
-    name = "hostile"
-    needs_context = True
+    name = model = "hostile"
 
     def __init__(self, completions: dict[str, str]) -> None:
-        super().__init__("hostile")
         self.completions, self.requests = completions, 0
 
-    def generate(self, requests):
-        self.requests += len(requests)
-        outputs = []
-        for request in requests:
-            task = request.context["task"]
-            first = not any(m["role"] == "assistant" for m in request.messages)
-            right = '<tool_call>{"name": "echo", "arguments": {"text": "%s"}}</tool_call>' % task.payload["n"]
-            outputs.append(PolicyOutput(text=self.completions.get(task.id, right) if first else "done",
-                                        completion_tokens=3))
-        return outputs
+    def respond(self, adapter, task, messages):
+        self.requests += 1
+        first = not any(m["role"] == "assistant" for m in messages)
+        right = '<tool_call>{"name": "echo", "arguments": {"text": "%s"}}</tool_call>' % task.payload["n"]
+        return PolicyOutput(text=self.completions.get(task.id, right) if first else "done", completion_tokens=3)
 
 
 def test_hostile_completions_finish_the_eval_and_a_rerun_runs_nothing_again(tmp_path):
     cfg = EvalConfig(benchmarks=[FIXTURE], model="hostile", out=str(tmp_path), benchmark_config={FIXTURE: {"n": 6}})
     summary = run_eval(cfg, policy=HostileOutputPolicy(HOSTILE))
-    bench = summary["benchmarks"][FIXTURE]
-    assert bench["results"] == 6 and bench["errors"] == 0
+    bench = summary.benchmarks[FIXTURE]
+    assert bench.results == 6 and bench.errors == 0
     store = BenchmarkStore(tmp_path, "fixture_echo")
     results, episodes = store.load(), store.episodes()
     assert {task_id for task_id, _ in results} == {f"echo_{i}" for i in range(6)}
@@ -148,7 +142,7 @@ class UnrecordableEnv(FixtureEnv):
 class OddAdapter(FixtureAdapter):
     """``echo_1``'s score is not a result; ``echo_2``'s episode cannot be serialised."""
 
-    def open(self, task):
+    def open(self, task, *, run=None):
         return UnrecordableEnv(task)
 
     def score(self, task, episode, env):
@@ -158,9 +152,9 @@ class OddAdapter(FixtureAdapter):
 class OddPolicy(HostileOutputPolicy):
     """``echo_3``: a completion the prompting module chokes on; ``echo_4``: not a PolicyOutput."""
 
-    def generate(self, requests):
-        outputs = super().generate(requests)
-        return [None if r.context["task"].id == "echo_4" else o for r, o in zip(requests, outputs)]
+    def respond(self, adapter, task, messages):
+        output = super().respond(adapter, task, messages)
+        return None if task.id == "echo_4" else output
 
 
 def test_any_exception_inside_one_episode_is_recorded_and_the_run_goes_on(tmp_path):

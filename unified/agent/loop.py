@@ -13,6 +13,10 @@ without a ``submit`` of its own answers the episodes that were ready together wi
 :class:`unified.agent.workers.EpisodeState` (``phase``, the pending generation, the step whose calls
 run, the counters its limits read).
 
+Given a :class:`unified.agent.replay.Replayer` instead of a policy (``--model gold``), the loop asks
+it for each ready episode's next turn from the task itself (``replayer.respond(adapter, task,
+messages)``) and handles the answer as a policy output; nothing is generated or batched.
+
 Either way, per policy output:
 
 1. ``prompting.parse`` strips module blocks; reasoning, answer and tool calls are parsed
@@ -57,10 +61,11 @@ from typing import Any, Callable
 from unified.chatformat.toolcalls import calls_from_structured, parse_completion
 from unified.chatformat.untrusted import clean_text
 from unified.agent.prompting import make_prompting
+from unified.agent.replay import Replayer
 from unified.agent.workers import (FINISH, GENERATE, OPEN, READY, STEP, USER, EpisodeState, EpisodeWorkers,
                                    close_environment, crash_result, finish_episode, next_user_turn, open_environment,
                                    step_environment)
-from unified.benchmarks.contract import Adapter, AgentLimits, StopReason, Task
+from unified.benchmarks.contract import Adapter, AgentLimits, RunContext, StopReason, Task
 from unified.inference.base import ChatModel, PolicyOutput, PolicyRequest
 from unified.types import Episode, EpisodeResult, Message, Step, ToolCall
 
@@ -129,7 +134,9 @@ class AgentLoop:
     again are scored at once (their environments stay open until scored, so at most
     ``2 * max_in_flight`` are open). ``env_workers``: threads for the episodes' blocking calls
     (None: ``2 * max_in_flight``, so no call waits for a thread). ``on_round(in_flight, pending)``
-    is called each time an episode was delivered (progress).
+    is called each time an episode was delivered (progress). ``run``: the eval run the episodes
+    belong to, passed to ``adapter.open`` (its work directory, its trials). ``policy``: a ChatModel,
+    or a :class:`unified.agent.replay.Replayer` whose answers come from the task (``--model gold``).
 
     When the policy batches by rounds (``scheduling="rounds"``, or a policy without continuous
     batching), ready episodes are submitted together: they are held while other episodes are
@@ -138,13 +145,13 @@ class AgentLoop:
     returns a moment later. The schedule is the same; only when ready episodes are submitted differs.
     """
 
-    def __init__(self, adapter: Adapter, policy: ChatModel, *, prompting: str = "act",
+    def __init__(self, adapter: Adapter, policy: ChatModel | Replayer, *, prompting: str = "act",
                  prompting_options: dict[str, Any] | None = None, limits: AgentLimits = AgentLimits(),
                  max_in_flight: int = 8, env_workers: int | None = None, model_name: str = "",
                  on_result: Callable[[EpisodeResult, Episode], None] | None = None,
                  on_round: Callable[[int, int], None] | None = None, scheduling: str = "auto",
-                 round_wait: float | None = None) -> None:
-        self.adapter, self.policy = adapter, policy
+                 round_wait: float | None = None, run: RunContext = RunContext()) -> None:
+        self.adapter, self.policy, self.run_context = adapter, policy, run
         self.prompting_name, self.prompting_options = prompting, dict(prompting_options or {})
         self.limits, self.max_in_flight = limits, max(1, max_in_flight)
         self.env_workers = max(1, env_workers) if env_workers else 2 * self.max_in_flight
@@ -161,7 +168,8 @@ class AgentLoop:
     def run(self, jobs: list[Job], finished_ids: set[str] | None = None) -> list[EpisodeResult]:
         """Run every job; ``finished_ids`` are task ids already done (dependencies of a resume).
         Returns the results in the order of ``jobs``."""
-        continuous = None if self.uses_continuous_batching else False
+        replaying = isinstance(self.policy, Replayer)
+        continuous = False if replaying else None if self.uses_continuous_batching else False
         r = _Run(jobs=list(jobs), workers=EpisodeWorkers(self.env_workers), done=set(finished_ids or ()))
         scheduled_ids = {j.task.id for j in r.jobs}
         try:
@@ -172,8 +180,11 @@ class AgentLoop:
                         r.jobs[r.pending[0]].task.depends_on = []
                     continue
                 progressed = self._collect(r)
-                progressed = self._submit_ready(r, continuous) or progressed
-                progressed = self._take_answers(r) or progressed
+                if replaying:  # the task's own turns, at once: nothing to submit or wait for
+                    progressed = self._replay(r) or progressed
+                else:
+                    progressed = self._submit_ready(r, continuous) or progressed
+                    progressed = self._take_answers(r) or progressed
                 if not progressed:
                     waiting = r.workers.futures() + [s.generation for s in r.in_phase(GENERATE)]
                     if not waiting:
@@ -224,7 +235,7 @@ class AgentLoop:
             return
         state = r.flight[key] = EpisodeState(key=key, job=job, episode=episode, phase=OPEN)
         r.workers.submit(key, OPEN, open_environment, self.adapter, state, self.prompting_name,
-                         self.prompting_options, bool(getattr(self.policy, "needs_context", False)))
+                         self.prompting_options, self.run_context)
 
     # ----------------------------------------------------------------------------------
     def _collect(self, r: _Run) -> bool:
@@ -332,7 +343,7 @@ class AgentLoop:
     def _request(self, state: EpisodeState) -> PolicyRequest:
         view = state.prompting.before_policy(list(state.episode.messages))
         return PolicyRequest(messages=[m.to_chat() for m in view], tools=[t.to_openai() for t in state.env.tools],
-                             context=state.context, prefix=getattr(state.prompting, "response_prefix", str)(),
+                             prefix=getattr(state.prompting, "response_prefix", str)(),
                              deadline=state.started + self.limits.max_seconds)
 
     @staticmethod
@@ -379,6 +390,18 @@ class AgentLoop:
         wait_s = self.round_wait if self.round_wait is not None else max(MIN_ROUND_WAIT, r.last_generation)
         left = min(s.ready_at for s in ready) + wait_s - time.monotonic()
         return left if left > 0 else None
+
+    def _replay(self, r: _Run) -> bool:
+        """A :class:`unified.agent.replay.Replayer` in place of the policy: every ready episode's next
+        turn comes from its task at once (nothing to batch). True when there were any."""
+        ready = r.in_phase(READY)
+        for state in ready:
+            try:
+                output = self.policy.respond(self.adapter, state.job.task, self._request(state).messages)
+            except Exception as exc:  # this episode's error, like a failed request
+                output = exc
+            self._then(r, state, *self._take_output(state, output, 0.0))
+        return bool(ready)
 
     def _take_answers(self, r: _Run) -> bool:
         """Move on every episode whose policy answer came; True when there were any."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from unified.agent.prompting import PromptingModule, make_prompting
-from unified.benchmarks.contract import Adapter, Environment
+from unified.benchmarks.contract import Adapter, Environment, RunContext, with_run
 from unified.sandbox.hostenv import redact_host_secrets
 from unified.types import Episode, EpisodeResult, Message, Observation, ToolCall
 
@@ -53,7 +53,6 @@ class EpisodeState:
     """``time.monotonic()`` when the environment was ready (the episode's wall-time limit counts from here)."""
     steps_in_turn: int = 0
     tokens: int = 0
-    context: dict[str, Any] = field(default_factory=dict)
     closed: bool = False
     """True once the environment was stopped (by :func:`finish_episode` or a failed open)."""
     phase: str = OPEN
@@ -87,12 +86,12 @@ def close_environment(state: EpisodeState) -> None:
 
 
 def open_environment(adapter: Adapter, state: EpisodeState, prompting_name: str, prompting_options: dict[str, Any],
-                     needs_context: bool) -> None:
+                     run: RunContext = RunContext()) -> None:
     """Open and start the task's environment and write the conversation's opening into the episode.
 
     On any error the environment (when it was created) is stopped here and the error re-raised.
     """
-    env = state.env = adapter.open(state.job.task)
+    env = state.env = with_run(adapter, "open", state.job.task, run=run)
     try:
         env.__enter__()
         prompting = make_prompting(prompting_name, **prompting_options)
@@ -109,7 +108,6 @@ def open_environment(adapter: Adapter, state: EpisodeState, prompting_name: str,
         close_environment(state)  # stop must be idempotent: a failed start was already stopped by __enter__
         raise
     state.prompting = prompting
-    state.context = {"task": state.job.task, "adapter": adapter} if needs_context else {}
     state.started = time.monotonic()
 
 

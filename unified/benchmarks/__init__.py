@@ -8,7 +8,8 @@ and ``trace`` import it, never ``unified.eval`` (the runner, which is one client
 Modules:
 
 - :mod:`~unified.benchmarks.contract`: Task, Environment, Adapter, AgentLimits, StopReason,
-  BenchmarkUnavailable, PaperReference: what an adapter implements and returns;
+  BenchmarkUnavailable, PaperReference: what an adapter implements and returns; RunContext: what
+  the runner passes to ``open`` and ``aggregate`` about the run (its work directory, its trials);
 - :mod:`~unified.benchmarks.discovery`: entry points, suites, ``world_model_domain``, loading an
   adapter by name and checking its ``Config``;
 - :mod:`~unified.benchmarks.aggregate`: Avg@k, pass@k, pass^k and the scored/skipped/errored split;
@@ -38,6 +39,7 @@ from unified.benchmarks.contract import (
     Environment,
     NoConfig,
     PaperReference,
+    RunContext,
     StopReason,
     Task,
     TaskFormatError,
@@ -61,7 +63,7 @@ from unified.benchmarks.helpers import (config_list, judge_reason, limit_runnabl
 __all__ = [
     # the contract
     "ENTRY_POINT_GROUP", "Adapter", "AgentLimits", "BenchmarkUnavailable", "Environment", "NoConfig",
-    "PaperReference", "StopReason", "Task", "TaskFormatError", "check_task_id", "check_task_ids", "task_id_problem",
+    "PaperReference", "RunContext", "StopReason", "Task", "TaskFormatError", "check_task_id", "check_task_ids", "task_id_problem",
     # discovery
     "ALL_SUITE", "STUDY_SUITES", "adapter_class", "declared_suites", "expand_benchmarks", "load_adapter",
     "registered_benchmarks", "world_model_domain",

@@ -15,7 +15,7 @@ entry point (group ``unified.benchmarks``) names a factory of an :class:`Adapter
     :class:`BenchmarkUnavailable` ``(reason, how_to_fix)``: the runner prints one line and records
     the benchmark as skipped (never a traceback, never a fake 0). One task that cannot run here
     (no API key ...) gets ``Task.skip_reason``.
-``open(task) -> Environment``
+``open(task, *, run) -> Environment``
     A context manager that starts what the task needs and always stops it (also on errors and
     Ctrl-C): the tools, the system prompt, an optional assistant greeting, the first user
     message, ``step(tool_calls, message)`` (one Observation per call, in call order; ``message``
@@ -24,10 +24,16 @@ entry point (group ``unified.benchmarks``) names a factory of an :class:`Adapter
 ``score(task, episode, env) -> EpisodeResult``
     The benchmark's official per-episode metric, called after the episode ends and *before* the
     environment is closed (it may read the final state).
-``aggregate(results) -> dict``
+``aggregate(results, *, run) -> dict``
     The official aggregate. It holds a float under ``"score"`` (named in ``"metric"``);
     ``"comparable"`` (bool) and ``"not_comparable_because"`` (list of str) say whether the number
     can stand next to the paper's; anything else is free-form.
+
+``run`` is the :class:`RunContext` of the eval the call is part of: ``run.work_dir`` (a
+per-benchmark directory in the run's output for state that outlives one episode and survives a
+resume) and ``run.runs`` (the trials per task the run asked for, so ``aggregate`` counts a missing
+trial as the protocol does). Outside a run (a test, a harvest) it is ``RunContext()``: no work
+directory, the protocol's ``runs_default``.
 
 and declares, as class attributes, what the runner and the rest of the library need to know:
 
@@ -51,7 +57,9 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import inspect
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -278,6 +286,39 @@ class PaperReference:
     """Where the numbers come from."""
 
 
+@dataclass(frozen=True)
+class RunContext:
+    """What the runner tells an adapter about the eval run a call belongs to (``open``, ``aggregate``)."""
+
+    work_dir: Path | None = None
+    """A per-benchmark directory inside the run's output for state that must outlive one episode
+    (and survive a resume), e.g. BFCL memory snapshots; None outside a run."""
+    runs: int | None = None
+    """Trials per task this run asked for (``--runs``, else ``runs_default``); None outside a run."""
+
+    def trials(self, adapter: "Adapter") -> int:
+        """The trials per task to aggregate over: the run's, else the adapter's protocol."""
+        return int(self.runs or adapter.runs_default)
+
+
+def with_run(adapter: "Adapter", method: str, *args: Any, run: RunContext) -> Any:
+    """``adapter.<method>(*args, run=run)`` (``open`` or ``aggregate``). An adapter written for the
+    earlier contract (a method without ``run``) still works for one minor version: it gets
+    ``work_dir`` / ``runs_requested`` set as attributes, with a DeprecationWarning."""
+    bound = getattr(adapter, method)
+    try:
+        params = inspect.signature(bound).parameters.values()
+        takes_run = any(p.name == "run" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+    except (TypeError, ValueError):  # no signature to read (a C callable): the current contract
+        takes_run = True
+    if takes_run:
+        return bound(*args, run=run)
+    warnings.warn(f"{type(adapter).__name__}.{method}() takes no `run`: accept `*, run: RunContext` "
+                  "(the attributes work_dir / runs_requested are deprecated)", DeprecationWarning, stacklevel=2)
+    adapter.work_dir, adapter.runs_requested = run.work_dir, run.runs  # type: ignore[attr-defined]
+    return bound(*args)
+
+
 @dataclass
 class NoConfig:
     """The settings of an adapter that takes none (any key is an unknown-key error)."""
@@ -312,13 +353,13 @@ class Adapter:
     def tasks(self, split: str | None = None, limit: int | None = None) -> list[Task]:
         raise NotImplementedError
 
-    def open(self, task: Task) -> Environment:
+    def open(self, task: Task, *, run: RunContext = RunContext()) -> Environment:
         raise NotImplementedError
 
     def score(self, task: Task, episode: Episode, env: Environment) -> EpisodeResult:
         raise NotImplementedError
 
-    def aggregate(self, results: list[EpisodeResult]) -> dict[str, Any]:
+    def aggregate(self, results: list[EpisodeResult], *, run: RunContext = RunContext()) -> dict[str, Any]:
         """Default: mean score in percent over scored (not skipped, not crashed-as-skip) results."""
         scored = [r for r in results if r.skipped is None]
         mean = 100.0 * sum(r.score for r in scored) / len(scored) if scored else 0.0
@@ -329,15 +370,7 @@ class Adapter:
         whose protocol fixes its own (BFCL's step limit) returns those."""
         return limits
 
-    runs_requested: int | None = None
-    """Set by the runner: the trials per task this run asked for (``--runs``, else ``runs_default``),
-    so ``aggregate`` can count a missing trial as the protocol does and label fewer trials."""
-
-    work_dir: Path | None = None
-    """Set by the runner before ``tasks``: a per-benchmark directory inside the run's output
-    for state that must outlive one episode (and survive a resume), e.g. BFCL memory snapshots."""
-
-    # Optional: the ground-truth actions, for the ``gold`` policy that verifies an adapter.
+    # Optional: the ground-truth actions, replayed by ``--model gold`` to verify an adapter.
     def gold_turns(self, task: Task) -> list[list[ToolCall]]:
         """Per user turn, the calls a perfect agent makes (then it answers). Optional."""
         raise NotImplementedError(f"{self.name or type(self).__name__} has no ground truth to replay")

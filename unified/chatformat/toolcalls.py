@@ -232,7 +232,7 @@ def calls_from_structured(raw_calls: list[dict[str, Any]]) -> list[ToolCall]:
 
 
 def render_tool_call(call: ToolCall) -> str:
-    """A ToolCall in the Qwen3.5 XML form (the first wire form above; what the gold policy emits and
+    """A ToolCall in the Qwen3.5 XML form (the first wire form above; what the gold replay emits and
     :func:`parse_tool_calls` reads back)."""
     lines = [_OPEN, f"<function={call.name}>"]
     for key, value in call.arguments.items():

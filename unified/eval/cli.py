@@ -158,7 +158,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare:
         from unified.eval.report import compare
 
-        print(compare(*args.compare))
+        try:
+            print(compare(*args.compare))
+        except (ConfigError, FileNotFoundError) as exc:  # not a run directory, or a summary.json that is not one
+            parser.exit(2, f"{parser.prog}: error: --compare: {exc}\n")
         return 0
     if args.merge:
         return _merge(parser, args)

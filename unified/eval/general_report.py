@@ -20,20 +20,19 @@ import math
 from pathlib import Path
 from typing import Any
 
+from unified.eval.records import GeneralSection
 
-def attach_general(summary: dict[str, Any], out: str | Path, cfg: Any) -> dict[str, Any]:
-    """Add the ``general`` section when the run asked for the general suite."""
-    from unified.eval.general import GeneralStore, general_entries, split_suites
 
-    general_cfg = getattr(cfg, "general", None)
-    if general_cfg is None or not split_suites(getattr(cfg, "suite", None))[1]:
-        return summary
-    entries = general_entries(GeneralStore(out), general_cfg, getattr(cfg, "model", ""))
+def general_section(out: str | Path, general_cfg: Any, model: str) -> GeneralSection:
+    """The ``general`` section of a run that asked for the general suite, from its records in ``out``
+    (read once after lm-eval ran, and once at the start of a resumed run)."""
+    from unified.eval.general import GeneralStore, general_entries
+
+    entries = general_entries(GeneralStore(out), general_cfg, model)
     for entry in entries.values():
         for key in ("model", "fingerprint", "settings", "finished_at"):
             entry.pop(key, None)
-    summary["general"] = {"model": getattr(cfg, "model", ""), "settings": general_cfg.settings(), "tasks": entries}
-    return summary
+    return GeneralSection(model=model, settings=general_cfg.settings(), tasks=entries)
 
 
 def _num(value: Any, digits: int = 4) -> str:
@@ -57,16 +56,15 @@ def _status_text(entry: dict[str, Any]) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def general_markdown(summary: dict[str, Any]) -> list[str]:
+def general_markdown(general: GeneralSection | None) -> list[str]:
     """Markdown lines of the general section (empty when the run has none)."""
-    general = summary.get("general")
-    if not general:
+    if general is None:
         return []
-    settings = general.get("settings", {})
+    settings = general.settings
     shown = ", ".join(f"{k}={v}" for k, v in settings.items() if v is not None)
     lines = ["## general (lm-evaluation-harness)", "", f"lm-eval settings: {shown}", "",
              "| task | metric | filter | value ± stderr | n | seconds | status |", "|---|---|---|---:|---:|---:|---|"]
-    for task, entry in general.get("tasks", {}).items():
+    for task, entry in general.tasks.items():
         metrics = entry.get("metrics") or []
         n, seconds = entry.get("n_samples"), entry.get("seconds")
         timing = _num(seconds, 1) if entry.get("status") == "ok" else ""
@@ -77,7 +75,7 @@ def general_markdown(summary: dict[str, Any]) -> list[str]:
                          f"{n if i == 0 and n else ''} | {timing if i == 0 else ''} | "
                          f"{_status_text(entry) if i == 0 else ''} |")
     lines.append("")
-    for task, entry in general.get("tasks", {}).items():
+    for task, entry in general.tasks.items():
         subtasks = entry.get("subtasks") or {}
         if not subtasks:
             continue
@@ -90,9 +88,9 @@ def general_markdown(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _metric_rows(summary: dict[str, Any]) -> dict[tuple[str, str, str], dict[str, Any]]:
+def _metric_rows(general: GeneralSection | None) -> dict[tuple[str, str, str], dict[str, Any]]:
     rows = {}
-    for task, entry in ((summary.get("general") or {}).get("tasks") or {}).items():
+    for task, entry in (general.tasks if general else {}).items():
         for metric in entry.get("metrics") or []:
             rows[(task, metric["name"], metric["filter"])] = metric
         if not entry.get("metrics"):
@@ -100,13 +98,13 @@ def _metric_rows(summary: dict[str, Any]) -> dict[tuple[str, str, str], dict[str
     return rows
 
 
-def general_compare(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    """Delta table of the general suite of two summaries (B - A), with lm-eval's standard errors."""
+def general_compare(a: GeneralSection | None, b: GeneralSection | None, model_a: str, model_b: str) -> list[str]:
+    """Delta table of the general suite of two runs (B - A), with lm-eval's standard errors."""
     rows_a, rows_b = _metric_rows(a), _metric_rows(b)
     if not rows_a and not rows_b:
         return []
     lines = ["", "general (lm-evaluation-harness): value ± lm-eval's stderr; Δ ± sqrt(se_A² + se_B²)", "",
-             f"| task | metric | A: {a.get('model')} | B: {b.get('model')} | Δ (B−A) |", "|---|---|---:|---:|---:|"]
+             f"| task | metric | A: {model_a} | B: {model_b} | Δ (B−A) |", "|---|---|---:|---:|---:|"]
     for key in dict.fromkeys([*rows_a, *rows_b]):
         task, name, filt = key
         ma, mb = rows_a.get(key), rows_b.get(key)

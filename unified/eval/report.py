@@ -4,7 +4,8 @@ A summary never says more than the run measured. Per benchmark it gives the task
 were skipped and errored, a status, and whether the number can be put next to the official
 leaderboard / the paper, with the reasons when it cannot.
 
-``summary.json``::
+``summary.json`` is a :class:`unified.eval.records.RunSummary` (written atomically, read back
+strictly by :func:`unified.eval.records.load_summary`); its shape::
 
     {"model": ..., "prompting": ..., "updated_at": ...,
      "benchmarks": {NAME: {
@@ -17,9 +18,11 @@ leaderboard / the paper, with the reasons when it cannot.
          "runs": k, "runs_protocol": k,
          "results": n, "errors": n, "skipped": n,     # episodes (results.jsonl lines)
          "comparable": bool, "not_comparable_because": [str, ...],
-         "reason", "how_to_fix"}},                     # when the benchmark did not run at all
+         "reason", "how_to_fix", "traceback",           # when the benchmark did not run at all
+         "runs_dir", "settings": {...}, "limits": {...},   # where its records are, its Config, its AgentLimits
          "suites": [SUITE, ...], "paper_reference": {"label", "sft", "lwm_rl", "source"}}},  # from the adapter class
      "suites": {SUITE: {NAME: score or null}},
+     "general": {...},          # the general suite, when asked for (unified.eval.general_report)
      "shard": {...} | "merged_from": {...}}    # a --shard run / a --merge (unified.eval.shards)
 
 Each benchmark is listed under one suite: the first of the study's (``in_domain``, ``ood``) its
@@ -61,16 +64,20 @@ under it, and per benchmark its group/category breakdown when the aggregate has 
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable
 
-from unified.benchmarks.discovery import STUDY_SUITES, benchmark_facts
-from unified.eval.general_report import attach_general, general_compare, general_markdown
-from unified.eval.shards import run_kind, run_kind_markdown
-from unified.store import write_json_atomic, write_text_atomic
+from unified.benchmarks.discovery import STUDY_SUITES
+from unified.eval.general_report import general_compare, general_markdown
+from unified.eval.records import (BenchmarkEntry, GeneralSection, RunSummary, ShardRun, load_summary,
+                                  write_summary_json)
+from unified.eval.shards import run_kind_markdown
+from unified.store import write_text_atomic
+
+__all__ = ["NOT_STATED", "STATUSES", "benchmark_entry", "build_summary", "compare", "load_summary", "render_markdown",
+           "shorten", "suite_of", "write_summary"]
 
 STATUSES = ("ok", "partial", "skipped", "error")
 """Benchmark statuses: see the module docstring."""
@@ -101,7 +108,7 @@ def shorten(text: str, width: int) -> str:
 
 def benchmark_entry(*, tasks: Iterable[Any], results: Iterable[Any], runs: int, runs_protocol: int,
                     aggregate: dict[str, Any], tasks_in_benchmark: int | None = None,
-                    subset: str | None = None, shard: str | None = None) -> dict[str, Any]:
+                    subset: str | None = None, shard: str | None = None) -> BenchmarkEntry:
     """One benchmark's summary entry: counts by task, status, comparability (module docstring).
 
     ``tasks``: the scored tasks selected for the run; ``results``: their EpisodeResults (all
@@ -168,28 +175,19 @@ def benchmark_entry(*, tasks: Iterable[Any], results: Iterable[Any], runs: int, 
     if aggregate.get("comparable") and not scored_episodes:
         # the adapter's own flag is kept in summary.json: it must not say comparable either
         aggregate = {**aggregate, "comparable": False}
-    entry: dict[str, Any] = {
-        "status": status, "aggregate": aggregate, "tasks": total, "tasks_run": run, "tasks_skipped": skipped,
-        "tasks_errored": errored, "tasks_not_recorded": missing, "skip_reasons": dict(skip_reasons),
-        "error_reasons": dict(error_reasons), "tasks_in_benchmark": tasks_in_benchmark, "runs": runs,
-        "runs_protocol": runs_protocol, "results": len(results), "errors": sum(_is_errored(r) for r in results),
-        "skipped": sum(r.skipped is not None for r in results), "comparable": comparable,
-        "not_comparable_because": reasons,
-    }
+    reason = None
     if status in ("skipped", "error"):
-        entry["reason"] = (f"every task was skipped ({'; '.join(skip_reasons)})" if status == "skipped" and skipped
-                           else "no task was selected" if not total and status == "skipped"
-                           else f"no task ran: {errored} errored, {skipped} skipped" if status == "error"
-                           else "no task has a result yet")
-    return entry
-
-
-def _score(entry: dict[str, Any]) -> float | None:
-    """The headline number, only for a benchmark whose tasks (some or all) ran."""
-    if entry.get("status") not in ("ok", "partial"):
-        return None
-    value = (entry.get("aggregate") or {}).get("score")
-    return float(value) if isinstance(value, (int, float)) else None
+        reason = (f"every task was skipped ({'; '.join(skip_reasons)})" if status == "skipped" and skipped
+                  else "no task was selected" if not total and status == "skipped"
+                  else f"no task ran: {errored} errored, {skipped} skipped" if status == "error"
+                  else "no task has a result yet")
+    return BenchmarkEntry(
+        status=status, aggregate=dict(aggregate), tasks=total, tasks_run=run, tasks_skipped=skipped,
+        tasks_errored=errored, tasks_not_recorded=missing, skip_reasons=dict(skip_reasons),
+        error_reasons=dict(error_reasons), tasks_in_benchmark=tasks_in_benchmark, runs=runs,
+        runs_protocol=runs_protocol, results=len(results), errors=sum(_is_errored(r) for r in results),
+        skipped=sum(r.skipped is not None for r in results), comparable=comparable,
+        not_comparable_because=reasons, reason=reason)
 
 
 def _fmt(value: Any) -> str:
@@ -200,58 +198,55 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def ran_comparably(entry: dict[str, Any]) -> bool:
-    """An entry's ``comparable``, false whatever it says when nothing ran (a skipped or errored
-    benchmark, no task run: also in a summary written by an older version)."""
-    return (bool(entry.get("comparable")) and entry.get("status") in ("ok", "partial")
-            and entry.get("tasks_run", 1) != 0)
+def ran_comparably(entry: BenchmarkEntry) -> bool:
+    """:meth:`BenchmarkEntry.ran_comparably`."""
+    return entry.ran_comparably()
 
 
-def _comparable_cell(entry: dict[str, Any]) -> str:
-    return "yes" if ran_comparably(entry) else "no"
+def _comparable_cell(entry: BenchmarkEntry) -> str:
+    return "yes" if entry.ran_comparably() else "no"
 
 
-def _status_cell(entry: dict[str, Any]) -> str:
-    status = entry.get("status", "")
-    if status in ("skipped", "error") and entry.get("reason"):
-        status = f"{status}: {entry['reason']}"
-        if entry.get("how_to_fix"):
-            status += f" ({entry['how_to_fix']})"
+def status_cell(entry: BenchmarkEntry) -> str:
+    """The status, with the reason (and how to fix it) when nothing ran."""
+    status = entry.status
+    if status in ("skipped", "error") and entry.reason:
+        status = f"{status}: {entry.reason}"
+        if entry.how_to_fix:
+            status += f" ({entry.how_to_fix})"
     return status
 
 
-def _counts_cell(entry: dict[str, Any]) -> tuple[str, str, str]:
-    if "tasks_run" not in entry:  # a benchmark that could not even list its tasks
+def counts_cells(entry: BenchmarkEntry) -> tuple[str, str, str]:
+    """``run/selected``, skipped and errored tasks (dashes for a benchmark that could not list its tasks)."""
+    if entry.tasks_run is None:
         return "—", "—", "—"
-    return (f"{entry['tasks_run']}/{entry.get('tasks', 0)}", str(entry.get("tasks_skipped", 0)),
-            str(entry.get("tasks_errored", 0)))
+    return f"{entry.tasks_run}/{entry.tasks or 0}", str(entry.tasks_skipped or 0), str(entry.tasks_errored or 0)
 
 
-def _facts(name: str, entry: dict[str, Any]) -> dict[str, Any]:
-    """The adapter-declared facts of an entry (a summary written before they were recorded: the
-    installed adapter's)."""
-    return entry if "suites" in entry else {**benchmark_facts(name), **entry}
-
-
-def suite_of(name: str, entry: dict[str, Any]) -> str:
+def suite_of(entry: BenchmarkEntry) -> str:
     """The one suite a benchmark is listed under (module docstring)."""
-    declared = [str(s) for s in _facts(name, entry).get("suites") or []]
+    declared = [str(s) for s in entry.suites or []]
     return next((s for s in STUDY_SUITES if s in declared), declared[0] if declared else "other")
 
 
-def _by_suite(benchmarks: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
+def _by_suite(benchmarks: dict[str, BenchmarkEntry]) -> dict[str, list[str]]:
     """Suite -> its benchmarks (run order); the study's suites first, ``other`` last."""
     grouped: dict[str, list[str]] = {}
     for name, entry in benchmarks.items():
-        grouped.setdefault(suite_of(name, entry), []).append(name)
+        grouped.setdefault(suite_of(entry), []).append(name)
     order = [s for s in STUDY_SUITES if s in grouped] + [s for s in grouped if s not in STUDY_SUITES and s != "other"]
     return {s: grouped[s] for s in order + (["other"] if "other" in grouped else [])}
 
 
-def build_summary(cfg: Any, benchmarks: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    suites = {suite: {b: _score(benchmarks[b]) for b in members} for suite, members in _by_suite(benchmarks).items()}
-    return {"model": getattr(cfg, "model", ""), "prompting": getattr(cfg, "prompting", ""),
-            "updated_at": time.time(), "benchmarks": benchmarks, "suites": suites}
+def build_summary(*, model: str, prompting: str, benchmarks: dict[str, BenchmarkEntry],
+                  general: GeneralSection | None = None, shard: ShardRun | None = None,
+                  merged_from: dict[str, Any] | None = None) -> RunSummary:
+    """The run's summary record: the entries as given, the suites' scores computed from them;
+    ``shard`` / ``merged_from`` for a shard's or a merge's run (:func:`unified.eval.shards.run_kind`)."""
+    suites = {suite: {b: benchmarks[b].score() for b in members} for suite, members in _by_suite(benchmarks).items()}
+    return RunSummary(model=model, prompting=prompting, updated_at=time.time(), benchmarks=dict(benchmarks),
+                      suites=suites, general=general, shard=shard, merged_from=merged_from)
 
 
 def _breakdown_lines(name: str, agg: dict[str, Any]) -> list[str]:
@@ -274,11 +269,11 @@ def _breakdown_lines(name: str, agg: dict[str, Any]) -> list[str]:
     return lines
 
 
-def render_markdown(summary: dict[str, Any]) -> str:
-    lines = [f"# Eval run: model `{summary.get('model')}`, prompting `{summary.get('prompting')}`", ""]
+def render_markdown(summary: RunSummary) -> str:
+    lines = [f"# Eval run: model `{summary.model}`, prompting `{summary.prompting}`", ""]
     lines += run_kind_markdown(summary)  # a shard, or a merge of shards: said before any number
-    benchmarks = summary["benchmarks"]
-    for suite, members in summary["suites"].items():
+    benchmarks = summary.benchmarks
+    for suite, members in summary.suites.items():
         lines += [f"## {suite}", "",
                   "| benchmark | score | metric | tasks run | skipped | errored | status | comparable | "
                   "paper SFT → +LWM RL |",
@@ -286,55 +281,43 @@ def render_markdown(summary: dict[str, Any]) -> str:
         notes: list[str] = []
         for name in members:
             entry = benchmarks[name]
-            agg = entry.get("aggregate") or {}
-            score = _score(entry)
-            shown = _fmt(score) + ("*" if score is not None and entry.get("status") == "partial" else "")
-            paper = _facts(name, entry).get("paper_reference")
-            paper_cell = (f"{paper['sft']:.2f} → {paper['lwm_rl']:.2f}"
-                          + ("" if ran_comparably(entry) else " (not comparable)") if paper else "")
-            run, skipped, errored = _counts_cell(entry)
-            lines.append(f"| {name} | {shown} | {agg.get('metric', '')} | {run} | {skipped} | {errored} | "
-                         f"{_status_cell(entry)} | {_comparable_cell(entry)} | {paper_cell} |")
-            if entry.get("not_comparable_because") and entry.get("status") in ("ok", "partial"):
-                notes.append(f"- **{name}** not comparable: " + "; ".join(entry["not_comparable_because"]))
-            if entry.get("error_reasons"):
+            score = entry.score()
+            shown = _fmt(score) + ("*" if score is not None and entry.status == "partial" else "")
+            paper = entry.paper_reference
+            paper_cell = (f"{paper.sft:.2f} → {paper.lwm_rl:.2f}"
+                          + ("" if entry.ran_comparably() else " (not comparable)") if paper else "")
+            run, skipped, errored = counts_cells(entry)
+            lines.append(f"| {name} | {shown} | {entry.aggregate.get('metric', '')} | {run} | {skipped} | {errored} | "
+                         f"{status_cell(entry)} | {_comparable_cell(entry)} | {paper_cell} |")
+            if entry.not_comparable_because and entry.status in ("ok", "partial"):
+                notes.append(f"- **{name}** not comparable: " + "; ".join(entry.not_comparable_because))
+            if entry.error_reasons:
                 notes.append(f"- **{name}** errors: " + "; ".join(f"{n} x {reason}" for reason, n
-                                                                 in entry["error_reasons"].items()))
+                                                                 in entry.error_reasons.items()))
         lines.append("")
-        if any(benchmarks[n].get("status") == "partial" for n in members):
+        if any(benchmarks[n].status == "partial" for n in members):
             lines += ["\\* partial: computed over the tasks that ran only.", ""]
         if notes:
             lines += notes + [""]
     for name, entry in benchmarks.items():
-        lines += _breakdown_lines(name, entry.get("aggregate") or {})
-    lines += general_markdown(summary)
+        lines += _breakdown_lines(name, entry.aggregate)
+    lines += general_markdown(summary.general)
     return "\n".join(lines)
 
 
-def write_summary(out: str | Path, cfg: Any, benchmarks: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    summary = build_summary(cfg, benchmarks)
-    summary.update(run_kind(cfg, out, benchmarks))  # "shard" or "merged_from" (unified.eval.shards)
-    attach_general(summary, out, cfg)  # the lm-eval general suite, when the run asked for it
-    write_json_atomic(Path(out) / "summary.json", summary)
+def write_summary(out: str | Path, summary: RunSummary) -> RunSummary:
+    """``summary.json`` (the record) and ``summary.md`` (its tables), each written atomically."""
+    write_summary_json(out, summary)
     write_text_atomic(Path(out) / "summary.md", render_markdown(summary))
     return summary
 
 
-def load_summary(run_dir: str | Path) -> dict[str, Any]:
-    path = Path(run_dir) / "summary.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no summary (is {run_dir} an eval run directory?)")
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def _compare_cell(entry: dict[str, Any]) -> str:
-    if not entry:
+def _compare_cell(entry: BenchmarkEntry | None) -> str:
+    if entry is None:
         return "—"
-    score = _score(entry)
-    status = entry.get("status", "?")
-    run, skipped, errored = _counts_cell(entry)
-    return (f"{_fmt(score)} ({status}; {run} run, {skipped} skipped, {errored} errored; "
-            f"{'comparable' if ran_comparably(entry) else 'not comparable'})")
+    run, skipped, errored = counts_cells(entry)
+    return (f"{_fmt(entry.score())} ({entry.status}; {run} run, {skipped} skipped, {errored} errored; "
+            f"{'comparable' if entry.ran_comparably() else 'not comparable'})")
 
 
 def compare(run_a: str | Path, run_b: str | Path) -> str:
@@ -343,26 +326,26 @@ def compare(run_a: str | Path, run_b: str | Path) -> str:
     The delta is given only when both sides have a score; it is marked ``*`` when either side is
     partial or the two sides ran different numbers of tasks."""
     a, b = load_summary(run_a), load_summary(run_b)
-    names = list(dict.fromkeys([*a["benchmarks"], *b["benchmarks"]]))
-    lines = [f"| suite | benchmark | A: {a.get('model')} | B: {b.get('model')} | Δ (B−A) |", "|---|---|---|---|---:|"]
+    names = list(dict.fromkeys([*a.benchmarks, *b.benchmarks]))
+    lines = [f"| suite | benchmark | A: {a.model} | B: {b.model} | Δ (B−A) |", "|---|---|---|---|---:|"]
     notes: list[str] = []
-    merged = {name: b["benchmarks"].get(name) or a["benchmarks"].get(name) or {} for name in names}
+    merged = {name: b.benchmarks.get(name) or a.benchmarks[name] for name in names}
     for suite, members in _by_suite(merged).items():
         for name in members:
-            ea, eb = a["benchmarks"].get(name, {}), b["benchmarks"].get(name, {})
-            sa, sb = _score(ea), _score(eb)
+            ea, eb = a.benchmarks.get(name), b.benchmarks.get(name)
+            sa, sb = (ea.score() if ea else None), (eb.score() if eb else None)
             delta = ""
             if sa is not None and sb is not None:
                 delta = f"{sb - sa:+.2f}"
-                if "partial" in (ea.get("status"), eb.get("status")) or ea.get("tasks_run") != eb.get("tasks_run"):
+                if "partial" in (ea.status, eb.status) or ea.tasks_run != eb.tasks_run:
                     delta += "*"
             lines.append(f"| {suite} | {name} | {_compare_cell(ea)} | {_compare_cell(eb)} | {delta} |")
             for side, entry in (("A", ea), ("B", eb)):
-                if entry.get("not_comparable_because") and entry.get("status") in ("ok", "partial"):
-                    notes.append(f"- {name} ({side}) not comparable: " + "; ".join(entry["not_comparable_because"]))
+                if entry and entry.not_comparable_because and entry.status in ("ok", "partial"):
+                    notes.append(f"- {name} ({side}) not comparable: " + "; ".join(entry.not_comparable_because))
     if any(line.rstrip().endswith("* |") for line in lines):
         lines += ["", "\\* a side is partial or the sides ran different tasks: the delta compares different sets."]
     if notes:
         lines += [""] + notes
-    lines += general_compare(a, b)
+    lines += general_compare(a.general, b.general, a.model, b.model)
     return "\n".join(lines)

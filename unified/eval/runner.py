@@ -16,19 +16,23 @@ from pathlib import Path
 from typing import Any
 
 from unified.agent.loop import AgentLoop, Job
+from unified.agent.replay import Replayer, replayer_for
 from unified.config import ConfigError, to_dict
-from unified.benchmarks.contract import AgentLimits, BenchmarkUnavailable, check_task_ids
-from unified.benchmarks.discovery import (ALL_SUITE, benchmark_facts, check_benchmark_config, declared_suites,
-                                          expand_benchmarks, load_adapter)
+from unified.benchmarks.contract import BenchmarkUnavailable, RunContext, check_task_ids, with_run
+from unified.benchmarks.discovery import (ALL_SUITE, check_benchmark_config, declared_suites, expand_benchmarks,
+                                          load_adapter)
 from unified.benchmarks.helpers import limit_runnable, select_task_ids
 from unified.eval.config import EvalConfig
 from unified.eval.general import GENERAL_SUITE, general_with_limit, run_general, split_suites
 from unified.eval.identity import claim_run_dir
-from unified.eval.report import benchmark_entry, write_summary
-from unified.eval.shards import MissingPairs, check_unsharded_parts, parse_shard, shard_pairs, shard_reason
+from unified.eval.general_report import general_section
+from unified.eval.records import BenchmarkEntry, RunSummary, fill_facts
+from unified.eval.report import benchmark_entry, build_summary, write_summary
+from unified.eval.shards import (MissingPairs, check_unsharded_parts, parse_shard, run_kind, shard_pairs, shard_part,
+                                 shard_reason)
 from unified.eval.rundir import BenchmarkStore, RunDirLock
 from unified.store import write_json_atomic
-from unified.inference.base import ChatModel, SamplingConfig, make_chat_model
+from unified.inference.base import ChatModel, make_chat_model
 from unified.registry import UnknownNameError
 
 
@@ -63,8 +67,8 @@ class EvalInterrupted(Exception):
         self.saved = saved
 
 
-def run_eval(cfg: EvalConfig, *, policy: ChatModel | None = None, resume_anyway: bool = False,
-             allow_new_episodes: bool = True) -> dict[str, Any]:
+def run_eval(cfg: EvalConfig, *, policy: ChatModel | Replayer | None = None, resume_anyway: bool = False,
+             allow_new_episodes: bool = True) -> RunSummary:
     """Run (or resume) the evaluation described by ``cfg``; returns the summary.
 
     The run directory is held for the whole run (:class:`unified.eval.rundir.RunDirLock`): a
@@ -87,36 +91,63 @@ def run_eval(cfg: EvalConfig, *, policy: ChatModel | None = None, resume_anyway:
                          resume_anyway=resume_anyway)
 
 
+class _Policy:
+    """The run's policy: the one given, or made on first use (the first benchmark with an episode to
+    run) and closed at the end of the run. ``--model gold`` makes the loop's replayer, not a model."""
+
+    def __init__(self, cfg: EvalConfig, given: ChatModel | Replayer | None) -> None:
+        self.cfg, self.model, self.own = cfg, given, given is None
+
+    def get(self) -> ChatModel | Replayer:
+        if self.model is None:
+            cfg = self.cfg
+            self.model = replayer_for(cfg.model)
+            if self.model is None:
+                _log(f"loading policy {cfg.model} ...")
+                self.model = make_chat_model(cfg.model, cfg.sampling, backend=cfg.backend,
+                                             concurrency=cfg.max_in_flight)
+        return self.model
+
+    def close(self) -> None:
+        if self.own and self.model is not None:
+            self.model.close()
+
+
 def _run_eval(cfg: EvalConfig, names: list[str], want_general: bool, *,
-              policy: ChatModel | None = None, allow_new: bool = True, resume_anyway: bool = False) -> dict[str, Any]:
+              policy: ChatModel | Replayer | None = None, allow_new: bool = True,
+              resume_anyway: bool = False) -> RunSummary:
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     claim_run_dir(out, cfg, names, resume_anyway=resume_anyway, policy_given=policy is not None)
     write_json_atomic(out / "run.json", {"config": to_dict(cfg), "updated_at": time.time()})
-    sampling, limits = cfg.sampling, cfg.limits
-    benchmarks: dict[str, dict[str, Any]] = {}
-    own_policy = policy is None
+    benchmarks: dict[str, BenchmarkEntry] = {}
+    # the general suite's section, read from the run directory now (a resumed run shows what it has) and
+    # again once lm-eval ran; not at every write
+    general = general_section(out, cfg.general, cfg.model) if want_general else None
+
+    def summary() -> RunSummary:
+        shard, merged_from = run_kind(cfg, out, benchmarks)  # a shard's or a merge's run says so (eval.shards)
+        return write_summary(out, build_summary(model=cfg.model, prompting=cfg.prompting, benchmarks=benchmarks,
+                                                general=general, shard=shard, merged_from=merged_from))
+
+    holder = _Policy(cfg, policy)
     try:
         for name in names:
-            benchmarks[name] = {**benchmark_facts(name),
-                                **_run_benchmark(name, cfg, out, sampling, limits, lambda: policy, allow_new)}
-            if benchmarks[name].get("_policy") is not None:
-                policy = benchmarks[name].pop("_policy")
-            benchmarks[name].pop("_policy", None)
-            interrupted = benchmarks[name].pop("_interrupted", False)
-            write_summary(out, cfg, benchmarks)
+            entry, interrupted = _run_benchmark(name, cfg, out, holder, allow_new)
+            benchmarks[name] = fill_facts(name, entry)
+            summary()
             if interrupted:
                 raise KeyboardInterrupt
         if want_general:  # lm-eval on the same weights (the agent suites' loaded checkpoint when there is one)
             run_general(general_with_limit(cfg.general, cfg.limit), cfg.model, out, backend=cfg.backend,
-                        loaded=getattr(policy, "loaded", None))
+                        loaded=getattr(holder.model, "loaded", None))
+            general = general_section(out, cfg.general, cfg.model)
     except KeyboardInterrupt:
-        write_summary(out, cfg, benchmarks)
+        summary()
         raise EvalInterrupted(_saved_results(out)) from None
     finally:
-        if own_policy and policy is not None:
-            policy.close()
-    return write_summary(out, cfg, benchmarks)
+        holder.close()
+    return summary()
 
 
 def benchmarks_to_run(cfg: EvalConfig) -> tuple[list[str], bool]:
@@ -137,34 +168,37 @@ def benchmarks_to_run(cfg: EvalConfig) -> tuple[list[str], bool]:
     return list(dict.fromkeys(names + expand_benchmarks(None, cfg.benchmarks))), want_general
 
 
-def _run_benchmark(name: str, cfg: EvalConfig, out: Path, sampling: SamplingConfig, limits: AgentLimits,
-                   current_policy, allow_new: bool = True) -> dict[str, Any]:
+def _not_run(status: str, reason: str, how_to_fix: str | None = None, traceback_text: str | None = None) -> BenchmarkEntry:
+    return BenchmarkEntry(status=status, reason=reason, how_to_fix=how_to_fix, traceback=traceback_text,
+                          comparable=False)
+
+
+def _run_benchmark(name: str, cfg: EvalConfig, out: Path, policy: _Policy,
+                   allow_new: bool = True) -> tuple[BenchmarkEntry, bool]:
+    """One benchmark: its entry, and whether Ctrl-C stopped it (the caller writes the summary, then stops)."""
     try:
         adapter = load_adapter(name, **cfg.benchmark_config.get(name, {}))
         store = BenchmarkStore(out, adapter.name or name)
-        adapter.work_dir = store.work_dir
         if cfg.task_ids:
             tasks = limit_runnable(select_task_ids(adapter.tasks(cfg.split, None), cfg.task_ids), cfg.limit)
             if not tasks:
                 _log(f"{name}: skipped: none of --task-ids is a task of this benchmark (split {cfg.split!r})")
-                return {"status": "skipped", "reason": "none of the requested task ids is a task of this benchmark",
-                        "how_to_fix": "check the ids against the benchmark's results.jsonl or its data",
-                        "comparable": False}
+                return _not_run("skipped", "none of the requested task ids is a task of this benchmark",
+                                "check the ids against the benchmark's results.jsonl or its data"), False
         else:
             tasks = adapter.tasks(cfg.split, cfg.limit)
         check_task_ids(tasks, f"benchmark {name}")  # ids key records and name scratch paths: checked, unique
     except BenchmarkUnavailable as exc:
         _log(exc.line(name))
-        return {"status": "skipped", "reason": exc.reason, "how_to_fix": exc.how_to_fix, "comparable": False}
+        return _not_run("skipped", exc.reason, exc.how_to_fix), False
     except (UnknownNameError, ConfigError):  # a misspelt name or setting: the usage error it is
         raise
     except Exception as exc:  # an adapter that cannot even list its tasks: recorded, the run goes on
         _log(f"{name}: failed before any episode: {type(exc).__name__}: {exc}")
-        return {"status": "error", "reason": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(),
-                "comparable": False}
+        return _not_run("error", f"{type(exc).__name__}: {exc}", traceback_text=traceback.format_exc()), False
     runs = cfg.runs or adapter.runs_default
-    effective_limits = adapter.agent_limits(limits)  # the protocol's own budgets, recorded in the summary
-    adapter.runs_requested = runs  # trials the run asked for (an aggregate pads missing ones to it)
+    effective_limits = adapter.agent_limits(cfg.limits)  # the protocol's own budgets, recorded in the summary
+    run = RunContext(work_dir=store.work_dir, runs=runs)  # what open and aggregate learn about this run
     recorded = store.load()
     shard = parse_shard(cfg.shard)
     pairs_total = len(tasks) * runs
@@ -175,13 +209,9 @@ def _run_benchmark(name: str, cfg: EvalConfig, out: Path, sampling: SamplingConf
     if jobs and not allow_new:
         raise MissingPairs(name, [(j.task.id, j.trial) for j in jobs])
     finished_ids = {task_id for task_id, _ in recorded}
-    policy = current_policy()
-    new_policy = None
     interrupted = False
     if jobs:
-        if policy is None:
-            _log(f"loading policy {cfg.model} ...")
-            policy = new_policy = make_chat_model(cfg.model, sampling, backend=cfg.backend, concurrency=cfg.max_in_flight)
+        model = policy.get()
         _log(f"{name}: {len(jobs)} episodes to run ({len(recorded)} already recorded), "
              f"{len(tasks)} tasks x {runs} run(s)")
         progress = _Progress(name, len(jobs))
@@ -190,9 +220,9 @@ def _run_benchmark(name: str, cfg: EvalConfig, out: Path, sampling: SamplingConf
             store.append(result, episode)
             progress.update(result.error is not None)
 
-        loop = AgentLoop(adapter, policy, prompting=cfg.prompting, prompting_options=cfg.prompting_options,
+        loop = AgentLoop(adapter, model, prompting=cfg.prompting, prompting_options=cfg.prompting_options,
                          limits=effective_limits, max_in_flight=cfg.max_in_flight, model_name=cfg.model,
-                         on_result=on_result, scheduling=cfg.scheduling)
+                         on_result=on_result, scheduling=cfg.scheduling, run=run)
         started = time.perf_counter()
         try:
             loop.run(jobs, finished_ids=finished_ids)
@@ -206,20 +236,19 @@ def _run_benchmark(name: str, cfg: EvalConfig, out: Path, sampling: SamplingConf
                  f"({len(jobs) / max(elapsed, 1e-9):.3f} episodes/s)")
     scored_ids = {t.id for t in tasks if t.scored}
     results = [r for key, r in store.load().items() if key in wanted]
-    aggregate = adapter.aggregate([r for r in results if r.task_id in scored_ids or r.details.get("prereq")])
-    summary = benchmark_entry(tasks=[t for t in tasks if t.scored], results=results, runs=runs,
-                              runs_protocol=adapter.runs_default, aggregate=aggregate,
-                              tasks_in_benchmark=_tasks_in_benchmark(adapter, cfg),
-                              subset=f"--split {cfg.split}" if cfg.split else None,
-                              shard=shard_reason(shard, len(wanted), pairs_total) if shard else None)
+    aggregate = with_run(adapter, "aggregate", [r for r in results if r.task_id in scored_ids or r.details.get("prereq")],
+                         run=run)
+    entry = benchmark_entry(tasks=[t for t in tasks if t.scored], results=results, runs=runs,
+                            runs_protocol=adapter.runs_default, aggregate=aggregate,
+                            tasks_in_benchmark=_tasks_in_benchmark(adapter, cfg),
+                            subset=f"--split {cfg.split}" if cfg.split else None,
+                            shard=shard_reason(shard, len(wanted), pairs_total) if shard else None)
     if shard:
-        summary["shard"] = {"shard": str(shard), "pairs": len(wanted), "pairs_total": pairs_total}
-    summary["runs_dir"] = str(store.dir)
-    summary["settings"] = dict(adapter.config)  # the adapter's parsed Config, defaults included
-    summary["limits"] = to_dict(effective_limits)  # after the adapter's agent_limits, not only the flags
-    summary["_policy"] = new_policy
-    summary["_interrupted"] = interrupted
-    return summary
+        entry.shard = shard_part(shard, len(wanted), pairs_total)
+    entry.runs_dir = str(store.dir)
+    entry.settings = to_dict(dict(adapter.config))  # the adapter's parsed Config, defaults included
+    entry.limits = to_dict(effective_limits)  # after the adapter's agent_limits, not only the flags
+    return entry, interrupted
 
 
 def _saved_results(out: Path) -> int:

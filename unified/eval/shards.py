@@ -24,8 +24,9 @@ to rerun. A work file that two shards hold with different bytes keeps the copy o
 index; ``OUT/shards.json`` and the summary list the others (they stay in their shard directories).
 
 Summaries say which kind of run they describe: a shard's ``summary.json`` has a top-level
-``"shard"`` (``{"shard": "I/N", "pairs": n, "pairs_total": m, "merge_command": ..., "note": ...}``, its benchmarks'
-entries a ``"shard"`` with their own counts and the reason ``shard I/N: ...`` under
+``"shard"`` (a :class:`unified.eval.records.ShardRun`: ``{"shard": "I/N", "index", "count", "pairs": n,
+"pairs_total": m, "merge_command": ..., "note": ...}``), its benchmarks' entries a ``"shard"``
+(a :class:`unified.eval.records.ShardPart`) with their own counts and the reason ``shard I/N: ...`` under
 ``not_comparable_because``), and its ``summary.md`` opens with "Shard I/N: not a whole run" and the
 merge command. A merged run's has ``"merged_from"`` (the contents of ``shards.json``) and a
 paragraph naming the shard directories and where the work files went; its benchmark entries
@@ -48,6 +49,7 @@ from typing import Any
 
 from unified.benchmarks.contract import Task
 from unified.config import ConfigError, from_dict, to_dict
+from unified.eval.records import BenchmarkEntry, RunSummary, ShardPart, ShardRun
 from unified.store import append_jsonl, write_json_atomic
 
 SHARDS_FILE = "shards.json"
@@ -200,7 +202,7 @@ def _shard_configs(dirs: list[Path]) -> tuple[dict[str, Any], list[Shard]]:
     return common, shards
 
 
-def merge_runs(shard_dirs: list[str], out: str) -> dict[str, Any]:
+def merge_runs(shard_dirs: list[str], out: str) -> RunSummary:
     """Merge the shard run directories ``shard_dirs`` into the run directory ``out``; returns its summary.
 
     Raises :class:`ShardError` (one line) when they are not all the shards of one command, when
@@ -348,35 +350,36 @@ def shard_reason(shard: Shard, pairs: int, total: int) -> str:
     return f"shard {shard}: {pairs} of {total} (task, trial) pairs, not a whole run"
 
 
-def run_kind(cfg: Any, out: str | Path, benchmarks: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The top-level keys that say a summary is a shard's (``"shard"``) or a merge's (``"merged_from"``);
-    empty for a plain run. ``benchmarks``: the summary's entries (a shard's carry ``"shard"`` counts)."""
+def run_kind(cfg: Any, out: str | Path, benchmarks: dict[str, BenchmarkEntry]) -> tuple[ShardRun | None, dict[str, Any] | None]:
+    """What says a summary is a shard's (:class:`ShardRun`, the summary's ``shard``) or a merge's (the
+    contents of ``shards.json``, its ``merged_from``); (None, None) for a plain run. ``benchmarks``:
+    the summary's entries (a shard's carry their :class:`ShardPart` counts)."""
     shard = parse_shard(getattr(cfg, "shard", None))
     if shard is not None:
-        counted = [e["shard"] for e in benchmarks.values() if isinstance(e.get("shard"), dict)]
+        counted = [e.shard for e in benchmarks.values() if e.shard is not None]
         command = merge_command(out, shard.count)
-        return {"shard": {"shard": str(shard), "index": shard.index, "count": shard.count,
-                          "pairs": sum(c["pairs"] for c in counted), "pairs_total": sum(c["pairs_total"] for c in counted),
-                          "merge_command": command, "note": f"not a whole run; merge with `{command}`"}}
+        return ShardRun(shard=str(shard), index=shard.index, count=shard.count,
+                        pairs=sum(c.pairs for c in counted), pairs_total=sum(c.pairs_total for c in counted),
+                        merge_command=command, note=f"not a whole run; merge with `{command}`"), None
     path = Path(out) / SHARDS_FILE
     if path.is_file():
         try:
-            return {"merged_from": json.loads(path.read_text(encoding="utf-8"))}
+            return None, json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
-            return {"merged_from": {"error": f"{path}: {exc}"}}
-    return {}
+            return None, {"error": f"{path}: {exc}"}
+    return None, None
 
 
-def run_kind_markdown(summary: dict[str, Any]) -> list[str]:
+def run_kind_markdown(summary: RunSummary) -> list[str]:
     """The paragraph that opens a shard's or a merged run's ``summary.md`` (none for a plain run)."""
-    if isinstance(summary.get("shard"), dict):
-        s = summary["shard"]
-        per = ", ".join(f"{name} {e['shard']['pairs']} of {e['shard']['pairs_total']}"
-                        for name, e in summary.get("benchmarks", {}).items() if isinstance(e.get("shard"), dict))
-        return [f"**Shard {s['shard']}: not a whole run.** It holds {s['pairs']} of {s['pairs_total']} "
+    if summary.shard is not None:
+        s = summary.shard
+        per = ", ".join(f"{name} {e.shard.pairs} of {e.shard.pairs_total}"
+                        for name, e in summary.benchmarks.items() if e.shard is not None)
+        return [f"**Shard {s.shard}: not a whole run.** It holds {s.pairs} of {s.pairs_total} "
                 f"(task, trial) pairs" + (f" ({per})" if per else "") + "; its scores cover those pairs only. "
-                f"Merge the {s['count']} shards with `{s['merge_command']}`.", ""]
-    merged = summary.get("merged_from")
+                f"Merge the {s.count} shards with `{s.merge_command}`.", ""]
+    merged = summary.merged_from
     if not isinstance(merged, dict):
         return []
     if "error" in merged:
@@ -394,6 +397,11 @@ def run_kind_markdown(summary: dict[str, Any]) -> list[str]:
                      f"the others stay in their shard directories (listed in {SHARDS_FILE}), e.g. "
                      f"`{clashes[0]['path']}` of `{clashes[0]['other']}`.")
     return [" ".join(lines), ""]
+
+
+def shard_part(shard: Shard, pairs: int, total: int) -> ShardPart:
+    """A shard's counts for one benchmark's entry (its ``shard``)."""
+    return ShardPart(shard=str(shard), pairs=pairs, pairs_total=total)
 
 
 def check_unsharded_parts(cfg: Any, want_general: bool) -> None:

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Literal
 
+from unified.eval.records import RunSummary
 from unified.eval.rundir import BenchmarkStore
 from unified.store import read_jsonl
 from unified.types import EpisodeResult
@@ -75,18 +76,16 @@ def episode_rows(run_dir: str | Path) -> list[list[Any]]:
     return rows
 
 
-def summary_numbers(summary: dict[str, Any]) -> dict[str, Any]:
+def summary_numbers(summary: RunSummary) -> dict[str, Any]:
     """``<benchmark>/<key>`` -> value for the wandb run summary (module docstring)."""
     out: dict[str, Any] = {}
-    for name, entry in (summary.get("benchmarks") or {}).items():
-        if not isinstance(entry, dict):
-            continue
-        score = (entry.get("aggregate") or {}).get("score")
-        if entry.get("status") in ("ok", "partial") and isinstance(score, (int, float)):
-            out[f"{name}/score"] = float(score)
+    for name, entry in summary.benchmarks.items():
+        score = entry.score()
+        if score is not None:
+            out[f"{name}/score"] = score
         for key in ("tasks_run", "tasks_skipped", "tasks_errored", "status"):
-            if key in entry:
-                out[f"{name}/{key}"] = entry[key]
+            if getattr(entry, key) is not None:
+                out[f"{name}/{key}"] = getattr(entry, key)
     return out
 
 
@@ -95,7 +94,7 @@ def log_run(run_dir: str | Path, *, mode: Literal["offline", "online"] = "offlin
     """Log a finished (or partly finished) run directory to wandb; returns the wandb run's directory."""
     import wandb
 
-    from unified.eval.report import load_summary
+    from unified.eval.records import load_summary
 
     run_dir = Path(run_dir).resolve()
     summary = load_summary(run_dir)

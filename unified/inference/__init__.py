@@ -4,7 +4,7 @@
   id, ``openai:URL#MODEL``, ``vllm:SPEC``, ``gold``) parsed into a :class:`ModelSpec`;
 - :mod:`~unified.inference.base`: :class:`ChatModel` (the model an episode calls; one call is one ``Step``): batched
   ``generate``, ``submit`` (a future per request), single-shot ``chat``; :func:`make_chat_model`;
-  backends ``hf``, ``openai``, ``vllm``, ``gold``;
+  backends ``hf``, ``openai``, ``vllm`` (``gold`` is no backend: the agent loop's replayer);
 - :mod:`~unified.inference.engine`: one generation thread per loaded model, every in-process
   caller (policy, judge, simulated user, loopback server) a client holding futures;
 - :mod:`~unified.inference.shared`: one copy of a model per process;

@@ -8,8 +8,10 @@ take the batch down). Backends:
 
 - ``hf``     (:mod:`unified.inference.hf`): in-process transformers, one left-padded batch;
 - ``openai`` (:mod:`unified.inference.openai_backend`): any OpenAI-compatible server, concurrent;
-- ``vllm``   (:mod:`unified.inference.vllm_backend`): a vLLM server this process starts (``make vllm``);
-- ``gold``   (:mod:`unified.inference.gold`): replays an adapter's ground truth (adapter checks).
+- ``vllm``   (:mod:`unified.inference.vllm_backend`): a vLLM server this process starts (``make vllm``).
+
+The spec ``gold`` names no chat model: the agent loop replays the tasks' reference actions in place
+of a policy (:class:`unified.agent.replay.GoldReplayer`).
 
 :func:`make_chat_model` picks one from a model spec (:mod:`unified.inference.spec`); single-shot
 callers (a judge, a simulated user) use :meth:`ChatModel.chat` / :meth:`ChatModel.chat_many`, with
@@ -26,7 +28,7 @@ from typing import Any
 from unified.config import bounded
 from unified.registry import Registry
 from unified.chatformat.reasoning import strip_reasoning
-from unified.inference.spec import ModelSpec, parse_spec
+from unified.inference.spec import ModelSpec, SpecError, parse_spec
 
 
 @dataclass(frozen=True)
@@ -53,8 +55,6 @@ class PolicyRequest:
     """Chat messages (``Message.to_chat()``), system prompt first."""
     tools: list[dict[str, Any]] = field(default_factory=list)
     """OpenAI-style tool dicts."""
-    context: dict[str, Any] = field(default_factory=dict)
-    """What special backends need (``gold``: the task and the adapter). Ignored by the others."""
     prefix: str = ""
     """Text to prefill after the generation prompt (a prompting module's ``response_prefix``);
     backends that cannot prefill ignore it and leave ``PolicyOutput.prefix`` empty."""
@@ -106,8 +106,6 @@ class ChatModel:
     """Base class; ``generate`` must keep the order of ``requests``."""
 
     name = "base"
-    needs_context = False
-    """True for policies that read ``PolicyRequest.context`` (the task and adapter): ``gold``."""
 
     concurrency_option: str | None = None
     """The constructor option that ``make_chat_model(concurrency=N)`` sets (``hf``'s batch rows,
@@ -197,22 +195,24 @@ transformers, ``vllm`` a vLLM install, and a process that only talks to an endpo
 BACKENDS.register_lazy("hf", "unified.inference.hf:HFPolicy")
 BACKENDS.register_lazy("openai", "unified.inference.openai_backend:OpenAIPolicy")
 BACKENDS.register_lazy("vllm", "unified.inference.vllm_backend:VLLMPolicy")
-BACKENDS.register_lazy("gold", "unified.inference.gold:GoldPolicy")
 
 
 def make_chat_model(spec: str | ModelSpec, sampling: SamplingConfig = SamplingConfig(), *, backend: str | None = None,
                     concurrency: int | None = None, **options: Any) -> ChatModel:
     """A chat model from a model spec (:func:`unified.inference.spec.parse_spec`).
 
-    ``gold`` -> the ground-truth replayer; an endpoint -> the OpenAI-compatible backend; a
+    An endpoint -> the OpenAI-compatible backend; a
     checkpoint (``embedded``, a directory, a .gguf, a hub id) is loaded in-process by ``hf``
     unless ``backend="vllm"`` (or the spec starts with ``vllm:``). ``concurrency`` (the agent
     loop's episodes in flight) becomes ``hf``'s batch rows and ``openai``'s concurrent requests,
     so neither throttles ``--max-in-flight``. An ``hf`` model takes its weights from the
     process's shared copy (:func:`unified.inference.shared.shared_checkpoint`) unless ``loaded``
-    is given.
+    is given. ``gold`` is a SpecError: it is no model (:func:`unified.agent.replay.replayer_for`).
     """
     parsed = parse_spec(spec, backend=backend)
+    if parsed.kind == "gold":
+        raise SpecError("model spec 'gold' is not a chat model: the agent loop replays the tasks' reference "
+                        "actions in place of a policy (unified.agent.replay.GoldReplayer)")
     cls = BACKENDS.get(parsed.backend)
     if concurrency and cls.concurrency_option:
         options.setdefault(cls.concurrency_option, concurrency)

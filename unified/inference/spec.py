@@ -12,7 +12,8 @@ spec                       kind         backend   meaning
 ``http(s)://URL#MODEL``    endpoint     openai    the same without the ``openai:`` prefix
 ``vllm:SPEC``              (of SPEC)    vllm      a checkpoint spec served by a vLLM server
                                                   started for it (``make vllm``)
-``gold``                   gold         gold      replays an adapter's ground truth
+``gold``                   gold         gold      no model: the agent loop replays the tasks'
+                                                  reference actions (unified.agent.replay)
 =========================  ===========  ========  =============================================
 
 :func:`parse_spec` classifies a spec without loading anything and returns a :class:`ModelSpec`;

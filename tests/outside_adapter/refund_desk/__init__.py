@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from unified.benchmarks import Adapter, AgentLimits, Environment, Task, avg_at_k, partition, pass_pow_k, scores_by_task
+from unified.benchmarks import Adapter, AgentLimits, Environment, RunContext, Task, avg_at_k, partition, pass_pow_k, scores_by_task
 from unified.types import Episode, EpisodeResult, Message, Observation, ToolCall, ToolSpec
 
 ORDERS = [
@@ -125,7 +125,7 @@ class RefundDeskAdapter(Adapter):
         tasks = [Task(id=f"refund_{o['order_id']}", benchmark=self.name, payload=dict(o)) for o in ORDERS]
         return tasks[:limit] if limit else tasks
 
-    def open(self, task: Task) -> RefundDeskEnvironment:
+    def open(self, task: Task, *, run: RunContext = RunContext()) -> RefundDeskEnvironment:
         return RefundDeskEnvironment(task.payload, self.settings.refund_window_days)
 
     def agent_limits(self, limits: AgentLimits) -> AgentLimits:
@@ -150,10 +150,10 @@ class RefundDeskAdapter(Adapter):
         return EpisodeResult(benchmark=self.name, task_id=task.id, trial=episode.trial, score=float(ok), passed=ok,
                              details=details)
 
-    def aggregate(self, results: list[EpisodeResult]) -> dict[str, Any]:
+    def aggregate(self, results: list[EpisodeResult], *, run: RunContext = RunContext()) -> dict[str, Any]:
         """Pass rate (Avg@k, per task over trials then over tasks) and pass^k with k the trials asked for."""
         parts = partition(results)
-        k = int(self.runs_requested or self.runs_default)
+        k = run.trials(self)
         by_task = scores_by_task(parts.scored)
         pass_pow = [pass_pow_k(len(v), sum(1 for s in v if s >= 1.0), k) for v in by_task.values()]
         reasons = [] if k >= self.runs_default else [f"pass^{k} instead of the protocol's pass^{self.runs_default}"]
