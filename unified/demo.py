@@ -189,6 +189,8 @@ def _warmup(args, loaded, done: list[str]) -> dict:
     overrides = [f"output_dir={out}", f"train.max_steps={args.warmup_steps}", f"train.save_steps={args.warmup_steps}",
                  f"data.train=[{REPO / 'data' / 'lwm'}]", f"data.heldout_size={args.heldout}",
                  "data.max_prompt_tokens=320",  # 64 of the 108 samples; shorter prompts, faster steps than the recipe's 512
+                 # the recipe keeps its best step on 24 validation prompts; 8 keep the demo's probe short
+                 "data.validation_size=8", "monitor.probe_size=8",
                  f"model.name_or_path={args.model}", "logging.wandb=false"]
     cfg = load_warmup_config(REPO / "recipes" / "warmup" / "embedded_cpu.yaml", overrides)
     print(f"[4] GSPO warmup: {cfg.train.max_steps} steps x {cfg.gspo.num_generations} completions per prompt, "
