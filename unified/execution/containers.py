@@ -172,6 +172,10 @@ def rm_argv(engine: str, name: str) -> list[str]:
     return [engine, "rm", "-f", "-v", name]
 
 
+INFO_TIMEOUT_S = 60
+"""How long ``ENGINE info`` may take before the backend is called unavailable; 20 s refused a task on a
+2-core machine with a load average of 10."""
+
 class DockerSession(ExecutionSession):
     """A container of a docker-compatible engine."""
 
@@ -287,9 +291,10 @@ class DockerBackend(ExecutionBackend):
             return BackendUnavailable(self.engine, f"the {self.engine} command is not installed",
                                       _INSTALL_HINTS[self.engine])
         try:
-            proc = _run([self.engine, "info", "--format", "{{json .}}"], timeout=20)
+            proc = _run([self.engine, "info", "--format", "{{json .}}"], timeout=INFO_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            return BackendUnavailable(self.engine, f"`{self.engine} info` did not answer within 20 s (machine busy?)",
+            return BackendUnavailable(self.engine, f"`{self.engine} info` did not answer within {INFO_TIMEOUT_S} s "
+                                      "(machine busy?)",
                                       f"try again when the machine is less loaded; check `{self.engine} info`")
         if proc.returncode != 0:
             detail = proc.stderr.decode(errors="replace").strip().splitlines()
