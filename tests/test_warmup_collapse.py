@@ -217,8 +217,11 @@ def test_the_validation_split_leaves_the_heldout_rows_alone(tmp_path):
     assert train | val == set(plain.train["sample_id"])
 
 
-def test_the_probe_is_refused_with_sharded_weights(tmp_path):
-    sharded = ["launch.cpu_processes=2", "launch.distributed=deepspeed_zero3", "monitor.probe_size=2"]
-    with pytest.raises(ConfigError, match="monitor.probe_size: the probe decodes with the whole model"):
-        load_warmup_config(None, tiny_overrides(tmp_path, *sharded))
-    load_warmup_config(None, tiny_overrides(tmp_path, *sharded[:1], "launch.distributed=ddp", sharded[2]))
+def test_the_probe_is_turned_off_with_sharded_weights(tmp_path, capsys):
+    sharded = ["launch.cpu_processes=2", "launch.distributed=deepspeed_zero3", "monitor.probe_size=2",
+               "data.validation_size=2", "monitor.keep_best=true"]
+    cfg = load_warmup_config(None, tiny_overrides(tmp_path, *sharded))
+    assert cfg.monitor.probe_size == 0 and cfg.monitor.keep_best is False
+    assert "are turned off: the probe decodes with the whole model on every rank" in capsys.readouterr().err
+    ddp = load_warmup_config(None, tiny_overrides(tmp_path, *sharded[:1], "launch.distributed=ddp", *sharded[2:]))
+    assert ddp.monitor.probe_size == 2 and ddp.monitor.keep_best is True

@@ -16,6 +16,7 @@ deprecation line naming the file and the new spelling; so do its ``--set`` keys.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -293,9 +294,12 @@ class WarmupConfig:
                               f"{self.data.validation_size})")
         if self.monitor.probe_size > 0 and self.launch.trainer_processes() > 1 \
                 and self.launch.distributed in SHARDED_DISTRIBUTED:
-            raise ConfigError(f"monitor.probe_size: the probe decodes with the whole model on every rank, which "
-                              f"launch.distributed={self.launch.distributed} shards; set monitor.probe_size=0 and "
-                              "monitor.keep_best=false, or use launch.distributed=ddp")
+            # the resolved recipe (written to the output dir) records what ran
+            print(f"unified.warmup: monitor.probe_size={self.monitor.probe_size} and monitor.keep_best="
+                  f"{str(self.monitor.keep_best).lower()} are turned off: the probe decodes with the whole model on "
+                  f"every rank, which launch.distributed={self.launch.distributed} shards (launch.distributed=ddp "
+                  "keeps them)", file=sys.stderr, flush=True)
+            self.monitor.probe_size, self.monitor.keep_best = 0, False
         if self.launch.nodes < 1:
             raise ConfigError(f"launch.nodes: expected >= 1, got {self.launch.nodes}")
         if self.launch.cpu_processes > 1 and not self.launch.cpu_data_parallel():

@@ -31,7 +31,8 @@ training it restores them, so ``final/`` holds step s*: early stopping on a vali
 model selection of supervised training applied to the warmup's greedy answers. A resumed run starts
 its selection at the resumed step (the copy lives in memory). Under data parallelism every rank holds
 the whole model and runs the same greedy probe, so every rank selects (and restores) the same step;
-sharded backends (ZeRO-3, FSDP) are refused by the recipe check.
+sharded backends (ZeRO-3, FSDP) turn the probe and keep_best off at the recipe check, with a line
+saying so.
 """
 
 from __future__ import annotations
