@@ -427,6 +427,15 @@ one deprecation line per old key and place."""
 _warned_renames: set[tuple[str, str]] = set()
 
 
+def _deprecated_once(note: str) -> None:
+    """Warn (DeprecationWarning and one stderr line) the first time this process meets ``note``."""
+    if (note, "") in _warned_renames:
+        return
+    _warned_renames.add((note, ""))
+    warnings.warn(note, DeprecationWarning, stacklevel=4)
+    print(f"note: {note}", file=sys.stderr)
+
+
 def _apply_upgrade(cls: type, data: dict[str, Any], where: str, loc: str) -> dict[str, Any]:
     upgrade = getattr(cls, UPGRADE_ATTRIBUTE, None)
     if upgrade is None or not isinstance(data, dict):
@@ -442,11 +451,7 @@ def _apply_upgrade(cls: type, data: dict[str, Any], where: str, loc: str) -> dic
     if upgraded is None:
         return data
     data, spelling = upgraded
-    note = f"deprecated: {loc}{spelling}"
-    if (note, "") not in _warned_renames:
-        _warned_renames.add((note, ""))
-        warnings.warn(note, DeprecationWarning, stacklevel=3)
-        print(f"note: {note}", file=sys.stderr)
+    _deprecated_once(f"deprecated: {loc}{spelling}")
     return data
 
 
@@ -566,11 +571,7 @@ def _renamed_overrides(cls: type, overrides: list[str]) -> list[str]:
             out.append(item)
             continue
         out.append(f"{new}={raw}")
-        note = f"deprecated: --set {key.strip()} is now --set {new}"
-        if (note, "") not in _warned_renames:
-            _warned_renames.add((note, ""))
-            warnings.warn(note, DeprecationWarning, stacklevel=3)
-            print(f"note: {note}", file=sys.stderr)
+        _deprecated_once(f"deprecated: --set {key.strip()} is now --set {new}")
     return out
 
 
