@@ -12,6 +12,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The eval's engine for a local checkpoint: in-process. Left on `auto`, every `--model embedded` eval of the
+# suite would start a vLLM server wherever `make vllm` was run (CI runs it), ~90 s each
+# (unified.eval.engine). The auto choice itself is tested in tests/test_eval_engine.py.
+os.environ["UNIFIED_EVAL_BACKEND"] = "hf"
 
 
 def pytest_collection_modifyitems(config, items):

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 
 from unified.config import (ArgumentParser, ConfigError, add_recipe_arguments, apply_overrides, dump_yaml, flag_type,
                              from_dict, mark_overrides, read_yaml)
@@ -69,7 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "--set general.KEY=VALUE; `all` = in_domain + ood)")
     parser.add_argument("--benchmarks", nargs="+", help="benchmark names (comma or space separated)")
     parser.add_argument("--model", help="embedded | CHECKPOINT_DIR | FILE.gguf | openai:URL#MODEL | vllm:PATH | gold")
-    parser.add_argument("--backend", choices=["hf", "vllm", "openai"], help="backend for a local checkpoint")
+    parser.add_argument("--backend", choices=["auto", "hf", "vllm", "openai"],
+                        help="engine of a local checkpoint: hf (in-process), vllm (a vLLM server) or auto (the "
+                             "default: vllm on a CPU machine where `make vllm` was run, else hf; "
+                             "$UNIFIED_EVAL_BACKEND replaces it)")
     parser.add_argument("--prompting", help="prompting module (act, predict_then_act, ...)")
     parser.add_argument("--out", help="run directory (results, summary); rerun the same command to resume")
     parser.add_argument(RESUME_ANYWAY_FLAG, action="store_true",
@@ -171,15 +175,21 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, KeyError, PreflightError) as exc:
         parser.error(str(exc))
     if args.dry_run:
+        from unified.eval.engine import choose_backend
+        from unified.eval.identity import recorded_backend
+
         try:
             check_benchmark_config(cfg.benchmark_config)
             names, want_general = benchmarks_to_run(cfg)
+            choice = choose_backend(cfg.model, cfg.backend, recorded=recorded_backend(cfg.out, EvalConfig))
         except (ConfigError, UnknownNameError) as exc:
             parser.error(str(exc))
         print(dump_yaml(cfg))
         names += [f"general (lm-eval: {', '.join(cfg.general.tasks)})"] if want_general else []
         print(f"# would evaluate: {', '.join(dict.fromkeys(names))}")
-        print(dry_run_line(cfg.out, cfg, names))
+        if choice.line:
+            print(f"# {choice.line}")
+        print(dry_run_line(cfg.out, replace(cfg, backend=choice.backend), names))
         return 0
     try:
         summary = run_eval(cfg, resume_anyway=args.resume_anyway)

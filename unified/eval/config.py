@@ -6,7 +6,7 @@ the library's own :class:`~unified.inference.base.SamplingConfig` and
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from unified.benchmarks.contract import AgentLimits
 from unified.config import bounded
@@ -26,8 +26,11 @@ class EvalConfig:
     """Benchmark names (or ``module:Factory`` import paths) in addition to the suite."""
     model: str = "embedded"
     """``embedded``, a checkpoint dir, a .gguf, ``openai:URL#MODEL``, ``vllm:PATH`` or ``gold``."""
-    backend: str | None = None
-    """Force ``hf``/``vllm``/``openai`` for a local spec."""
+    backend: Literal["auto", "hf", "vllm", "openai"] | None = "auto"
+    """The engine of a local checkpoint spec: ``hf`` (in-process), ``vllm`` (a vLLM server) or ``auto``
+    (vLLM on a CPU machine where ``make vllm`` was run, else in-process: :mod:`unified.eval.engine`);
+    ``openai`` for an endpoint. None (older run records) reads as ``auto``. A run directory records
+    the engine actually used."""
     prompting: str = "act"
     prompting_options: dict[str, Any] = field(default_factory=dict)
     out: str = "runs/eval"

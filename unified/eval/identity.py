@@ -11,7 +11,8 @@ The identity is what changes a result of a given (task, trial):
 - ``model``: the checkpoint (an absolute path for a local directory or .gguf, the hub id,
   ``embedded``), the endpoint (``URL#MODEL``) or ``gold``; ``model.files``: a digest of the
   names, sizes and modification times of a local checkpoint's files (a rewritten checkpoint at
-  the same path differs); ``backend``;
+  the same path differs); ``backend``: the engine that ran it (``hf``, ``vllm``, ``openai``, ``gold``;
+  ``--backend auto`` is recorded as what it chose, :mod:`unified.eval.engine`);
 - ``prompting`` and ``prompting_options``, every ``sampling.*`` and ``limits.*`` key, ``split``;
 - ``benchmarks.NAME``: the settings given to each benchmark (``--set benchmarks.NAME.KEY=...``).
 
@@ -67,8 +68,10 @@ def eval_identity(cfg: Any, benchmarks: list[str], *, policy_given: bool = False
     """The record of ``cfg`` (an :class:`unified.eval.config.EvalConfig`): ``fields`` (flat, see the
     module docstring) and ``benchmarks`` (name -> settings given). ``policy_given``: the caller passed
     a live model to ``run_eval`` and ``cfg.model`` is only its label (nothing to resolve)."""
+    from unified.eval.engine import choose_backend
+
     fields: dict[str, Any] = ({"backend": "given", "model": cfg.model} if policy_given
-                              else dict(model_identity(cfg.model, cfg.backend)))
+                              else dict(model_identity(cfg.model, choose_backend(cfg.model, cfg.backend).backend)))
     fields["prompting"] = cfg.prompting
     fields["prompting_options"] = dict(cfg.prompting_options)
     fields["split"] = cfg.split
@@ -85,12 +88,23 @@ def _recorded(out: Path, cfg_cls: type) -> dict[str, Any] | None:
     """The recorded identity, or one derived from an older directory's ``run.json`` (no ``model.files``)."""
     def from_run_json() -> dict[str, Any]:  # no run.json, or one this version cannot read: None
         old = from_dict(cfg_cls, json.loads((out / "run.json").read_text())["config"])
+        from unified.inference.spec import parse_spec
+
+        if old.backend is None and parse_spec(old.model).backend == "hf":
+            old.backend = "hf"  # no backend recorded: such a run ran a bare checkpoint in-process
         record = eval_identity(old, list(old.benchmark_config))
         record["fields"].pop("model.files", None)
         record["benchmarks"] = {}  # settings of benchmarks the old config did not name are unknown
         return record
 
     return read_identity(out, from_run_json)
+
+
+def recorded_backend(out: str | Path, cfg_cls: type) -> str | None:
+    """The engine (``backend`` field) of the results already in ``out``; None when it holds none."""
+    out = Path(out)
+    recorded = _recorded(out, cfg_cls) if _has_results(out) else None
+    return (recorded or {}).get("fields", {}).get("backend")
 
 
 def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:

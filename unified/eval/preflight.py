@@ -25,7 +25,7 @@ def check_names(cfg: Any) -> None:
     from unified.inference.spec import parse_spec
 
     try:
-        parse_spec(cfg.model, backend=cfg.backend)
+        parse_spec(cfg.model, backend=None if cfg.backend in (None, "auto") else cfg.backend)
     except (ValueError, FileNotFoundError, UnknownNameError) as exc:  # SpecError, CheckpointNotFoundError
         raise PreflightError(f"--model {cfg.model}: {exc}") from None
     names = prompting_names()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,8 @@ from unified.benchmarks.discovery import (ALL_SUITE, check_benchmark_config, dec
 from unified.benchmarks.helpers import limit_runnable, select_task_ids
 from unified.eval.config import EvalConfig
 from unified.eval.general import GENERAL_SUITE, general_with_limit, run_general, split_suites
-from unified.eval.identity import claim_run_dir
+from unified.eval.engine import EngineChoice, choose_backend, fallback_line
+from unified.eval.identity import claim_run_dir, recorded_backend
 from unified.eval.general_report import general_section
 from unified.eval.records import BenchmarkEntry, RunSummary, fill_facts
 from unified.eval.report import benchmark_entry, build_summary, write_summary
@@ -79,6 +81,9 @@ def run_eval(cfg: EvalConfig, *, policy: ChatModel | Replayer | None = None, res
     A directory holding results of another configuration raises
     :class:`unified.eval.identity.IdentityMismatch` (a ``RunDirError``) unless ``resume_anyway``.
     Ctrl-C raises :class:`EvalInterrupted` after writing the summary of the finished episodes.
+
+    ``cfg.backend`` ``auto`` (or None) is resolved first (:func:`unified.eval.engine.choose_backend`,
+    one printed line); the run directory and ``run.json`` record the engine chosen.
     """
     names, want_general = benchmarks_to_run(cfg)
     check_unsharded_parts(cfg, want_general)
@@ -86,17 +91,33 @@ def run_eval(cfg: EvalConfig, *, policy: ChatModel | Replayer | None = None, res
         suites = sorted({*declared_suites()[0], ALL_SUITE, GENERAL_SUITE})
         raise ValueError(f"nothing to evaluate: give --suite or --benchmarks (suites: {', '.join(suites)})")
     check_benchmark_config(cfg.benchmark_config)  # a mistyped key fails now, not after hours of other benchmarks
+    if policy is None:
+        choice = choose_backend(cfg.model, cfg.backend, recorded=recorded_backend(cfg.out, EvalConfig))
+        if choice.line:
+            _log(choice.line)
+    else:  # a live model: its engine is the caller's (only the general suite reads the backend then)
+        choice = EngineChoice(None if cfg.backend in (None, "auto") else cfg.backend)
+    cfg = replace(cfg, backend=choice.backend)
     with RunDirLock(cfg.out):
         return _run_eval(cfg, names, want_general, policy=policy, allow_new=allow_new_episodes,
-                         resume_anyway=resume_anyway)
+                         resume_anyway=resume_anyway, choice=choice)
 
 
 class _Policy:
     """The run's policy: the one given, or made on first use (the first benchmark with an episode to
-    run) and closed at the end of the run. ``--model gold`` makes the loop's replayer, not a model."""
+    run) and closed at the end of the run. ``--model gold`` makes the loop's replayer, not a model.
 
-    def __init__(self, cfg: EvalConfig, given: ChatModel | Replayer | None) -> None:
+    A policy served by vLLM routes the bare specs of judges and simulated users naming the same
+    checkpoint to its server while it lives (:mod:`unified.inference.routes`). When the engine was
+    chosen automatically and its vLLM server does not start, the policy runs in-process instead:
+    ``use_backend("hf")`` re-records the run directory's identity for it first (refused, like any change
+    of engine, when ``--out`` already holds results of the vLLM engine)."""
+
+    def __init__(self, cfg: EvalConfig, given: ChatModel | Replayer | None, choice: EngineChoice = EngineChoice(None),
+                 use_backend: Any = None) -> None:
         self.cfg, self.model, self.own = cfg, given, given is None
+        self.choice, self.use_backend = choice, use_backend
+        self.routed: str | None = None
 
     def get(self) -> ChatModel | Replayer:
         if self.model is None:
@@ -104,22 +125,51 @@ class _Policy:
             self.model = replayer_for(cfg.model)
             if self.model is None:
                 _log(f"loading policy {cfg.model} ...")
-                self.model = make_chat_model(cfg.model, cfg.sampling, backend=cfg.backend,
-                                             concurrency=cfg.max_in_flight)
+                self.model = self._chat_model()
         return self.model
 
+    def _chat_model(self) -> ChatModel:
+        from unified.inference.routes import serve_with_vllm
+        from unified.inference.spec import parse_spec
+
+        cfg = self.cfg
+        try:
+            model = make_chat_model(cfg.model, cfg.sampling, backend=cfg.backend, concurrency=cfg.max_in_flight)
+        except (RuntimeError, OSError) as exc:  # VLLMUnavailable, exited or not healthy during start-up
+            if not (self.choice.auto and cfg.backend == "vllm" and self.use_backend is not None):
+                raise
+            _log(fallback_line(cfg.model, exc))
+            self.cfg = cfg = self.use_backend("hf")
+            return make_chat_model(cfg.model, cfg.sampling, backend="hf", concurrency=cfg.max_in_flight)
+        if parse_spec(cfg.model, backend=cfg.backend).backend == "vllm":
+            serve_with_vllm(cfg.model)
+            self.routed = cfg.model
+        return model
+
     def close(self) -> None:
+        if self.routed is not None:
+            from unified.inference.routes import stop_serving_with_vllm
+
+            stop_serving_with_vllm(self.routed)
+            self.routed = None
         if self.own and self.model is not None:
             self.model.close()
 
 
 def _run_eval(cfg: EvalConfig, names: list[str], want_general: bool, *,
               policy: ChatModel | Replayer | None = None, allow_new: bool = True,
-              resume_anyway: bool = False) -> RunSummary:
+              resume_anyway: bool = False, choice: EngineChoice = EngineChoice(None)) -> RunSummary:
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     claim_run_dir(out, cfg, names, resume_anyway=resume_anyway, policy_given=policy is not None)
     write_json_atomic(out / "run.json", {"config": to_dict(cfg), "updated_at": time.time()})
+
+    def use_backend(backend: str) -> EvalConfig:  # the auto choice's fallback: record the engine that runs
+        nonlocal cfg
+        cfg = replace(cfg, backend=backend)
+        claim_run_dir(out, cfg, names, resume_anyway=resume_anyway)
+        write_json_atomic(out / "run.json", {"config": to_dict(cfg), "updated_at": time.time()})
+        return cfg
     benchmarks: dict[str, BenchmarkEntry] = {}
     # the general suite's section, read from the run directory now (a resumed run shows what it has) and
     # again once lm-eval ran; not at every write
@@ -130,7 +180,7 @@ def _run_eval(cfg: EvalConfig, names: list[str], want_general: bool, *,
         return write_summary(out, build_summary(model=cfg.model, prompting=cfg.prompting, benchmarks=benchmarks,
                                                 general=general, shard=shard, merged_from=merged_from))
 
-    holder = _Policy(cfg, policy)
+    holder = _Policy(cfg, policy, choice, use_backend)
     try:
         for name in names:
             entry, interrupted = _run_benchmark(name, cfg, out, holder, allow_new)
@@ -139,7 +189,10 @@ def _run_eval(cfg: EvalConfig, names: list[str], want_general: bool, *,
             if interrupted:
                 raise KeyboardInterrupt
         if want_general:  # lm-eval on the same weights (the agent suites' loaded checkpoint when there is one)
-            run_general(general_with_limit(cfg.general, cfg.limit), cfg.model, out, backend=cfg.backend,
+            # an auto-chosen vLLM server is for the agent suites: lm-eval's vllm class runs vLLM in this
+            # process (the gpu extra), so the general suite runs in-process unless --backend vllm says so
+            run_general(general_with_limit(cfg.general, cfg.limit), cfg.model, out,
+                        backend="hf" if choice.auto and cfg.backend == "vllm" else cfg.backend,
                         loaded=getattr(holder.model, "loaded", None))
             general = general_section(out, cfg.general, cfg.model)
     except KeyboardInterrupt:

@@ -12,7 +12,9 @@ the simulated user's requests. :func:`resolve_endpoint` turns any model spec int
   different budgets share it; it stops at interpreter exit (:func:`stop_local_servers`). It
   requires its per-server bearer token, which the endpoint's ``config.api_key`` carries;
 - a ``vllm:SPEC`` is served by the process's vLLM server for that checkpoint
-  (:func:`unified.inference.vllm_backend.server_for_spec`), the same one a ``vllm:SPEC`` policy uses.
+  (:func:`unified.inference.vllm_backend.server_for_spec`), the same one a ``vllm:SPEC`` policy uses;
+  so is a bare checkpoint spec whose checkpoint the eval serves with vLLM
+  (:func:`unified.inference.routes.routed`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import threading
 from dataclasses import dataclass
 
 from unified.inference.openai_compat import EndpointConfig, OpenAICompatClient, parse_endpoint_spec
+from unified.inference.routes import routed
 from unified.inference.server import InProcessServer
 from unified.inference.shared import checkpoint_key
 from unified.inference.spec import ENDPOINT_EXAMPLE, SpecError, parse_spec
@@ -67,7 +70,7 @@ def resolve_endpoint(spec: str, *, timeout_s: float = 600.0) -> ResolvedEndpoint
     if not text:
         raise SpecError(f"empty model endpoint spec (expected {ENDPOINT_EXAMPLE} or a local checkpoint such as "
                         "`embedded`)")
-    parsed = parse_spec(text)
+    parsed = routed(parse_spec(text))
     if parsed.is_endpoint:
         return ResolvedEndpoint(text, parse_endpoint_spec(parsed, timeout_s=timeout_s, max_retries=2), local=False)
     if parsed.backend == "vllm":

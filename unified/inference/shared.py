@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from unified.inference.base import ChatModel, SamplingConfig, make_chat_model
+from unified.inference.routes import routed
 from unified.inference.spec import ModelSpec, SpecError, parse_spec
 from unified import models
 from unified.models.checkpoint import default_dtype
@@ -80,9 +81,10 @@ def shared_chat_model(spec: str | ModelSpec, *, sampling: SamplingConfig | None 
     """One :class:`ChatModel` per spec and options for single-shot callers (judges, users, search).
 
     In-process checkpoints share their weights with every other caller (:func:`shared_checkpoint`);
-    endpoints get one client. ``sampling`` sets the defaults a request does not override.
+    endpoints get one client; a checkpoint the eval serves with vLLM goes to that server
+    (:func:`unified.inference.routes.routed`). ``sampling`` sets the defaults a request does not override.
     """
-    parsed = parse_spec(spec)
+    parsed = routed(parse_spec(spec))
     if parsed.backend == "gold":
         raise SpecError("model spec 'gold' replays an adapter's ground truth; it cannot judge, answer or search")
     sampling = sampling or SamplingConfig(max_new_tokens=256, thinking=False)
