@@ -13,10 +13,10 @@ says otherwise. For a bare checkpoint spec (``embedded``, a directory, a .gguf, 
 - ``hf`` (in-process, :mod:`unified.inference.hf`) otherwise: with CUDA the in-process engine
   runs on the GPU and the figures above do not apply; without vLLM there is nothing to start.
 
-One line (:attr:`EngineChoice.line`) says which, why, and how to choose the other. If the auto
-choice's vLLM server cannot start (no AVX-512, too little memory, a broken venv), the runner falls
-back to ``hf`` with a line saying why (:func:`fallback_line`); an explicit ``--backend vllm`` or
-``vllm:SPEC`` still fails loudly. The run directory records the backend actually used
+One line (:attr:`EngineChoice.line`, printed when the policy loads and by ``--dry-run``) says which,
+why, and how to choose the other. If the auto choice's vLLM server cannot start (no AVX-512, too
+little memory, a broken venv), the runner falls back to ``hf`` with a line saying why
+(:func:`fallback_line`); an explicit ``--backend vllm`` or ``vllm:SPEC`` still fails loudly. The run directory records the backend actually used
 (:mod:`unified.eval.identity`), so a resume on another engine is refused like any other change.
 
 ``$UNIFIED_EVAL_BACKEND`` (``hf``, ``vllm`` or ``auto``) replaces the auto choice when ``--backend``

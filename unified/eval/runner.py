@@ -82,8 +82,8 @@ def run_eval(cfg: EvalConfig, *, policy: ChatModel | Replayer | None = None, res
     :class:`unified.eval.identity.IdentityMismatch` (a ``RunDirError``) unless ``resume_anyway``.
     Ctrl-C raises :class:`EvalInterrupted` after writing the summary of the finished episodes.
 
-    ``cfg.backend`` ``auto`` (or None) is resolved first (:func:`unified.eval.engine.choose_backend`,
-    one printed line); the run directory and ``run.json`` record the engine chosen.
+    ``cfg.backend`` ``auto`` (or None) is resolved first (:func:`unified.eval.engine.choose_backend`;
+    its line is printed when the policy loads); the run directory and ``run.json`` record the engine chosen.
     """
     names, want_general = benchmarks_to_run(cfg)
     check_unsharded_parts(cfg, want_general)
@@ -93,8 +93,6 @@ def run_eval(cfg: EvalConfig, *, policy: ChatModel | Replayer | None = None, res
     check_benchmark_config(cfg.benchmark_config)  # a mistyped key fails now, not after hours of other benchmarks
     if policy is None:
         choice = choose_backend(cfg.model, cfg.backend, recorded=recorded_backend(cfg.out, EvalConfig))
-        if choice.line:
-            _log(choice.line)
     else:  # a live model: its engine is the caller's (only the general suite reads the backend then)
         choice = EngineChoice(None if cfg.backend in (None, "auto") else cfg.backend)
     cfg = replace(cfg, backend=choice.backend)
@@ -125,6 +123,8 @@ class _Policy:
             self.model = replayer_for(cfg.model)
             if self.model is None:
                 _log(f"loading policy {cfg.model} ...")
+                if self.choice.line:
+                    _log(self.choice.line)
                 self.model = self._chat_model()
         return self.model
 
