@@ -129,7 +129,7 @@ if [ "${#SERVER_CMD[@]}" -gt 0 ]; then
     # lm-eval's local-completions tokenizes on this side, with the served checkpoint's tokenizer
     if [ "$GENERAL" = "1" ]; then ARGS+=(--set "general.tokenizer=$MODEL"); fi
 else
-    ARGS+=(--model "$MODEL")
+    ARGS+=(--model "$MODEL" --backend hf)   # in-process, as SERVER=none says (the eval's auto choice could start vLLM)
 fi
 ARGS+=("$@")
 
