@@ -180,3 +180,32 @@ def test_claw_eval_task_with_its_judge_and_user_on_the_same_vllm_server(vllm_pol
     assert episode.steps and all(s.prompt_token_ids and s.completion_token_ids for s in episode.steps)
     assert result.details["judge_stats"]["requests"] >= 1  # the judge was asked, through the vLLM server
     assert result.error is None or result.error.startswith("grader:")
+
+
+@needs_bwrap
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with CUDA the eval's auto choice keeps the in-process engine")
+def test_the_eval_serves_embedded_with_vllm_by_default_and_its_judge_follows(vllm_policy, tmp_path, monkeypatch,
+                                                                              capfd):
+    """``--model embedded`` with no ``--backend`` where ``make vllm`` was run: the eval's policy is served by the
+    process's vLLM server (this module's: same checkpoint, tool parser and length), and a judge and simulated
+    user named ``embedded`` (no ``vllm:``) reach that server rather than an in-process copy."""
+    import json
+    from pathlib import Path
+
+    from unified.eval.config import EvalConfig
+    from unified.eval.engine import ENV_VAR
+    from unified.eval.identity import IDENTITY_FILE
+    from unified.eval.runner import run_eval
+
+    monkeypatch.delenv(ENV_VAR, raising=False)  # the suite pins hf (conftest.py); this test is the auto choice
+    checkout = Path(__file__).parent / "fixtures" / "claw_eval" / "fixture_checkout"
+    out = tmp_path / "run"
+    run_eval(EvalConfig(benchmarks=["claw_eval"], model="embedded", out=str(out), task_ids=["fixture_C01_multi_turn"],
+                        benchmark_config={"claw_eval": {"root": str(checkout), "judge": "embedded",
+                                                        "user_model": "embedded", "judge_max_tokens": 16}},
+                        sampling=SamplingConfig(max_new_tokens=16, thinking=False), limits=AgentLimits(max_turns=1)))
+    assert "engine: vLLM server for embedded" in capfd.readouterr().err
+    assert json.loads((out / IDENTITY_FILE).read_text())["fields"]["backend"] == "vllm"
+    results = [json.loads(line) for line in (out / "claw_eval" / "results.jsonl").read_text().splitlines()]
+    assert len(results) == 1
+    assert vllm_policy.server.base_url in results[0]["details"]["judge"]  # "embedded (local server URL#local)"
