@@ -129,7 +129,10 @@ if [ "${#SERVER_CMD[@]}" -gt 0 ]; then
     # lm-eval's local-completions tokenizes on this side, with the served checkpoint's tokenizer
     if [ "$GENERAL" = "1" ]; then ARGS+=(--set "general.tokenizer=$MODEL"); fi
 else
-    ARGS+=(--model "$MODEL" --backend hf)   # in-process, as SERVER=none says (the eval's auto choice could start vLLM)
+    ARGS+=(--model "$MODEL")
+    # in-process, as SERVER=none says: a checkpoint spec would otherwise get the eval's auto engine (vLLM where
+    # `make vllm` was run); the variable leaves gold, endpoints and vllm:SPEC alone (unified/eval/engine.py)
+    export UNIFIED_EVAL_BACKEND=hf
 fi
 ARGS+=("$@")
 
