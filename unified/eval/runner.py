@@ -91,9 +91,9 @@ def run_eval(cfg: EvalConfig, *, policy: ChatModel | Replayer | None = None, res
         suites = sorted({*declared_suites()[0], ALL_SUITE, GENERAL_SUITE})
         raise ValueError(f"nothing to evaluate: give --suite or --benchmarks (suites: {', '.join(suites)})")
     check_benchmark_config(cfg.benchmark_config)  # a mistyped key fails now, not after hours of other benchmarks
-    if policy is None:
+    if policy is None and names:
         choice = choose_backend(cfg.model, cfg.backend, recorded=recorded_backend(cfg.out, EvalConfig))
-    else:  # a live model: its engine is the caller's (only the general suite reads the backend then)
+    else:  # a live model (its engine is the caller's), or the general suite alone (lm-eval's own classes)
         choice = EngineChoice(None if cfg.backend in (None, "auto") else cfg.backend)
     cfg = replace(cfg, backend=choice.backend)
     with RunDirLock(cfg.out):
