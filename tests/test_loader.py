@@ -84,3 +84,29 @@ def test_record_and_config_entry_points_are_the_same_code():
             call()
         assert str(info.value) == ("f.jsonl:1: _Section: unknown key 'nmae'. Did you mean 'name'? "
                                    "Valid keys: name, weights.")
+
+
+@dataclass
+class _JudgeOptions:
+    """A section with a renamed key whose value flips (as a reward function's judge_disable_thinking)."""
+
+    RENAMED = {"no_thinking": ("thinking", lambda value: not value), "effort": "reasoning_effort"}
+
+    thinking: bool = True
+    reasoning_effort: str = "low"
+
+
+def test_a_renamed_key_loads_once_noted_and_the_warning_points_at_the_caller(capsys):
+    """One deprecation line per old key and place (the flipped one says so); the DeprecationWarning names
+    the code that called from_dict, not the loader."""
+    with pytest.warns(DeprecationWarning, match="judge.no_thinking is now judge.thinking") as caught:
+        options = from_dict(_JudgeOptions, {"no_thinking": True, "effort": "high"}, where="judge", source="r.yaml")
+    assert (options.thinking, options.reasoning_effort) == (False, "high")
+    assert {w.filename for w in caught if issubclass(w.category, DeprecationWarning)} == {__file__}
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["note: deprecated: r.yaml: judge.no_thinking is now judge.thinking (the opposite value)",
+                   "note: deprecated: r.yaml: judge.effort is now judge.reasoning_effort"]
+    again = from_dict(_JudgeOptions, {"no_thinking": False}, where="judge", source="r.yaml")
+    assert again.thinking is True and capsys.readouterr().err == ""
+    with pytest.raises(ConfigError, match="both 'no_thinking' \\(its old name\\) and 'thinking' are set"):
+        from_dict(_JudgeOptions, {"no_thinking": True, "thinking": True})
