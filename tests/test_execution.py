@@ -269,3 +269,21 @@ def test_a_locally_built_image_becomes_a_sif_through_a_saved_archive(tmp_path):
     subprocess.run(save, capture_output=True, check=True, timeout=120)
     with tarfile.open(save[-2]) as tar:
         assert {"oci-layout", "index.json"} <= set(tar.getnames())
+
+
+def test_an_engine_step_that_fails_or_hangs_is_one_error_naming_the_step_and_the_command():
+    """Builds, pulls and SIF conversions all go through one runner: what failed, the command, the exit
+    status and the end of its stderr (the useful end of a long build log), or the timeout."""
+    import sys
+
+    from unified.execution.containers import _run_step
+
+    _run_step([sys.executable, "-c", "pass"], 30, "python: nothing")  # success: no error, nothing returned
+    noisy = "import sys; sys.stderr.write('x' * 5000 + ' the last line'); sys.exit(3)"
+    with pytest.raises(ExecutionError) as failed:
+        _run_step([sys.executable, "-c", noisy], 30, "podman: building t:1")
+    head, tail = str(failed.value).split("\n", 1)
+    assert head.startswith("podman: building t:1 failed (exit 3): ") and sys.executable in head
+    assert tail.endswith("x the last line") and len(tail) == 2000
+    with pytest.raises(ExecutionError, match=r"^apptainer: pulling alpine timed out after 1s: .*time\.sleep"):
+        _run_step([sys.executable, "-c", "import time; time.sleep(60)"], 1, "apptainer: pulling alpine")
