@@ -332,13 +332,7 @@ class DockerBackend(ExecutionBackend):
 
     def start(self, spec: EnvironmentSpec) -> DockerSession:
         self.require()
-        session = DockerSession(self.engine, spec, self.prepare_image(spec))
-        try:
-            session.start()
-        except BaseException:
-            session.close()
-            raise
-        return session
+        return self._started(DockerSession(self.engine, spec, self.prepare_image(spec)))
 
 
 class PodmanBackend(DockerBackend):
@@ -513,13 +507,7 @@ class ApptainerBackend(ExecutionBackend):
     def start(self, spec: EnvironmentSpec) -> ApptainerSession:
         self.require()
         binary = apptainer_binary()
-        session = ApptainerSession(binary, spec, self.prepare_image(spec, binary))
-        try:
-            session.start()
-        except BaseException:
-            session.close()
-            raise
-        return session
+        return self._started(ApptainerSession(binary, spec, self.prepare_image(spec, binary)))
 
 
 _INSTALL_HINTS = {

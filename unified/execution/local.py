@@ -105,13 +105,7 @@ class LocalBackend(ExecutionBackend):
         self.require()
         if spec.network:
             raise ExecutionError(f"local: {NETWORK_REFUSED}")
-        session = LocalSession(spec, keep_workspace=self.keep_workspace)
-        try:
-            session.start()
-        except BaseException:
-            session.close()
-            raise
-        return session
+        return self._started(LocalSession(spec, keep_workspace=self.keep_workspace))
 
 
 class LocalSession(ExecutionSession):
