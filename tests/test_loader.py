@@ -8,6 +8,7 @@ back as a string in an ``int`` field). Both entry points now run the same code.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 
 import pytest
@@ -110,3 +111,29 @@ def test_a_renamed_key_loads_once_noted_and_the_warning_points_at_the_caller(cap
     assert again.thinking is True and capsys.readouterr().err == ""
     with pytest.raises(ConfigError, match="both 'no_thinking' \\(its old name\\) and 'thinking' are set"):
         from_dict(_JudgeOptions, {"no_thinking": True, "thinking": True})
+
+
+def test_general_task_records_are_read_strictly_by_the_one_loader(tmp_path):
+    """``general/results.jsonl`` lines go through the same loader as every other record: a mistyped key
+    says "did you mean" with file and line, and a value of the wrong type is an error, not kept."""
+    from unified.eval.general import GeneralStore, Metric, TaskRecord
+
+    store = GeneralStore(tmp_path)
+    good = TaskRecord(task="arc_easy", status="ok", model="m", fingerprint="f",
+                      metrics=[Metric(name="acc", filter="none", value=0.5, stderr=0.1)],
+                      subtasks={"arc_easy/x": [Metric(name="acc", filter="none", value=1.0, stderr=None)]})
+    store.append(good)
+    assert store.records() == [good]
+    assert isinstance(store.records()[0].subtasks["arc_easy/x"][0], Metric)
+    bad_lines = [
+        ({"fingerprnt": "f"}, r":2: TaskRecord: unknown key 'fingerprnt'\. Did you mean 'fingerprint'\?"),
+        ({"seconds": "slow"}, r":2: seconds: expected a number, got 'slow'"),
+        ({"metrics": [{"name": "acc", "filter": "none", "value": "high", "stderr": None}]},
+         r":2: metrics\[0\]\.value: expected float \| None, got 'high'"),
+    ]
+    for change, message in bad_lines:
+        path = store.path
+        path.write_text(path.read_text().splitlines()[0] + "\n" + json.dumps({**json.loads(
+            path.read_text().splitlines()[0]), **change}) + "\n")
+        with pytest.raises(ConfigError, match=re.escape(str(path)) + message):
+            store.records()
