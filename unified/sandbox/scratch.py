@@ -8,7 +8,6 @@ and at the end leave the sandbox and delete the root, quietly, whatever state a 
 
 from __future__ import annotations
 
-import atexit
 import shutil
 import tempfile
 from pathlib import Path
@@ -43,11 +42,3 @@ class ScratchSandbox:
                 pass
         shutil.rmtree(self.root, ignore_errors=True)
 
-
-def process_temp_dir(prefix: str) -> Path:
-    """A fresh temporary directory for the rest of this process, removed when it exits (``atexit``):
-    for state a library keeps process-wide (bfcl-eval's ``BFCL_PROJECT_ROOT``), so no run leaves
-    a directory behind in ``/tmp``."""
-    path = Path(tempfile.mkdtemp(prefix=prefix))
-    atexit.register(shutil.rmtree, path, True)
-    return path
