@@ -1,6 +1,7 @@
 """A sandbox on a private scratch directory that an environment fills first and deletes at the end.
 
-Benchmark environments (Claw-Eval, QwenClawBench) need the same three steps around a task: make a
+A workspace session (:class:`unified.execution.workspace.WorkspaceSession`, what Claw-Eval and
+QwenClawBench open) needs the same three steps around a task: make a
 temporary root (world-readable, so the sandbox's throwaway uid can enter it), put the task's
 files into ``<root>/workspace``, then start a :class:`~unified.sandbox.Sandbox` on that workspace;
 and at the end leave the sandbox and delete the root, quietly, whatever state a crash left.
