@@ -118,8 +118,9 @@ def test_stop_reasons_are_documented_once_and_round_trip_as_strings():
 def test_each_limit_has_one_name_and_old_keys_still_load(capsys):
     """AgentLimits keys = StopReason values = eval flags; a recipe with the old keys loads with a note."""
     from unified import config
+    from unified.config import deprecations
 
-    config._warned_renames.clear()
+    deprecations._warned_notes.clear()
     with pytest.warns(DeprecationWarning):
         limits = config.from_dict(AgentLimits, {"max_steps_per_user_turn": 3, "max_completion_tokens": 99},
                                   where="limits", source="recipe.yaml")

@@ -269,3 +269,46 @@ def test_a_locally_built_image_becomes_a_sif_through_a_saved_archive(tmp_path):
     subprocess.run(save, capture_output=True, check=True, timeout=120)
     with tarfile.open(save[-2]) as tar:
         assert {"oci-layout", "index.json"} <= set(tar.getnames())
+
+
+def test_an_engine_step_that_fails_or_hangs_is_one_error_naming_the_step_and_the_command():
+    """Builds, pulls and SIF conversions all go through one runner: what failed, the command, the exit
+    status and the end of its stderr (the useful end of a long build log), or the timeout."""
+    import sys
+
+    from unified.execution.containers import _run_step
+
+    _run_step([sys.executable, "-c", "pass"], 30, "python: nothing")  # success: no error, nothing returned
+    noisy = "import sys; sys.stderr.write('x' * 5000 + ' the last line'); sys.exit(3)"
+    with pytest.raises(ExecutionError) as failed:
+        _run_step([sys.executable, "-c", noisy], 30, "podman: building t:1")
+    head, tail = str(failed.value).split("\n", 1)
+    assert head.startswith("podman: building t:1 failed (exit 3): ") and sys.executable in head
+    assert tail.endswith("x the last line") and len(tail) == 2000
+    with pytest.raises(ExecutionError, match=r"^apptainer: pulling alpine timed out after 1s: .*time\.sleep"):
+        _run_step([sys.executable, "-c", "import time; time.sleep(60)"], 1, "apptainer: pulling alpine")
+
+
+@needs_local
+def test_a_session_whose_start_fails_is_closed_and_leaves_nothing(monkeypatch):
+    """A backend's start closes the half-made session when its start fails: the local session's state
+    (workspace, keeper copy) made before the refusal is removed, and the refusal is what is raised."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from unified.execution import LocalBackend, LocalImageError
+
+    base = Path(tempfile.mkdtemp(prefix="unified-test-start-", dir="/tmp"))
+    try:
+        os.chmod(base, 0o711)  # traversable, so the local session and its sandbox keep their state here
+        monkeypatch.setattr(tempfile, "tempdir", str(base))
+        with pytest.raises(LocalImageError, match="'/etc/unified-x' is inside a system directory"):
+            LocalBackend().start(EnvironmentSpec(extra_dirs=["/etc/unified-x"]))
+        assert list(base.iterdir()) == []
+        with LocalBackend().start(EnvironmentSpec()) as session:  # the same place serves a session that starts
+            assert session.exec("pwd").stdout.strip() == "/workspace"
+            assert any(p.name.startswith("unified-local-") for p in base.iterdir())
+        assert list(base.iterdir()) == []
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -10,7 +10,9 @@ inside a function (a function-local import is still a dependency), or through
 (b) no cycle between the packages of ``unified``;
 (c) no evaluator imports another evaluator, and evaluators import floors 0-2 only (the adapter SDK
     ``unified.benchmarks`` is on floor 2), never ``unified.agent`` or ``unified.eval``, and never
-    ``unified.sandbox``: untrusted work runs through ``unified.execution`` (:data:`EVALUATOR_FORBIDDEN`);
+    ``unified.sandbox``: untrusted work runs through ``unified.execution`` (:data:`EVALUATOR_FORBIDDEN`),
+    and no name they import from ``unified.execution`` is a ``unified.sandbox`` object passed through
+    (:func:`sandbox_passthrough`);
 (d) the core (``unified``) never imports ``evaluators``.
 
 ``python tests/test_import_graph.py`` prints the graph's figures (cycles, strongly connected
@@ -179,8 +181,8 @@ EVALUATOR_CEILING = 2
 """Evaluators import floors 0-2 (types ... inference, execution, the adapter SDK), nothing above."""
 
 EVALUATOR_FORBIDDEN: dict[str, str] = {
-    "unified.sandbox": "adapters run untrusted work through unified.execution (a backend's session, or "
-                       "unified.execution.confined for a workspace on the host), the one sandbox API",
+    "unified.sandbox": "adapters run untrusted work through unified.execution (a backend's session, a "
+                       "WorkspaceSession for a workspace on the host, run_grader for a grader), the one sandbox API",
 }
 """Nodes below the evaluators' ceiling that they still do not import, each with what to use instead."""
 
@@ -244,6 +246,43 @@ def test_evaluators_use_one_sandbox_api():
            for t in sorted(ts) if t in EVALUATOR_FORBIDDEN]
     reasons = "\n".join(f"{t}: {EVALUATOR_FORBIDDEN[t]}" for t in sorted({t for _, t in bad}))
     assert not bad, _explain(GRAPH, bad) + "\n" + reasons
+
+
+def sandbox_passthrough(root: Path = ROOT) -> dict[str, set[str]]:
+    """``unified.execution`` module -> the names it binds at top level to ``unified.sandbox`` objects:
+    imported from ``unified.sandbox``, or from another ``unified.execution`` module that has them so."""
+    bound: dict[str, list[tuple[str, str, str]]] = {}  # module -> (name, source module, source name)
+    for path in sorted((root / "unified" / "execution").rglob("*.py")):
+        module = module_name(path)
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        bound[module] = [(a.asname or a.name, node.module, a.name) for node in tree.body
+                         if isinstance(node, ast.ImportFrom) and node.module and not node.level for a in node.names]
+    found: dict[str, set[str]] = {m: {n for n, src, _ in b if src.split(".")[:2] == ["unified", "sandbox"]}
+                                  for m, b in bound.items()}
+    changed = True
+    while changed:  # names passed on from one execution module to another
+        changed = False
+        for m, b in bound.items():
+            for name, src, orig in b:
+                if orig in found.get(src, ()) and name not in found[m]:
+                    found[m].add(name)
+                    changed = True
+    return found
+
+
+def test_evaluators_import_no_sandbox_object_through_execution():
+    """Re-exporting a ``unified.sandbox`` object from ``unified.execution`` does not make it part of the
+    adapters' sandbox API: evaluators use the execution layer's own types."""
+    passthrough = sandbox_passthrough()
+    assert "ScratchSandbox" in passthrough["unified.execution.workspace"]  # the reader sees real imports
+    bad = []
+    for path in sorted((ROOT / "evaluators").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module in passthrough and not node.level:
+                bad += [f"{path.relative_to(ROOT)}:{node.lineno}: {a.name} from {node.module}"
+                        for a in node.names if a.name in passthrough[node.module] or a.name == "*"]
+    assert not bad, "unified.sandbox objects imported through unified.execution:\n" + "\n".join(bad)
 
 
 def test_no_evaluator_imports_another():

@@ -8,6 +8,7 @@ back as a string in an ``int`` field). Both entry points now run the same code.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 
 import pytest
@@ -84,3 +85,55 @@ def test_record_and_config_entry_points_are_the_same_code():
             call()
         assert str(info.value) == ("f.jsonl:1: _Section: unknown key 'nmae'. Did you mean 'name'? "
                                    "Valid keys: name, weights.")
+
+
+@dataclass
+class _JudgeOptions:
+    """A section with a renamed key whose value flips (as a reward function's judge_disable_thinking)."""
+
+    RENAMED = {"no_thinking": ("thinking", lambda value: not value), "effort": "reasoning_effort"}
+
+    thinking: bool = True
+    reasoning_effort: str = "low"
+
+
+def test_a_renamed_key_loads_once_noted_and_the_warning_points_at_the_caller(capsys):
+    """One deprecation line per old key and place (the flipped one says so); the DeprecationWarning names
+    the code that called from_dict, not the loader."""
+    with pytest.warns(DeprecationWarning, match="judge.no_thinking is now judge.thinking") as caught:
+        options = from_dict(_JudgeOptions, {"no_thinking": True, "effort": "high"}, where="judge", source="r.yaml")
+    assert (options.thinking, options.reasoning_effort) == (False, "high")
+    assert {w.filename for w in caught if issubclass(w.category, DeprecationWarning)} == {__file__}
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["note: deprecated: r.yaml: judge.no_thinking is now judge.thinking (the opposite value)",
+                   "note: deprecated: r.yaml: judge.effort is now judge.reasoning_effort"]
+    again = from_dict(_JudgeOptions, {"no_thinking": False}, where="judge", source="r.yaml")
+    assert again.thinking is True and capsys.readouterr().err == ""
+    with pytest.raises(ConfigError, match="both 'no_thinking' \\(its old name\\) and 'thinking' are set"):
+        from_dict(_JudgeOptions, {"no_thinking": True, "thinking": True})
+
+
+def test_general_task_records_are_read_strictly_by_the_one_loader(tmp_path):
+    """``general/results.jsonl`` lines go through the same loader as every other record: a mistyped key
+    says "did you mean" with file and line, and a value of the wrong type is an error, not kept."""
+    from unified.eval.general import GeneralStore, Metric, TaskRecord
+
+    store = GeneralStore(tmp_path)
+    good = TaskRecord(task="arc_easy", status="ok", model="m", fingerprint="f",
+                      metrics=[Metric(name="acc", filter="none", value=0.5, stderr=0.1)],
+                      subtasks={"arc_easy/x": [Metric(name="acc", filter="none", value=1.0, stderr=None)]})
+    store.append(good)
+    assert store.records() == [good]
+    assert isinstance(store.records()[0].subtasks["arc_easy/x"][0], Metric)
+    bad_lines = [
+        ({"fingerprnt": "f"}, r":2: TaskRecord: unknown key 'fingerprnt'\. Did you mean 'fingerprint'\?"),
+        ({"seconds": "slow"}, r":2: seconds: expected a number, got 'slow'"),
+        ({"metrics": [{"name": "acc", "filter": "none", "value": "high", "stderr": None}]},
+         r":2: metrics\[0\]\.value: expected float \| None, got 'high'"),
+    ]
+    for change, message in bad_lines:
+        path = store.path
+        path.write_text(path.read_text().splitlines()[0] + "\n" + json.dumps({**json.loads(
+            path.read_text().splitlines()[0]), **change}) + "\n")
+        with pytest.raises(ConfigError, match=re.escape(str(path)) + message):
+            store.records()

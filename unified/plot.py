@@ -44,6 +44,16 @@ def _pyplot():
     return plt
 
 
+def _save_png(plt, fig, target: Path, name: str) -> Path:
+    """Write ``fig`` to ``target`` (a ``.png`` file, or a directory to hold ``name``), close it, return the file."""
+    if target.suffix.lower() != ".png":
+        target = target / name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(target, dpi=100)
+    plt.close(fig)
+    return target
+
+
 def read_training_metrics(path: str | Path) -> tuple[Path, list[dict[str, Any]]]:
     """The metrics file of a warmup output dir (or the file itself) and its per-step records
     (TRL's end-of-training summary record, which has no ``loss``/``reward``, left out)."""
@@ -126,13 +136,7 @@ def plot_training(path: str | Path, out: str | Path | None = None) -> Path:
            [("clip_ratio/region_mean", "region"), ("clip_ratio/low_mean", "low"), ("clip_ratio/high_mean", "high")])
     fig.suptitle(f"{file} ({len(records)} logged steps)", fontsize=10)
     fig.tight_layout()
-    target = Path(out) if out else file.parent / "plots"
-    if target.suffix.lower() != ".png":
-        target = target / "training.png"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(target, dpi=100)
-    plt.close(fig)
-    return target
+    return _save_png(plt, fig, Path(out) if out else file.parent / "plots", "training.png")
 
 
 def benchmark_scores(run_dir: str | Path) -> dict[str, tuple[float, float | None, int]]:
@@ -183,13 +187,7 @@ def plot_compare(run_a: str | Path, run_b: str | Path, labels: tuple[str, str] |
     ax.set_title("Per-benchmark score")
     ax.legend()
     fig.tight_layout()
-    target = Path(out) if out else Path(run_b) / "compare.png"
-    if target.suffix.lower() != ".png":
-        target = target / "compare.png"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(target, dpi=100)
-    plt.close(fig)
-    return target
+    return _save_png(plt, fig, Path(out) if out else Path(run_b) / "compare.png", "compare.png")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,7 +29,7 @@ _LOCK = threading.Lock()
 def import_bfcl(module: str = "bfcl_eval.utils") -> ModuleType:
     """Import a bfcl_eval module with ``BFCL_PROJECT_ROOT`` set to a private directory."""
     if "BFCL_PROJECT_ROOT" not in os.environ:  # removed at exit: a run leaves nothing in /tmp
-        from unified.execution.confined import process_temp_dir
+        from unified.benchmarks.helpers import process_temp_dir
 
         os.environ["BFCL_PROJECT_ROOT"] = str(process_temp_dir("unified-bfcl-root-"))
     try:

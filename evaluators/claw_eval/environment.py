@@ -3,8 +3,8 @@
 Tools are the task's own (``tools`` with ``input_schema``), each POSTed as JSON to its
 ``tool_endpoints`` URL on the running mock service, plus the benchmark's sandbox tools
 (``Bash``, ``Read``, ``Write``, ``Edit``, ``Glob``, ``Grep``) on a workspace that holds the
-task's ``sandbox_files`` at ``/workspace/<path>``, confined by :class:`unified.execution.confined.Sandbox`
-(read-only root, no network, limits). The browser/media tools of the benchmark's Docker image
+task's ``sandbox_files`` at ``/workspace/<path>``, a :class:`unified.execution.WorkspaceSession`
+(bubblewrap: read-only root, no network, limits; the tools run inside it). The browser/media tools of the benchmark's Docker image
 (``BrowserScreenshot``, ``ReadMedia``, ...) are not offered; ``metadata`` says so. Every call is
 logged as the benchmark's ``ToolDispatch`` record (status, request, response), which the
 task's grader reads. Multi-turn tasks: when the agent answers without tool calls, the
@@ -23,16 +23,7 @@ from typing import Any
 import httpx
 
 from unified.benchmarks.contract import Environment
-from unified.execution.confined import (
-    DEFAULT_PATH,
-    CopyBudget,
-    CopyBudgetExceeded,
-    Sandbox,
-    ScratchSandbox,
-    copy_confined,
-    run_op,
-    run_shell,
-)
+from unified.execution import CopyBudget, CopyBudgetExceeded, LocalBackend, WorkspaceSession, WorkspaceSpec
 from unified.types import Episode, Message, Observation, ToolCall, ToolSpec
 
 from evaluators.claw_eval import official
@@ -41,10 +32,9 @@ from evaluators.claw_eval.browser import BROWSERS_MOUNT, playwright_setup
 from evaluators.claw_eval.tasks import ClawTask, fixture_source, used_programs
 
 WORKSPACE = "/workspace"
-SHIM_DIR = "/tmp/.unified-shims"
-"""First on ``PATH`` inside the sandbox: ``python`` -> ``python3``, as the official agent image has it,
+COMMANDS = {"python": "/usr/bin/python3"}
+"""Extra commands inside the sandbox: ``python`` -> ``python3``, as the official agent image has it,
 so task and snapshot commands that call ``python`` run."""
-PYTHON3 = "/usr/bin/python3"
 
 SANDBOX_TOOLS = [
     ToolSpec("Bash", "Run a bash command in the sandbox (working directory /workspace) and return its output.",
@@ -109,8 +99,7 @@ class ClawEvalEnvironment(Environment):
         self.dispatches: list[dict[str, Any]] = []
         self.user_rounds = 0
         self.user_done = False
-        self._box: Sandbox | None = None
-        self._scratch: ScratchSandbox | None = None
+        self._ws: WorkspaceSession | None = None
         self.workspace: Path | None = None
         self.deadline = 0.0
         self.snapshot_refused: list[str] = []
@@ -151,43 +140,37 @@ class ClawEvalEnvironment(Environment):
                 raise RuntimeError(f"service reset failed between trials: {failures}")
         self.metadata["services"] = {s.name: self.services.port(s) for s in self.services.specs}
         if self.use_sandbox:
-            self._scratch = ScratchSandbox(prefix=f"claw-{self.task.id[:40]}-")
-            self.workspace = self._scratch.workspace
-            self.workspace.mkdir()
-            for rel in self.task.sandbox_files:
-                self._inject(rel)
-            shims = self._scratch.root / "shims"
-            shims.mkdir()
-            (shims / "python").symlink_to(PYTHON3)  # the official image (python:3.11-slim) has `python`
-            binds, env = [(str(shims), SHIM_DIR)], {"PATH": f"{SHIM_DIR}:{DEFAULT_PATH}"}
+            # the official image (python:3.11-slim) has `python`
+            spec = WorkspaceSpec(name=f"claw-{self.task.id[:40]}-", timeout_s=self.exec_timeout_s,
+                                 memory_mb=self.memory_mb, mount_point=WORKSPACE, commands=dict(COMMANDS))
             if "playwright" in used_programs(self.task) and playwright_setup().ok:
                 setup = playwright_setup()
                 self.metadata["browser"] = setup.browser
                 if setup.browsers_dir is not None:  # Debian's chromium under the names Playwright looks for
-                    binds.append((str(setup.browsers_dir), BROWSERS_MOUNT))
-                    env["PLAYWRIGHT_BROWSERS_PATH"] = BROWSERS_MOUNT
+                    spec.readonly_mounts.append((str(setup.browsers_dir), BROWSERS_MOUNT))
+                    spec.env["PLAYWRIGHT_BROWSERS_PATH"] = BROWSERS_MOUNT
                 # Chromium reserves ~1 TiB of address space: no per-process RLIMIT_AS, the sandbox-wide limit holds
                 self.metadata["address_space_limit"] = "none per process (a browser runs); sandbox-wide memory limit kept"
-                self.metadata["memory_mb"] = max(self.memory_mb, self.browser_memory_mb)
-            self._box = self._scratch.start(timeout_s=self.exec_timeout_s,
-                                            memory_mb=self.metadata.get("memory_mb", self.memory_mb),
-                                            mount_point=WORKSPACE, readonly_binds=binds, env=env,
-                                            address_space_mb=0 if "address_space_limit" in self.metadata else None)
+                self.metadata["memory_mb"] = spec.memory_mb = max(self.memory_mb, self.browser_memory_mb)
+                spec.per_process_address_space = False
+            self._ws = LocalBackend().workspace(spec)
+            self.workspace = self._ws.host_workspace
+            self.workspace.mkdir()
+            for rel in self.task.sandbox_files:
+                self._inject(rel)
+            self._ws.start()
         self.deadline = time.monotonic() + self.task.timeout_seconds
 
     def _inject(self, rel: str) -> None:
         """Copy the listed task file ``rel`` into the workspace: it, and every link under it, must
         resolve inside the checkout (a symlink in the task folder never copies a host file)."""
-        source = fixture_source(self.task, rel)
-        dest = (self.workspace / rel).resolve()
-        if self.workspace.resolve() not in dest.parents:
-            raise ValueError(f"{self.task.dir}/task.yaml: sandbox file {rel!r} points outside the workspace")
-        copy_confined(source, dest, root=Path(self.task.checkout), where=f"{self.task.dir}/task.yaml: sandbox file {rel!r}")
+        self._ws.copy_task_file(fixture_source(self.task, rel), rel, root=Path(self.task.checkout),
+                                where=f"{self.task.dir}/task.yaml: sandbox file {rel!r}")
 
     def stop(self) -> None:
-        scratch, self._scratch, self._box = self._scratch, None, None
-        if scratch is not None:
-            scratch.close()
+        ws, self._ws = self._ws, None
+        if ws is not None:
+            ws.close()
         if self._own_services and self.services is not None:
             self.services.stop()
             self.services = None
@@ -230,7 +213,7 @@ class ClawEvalEnvironment(Environment):
             except (httpx.HTTPError, ValueError) as exc:
                 return 500, {"error": str(exc)}, f"Error: {exc}"
             return response.status_code, body, json.dumps(body, ensure_ascii=False)
-        if self._box is not None and call.name in {t.name for t in SANDBOX_TOOLS}:
+        if self._ws is not None and call.name in {t.name for t in SANDBOX_TOOLS}:
             return self._sandbox_tool(call)
         return 404, {"error": f"unknown tool '{call.name}'"}, f"Error: unknown tool '{call.name}'"
 
@@ -240,14 +223,14 @@ class ClawEvalEnvironment(Environment):
             limit = self.exec_timeout_s
             if a.get("timeout"):
                 limit = min(limit, max(1.0, float(a["timeout"]) / 1000.0))
-            ok, text, meta = run_shell(self._box, str(a.get("command", "")), timeout_s=limit)
+            ok, text, meta = self._ws.shell(str(a.get("command", "")), timeout_s=limit)
             return 200, {"exit_code": meta.get("exit_code"), "output": text[-5000:]}, text
         op = {"Read": "read", "Write": "write", "Edit": "edit", "Glob": "glob", "Grep": "grep"}[call.name]
         args = dict(a)
         args["path"] = a.get("file_path") or a.get("path")
         if call.name == "Edit":
             args.update(old=a.get("old_string"), new=a.get("new_string"), replace_all=bool(a.get("replace_all")))
-        ok, text = run_op(self._box, op, args)
+        ok, text = self._ws.tool(op, args)
         return (200, {"content": text[-5000:]}, text) if ok else (200, {"error": text}, f"Error: {text}")
 
     # -- simulated user --------------------------------------------------------------------
@@ -308,19 +291,19 @@ class ClawEvalEnvironment(Environment):
         snapshot: dict[str, Any] = {}
         budget = CopyBudget(int(self.snapshot_mb * 2**20))
         self.snapshot_refused = []
-        if self._box is not None:
+        if self._ws is not None:
             for rel in self.task.sandbox_grader_files:
                 self._inject(rel)
             timeout = float(self.task.env_snapshot_timeout)
             for cmd in self.task.env_snapshot_commands:
-                result = self._box.run(cmd, timeout_s=timeout)
+                result = self._ws.exec(cmd, timeout_s=timeout)
                 snapshot[f"cmd:{cmd}"] = {"exit_code": -1 if result.timed_out else result.exit_code,
                                           "stdout": result.stdout,
                                           "stderr": result.stderr or (f"Timed out after {timeout:.0f}s" if result.timed_out else "")}
             for pattern in self.task.env_snapshot_files:
                 paths = [pattern]
                 if any(ch in pattern for ch in "*?"):
-                    ok, text = run_op(self._box, "glob", {"pattern": pattern, "path": "/"})
+                    ok, text = self._ws.tool("glob", {"pattern": pattern, "path": "/"})
                     paths = [p for p in text.splitlines() if ok and p.startswith("/")][:50]
                 for path in paths:
                     snapshot[f"file:{path}"] = self._read_for_grader(path, budget)
@@ -340,25 +323,16 @@ class ClawEvalEnvironment(Environment):
     """Budget (MiB, apparent size) of the workspace files one snapshot reads into this process."""
 
     def _read_for_grader(self, path: str, budget: CopyBudget) -> dict[str, Any]:
-        host = self._host_path(path)
-        if host is None or not host.is_file():
-            return {"error": f"File not found: {path}"}
         try:
-            budget.take(host.stat().st_size, f"snapshot file {path}")
+            data = self._ws.read_workspace_file(path, budget)
+        except FileNotFoundError:
+            return {"error": f"File not found: {path}"}
         except CopyBudgetExceeded as exc:
             self.snapshot_refused.append(path)
             return {"error": f"not read: {exc}"}
-        data = host.read_bytes()
         try:
             return {"content": data.decode("utf-8"), "encoding": "utf-8", "mime_type": "text/plain"}
         except UnicodeDecodeError:
             return {"content": base64.b64encode(data).decode(), "encoding": "base64",
                     "mime_type": "application/octet-stream", "size_bytes": len(data)}
 
-    def _host_path(self, path: str) -> Path | None:
-        """The host file behind a sandbox path under /workspace (None outside it or via symlinks out)."""
-        if self.workspace is None or not (path == WORKSPACE or path.startswith(WORKSPACE + "/")):
-            return None
-        host = (self.workspace / path[len(WORKSPACE):].lstrip("/")).resolve()
-        root = self.workspace.resolve()
-        return host if host == root or root in host.parents else None

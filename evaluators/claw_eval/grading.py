@@ -13,12 +13,11 @@ Over T tasks with k = 3 trials each (missing or crashed trials count as 0)::
     pass^3 = 100/T * #{t : all three score_{t,i} >= 0.75}
     pass@3 = 100/T * #{t : some score_{t,i} >= 0.75}
 
-The grader is benchmark code run on model output, so it runs in its own process inside
-:class:`unified.execution.confined.Sandbox` (read-only root, the checkout and this interpreter mounted
+The grader is benchmark code run on model output, so it runs in a sandbox of its own
+(:func:`unified.execution.run_grader`: read-only root, the checkout and this interpreter mounted
 read-only, scratch workspace, ``python -I``, ``$HOME`` in its private ``/tmp``) with no network:
-its LLM judge is reached through a Unix socket that relays to the judge's endpoint only
-(:class:`unified.execution.confined.EndpointRelay`, which also adds the API key, so the key never
-enters the grader). The judge keeps the checkout's own prompts, ``max_tokens`` (8192 in
+its LLM judge is reached through a Unix socket that relays to the judge's endpoint only (the
+relay adds the API key on the host side, so the key never enters the grader). The judge keeps the checkout's own prompts, ``max_tokens`` (8192 in
 ``claw_eval/graders/llm_judge.py``; ``judge_max_tokens`` caps it, and the result then says so)
 and retry rule: an answer it cannot parse is asked again (up to 30 retries, back-off shortened).
 A memo answers a repeated temperature-0 request only when the judge parsed the stored answer,
@@ -28,16 +27,15 @@ without a result: a grader error, recorded as the trial's error.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
-import tempfile
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from unified.execution.confined import EndpointRelay, Sandbox, SandboxConfig
+from unified.execution import GraderSpec, JudgeEndpoint, run_grader as run_sandboxed_grader
+from unified.execution.grader import JUDGE_SOCKET
 from unified.types import Episode
 
 PASS_THRESHOLD = 0.75
@@ -211,32 +209,19 @@ def run_grader(*, checkout: Path, task_dir: Path, trace: list[dict[str, Any]], e
                memory_mb: int = 4096) -> dict[str, Any]:
     """Run ``task_dir/grader.py`` on ``trace`` in a sandboxed subprocess; returns its scores or an error."""
     checkout, task_dir = Path(checkout).resolve(), Path(task_dir).resolve()
-    with tempfile.TemporaryDirectory(prefix="claw-grade-") as tmp:
-        tmp_path = Path(tmp)
-        tmp_path.chmod(0o755)
-        inputs, scratch = tmp_path / "inputs", tmp_path / "scratch"
-        inputs.mkdir()
-        scratch.mkdir()
-        args = {"checkout": str(checkout), "task_yaml": str(task_dir / "task.yaml"), "task_dir": str(task_dir),
-                "tasks_dir": str(checkout / "tasks"), "judge_max_tokens": judge_max_tokens}
-        if judge_config is not None:
-            args.update(judge_relay="/grader/judge.sock", judge_model=judge_config.model)
-        (inputs / "args.json").write_text(json.dumps(args))
-        (inputs / "trace.jsonl").write_text("\n".join(json.dumps(e, ensure_ascii=False, default=str) for e in trace) + "\n")
-        if env_snapshot is not None:
-            (inputs / "env_snapshot.json").write_text(json.dumps(env_snapshot, ensure_ascii=False))
-        (inputs / "run.py").write_text(_RUNNER)
-        for p in inputs.iterdir():
-            p.chmod(0o644)
-        inputs.chmod(0o755)
-        binds = [str(checkout)] + sorted({str(Path(p).resolve()) for p in (sys.prefix, sys.base_prefix)})
-        config = SandboxConfig(workspace=scratch, timeout_s=timeout_s, memory_mb=memory_mb, home="/tmp",
-                               readonly_binds=binds + [(str(inputs), "/grader")],
-                               env={"PYTHONDONTWRITEBYTECODE": "1"})
-        relay = (EndpointRelay(inputs / "judge.sock", judge_config.base_url, judge_config.api_key)
-                 if judge_config is not None else None)
-        with relay or contextlib.nullcontext(), Sandbox(config) as box:
-            result = box.run([sys.executable, "-I", "/grader/run.py"], timeout_s=timeout_s)
+    args = {"checkout": str(checkout), "task_yaml": str(task_dir / "task.yaml"), "task_dir": str(task_dir),
+            "tasks_dir": str(checkout / "tasks"), "judge_max_tokens": judge_max_tokens}
+    if judge_config is not None:
+        args.update(judge_relay=JUDGE_SOCKET, judge_model=judge_config.model)
+    files = {"args.json": json.dumps(args), "run.py": _RUNNER,
+             "trace.jsonl": "\n".join(json.dumps(e, ensure_ascii=False, default=str) for e in trace) + "\n"}
+    if env_snapshot is not None:
+        files["env_snapshot.json"] = json.dumps(env_snapshot, ensure_ascii=False)
+    binds = [str(checkout)] + sorted({str(Path(p).resolve()) for p in (sys.prefix, sys.base_prefix)})
+    judge = JudgeEndpoint(judge_config.base_url, judge_config.api_key) if judge_config is not None else None
+    result = run_sandboxed_grader(GraderSpec(argv=[sys.executable, "-I", "/grader/run.py"], files=files,
+                                             readonly_paths=binds, judge=judge, timeout_s=timeout_s,
+                                             memory_mb=memory_mb, env={"PYTHONDONTWRITEBYTECODE": "1"}))
     if result.timed_out:
         return {"error": f"grader timed out after {timeout_s:.0f}s", "sandbox": result.backend}
     parts = result.stdout.rsplit(_MARK, 1)

@@ -39,7 +39,7 @@ from typing import Any
 
 import httpx
 
-from unified.execution.confined import minimal_host_env
+from unified.execution import service_env
 
 _LIVE: set["ServiceGroup"] = set()
 _LIVE_LOCK = threading.Lock()
@@ -184,7 +184,7 @@ class ServiceGroup:
     def _start_one(self, spec: ServiceSpec) -> None:
         argv = service_argv(spec.command)
         # an explicit environment: the services answer the agent's calls and must hold no host secret
-        env = {**minimal_host_env(), **{k: os.environ[k] for k in ("HOME", "TMPDIR") if k in os.environ}}
+        env = {**service_env(), **{k: os.environ[k] for k in ("HOME", "TMPDIR") if k in os.environ}}
         env.update(self.extra_env)
         env.update(spec.env)
         env["PORT"] = str(self.port(spec))

@@ -2,7 +2,7 @@
 
 The agent gets the tools of the benchmark's agent (OpenClaw): ``read``, ``write``, ``edit``,
 ``exec``, ``web_fetch`` and ``web_search``. Every call runs inside one
-:class:`unified.execution.confined.Sandbox` whose only writable place is the task's workspace (mounted
+:class:`unified.execution.WorkspaceSession` whose only writable place is the task's workspace (mounted
 at ``/workspace``), with a read-only root, no network, and time/memory/process limits. Docker
 with the official image is not used by this adapter; ``metadata["sandbox"]`` says which
 sandbox ran (``bwrap``), and the results carry it.
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from unified.benchmarks.contract import Environment
-from unified.execution.confined import Sandbox, ScratchSandbox, run_op, run_shell
+from unified.execution import LocalBackend, WorkspaceSession, WorkspaceSpec
 from unified.types import Episode, Message, Observation, ToolCall, ToolSpec
 
 from evaluators.qwenclawbench.tasks import QCBTask, materialise_workspace
@@ -71,8 +71,7 @@ class QwenClawBenchEnvironment(Environment):
         self.tools = list(TOOLS)
         self.system_prompt = SYSTEM_PROMPT.format(mount=WORKSPACE_MOUNT, date=time.strftime("%Y-%m-%d"))
         self.first_user_message = task.prompt
-        self._scratch: ScratchSandbox | None = None
-        self._box: Sandbox | None = None
+        self._ws: WorkspaceSession | None = None
         self.workspace: Path | None = None
         self.deadline = 0.0
         self.metadata = {"sandbox": "bwrap", "docker": "not used (local bubblewrap sandbox ran)",
@@ -81,17 +80,18 @@ class QwenClawBenchEnvironment(Environment):
     # -- lifecycle -----------------------------------------------------------------------
 
     def start(self) -> None:
-        self._scratch = ScratchSandbox(prefix=f"qcb-{self.task.id[:40]}-", scratch_dir=self.scratch_dir)
-        self.workspace = self._scratch.workspace
+        self._ws = LocalBackend().workspace(WorkspaceSpec(
+            name=f"qcb-{self.task.id[:40]}-", timeout_s=self.exec_timeout_s, memory_mb=self.memory_mb,
+            max_processes=self.max_processes, mount_point=WORKSPACE_MOUNT, scratch_dir=self.scratch_dir))
+        self.workspace = self._ws.host_workspace
         self.metadata["workspace_files"] = len(materialise_workspace(self.task, self.workspace))
-        self._box = self._scratch.start(timeout_s=self.exec_timeout_s, memory_mb=self.memory_mb,
-                                        max_processes=self.max_processes, mount_point=WORKSPACE_MOUNT)
+        self._ws.start()
         self.deadline = time.monotonic() + float(self.task.timeout_seconds)
 
     def stop(self) -> None:
-        scratch, self._scratch, self._box = self._scratch, None, None
-        if scratch is not None:
-            scratch.close()
+        ws, self._ws = self._ws, None
+        if ws is not None:
+            ws.close()
 
     # -- tools -----------------------------------------------------------------------------
 
@@ -113,18 +113,18 @@ class QwenClawBenchEnvironment(Environment):
     def _dispatch(self, call: ToolCall) -> tuple[bool, str, dict[str, Any]]:
         if call.parse_error:
             return False, f"could not parse the tool call: {call.parse_error}", {}
-        if self._box is None:
+        if self._ws is None or not self._ws.running:
             return False, "the environment is not running", {}
         a = call.arguments or {}
         path = a.get("path") or a.get("file_path") or a.get("file")
         if call.name == "read":
-            return (*run_op(self._box, "read", {"path": path, "offset": a.get("offset"), "limit": a.get("limit")}), {})
+            return (*self._ws.tool("read", {"path": path, "offset": a.get("offset"), "limit": a.get("limit")}), {})
         if call.name == "write":
-            return (*run_op(self._box, "write", {"path": path, "content": a.get("content", "")}), {})
+            return (*self._ws.tool("write", {"path": path, "content": a.get("content", "")}), {})
         if call.name == "edit":
             old = a.get("oldText", a.get("old_string", a.get("old")))
             new = a.get("newText", a.get("new_string", a.get("new")))
-            return (*run_op(self._box, "edit", {"path": path, "old": old, "new": new}), {})
+            return (*self._ws.tool("edit", {"path": path, "old": old, "new": new}), {})
         if call.name in ("exec", "bash"):
             command = str(a.get("command") or a.get("cmd") or "")
             if not command:
@@ -133,9 +133,9 @@ class QwenClawBenchEnvironment(Environment):
                 command = f"cd {_quote(str(a['workdir']))} && {command}"
             limit = min(float(a.get("timeout") or self.exec_timeout_s), self.exec_timeout_s)
             remaining = self.deadline - time.monotonic()
-            return run_shell(self._box, command, timeout_s=max(1.0, min(limit, remaining)))
+            return self._ws.shell(command, timeout_s=max(1.0, min(limit, remaining)))
         if call.name == "web_fetch":
-            ok, text = run_op(self._box, "fetch", {"url": a.get("url", ""), "max_chars": a.get("maxChars") or 50000,
+            ok, text = self._ws.tool("fetch", {"url": a.get("url", ""), "max_chars": a.get("maxChars") or 50000,
                                                    "timeout": 10})
             if not ok:
                 text = f"web_fetch failed: {text} (this sandbox has no network access)"

@@ -13,13 +13,13 @@ each (R = 3 in the study) is the mean over tasks of the per-task mean over runs;
 in percent, with pass@k / pass^k over *perfect* runs (score = 1) and the per-category means.
 
 The automated checks are benchmark code that reads model output: they run in a separate
-process inside :class:`unified.execution.confined.Sandbox` (no network, read-only root, a *copy* of the
-final workspace as the only writable place), never in our process. Nothing the agent wrote may
+process in a sandbox of their own (:func:`unified.execution.run_grader`: no network, read-only root, a
+*copy* of the final workspace as the only writable place), never in our process. Nothing the agent wrote may
 run inside the grader: the interpreter is started isolated (``python3 -I``: no user site
 directory, no ``PYTHON*`` variables, no script or working directory on ``sys.path``), its
 ``$HOME`` is the grader's private ``/tmp`` rather than the workspace, and the copy leaves out
 FIFOs, sockets and device files (a grader that opened one would hang) and has a size budget
-(:func:`unified.execution.confined.copy_workspace`).
+(:func:`unified.execution.copying.copy_workspace`).
 """
 
 from __future__ import annotations
@@ -28,13 +28,12 @@ import json
 import math
 import re
 import statistics
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from unified.benchmarks.aggregate import pass_at_k, pass_pow_k
-from unified.execution.confined import CopyBudget, CopyRefused, Sandbox, SandboxConfig, copy_workspace
+from unified.execution import CopyRefused, GraderSpec, run_grader
 from unified.chatformat.scan import tag_blocks
 from unified.text import DATA_RULE, fence_data
 
@@ -88,25 +87,14 @@ def run_automated_checks(code: str, transcript: list[dict[str, Any]], workspace:
     its files may add up to ``copy_mb`` MiB at apparent size (sparse files count in full, as the
     copy writes them out); a workspace past that is not graded (score 0, the error says why).
     """
-    with tempfile.TemporaryDirectory(prefix="qcb-grade-") as tmp:
-        tmp_path = Path(tmp)
-        copy = tmp_path / "workspace"
-        try:
-            copy_workspace(workspace, copy, budget=CopyBudget(int(copy_mb * 2**20)))
-        except CopyRefused as exc:
-            return {"score": 0.0, "breakdown": {}, "duration_s": 0.0,
-                    "error": f"the workspace was not copied for the grader: {exc}"}
-        inputs = tmp_path / "inputs"
-        inputs.mkdir()
-        (inputs / "transcript.json").write_text(json.dumps(transcript, ensure_ascii=False), encoding="utf-8")
-        (inputs / "grade.py").write_text(code, encoding="utf-8")
-        (inputs / "run.py").write_text(_GRADE_RUNNER, encoding="utf-8")
-        for p in [tmp_path, inputs, *inputs.iterdir()]:
-            p.chmod(0o755 if p.is_dir() else 0o644)
-        config = SandboxConfig(workspace=copy, timeout_s=timeout_s, memory_mb=memory_mb, home="/tmp",
-                               readonly_binds=[(str(inputs), "/grader")])
-        with Sandbox(config) as box:
-            result = box.run(["/usr/bin/python3", "-I", "/grader/run.py"], timeout_s=timeout_s)
+    spec = GraderSpec(argv=["/usr/bin/python3", "-I", "/grader/run.py"], workspace=workspace, copy_mb=copy_mb,
+                      files={"transcript.json": json.dumps(transcript, ensure_ascii=False), "grade.py": code,
+                             "run.py": _GRADE_RUNNER}, timeout_s=timeout_s, memory_mb=memory_mb)
+    try:
+        result = run_grader(spec)
+    except CopyRefused as exc:
+        return {"score": 0.0, "breakdown": {}, "duration_s": 0.0,
+                "error": f"the workspace was not copied for the grader: {exc}"}
     meta = {"duration_s": round(result.duration_s, 3), "sandbox": result.backend}
     if result.timed_out:
         return {"score": 0.0, "breakdown": {}, "error": f"automated checks timed out after {timeout_s:.0f}s", **meta}

@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from unified.benchmarks.contract import BenchmarkUnavailable, TaskFormatError, check_task_id
-from unified.execution.confined import copy_confined
+from unified.execution.copying import copy_confined
 
 DEFAULT_DATASET = "qwenclawbench-v1.1-100"
 ENV_ROOT = "QWENCLAWBENCH_ROOT"

@@ -18,7 +18,7 @@ from security._support import needs_bwrap, needs_local
 from unified.execution import EnvironmentSpec, LocalBackend
 from unified.sandbox import Sandbox, SandboxConfig, SandboxError
 
-PATTERNS = ("unified-sbx-*", "unified-local-*", "unified-ws-*", "qcb-grade-*", "claw-grade-*")
+PATTERNS = ("unified-sbx-*", "unified-local-*", "unified-ws-*", "unified-grade-*", "qcb-grade-*", "claw-grade-*")
 
 
 def _temp_state() -> set[str]:

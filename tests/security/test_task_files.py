@@ -87,7 +87,7 @@ def _claw_env(checkout: Path):
 @needs_bwrap
 @pytest.mark.parametrize("listed", ["fixtures/secret.txt", "fixtures/secret_dir", "fixtures/holder"])
 def test_claw_eval_sandbox_file_symlinks_out_of_the_checkout_are_refused(tmp_path, listed):
-    from unified.sandbox.copying import CopyRefused
+    from unified.execution.copying import CopyRefused
 
     secret_dir = tmp_path / "host_home"
     secret_dir.mkdir()

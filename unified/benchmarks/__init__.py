@@ -14,7 +14,7 @@ Modules:
   adapter by name and checking its ``Config``;
 - :mod:`~unified.benchmarks.aggregate`: Avg@k, pass@k, pass^k and the scored/skipped/errored split;
 - :mod:`~unified.benchmarks.helpers`: ``config_list``, ``limit_runnable``, ``select_task_ids``, ``judge_reason``,
-  ``require_execution_backend``.
+  ``require_execution_backend``, ``process_temp_dir``.
 
 **Stable API for outside adapters** is the list in ``__all__`` below (with the records of
 :mod:`unified.types` they exchange): these names keep their meaning across minor versions, and a
@@ -57,8 +57,8 @@ from unified.benchmarks.discovery import (
     registered_benchmarks,
     world_model_domain,
 )
-from unified.benchmarks.helpers import (config_list, judge_reason, limit_runnable, require_execution_backend,
-                                        select_task_ids)
+from unified.benchmarks.helpers import (config_list, judge_reason, limit_runnable, process_temp_dir,
+                                        require_execution_backend, select_task_ids)
 
 __all__ = [
     # the contract
@@ -70,5 +70,5 @@ __all__ = [
     # aggregates
     "Partition", "avg_at_k", "partition", "pass_at_k", "pass_pow_k", "per_trial", "scores_by_task",
     # adapter helpers
-    "config_list", "judge_reason", "limit_runnable", "require_execution_backend", "select_task_ids",
+    "config_list", "judge_reason", "limit_runnable", "process_temp_dir", "require_execution_backend", "select_task_ids",
 ]

@@ -1,9 +1,14 @@
 """Helpers that benchmark adapters share: config lists, ``--limit`` over runnable tasks, task
 selection with dependencies, the execution backend an adapter needs, and the comparability
-reason of a judge that is not the benchmark's own."""
+reason of a judge that is not the benchmark's own, and a temporary directory for a library's
+process-wide state."""
 
 from __future__ import annotations
 
+import atexit
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Any, Iterable
 
 from unified.benchmarks.contract import BenchmarkUnavailable, Task
@@ -75,3 +80,12 @@ def judge_reason(spec: str, official_models: Iterable[str]) -> str | None:
         return None
     what = "embedded (the embedded default model)" if spec == "embedded" else spec
     return f"judge: {what}, not the benchmark's own ({' / '.join(official) or 'a hosted LLM'})"
+
+
+def process_temp_dir(prefix: str) -> Path:
+    """A fresh temporary directory for the rest of this process, removed when it exits (``atexit``):
+    for state a library keeps process-wide (bfcl-eval's ``BFCL_PROJECT_ROOT``), so no run leaves
+    a directory behind in ``/tmp``."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, path, True)
+    return path

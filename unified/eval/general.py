@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from unified.config import ConfigError, from_dict
 from unified.store import append_jsonl, read_jsonl, repair_tail
 
 log = logging.getLogger(__name__)
@@ -109,8 +110,6 @@ class GeneralConfig:
     def __post_init__(self) -> None:
         self.tasks = _split_list(self.tasks)
         self.include_path = _split_list(self.include_path)
-        from unified.config import ConfigError
-
         if not self.tasks:
             raise ConfigError("general.tasks is empty: name at least one lm-eval task, e.g. --set general.tasks=gsm8k")
         if self.api_model not in API_MODELS:
@@ -180,13 +179,6 @@ class TaskRecord:
     """lm-eval's own output files, relative to the run directory."""
     finished_at: float = 0.0
 
-    @staticmethod
-    def from_dict(row: dict[str, Any]) -> "TaskRecord":
-        row = dict(row)
-        row["metrics"] = [Metric(**m) for m in row.get("metrics", [])]
-        row["subtasks"] = {k: [Metric(**m) for m in v] for k, v in row.get("subtasks", {}).items()}
-        return TaskRecord(**row)
-
 
 class GeneralStore:
     """``DIR/general``: append-only task records (a killed write leaves at most one cut line)."""
@@ -197,14 +189,11 @@ class GeneralStore:
         self.path = self.dir / "results.jsonl"
 
     def records(self) -> list[TaskRecord]:
+        """Every record, in order, read strictly (:func:`unified.config.from_dict`): a line that is not a
+        task record is a ConfigError naming the file, the line and the field."""
         repair_tail(self.path)
-        out = []
-        for number, row in enumerate(read_jsonl(self.path), 1):
-            try:
-                out.append(TaskRecord.from_dict(row))
-            except TypeError as exc:
-                raise ValueError(f"{self.path}:{number}: not a task record ({exc})") from None
-        return out
+        return [from_dict(TaskRecord, row, source=f"{self.path}:{number}")
+                for number, row in enumerate(read_jsonl(self.path), 1)]
 
     def latest(self, fingerprint: str | None = None) -> dict[str, TaskRecord]:
         """The last record of each task (of ``fingerprint`` only, when given)."""

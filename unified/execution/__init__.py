@@ -1,7 +1,12 @@
 """Execution backends behind one interface: ``local`` (bubblewrap), ``docker``, ``podman``, ``apptainer``.
 
-Adapters describe an environment (:class:`EnvironmentSpec`) and run commands in the
-:class:`ExecutionSession` a backend starts; they never know which backend it was. Which one
+This package is the adapters' one way to run untrusted work (they never import
+:mod:`unified.sandbox`). Adapters describe an environment (:class:`EnvironmentSpec`) and run
+commands in the :class:`ExecutionSession` a backend starts; they never know which backend it was.
+Benchmarks whose tools act on a task's file tree rather than an image get the same kind of
+session over a host workspace from the local backend (``LocalBackend().workspace(WorkspaceSpec)``:
+:mod:`unified.execution.workspace`), and run their graders with :func:`run_grader`
+(:mod:`unified.execution.grader`). Which one
 runs is decided here: ``get_backend(name)`` with ``name`` from the adapter's config
 (``--set benchmarks.NAME.backend=docker``), else ``$UNIFIED_EXEC_BACKEND``, else ``auto``
 (the first of docker, podman, apptainer that works here, then ``local``). "Works" means a tiny
@@ -24,8 +29,11 @@ from unified.execution.base import (
     ExecutionSession,
 )
 from unified.execution.containers import ApptainerBackend, DockerBackend, PodmanBackend
+from unified.execution.copying import CopyBudget, CopyBudgetExceeded, CopyRefused
+from unified.execution.grader import GraderSpec, JudgeEndpoint, run_grader
 from unified.execution.local import LocalBackend, LocalImageError
 from unified.execution.tmux import TmuxTerminal
+from unified.execution.workspace import ShellResult, ToolResult, WorkspaceSession, WorkspaceSpec, service_env
 from unified.registry import Registry
 
 BACKENDS: Registry = Registry("execution backend")
@@ -65,7 +73,9 @@ def get_backend(name: str | None = None) -> ExecutionBackend:
 
 
 __all__ = [
-    "AUTO_ORDER", "BACKENDS", "ApptainerBackend", "BackendUnavailable", "DockerBackend", "EnvironmentSpec",
-    "ExecResult", "ExecutionBackend", "ExecutionError", "ExecutionSession", "LocalBackend", "LocalImageError",
-    "PodmanBackend", "TmuxTerminal", "get_backend",
+    "AUTO_ORDER", "BACKENDS", "ApptainerBackend", "BackendUnavailable", "CopyBudget", "CopyBudgetExceeded",
+    "CopyRefused", "DockerBackend", "EnvironmentSpec", "ExecResult", "ExecutionBackend", "ExecutionError",
+    "ExecutionSession", "GraderSpec", "JudgeEndpoint", "LocalBackend", "LocalImageError", "PodmanBackend",
+    "ShellResult", "TmuxTerminal", "ToolResult", "WorkspaceSession", "WorkspaceSpec", "get_backend", "run_grader",
+    "service_env",
 ]

@@ -28,7 +28,7 @@ import tarfile
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from unified.execution.verifier import PrivateRun
@@ -169,6 +169,10 @@ class ExecutionSession(ABC):
         workdir: str | None = None, env: dict[str, str] | None = None,
     ) -> ExecResult:
         """Run ``command`` (shell string or argv) inside; kill it after ``timeout_s``."""
+
+    def start(self) -> None:
+        """Bring the environment up (its backend's ``start`` calls this once, through
+        :meth:`ExecutionBackend._started`); a session with nothing to start keeps this."""
 
     @abstractmethod
     def _close(self) -> None:
@@ -341,6 +345,9 @@ def extract_tar_to(raw: bytes, top: str, dest: Path) -> None:
             os.chmod(target, (m.mode & 0o755) | 0o600)
 
 
+_S = TypeVar("_S", bound=ExecutionSession)
+
+
 class ExecutionBackend(ABC):
     """A place to run environments: ``available()`` then ``start(spec)``."""
 
@@ -362,6 +369,17 @@ class ExecutionBackend(ABC):
     @abstractmethod
     def start(self, spec: EnvironmentSpec) -> ExecutionSession:
         """Build or pull, start, and return a session (a context manager that always cleans up)."""
+
+    @staticmethod
+    def _started(session: _S) -> _S:
+        """``session`` once its ``start()`` has run; closed again (whatever the start made so far: a
+        container, an instance, a sandbox and its workspace) when the start fails, then the error raised."""
+        try:
+            session.start()
+        except BaseException:
+            session.close()
+            raise
+        return session
 
 
 def shell_join(command: str | list[str]) -> list[str]:

@@ -66,6 +66,18 @@ def _run(argv: list[str], timeout: float, stdin: bytes | None = None) -> subproc
                           stdin=None if stdin is not None else subprocess.DEVNULL)
 
 
+def _run_step(argv: list[str], timeout: float, what: str) -> None:
+    """Run an engine step that must succeed (a build, a pull, a conversion to SIF); else an ExecutionError
+    that names ``what`` and the command, with the exit status and the tail of its stderr, or the timeout."""
+    try:
+        proc = _run(argv, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise ExecutionError(f"{what} timed out after {timeout:.0f}s: {quote(argv)}") from None
+    if proc.returncode != 0:
+        raise ExecutionError(f"{what} failed (exit {proc.returncode}): {quote(argv)}\n"
+                             f"{proc.stderr.decode(errors='replace').strip()[-2000:]}")
+
+
 def _run_capped(argv: list[str], timeout: float, stdin: bytes | None = None,
                 cap: int = MAX_OUTPUT_BYTES) -> tuple[int, str, str, bool]:
     """``(exit_code, stdout, stderr, host_timed_out)`` of an engine CLI call whose output is capped while it streams."""
@@ -309,38 +321,18 @@ class DockerBackend(ExecutionBackend):
             tag = image_tag(spec)
             if _run([self.engine, "image", "inspect", tag], timeout=60).returncode == 0:
                 return tag
-            argv = build_argv(self.engine, spec, tag)
-            try:
-                proc = _run(argv, timeout=spec.build_timeout_s)
-            except subprocess.TimeoutExpired:
-                raise ExecutionError(f"{self.engine}: build timed out after {spec.build_timeout_s:.0f}s: "
-                                     f"{quote(argv)}") from None
-            if proc.returncode != 0:
-                raise ExecutionError(f"{self.engine}: build failed: {quote(argv)}\n"
-                                     f"{proc.stderr.decode(errors='replace')[-3000:]}")
+            _run_step(build_argv(self.engine, spec, tag), spec.build_timeout_s, f"{self.engine}: building {tag}")
             return tag
         if not spec.image:
             raise ExecutionError(f"{self.engine}: the environment names neither an image nor a build context")
         image = qualify_image(spec.image) if self.engine == "podman" else spec.image
         if _run([self.engine, "image", "inspect", image], timeout=60).returncode != 0:
-            try:
-                proc = _run([self.engine, "pull", image], timeout=spec.build_timeout_s)
-            except subprocess.TimeoutExpired:
-                raise ExecutionError(f"{self.engine}: pulling {image} timed out") from None
-            if proc.returncode != 0:
-                raise ExecutionError(f"{self.engine}: cannot pull {image}: "
-                                     f"{proc.stderr.decode(errors='replace').strip()[-1000:]}")
+            _run_step([self.engine, "pull", image], spec.build_timeout_s, f"{self.engine}: pulling {image}")
         return image
 
     def start(self, spec: EnvironmentSpec) -> DockerSession:
         self.require()
-        session = DockerSession(self.engine, spec, self.prepare_image(spec))
-        try:
-            session.start()
-        except BaseException:
-            session.close()
-            raise
-        return session
+        return self._started(DockerSession(self.engine, spec, self.prepare_image(spec)))
 
 
 class PodmanBackend(DockerBackend):
@@ -502,38 +494,20 @@ class ApptainerBackend(ExecutionBackend):
                 sif.parent.mkdir(parents=True, exist_ok=True)
                 with tempfile.TemporaryDirectory(prefix="unified-sif-", dir=sif.parent) as tmp:
                     for argv in local_image_to_sif_argvs(builder, tag, binary, sif, Path(tmp)):
-                        try:
-                            proc = _run(argv, timeout=spec.build_timeout_s)
-                        except subprocess.TimeoutExpired:
-                            raise ExecutionError(f"apptainer: {quote(argv)} timed out") from None
-                        if proc.returncode != 0:
-                            raise ExecutionError(f"apptainer: {quote(argv)} failed: "
-                                                 f"{proc.stderr.decode(errors='replace')[-2000:]}")
+                        _run_step(argv, spec.build_timeout_s, f"apptainer: converting {tag} to {sif.name}")
             return sif
         if not spec.image:
             raise ExecutionError("apptainer: the environment names neither an image nor a build context")
         sif, source = sif_path(spec.image), spec.image
         if not sif.exists():
             sif.parent.mkdir(parents=True, exist_ok=True)
-            argv = apptainer_pull_argv(binary, source, sif)
-            try:
-                proc = _run(argv, timeout=spec.build_timeout_s)
-            except subprocess.TimeoutExpired:
-                raise ExecutionError(f"apptainer: {quote(argv)} timed out") from None
-            if proc.returncode != 0:
-                raise ExecutionError(f"apptainer: {quote(argv)} failed: {proc.stderr.decode(errors='replace')[-2000:]}")
+            _run_step(apptainer_pull_argv(binary, source, sif), spec.build_timeout_s, f"apptainer: pulling {source}")
         return sif
 
     def start(self, spec: EnvironmentSpec) -> ApptainerSession:
         self.require()
         binary = apptainer_binary()
-        session = ApptainerSession(binary, spec, self.prepare_image(spec, binary))
-        try:
-            session.start()
-        except BaseException:
-            session.close()
-            raise
-        return session
+        return self._started(ApptainerSession(binary, spec, self.prepare_image(spec, binary)))
 
 
 _INSTALL_HINTS = {

@@ -55,6 +55,7 @@ from unified.execution.base import (
     shell_join,
 )
 from unified.execution.dockerfile import DockerfileError, env_pairs, final_workdir, parse_dockerfile, resolve
+from unified.execution.workspace import WorkspaceSession, WorkspaceSpec
 
 _KEEPER = Path(__file__).with_name("_keeper.py")
 _FORBIDDEN_WORKDIRS = ("/", "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/opt", "/proc", "/dev", "/tmp",
@@ -105,13 +106,13 @@ class LocalBackend(ExecutionBackend):
         self.require()
         if spec.network:
             raise ExecutionError(f"local: {NETWORK_REFUSED}")
-        session = LocalSession(spec, keep_workspace=self.keep_workspace)
-        try:
-            session.start()
-        except BaseException:
-            session.close()
-            raise
-        return session
+        return self._started(LocalSession(spec, keep_workspace=self.keep_workspace))
+
+    def workspace(self, spec: WorkspaceSpec) -> WorkspaceSession:
+        """A session over a host workspace (:mod:`unified.execution.workspace`), not started yet: the
+        caller puts the task's files in, then calls ``start()``."""
+        self.require()
+        return WorkspaceSession(spec)
 
 
 class LocalSession(ExecutionSession):

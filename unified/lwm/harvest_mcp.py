@@ -25,7 +25,7 @@ from typing import Any
 
 from unified.lwm.prompts import build_system_prompt
 from unified.lwm.records import AWBRecord, trajectory_records
-from unified.sandbox.scratch import process_temp_dir
+from unified.benchmarks.helpers import process_temp_dir
 
 _BASE = "bfcl_eval.eval_checker.multi_turn_eval.func_source_code"
 BACKENDS = {

@@ -1,6 +1,7 @@
 """File and web operations executed *inside* the sandbox (never on the host).
 
-Every workspace tool of the QwenClawBench and Claw-Eval adapters (read, write, edit, glob, grep, web fetch) runs as
+Every workspace tool (read, write, edit, glob, grep, web fetch) that an adapter runs through
+:meth:`unified.execution.workspace.WorkspaceSession.tool` runs as
 ``python3 -c OPS_SOURCE <op>`` inside :class:`unified.sandbox.Sandbox`, with the JSON
 arguments on stdin and a JSON answer on stdout. The model's paths are therefore resolved by
 the sandbox's own filesystem: the workspace is the only writable place, the rest of the root

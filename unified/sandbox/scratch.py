@@ -1,6 +1,7 @@
 """A sandbox on a private scratch directory that an environment fills first and deletes at the end.
 
-Benchmark environments (Claw-Eval, QwenClawBench) need the same three steps around a task: make a
+A workspace session (:class:`unified.execution.workspace.WorkspaceSession`, what Claw-Eval and
+QwenClawBench open) needs the same three steps around a task: make a
 temporary root (world-readable, so the sandbox's throwaway uid can enter it), put the task's
 files into ``<root>/workspace``, then start a :class:`~unified.sandbox.Sandbox` on that workspace;
 and at the end leave the sandbox and delete the root, quietly, whatever state a crash left.
@@ -8,7 +9,6 @@ and at the end leave the sandbox and delete the root, quietly, whatever state a 
 
 from __future__ import annotations
 
-import atexit
 import shutil
 import tempfile
 from pathlib import Path
@@ -43,11 +43,3 @@ class ScratchSandbox:
                 pass
         shutil.rmtree(self.root, ignore_errors=True)
 
-
-def process_temp_dir(prefix: str) -> Path:
-    """A fresh temporary directory for the rest of this process, removed when it exits (``atexit``):
-    for state a library keeps process-wide (bfcl-eval's ``BFCL_PROJECT_ROOT``), so no run leaves
-    a directory behind in ``/tmp``."""
-    path = Path(tempfile.mkdtemp(prefix=prefix))
-    atexit.register(shutil.rmtree, path, True)
-    return path

@@ -148,14 +148,18 @@ class CollapseGuard(TrainerCallback):
     def _trainable(self, model) -> dict[str, torch.Tensor]:
         return {name: p for name, p in model.named_parameters() if p.requires_grad}
 
+    def _snapshot(self, model, copy: dict[str, torch.Tensor]) -> None:
+        """Copy the trainable weights into ``copy`` (its tensors reused after the first time)."""
+        for name, p in self._trainable(model).items():
+            if name in copy:
+                copy[name].copy_(p.detach())
+            else:
+                copy[name] = p.detach().clone()
+
     def _keep_good(self, model, step: int) -> None:
         if self.cfg.on_collapse != "rollback":
             return
-        for name, p in self._trainable(model).items():
-            if name in self._good:
-                self._good[name].copy_(p.detach())
-            else:
-                self._good[name] = p.detach().clone()
+        self._snapshot(model, self._good)
         self.good_step = step
 
     def _restore_good(self, model) -> None:
@@ -170,11 +174,7 @@ class CollapseGuard(TrainerCallback):
         """``keep_best``: copy the trainable weights when the probe reward beats every earlier step's."""
         if not self.cfg.keep_best or reward <= self.best_reward:
             return
-        for name, p in self._trainable(model).items():
-            if name in self._best:
-                self._best[name].copy_(p.detach())
-            else:
-                self._best[name] = p.detach().clone()
+        self._snapshot(model, self._best)
         self.best_step, self.best_reward = step, reward
 
     # ---------------------------------------------------------------- callback hooks

@@ -1,6 +1,8 @@
-"""Copying files into and out of sandboxes without following links out, within a size budget.
+"""Copying files into and out of confined workspaces without following links out, within a size budget.
 
-Two copies cross the sandbox boundary on the host, outside any sandbox limit:
+Two copies cross the sandbox boundary on the host, outside any sandbox limit (both are done for
+adapters by :class:`~unified.execution.workspace.WorkspaceSession` and
+:func:`~unified.execution.grader.run_grader`):
 
 - **task files into a workspace** (:func:`copy_confined`): files a benchmark's task folder lists
   (Claw-Eval ``sandbox_files``, QwenClawBench assets). A symlink in the task folder must never

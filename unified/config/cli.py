@@ -1,0 +1,60 @@
+"""The command-line side of recipes: the common ``--recipe``/``--set``/``--dry-run`` flags, an
+argparse ``type`` that checks a field's bounds (:func:`flag_type`), and an ``ArgumentParser`` with
+one-line usage errors."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import typing
+from typing import Any, Callable
+
+from unified.config.errors import ConfigError
+from unified.config.loader import check_bounds
+
+def _field_at(cls: type, key: str) -> dataclasses.Field:
+    """The dataclass field of a dotted key (``sampling.temperature``) of ``cls``."""
+    *sections, name = key.split(".")
+    for section in sections:
+        cls = typing.get_type_hints(cls)[section]
+    return {f.name: f for f in dataclasses.fields(cls)}[name]
+
+
+def flag_type(cls: type, key: str, kind: type = int) -> Callable[[str], Any]:
+    """An argparse ``type`` for a flag that sets ``key`` of ``cls``: parses ``kind`` and checks the
+    field's bounds, so a bad value is a usage error naming the flag and the value."""
+    bounds = _field_at(cls, key).metadata.get("bounds", {})
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, "
+                                             f"got {text!r}") from None
+        try:
+            check_bounds(value, bounds, key)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[1]) from None
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
+def add_recipe_arguments(parser: argparse.ArgumentParser, *, recipe_required: bool = False) -> None:
+    """The common ``--recipe``, ``--set`` and ``--dry-run`` flags."""
+    parser.add_argument("--recipe", "--config", dest="recipe", required=recipe_required,
+                        help="YAML recipe file (see recipes/)")
+    parser.add_argument("--set", dest="set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a recipe key, e.g. --set train.learning_rate=1e-6 (repeatable)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the resolved config and what would run, then exit")
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """``argparse.ArgumentParser`` whose usage errors are one line and a pointer to ``--help``
+    (not the whole usage block before the one useful line)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        message = " ".join(str(message).split("\n"))
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
