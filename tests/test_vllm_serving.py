@@ -201,6 +201,7 @@ def test_the_eval_serves_embedded_with_vllm_by_default_and_its_judge_follows(vll
     checkout = Path(__file__).parent / "fixtures" / "claw_eval" / "fixture_checkout"
     out = tmp_path / "run"
     run_eval(EvalConfig(benchmarks=["claw_eval"], model="embedded", out=str(out), task_ids=["fixture_C01_multi_turn"],
+                        runs=1,  # Claw-Eval's own default is 3 trials (pass^3); one is enough here
                         benchmark_config={"claw_eval": {"root": str(checkout), "judge": "embedded",
                                                         "user_model": "embedded", "judge_max_tokens": 16}},
                         sampling=SamplingConfig(max_new_tokens=16, thinking=False), limits=AgentLimits(max_turns=1)))
