@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -105,3 +106,41 @@ def test_the_engine_thread_exits_when_idle_and_the_next_submit_starts_it(loaded,
     assert not engine.running  # no thread holds the model while nobody generates
     again = engine.generate(prompt, SamplingParams(max_new_tokens=3)).result(timeout=900)
     assert again.token_ids == first.token_ids
+
+
+def test_a_client_thread_hands_its_idle_openmp_workers_back_when_it_submits(loaded):
+    """GNU OpenMP spins its workers only briefly once it manages more threads than CPUs, so the idle
+    pool a client's thread keeps after parallel torch code (loading weights, say) slowed every step of
+    the engine's thread; submit frees the caller's pool: after a submit there is none left to free."""
+    import torch
+
+    if torch.get_num_threads() < 2 or engine_module._gomp_pause() is None:
+        pytest.skip("needs torch on GNU OpenMP with 2+ threads")
+    for thread in threading.enumerate():  # other tests' engines exit after IDLE_EXIT_S: the count must hold still
+        if thread.name == "unified-engine":
+            thread.join(timeout=120)
+    engine = Engine(loaded)
+    prompt = loaded.tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
+                                                  add_generation_prompt=True)
+    seen: dict[str, object] = {}
+
+    def threads() -> int:
+        return len(os.listdir("/proc/self/task"))
+
+    def client() -> None:
+        torch.ones(1 << 22).exp_()  # a parallel op: this thread now keeps idle OpenMP workers
+        seen["with_pool"] = threads()
+        seen["freed"] = engine_module.release_openmp_threads()
+        seen["without_pool"] = threads()
+        torch.ones(1 << 22).exp_()  # the pool again, then a submit
+        seen["output"] = engine.generate(prompt, SamplingParams(max_new_tokens=3)).result(timeout=900)
+        seen["after_submit"] = threads()
+        engine_module.release_openmp_threads()
+        seen["released_again"] = threads()
+
+    worker = threading.Thread(target=client)
+    worker.start()
+    worker.join()
+    assert seen["freed"] is True and seen["without_pool"] < seen["with_pool"]  # the pool is real and freeable
+    assert seen["output"].token_ids  # the engine generated for this client
+    assert seen["released_again"] == seen["after_submit"]  # submit had already freed it
