@@ -161,14 +161,17 @@ def _run_eval(cfg: EvalConfig, names: list[str], want_general: bool, *,
               resume_anyway: bool = False, choice: EngineChoice = EngineChoice(None)) -> RunSummary:
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    claim_run_dir(out, cfg, names, resume_anyway=resume_anyway, policy_given=policy is not None)
-    write_json_atomic(out / "run.json", {"config": to_dict(cfg), "updated_at": time.time()})
+
+    def record(run_cfg: EvalConfig) -> None:  # the run directory's identity and run.json, for the engine that runs
+        claim_run_dir(out, run_cfg, names, resume_anyway=resume_anyway, policy_given=policy is not None)
+        write_json_atomic(out / "run.json", {"config": to_dict(run_cfg), "updated_at": time.time()})
+
+    record(cfg)
 
     def use_backend(backend: str) -> EvalConfig:  # the auto choice's fallback: record the engine that runs
         nonlocal cfg
         cfg = replace(cfg, backend=backend)
-        claim_run_dir(out, cfg, names, resume_anyway=resume_anyway)
-        write_json_atomic(out / "run.json", {"config": to_dict(cfg), "updated_at": time.time()})
+        record(cfg)
         return cfg
     benchmarks: dict[str, BenchmarkEntry] = {}
     # the general suite's section, read from the run directory now (a resumed run shows what it has) and
