@@ -102,6 +102,12 @@ class ExecResult:
     def ok(self) -> bool:
         return self.exit_code == 0 and not self.timed_out
 
+    @classmethod
+    def of(cls, result: Any) -> ExecResult:
+        """The same fields of a :class:`unified.sandbox.SandboxResult` (one bubblewrap run)."""
+        return cls(exit_code=result.exit_code, stdout=result.stdout, stderr=result.stderr,
+                   timed_out=result.timed_out, duration_s=result.duration_s, backend=result.backend)
+
     def output(self) -> str:
         """stdout then stderr, as a terminal would interleave them (roughly)."""
         return self.stdout + (("\n" if self.stdout and not self.stdout.endswith("\n") else "") + self.stderr

@@ -97,8 +97,7 @@ def run_grader(spec: GraderSpec) -> ExecResult:
                 r = box.run(spec.argv, timeout_s=spec.timeout_s)
         except SandboxError as exc:
             raise ExecutionError(f"bwrap: {exc}") from exc
-    return ExecResult(exit_code=r.exit_code, stdout=r.stdout, stderr=r.stderr, timed_out=r.timed_out,
-                      duration_s=r.duration_s, backend=r.backend)
+    return ExecResult.of(r)
 
 
 __all__ = ["GRADER_DIR", "JUDGE_SOCKET", "CopyRefused", "GraderSpec", "JudgeEndpoint", "run_grader"]

@@ -181,8 +181,7 @@ class WorkspaceSession(ExecutionSession):
                 argv = ["sh", "-c", f"cd {shlex.quote(workdir)} && exec \"$@\"", "sh", *argv]
             command = prefix + argv
         r = box.run(command, timeout_s=timeout_s, stdin=stdin)
-        return ExecResult(exit_code=r.exit_code, stdout=r.stdout, stderr=r.stderr, timed_out=r.timed_out,
-                          duration_s=r.duration_s, backend=r.backend)
+        return ExecResult.of(r)
 
     def tool(self, op: str, args: dict[str, Any], timeout_s: float = 30.0) -> ToolResult:
         """Run one workspace tool (:data:`TOOL_OPS`) inside the sandbox; paths resolve there."""
