@@ -145,7 +145,7 @@ def test_ctrl_c_writes_the_summary_of_what_finished_and_exits_130(tmp_path):
     cmd = [sys.executable, "-m", "unified.eval", "--benchmarks", FIXTURE, "--model", "gold", "--out", str(out),
            "--max-in-flight", "2", "--set", f"benchmarks.{FIXTURE}.n=12"]
     env = {**os.environ, "PYTHONPATH": f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "FIXTURE_STEP_SECONDS": "0.5"}
+           "FIXTURE_STEP_SECONDS": "2"}  # 12 episodes, 2 in flight: ~12 s, room for a busy machine
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120

@@ -31,7 +31,7 @@ def test_sigkill_then_rerun_leaves_exactly_one_result_per_task(tmp_path):
     cmd = [sys.executable, "-m", "unified.eval", "--benchmarks", FIXTURE, "--model", "gold", "--out", str(out),
            "--max-in-flight", "2", "--set", f"benchmarks.{FIXTURE}.n=12"]
     env = {**os.environ, "PYTHONPATH": f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "FIXTURE_STEP_SECONDS": "0.4"}
+           "FIXTURE_STEP_SECONDS": "2"}  # 12 episodes, 2 in flight: ~12 s, room for a busy machine
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
