@@ -72,7 +72,8 @@ def write_published_fixture(directory: Path) -> dict[str, str]:
 
 class ScriptedServer:
     """Loopback chat-completions server: model ``wm`` answers by the current action, ``judge`` by the
-    prediction's tag, the k-th judge request of a sample getting its k-th scripted answer."""
+    prediction's tag, the k-th judge request of a sample getting its k-th scripted answer (or, with
+    ``own_judge_answer``, always that answer: our own judge prompt's format)."""
 
     def __init__(self, actions: dict[str, str], own_judge_answer: str = "") -> None:
         self.actions, self.own_judge_answer = actions, own_judge_answer
@@ -112,10 +113,10 @@ class ScriptedServer:
                 if reply.get("reasoning"):
                     out["reasoning_content"] = reply["reasoning"]
                 return out
-            user = messages[-1]["content"]
-            found = re.search(r"PRED[-\" :]+(S\d)", user)
-            if not found:
+            if self.own_judge_answer:
                 return {"role": "assistant", "content": self.own_judge_answer}
+            found = re.search(r"PRED[-\" :]+(S\d)", messages[-1]["content"])
+            assert found, "a judge request without a scripted prediction"
             tag = found.group(1)
             answers = SAMPLES[tag][5]
             k = self.attempts[tag]

@@ -292,7 +292,7 @@ def run(model: str, judge: str, data: str, out: str, *, limit: int | None = None
                          batch_size=batch_size, cache_dir=cache_dir)
     reasons = official.settings_differences(checkout, infer_max_tokens=max_new_tokens, infer_temperature=temperature,
                                             judge_max_tokens=judge_max_tokens, judge_temperature=judge_temperature,
-                                            judge_attempts=judge_attempts if checkout is not None else 1)
+                                            judge_attempts=judge_attempts)  # own: "no retry" is said below
     if checkout is not None:
         summary, judge_seconds, judge_requests = _judge_official(checkout, records, predictions, out_dir,
                                                                  judge_attempts=judge_attempts, **judge_options)
