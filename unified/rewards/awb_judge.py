@@ -172,6 +172,8 @@ def _import_eval_script(root: Path) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     logger = logging.getLogger()
     handlers, level = list(logger.handlers), logger.level
+    for loaded in [m for m in sys.modules if m == "lwm_eval_utils" or m.startswith("lwm_eval_utils.")]:
+        del sys.modules[loaded]  # another checkout's helpers: this eval.py must import its own
     sys.path.insert(0, eval_dir)  # eval.py imports its helpers as the top-level package lwm_eval_utils
     try:
         spec.loader.exec_module(module)
