@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fixture_eval_bench import FixtureAdapter
-from gold_run_fixture import BENCH_DIRS, ECHO, EXPECTED, gold_argv, normalised
+from gold_run_fixture import ECHO, EXPECTED, gold_argv, normalised
 from unified.benchmarks.contract import AgentLimits
 from unified.eval.cli import main
 from unified.eval.plan import PLAN_FILE, read_plan

@@ -20,6 +20,9 @@ Rerunning the same command resumes: finished (task, trial) pairs are not run aga
 records what defines its results (``identity.json``: model, prompting, sampling, limits, benchmark
 settings); a rerun that differs stops with one line naming the difference. Ctrl-C writes the
 summary of what finished and exits 130. ``--list`` shows the benchmarks, suites and prompting modules.
+Every run writes its plan first (``OUT/plan.json``, :mod:`unified.eval.plan`); ``--dry-run`` prints the
+config and that plan (the adapters list their tasks; ``--out`` is only read) and writes nothing.
+``--merge`` joins shard directories from their records and plans alone (:mod:`unified.eval.merge`).
 """
 
 from __future__ import annotations

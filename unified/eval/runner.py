@@ -27,7 +27,7 @@ from unified.eval.general import GENERAL_SUITE, run_general, split_suites
 from unified.eval.engine import EngineChoice, choose_backend, fallback_line
 from unified.eval.identity import record_run_dir, recorded_backend
 from unified.eval.plan import Loaded, PlannedBenchmark, PlannedEngine, RunPlan, plan_run, select_tasks, write_plan
-from unified.eval.records import RunSummary
+from unified.eval.records import BenchmarkEntry, RunSummary
 from unified.eval.shards import check_unsharded_parts
 from unified.eval.rundir import BenchmarkStore, RunDirLock
 from unified.eval.summarize import summarize
@@ -93,7 +93,10 @@ def run_eval(cfg: EvalConfig, *, policy: ChatModel | Replayer | None = None,
     with RunDirLock(cfg.out):
         record_run_dir(cfg.out, cfg, names, resume_anyway=resume_anyway, policy_given=policy is not None)
         loaded: dict[str, Loaded] = {}
-        plan = plan_run(cfg, names, want_general, engine=choice, policy_given=policy is not None, loaded=loaded)
+        try:
+            plan = plan_run(cfg, names, want_general, engine=choice, policy_given=policy is not None, loaded=loaded)
+        except KeyboardInterrupt:  # while the adapters listed their tasks: nothing new was run
+            raise EvalInterrupted(_saved_results(Path(cfg.out))) from None
         write_plan(cfg.out, plan)
         return execute(plan, policy=policy, loaded=loaded, resume_anyway=resume_anyway)
 
@@ -202,11 +205,12 @@ def execute(plan: RunPlan, *, policy: ChatModel | Replayer | None = None, loaded
     engine = EngineChoice(plan.engine.backend, plan.engine.auto, plan.engine.line)
     holder = _Policy(plan.config, policy, engine, use_backend)
     done: list[str] = []
+    entries: dict[str, BenchmarkEntry] = {}  # a benchmark's entry, once its episodes are done
     try:
         for planned in plan.benchmarks:
             interrupted = planned.status == "run" and _run_pairs(plan, planned, out, holder, loaded)
             done.append(planned.name)
-            summarize(out, benchmarks=done, plan=plan, loaded=loaded)
+            summarize(out, benchmarks=done, plan=plan, loaded=loaded, finished=entries)
             if interrupted:
                 raise KeyboardInterrupt
         if plan.general is not None:  # lm-eval on the same weights (the agent suites' loaded checkpoint if any)
@@ -217,11 +221,11 @@ def execute(plan: RunPlan, *, policy: ChatModel | Replayer | None = None, loaded
                         backend="hf" if engine.auto and cfg.backend == "vllm" else cfg.backend,
                         loaded=getattr(holder.model, "loaded", None))
     except KeyboardInterrupt:
-        summarize(out, benchmarks=done, plan=plan, loaded=loaded)
+        summarize(out, benchmarks=done, plan=plan, loaded=loaded, finished=entries)
         raise EvalInterrupted(_saved_results(out)) from None
     finally:
         holder.close()
-    return summarize(out, plan=plan, loaded=loaded)
+    return summarize(out, plan=plan, loaded=loaded, finished=entries)
 
 
 def _run_pairs(plan: RunPlan, planned: PlannedBenchmark, out: Path, policy: _Policy,

@@ -99,16 +99,22 @@ def run_kind(plan: RunPlan, out: str | Path,
 
 
 def summarize(run_dir: str | Path, *, benchmarks: list[str] | None = None, plan: RunPlan | None = None,
-              loaded: dict[str, Loaded] | None = None) -> RunSummary:
+              loaded: dict[str, Loaded] | None = None, finished: dict[str, BenchmarkEntry] | None = None) -> RunSummary:
     """Write ``run_dir``'s summary from its plan and records; returns it.
 
     ``benchmarks``: only these planned benchmarks (the runner's summary after each one; default all).
     ``plan``: the plan already in memory (default: ``run_dir/plan.json``); ``loaded``: the adapters the
-    planner loaded in this process (default: loaded again from the plan's settings)."""
+    planner loaded in this process (default: loaded again from the plan's settings). ``finished``: the
+    runner's entries of benchmarks whose records no longer change, reused (each ``aggregate`` is asked
+    once per run); the entries computed here are added to it."""
     out = Path(run_dir)
     plan = plan or read_plan(out)
     names = [b.name for b in plan.benchmarks] if benchmarks is None else benchmarks
-    entries = {name: benchmark_summary(plan, plan.benchmark(name), out, loaded) for name in names}
+    finished = {} if finished is None else finished
+    for name in names:
+        if name not in finished:
+            finished[name] = benchmark_summary(plan, plan.benchmark(name), out, loaded)
+    entries = {name: finished[name] for name in names}
     cfg = plan.config
     general = general_section(out, plan.general, cfg.model) if plan.general is not None else None
     shard, merged_from = run_kind(plan, out, entries)
