@@ -16,9 +16,10 @@
 #   MODEL=runs/lwm_warmup-1234/final SUITE=general SERVER=none sbatch slurm/eval.sh --set general.limit=200
 # Spread over jobs (an array of N shards, then a merge job that starts when all of them succeeded):
 #   MODEL=runs/lwm/final sbatch --array=0-3 slurm/eval.sh --limit 200
-# Task I runs `--shard I/4` into OUT/shard-I (OUT defaults to runs/eval-ARRAY_JOB_ID); the array's
-# first task submits the merge job (--dependency=afterok:ARRAY_JOB_ID), which writes the merged run
-# into OUT (log: OUT/merge-JOBID.out). If a shard fails, the merge job never starts (scancel it);
+# Task I runs `--shard I/4` into OUT/shard-I (OUT defaults to runs/eval-ARRAY_JOB_ID): every task plans the
+# same command and keeps shard I's pairs of it (OUT/shard-I/plan.json); the array's first task submits the
+# merge job (--dependency=afterok:ARRAY_JOB_ID), which joins the shards' records by their plans into OUT
+# without running anything (log: OUT/merge-JOBID.out). If a shard fails, the merge job never starts (scancel it);
 # rerun that shard alone with the same OUT, which submits a new merge after it:
 #   SHARDS=4 OUT=runs/eval-1234 MODEL=runs/lwm/final sbatch --array=2 slurm/eval.sh --limit 200
 # Extra arguments go to `python -m unified.eval` unchanged. Partition, account, QoS and time limit

@@ -18,7 +18,7 @@ from unified.eval.config import EvalConfig
 from unified.eval.records import BenchmarkEntry, RunSummary, ShardPart, ShardRun, load_summary
 from unified.eval.runner import run_eval
 from unified.eval.rundir import BenchmarkStore
-from unified.eval.shards import merge_runs
+from unified.eval.merge import merge_runs
 from unified.types import EpisodeResult
 
 FIXTURE = "fixture_eval_bench:FixtureAdapter"

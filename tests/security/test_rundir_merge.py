@@ -121,9 +121,9 @@ def test_a_sparse_work_file_stays_sparse_in_the_merge(shards, tmp_path):
 
 
 def test_work_files_past_the_merge_budget_stay_in_their_shard_and_are_listed(shards, tmp_path, monkeypatch):
-    from unified.eval import shards as shards_module
+    from unified.eval import merge as merge_module
 
-    monkeypatch.setattr(shards_module, "MERGE_WORK_BUDGET_BYTES", 3 * MIB)
+    monkeypatch.setattr(merge_module, "MERGE_WORK_BUDGET_BYTES", 3 * MIB)
     (_work(shards[0]) / "a.bin").write_bytes(os.urandom(2 * MIB))
     (_work(shards[1]) / "b.bin").write_bytes(os.urandom(2 * MIB))  # 4 MiB in all: b is over the budget
     merged = tmp_path / "merged"

@@ -20,13 +20,15 @@ Rerunning the same command resumes: finished (task, trial) pairs are not run aga
 records what defines its results (``identity.json``: model, prompting, sampling, limits, benchmark
 settings); a rerun that differs stops with one line naming the difference. Ctrl-C writes the
 summary of what finished and exits 130. ``--list`` shows the benchmarks, suites and prompting modules.
+Every run writes its plan first (``OUT/plan.json``, :mod:`unified.eval.plan`); ``--dry-run`` prints the
+config and that plan (the adapters list their tasks; ``--out`` is only read) and writes nothing.
+``--merge`` joins shard directories from their records and plans alone (:mod:`unified.eval.merge`).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 
 from unified.config import (ArgumentParser, ConfigError, add_recipe_arguments, apply_overrides, dump_yaml, flag_type,
                              from_dict, mark_overrides, read_yaml)
@@ -34,9 +36,11 @@ from unified.benchmarks.discovery import check_benchmark_config
 from unified.eval.config import EvalConfig
 from unified.eval.identity import RESUME_ANYWAY_FLAG, dry_run_line
 from unified.eval.preflight import PreflightError, check_names
-from unified.eval.shards import ShardError, merge_runs, shard_type
+from unified.eval.merge import ShardError, merge_runs
+from unified.eval.plan import plan_lines, plan_run
+from unified.eval.shards import check_unsharded_parts, shard_type
 from unified.eval.rundir import RunDirError
-from unified.eval.runner import EvalInterrupted, benchmarks_to_run, run_eval
+from unified.eval.runner import EvalInterrupted, benchmarks_to_run, engine_for, run_eval
 from unified.registry import UnknownNameError
 
 # flag -> config key (flags left at None do not override the recipe)
@@ -175,22 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, KeyError, PreflightError) as exc:
         parser.error(str(exc))
     if args.dry_run:
-        from unified.eval.engine import choose_backend
-        from unified.eval.identity import recorded_backend
-
-        try:
-            check_benchmark_config(cfg.benchmark_config)
-            names, want_general = benchmarks_to_run(cfg)
-            choice = choose_backend(cfg.model, cfg.backend, recorded=recorded_backend(cfg.out, EvalConfig))
-        except (ConfigError, UnknownNameError) as exc:
-            parser.error(str(exc))
-        print(dump_yaml(cfg))
-        names += [f"general (lm-eval: {', '.join(cfg.general.tasks)})"] if want_general else []
-        print(f"# would evaluate: {', '.join(dict.fromkeys(names))}")
-        if choice.line:
-            print(f"# {choice.line}")
-        print(dry_run_line(cfg.out, replace(cfg, backend=choice.backend), names))
-        return 0
+        return _dry_run(parser, cfg)
     try:
         summary = run_eval(cfg, resume_anyway=args.resume_anyway)
     except EvalInterrupted as exc:  # Ctrl-C: the summary of what finished is on disk
@@ -210,8 +199,29 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _dry_run(parser: argparse.ArgumentParser, cfg: EvalConfig) -> int:
+    """``--dry-run``: the resolved config and the run plan (:func:`unified.eval.plan.plan_run`: the adapters
+    list their tasks, ``--out`` is read), printed; nothing is written, not even ``plan.json``."""
+    try:
+        check_benchmark_config(cfg.benchmark_config)
+        names, want_general = benchmarks_to_run(cfg)
+        check_unsharded_parts(cfg, want_general)
+        choice = engine_for(cfg, names)
+        plan = plan_run(cfg, names, want_general, engine=choice, repair=False)
+    except (ConfigError, UnknownNameError) as exc:
+        parser.error(str(exc))
+    print(dump_yaml(cfg))
+    names += [f"general (lm-eval: {', '.join(cfg.general.tasks)})"] if want_general else []
+    print(f"# would evaluate: {', '.join(dict.fromkeys(names))}")
+    if choice.line:
+        print(f"# {choice.line}")
+    print("\n".join(plan_lines(plan)))
+    print(dry_run_line(cfg.out, plan.config, [b.name for b in plan.benchmarks]))
+    return 0
+
+
 def _merge(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    """``--merge SHARD_DIR... --out OUT`` (:func:`unified.eval.shards.merge_runs`)."""
+    """``--merge SHARD_DIR... --out OUT`` (:func:`unified.eval.merge.merge_runs`)."""
     if not args.out:
         parser.error("--merge needs --out (the merged run directory)")
     try:

@@ -153,3 +153,12 @@ def claim_run_dir(out: str | Path, cfg: Any, benchmarks: list[str], *, resume_an
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / IDENTITY_FILE, record)
     return diffs
+
+
+def record_run_dir(out: str | Path, cfg: Any, benchmarks: list[str], *, resume_anyway: bool = False,
+                   policy_given: bool = False) -> None:
+    """The run directory's identity (:func:`claim_run_dir`, which may refuse) and ``run.json`` (the config
+    of the engine that runs), at the start of a run, on the auto engine's fallback and for a merge."""
+    out = Path(out)
+    claim_run_dir(out, cfg, benchmarks, resume_anyway=resume_anyway, policy_given=policy_given)
+    write_json_atomic(out / "run.json", {"config": to_dict(cfg), "updated_at": time.time()})

@@ -40,7 +40,7 @@ class ShardPart:
 @dataclass
 class ShardRun:
     """What a ``--shard I/N`` run's summary says about the run as a whole: not a whole run, and how to
-    merge it (:func:`unified.eval.shards.run_kind`)."""
+    merge it (:func:`unified.eval.summarize.run_kind`)."""
 
     shard: str
     """``I/N``."""
@@ -149,7 +149,7 @@ class RunSummary:
     """Present in a ``--shard I/N`` run's summary (:mod:`unified.eval.shards`)."""
     merged_from: dict[str, Any] | None = None
     """Present in a ``--merge`` run's summary: the contents of its ``shards.json`` (the shard
-    directories, the work files copied and their conflicts; :func:`unified.eval.shards.merge_runs`)."""
+    directories, the work files copied and their conflicts; :func:`unified.eval.merge.merge_runs`)."""
 
 
 SUMMARY_FILE = "summary.json"

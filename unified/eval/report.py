@@ -23,7 +23,7 @@ strictly by :func:`unified.eval.records.load_summary`); its shape::
          "suites": [SUITE, ...], "paper_reference": {"label", "sft", "lwm_rl", "source"}}},  # from the adapter class
      "suites": {SUITE: {NAME: score or null}},
      "general": {...},          # the general suite, when asked for (unified.eval.general_report)
-     "shard": {...} | "merged_from": {...}}    # a --shard run / a --merge (unified.eval.shards)
+     "shard": {...} | "merged_from": {...}}    # a --shard run / a --merge (unified.eval.summarize.run_kind)
 
 Each benchmark is listed under one suite: the first of the study's (``in_domain``, ``ood``) its
 adapter declares, else the first it declares, else ``other``.
@@ -73,7 +73,7 @@ from unified.benchmarks.discovery import STUDY_SUITES
 from unified.eval.general_report import general_compare, general_markdown
 from unified.eval.records import (BenchmarkEntry, GeneralSection, RunSummary, ShardRun, load_summary,
                                   write_summary_json)
-from unified.eval.shards import run_kind_markdown
+from unified.eval.shards import SHARDS_FILE
 from unified.store import write_text_atomic
 
 __all__ = ["NOT_STATED", "STATUSES", "benchmark_entry", "build_summary", "compare", "load_summary", "render_markdown",
@@ -243,7 +243,7 @@ def build_summary(*, model: str, prompting: str, benchmarks: dict[str, Benchmark
                   general: GeneralSection | None = None, shard: ShardRun | None = None,
                   merged_from: dict[str, Any] | None = None) -> RunSummary:
     """The run's summary record: the entries as given, the suites' scores computed from them;
-    ``shard`` / ``merged_from`` for a shard's or a merge's run (:func:`unified.eval.shards.run_kind`)."""
+    ``shard`` / ``merged_from`` for a shard's or a merge's run (:func:`unified.eval.summarize.run_kind`)."""
     suites = {suite: {b: benchmarks[b].score() for b in members} for suite, members in _by_suite(benchmarks).items()}
     return RunSummary(model=model, prompting=prompting, updated_at=time.time(), benchmarks=dict(benchmarks),
                       suites=suites, general=general, shard=shard, merged_from=merged_from)
@@ -267,6 +267,40 @@ def _breakdown_lines(name: str, agg: dict[str, Any]) -> list[str]:
                 lines.append(f"| {sub} | {_fmt(value)} | | |")
         lines.append("")
     return lines
+
+
+def run_kind_markdown(summary: RunSummary) -> list[str]:
+    """The paragraph that opens a shard's or a merged run's ``summary.md`` (none for a plain run)."""
+    if summary.shard is not None:
+        s = summary.shard
+        per = ", ".join(f"{name} {e.shard.pairs} of {e.shard.pairs_total}"
+                        for name, e in summary.benchmarks.items() if e.shard is not None)
+        return [f"**Shard {s.shard}: not a whole run.** It holds {s.pairs} of {s.pairs_total} "
+                f"(task, trial) pairs" + (f" ({per})" if per else "") + "; its scores cover those pairs only. "
+                f"Merge the {s.count} shards with `{s.merge_command}`.", ""]
+    merged = summary.merged_from
+    if not isinstance(merged, dict):
+        return []
+    if "error" in merged:
+        return [f"**Merged from shards**, but their list cannot be read: {merged['error']}", ""]
+    shards = merged.get("shards", [])
+    lines = [f"**Merged from {len(shards)} shards** (`--merge`): "
+             + ", ".join(f"`{s['dir']}` ({s['shard']})" for s in shards) + "."]
+    work = merged.get("work") or {}
+    if work:
+        lines.append("Their work files (`<benchmark>/work/`) were copied here: "
+                     + ", ".join(f"{b} {w['files']} into `{w['dir']}`" for b, w in work.items()) + ".")
+    clashes = merged.get("work_conflicts") or []
+    if clashes:
+        lines.append(f"{len(clashes)} work file(s) differed between shards; the lower shard's copy is kept here, "
+                     f"the others stay in their shard directories (listed in {SHARDS_FILE}), e.g. "
+                     f"`{clashes[0]['path']}` of `{clashes[0]['other']}`.")
+    skipped = merged.get("work_skipped") or []
+    if skipped:
+        lines.append(f"{len(skipped)} work entries were left out (links, special files or past the merge's "
+                     f"budget; they stay in their shard directories, listed in {SHARDS_FILE}), e.g. "
+                     f"`{skipped[0]['path']}` of `{skipped[0]['shard']}`: {skipped[0]['why']}.")
+    return [" ".join(lines), ""]
 
 
 def render_markdown(summary: RunSummary) -> str:

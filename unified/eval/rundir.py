@@ -47,10 +47,12 @@ class BenchmarkStore:
         self.episodes_path = self.dir / "episodes.jsonl"
         self.work_dir = self.dir / "work"
 
-    def load(self) -> dict[tuple[str, int], EpisodeResult]:
-        """Recorded results by (task_id, trial): the first record of each key wins."""
-        for path in (self.results_path, self.episodes_path):
-            repair_tail(path)
+    def load(self, *, repair: bool = True) -> dict[tuple[str, int], EpisodeResult]:
+        """Recorded results by (task_id, trial): the first record of each key wins. ``repair``: cut a torn
+        last line first (a writer's job; a reader such as ``--dry-run`` passes False and skips it)."""
+        if repair:
+            for path in (self.results_path, self.episodes_path):
+                repair_tail(path)
         out: dict[tuple[str, int], EpisodeResult] = {}
         for number, row in enumerate(read_jsonl(self.results_path), 1):
             result = EpisodeResult.from_dict(row, where=f"{self.results_path}:{number}")

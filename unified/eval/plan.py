@@ -1,0 +1,253 @@
+"""The run plan: what an eval command will do, decided once, before any episode, and written as ``OUT/plan.json``.
+
+``python -m unified.eval`` is three steps, each with one job::
+
+    plan_run(cfg)      -> RunPlan     which benchmarks, their resolved settings and limits, the engine,
+                                      the (task, trial) pairs after the --shard and resume filters,
+                                      the general suite's lm-eval section (unified.eval.plan)
+    execute(plan)                     runs those pairs and appends their records (unified.eval.runner)
+    summarize(run_dir) -> RunSummary  summary.json / summary.md from plan.json and the records on disk
+                                      (unified.eval.summarize)
+
+Planning asks every adapter for its tasks and limits (``tasks``, ``agent_limits``) inside a per-benchmark
+guard: an adapter that raises there, or is not installed, becomes that benchmark's planned ``skipped`` /
+``error`` (:func:`adapter_failure`) and the others are planned as usual. ``--shard I/N`` keeps the pairs of
+shard I (:func:`unified.eval.shards.shard_pairs`); a pair already recorded in ``--out`` is not run again.
+``--dry-run`` prints the plan (:func:`plan_lines`) and writes nothing; a run writes ``plan.json`` (through
+:mod:`unified.store`, atomically) before its first episode, and :func:`read_plan` reads it back strictly
+(:func:`unified.config.from_dict`). ``--merge`` writes the plan of the unsharded command into the merged
+directory from the shards' plans (:mod:`unified.eval.merge`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from unified.benchmarks.contract import Adapter, AgentLimits, BenchmarkUnavailable, Task, check_task_ids
+from unified.benchmarks.discovery import load_adapter
+from unified.benchmarks.helpers import limit_runnable, select_task_ids
+from unified.config import ConfigError, from_dict, to_dict
+from unified.eval.config import EvalConfig
+from unified.eval.engine import EngineChoice
+from unified.eval.general import GeneralConfig, general_with_limit
+from unified.eval.rundir import BenchmarkStore
+from unified.eval.shards import parse_shard, shard_pairs
+from unified.registry import UnknownNameError
+from unified.store import write_json_atomic
+
+PLAN_FILE = "plan.json"
+PLAN_VERSION = 1
+
+Pair = tuple[str, int]
+"""(task id, trial)."""
+
+
+@dataclass
+class PlannedEngine:
+    """The policy's engine (:class:`unified.eval.engine.EngineChoice`, as planned)."""
+
+    backend: str | None = None
+    auto: bool = False
+    line: str = ""
+
+
+@dataclass
+class PlannedBenchmark:
+    """One benchmark of the plan. ``status`` ``run``: its pairs are below; ``skipped`` / ``error``: its
+    adapter could not be planned (not installed, data missing, or an adapter call raised), ``reason``
+    says why and nothing of it runs."""
+
+    name: str
+    """As asked for (``--benchmarks`` / the suite): the key of its summary entry."""
+    directory: str
+    """``OUT/<directory>`` holds its records (the adapter's ``name``, else ``name``)."""
+    status: Literal["run", "skipped", "error"] = "run"
+    reason: str | None = None
+    how_to_fix: str | None = None
+    traceback: str | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    """The adapter's parsed ``Config``, defaults included."""
+    limits: AgentLimits | None = None
+    """The limits its episodes run under (after the adapter's ``agent_limits``)."""
+    runs: int = 1
+    runs_protocol: int = 1
+    tasks: list[str] = field(default_factory=list)
+    """The selected tasks' ids in listing order (before ``--shard``)."""
+    not_scored: list[str] = field(default_factory=list)
+    """Selected tasks that are prerequisites, not scored (``Task.scored`` false)."""
+    tasks_in_benchmark: int | None = None
+    """Scored tasks of the whole (split of the) benchmark when ``--limit`` / ``--task-ids`` cut the selection."""
+    pairs: list[Pair] = field(default_factory=list)
+    """The (task, trial) pairs this run covers (after ``--shard``), in task then trial order."""
+    pairs_total: int = 0
+    """Pairs of the unsharded selection (``len(tasks) * runs``)."""
+    to_run: list[Pair] = field(default_factory=list)
+    """``pairs`` that had no result in ``--out`` when the plan was made (after the resume filter)."""
+
+    def __post_init__(self) -> None:  # JSON has no tuples: [task id, trial] read back as (str, int)
+        for name in ("pairs", "to_run"):
+            try:
+                setattr(self, name, [(str(task_id), int(trial)) for task_id, trial in getattr(self, name)])
+            except (TypeError, ValueError):
+                raise ConfigError(f"benchmark {self.name}: {name}: expected [task id, trial] pairs") from None
+
+
+@dataclass
+class RunPlan:
+    """What one eval command does (module docstring); ``OUT/plan.json``."""
+
+    config: EvalConfig
+    """The command's config, its ``backend`` resolved (``auto`` -> what was chosen)."""
+    version: int = PLAN_VERSION
+    engine: PlannedEngine = field(default_factory=PlannedEngine)
+    policy_given: bool = False
+    """The caller passed a live model (``config.model`` is its label)."""
+    benchmarks: list[PlannedBenchmark] = field(default_factory=list)
+    general: GeneralConfig | None = None
+    """The general suite's lm-eval section (``--limit`` applied), None when it was not asked for."""
+
+    def benchmark(self, name: str) -> PlannedBenchmark:
+        return next(b for b in self.benchmarks if b.name == name)
+
+
+@dataclass
+class Loaded:
+    """An adapter the planner loaded and the tasks it listed, kept in memory so that :func:`execute`
+    in the same process need not list them again (never written)."""
+
+    adapter: Adapter
+    tasks: list[Task]
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def adapter_failure(name: str, call: str, exc: BaseException) -> tuple[str, str, str | None]:
+    """(status, reason, how_to_fix) of an exception raised by an adapter's ``call`` (``tasks``,
+    ``agent_limits``, ``aggregate``, ...): BenchmarkUnavailable and ImportError are skips (an ImportError
+    names the module to install), anything else is an error of that benchmark. One line is printed.
+
+    (A local classifier; the adapter SDK may grow a shared one.)"""
+    if isinstance(exc, BenchmarkUnavailable):
+        _log(exc.line(name))
+        return "skipped", exc.reason, exc.how_to_fix
+    if isinstance(exc, ImportError):
+        module = exc.name or str(exc)
+        _log(f"{name}: skipped: {call}() needs the module {module!r}, not importable here ({exc})")
+        return "skipped", f"{call}() needs the module {module!r}: {exc}", f"install the package that provides {module!r}"
+    where = "before any episode" if call in ("load", "tasks", "agent_limits") else f"in {call}()"
+    _log(f"{name}: failed {where}: {type(exc).__name__}: {exc}")
+    reason = f"{type(exc).__name__}: {exc}" if call in ("load", "tasks") else f"{call}() raised {type(exc).__name__}: {exc}"
+    return "error", reason, None
+
+
+def select_tasks(adapter: Adapter, cfg: EvalConfig) -> list[Task]:
+    """The tasks of ``cfg``'s selection (``--split``, ``--task-ids`` with their dependencies, ``--limit``)."""
+    if cfg.task_ids:
+        return limit_runnable(select_task_ids(adapter.tasks(cfg.split, None), cfg.task_ids), cfg.limit)
+    return adapter.tasks(cfg.split, cfg.limit)
+
+
+def _tasks_in_benchmark(adapter: Adapter, cfg: EvalConfig) -> int | None:
+    """Scored tasks of the whole (split of the) benchmark when ``--limit``/``--task-ids`` cut the
+    selection, so the summary can say "5 of 300"; None when nothing was cut or listing fails."""
+    if not cfg.limit and not cfg.task_ids:
+        return None
+    try:
+        return sum(1 for t in adapter.tasks(cfg.split, None) if t.scored)
+    except Exception:  # the selection itself listed fine; the count is only informative
+        return None
+
+
+def plan_benchmark(name: str, cfg: EvalConfig, out: Path, *, repair: bool = True,
+                   loaded: dict[str, Loaded] | None = None) -> PlannedBenchmark:
+    """One benchmark's plan; every adapter call in it is guarded (a failure is the planned status).
+    ``repair``: cut a torn last record before reading the recorded pairs (False for ``--dry-run``)."""
+    call, directory = "load", name
+    try:
+        adapter = load_adapter(name, **cfg.benchmark_config.get(name, {}))
+        directory = adapter.name or name
+        call = "tasks"
+        tasks = select_tasks(adapter, cfg)
+        if cfg.task_ids and not tasks:
+            _log(f"{name}: skipped: none of --task-ids is a task of this benchmark (split {cfg.split!r})")
+            return PlannedBenchmark(name, directory, "skipped", "none of the requested task ids is a task of this "
+                                    "benchmark", "check the ids against the benchmark's results.jsonl or its data")
+        check_task_ids(tasks, f"benchmark {name}")  # ids key records and name scratch paths: checked, unique
+        call = "agent_limits"
+        limits = adapter.agent_limits(cfg.limits)  # the protocol's own budgets, recorded in the summary
+        if not isinstance(limits, AgentLimits):
+            raise TypeError(f"agent_limits() returned {type(limits).__name__}, not AgentLimits")
+        call = "tasks"
+        in_benchmark = _tasks_in_benchmark(adapter, cfg)
+        settings = to_dict(dict(adapter.config))
+    except (UnknownNameError, ConfigError):  # a misspelt name or setting: the usage error it is
+        raise
+    except Exception as exc:  # this benchmark cannot be planned: recorded, the others go on
+        status, reason, fix = adapter_failure(name, call, exc)
+        return PlannedBenchmark(name, directory, status, reason, fix,
+                                traceback.format_exc() if status == "error" else None)
+    runs = cfg.runs or adapter.runs_default
+    wanted = shard_pairs(directory, tasks, runs, parse_shard(cfg.shard))
+    pairs = [(t.id, trial) for t in tasks for trial in range(runs) if (t.id, trial) in wanted]
+    recorded = BenchmarkStore(out, directory).load(repair=repair)
+    if loaded is not None:
+        loaded[name] = Loaded(adapter, tasks)
+    return PlannedBenchmark(
+        name, directory, settings=settings, limits=limits, runs=runs, runs_protocol=adapter.runs_default,
+        tasks=[t.id for t in tasks], not_scored=[t.id for t in tasks if not t.scored], tasks_in_benchmark=in_benchmark,
+        pairs=pairs, pairs_total=len(tasks) * runs, to_run=[p for p in pairs if p not in recorded])
+
+
+def plan_run(cfg: EvalConfig, names: list[str], want_general: bool, *, engine: EngineChoice = EngineChoice(None),
+             policy_given: bool = False, repair: bool = True, loaded: dict[str, Loaded] | None = None) -> RunPlan:
+    """The plan of ``cfg`` for the benchmarks ``names`` (:func:`unified.eval.runner.benchmarks_to_run`) and,
+    when ``want_general``, the general suite. ``engine``: the engine chosen for the policy
+    (``cfg.backend`` is set to it). ``loaded`` (optional) is filled with the adapters and tasks listed."""
+    cfg = replace(cfg, backend=engine.backend)
+    out = Path(cfg.out)
+    return RunPlan(config=cfg, engine=PlannedEngine(engine.backend, engine.auto, engine.line), policy_given=policy_given,
+                   benchmarks=[plan_benchmark(n, cfg, out, repair=repair, loaded=loaded) for n in names],
+                   general=general_with_limit(cfg.general, cfg.limit) if want_general else None)
+
+
+def write_plan(out: str | Path, plan: RunPlan) -> Path:
+    """``OUT/plan.json``, atomically."""
+    path = Path(out) / PLAN_FILE
+    write_json_atomic(path, to_dict(plan))
+    return path
+
+
+def read_plan(run_dir: str | Path) -> RunPlan:
+    """The :class:`RunPlan` of a run directory, read strictly (ConfigError naming the file and field);
+    FileNotFoundError when it has none (a run directory of a version before plans)."""
+    path = Path(run_dir) / PLAN_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no run plan (not an eval run directory, or one written before plans)")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path}: not JSON ({exc})") from None
+    return from_dict(RunPlan, data, source=str(path))
+
+
+def plan_lines(plan: RunPlan) -> list[str]:
+    """The plan in words, one line per benchmark (``--dry-run``)."""
+    shard = plan.config.shard
+    lines = []
+    for b in plan.benchmarks:
+        if b.status != "run":
+            lines.append(f"# plan: {b.name}: {b.status}: {b.reason}" + (f" ({b.how_to_fix})" if b.how_to_fix else ""))
+            continue
+        part = f", shard {shard}: {len(b.pairs)} of them" if shard else ""
+        lines.append(f"# plan: {b.name}: {len(b.tasks)} tasks x {b.runs} run(s) = {b.pairs_total} pairs{part}; "
+                     f"{len(b.pairs) - len(b.to_run)} recorded, {len(b.to_run)} to run")
+    if plan.general is not None:
+        lines.append(f"# plan: general (lm-eval): {', '.join(plan.general.tasks)}")
+    return lines

@@ -1,0 +1,122 @@
+"""``summarize(run_dir)``: a run's summary (``summary.json`` + ``summary.md``) from what is on disk only.
+
+It reads ``RUN/plan.json`` (:mod:`unified.eval.plan`), each planned benchmark's ``results.jsonl``, the general
+suite's records and, for a merge, ``RUN/shards.json``; it asks each adapter for its official ``aggregate`` of
+those results (the adapter's code, loaded from the plan's settings) and writes the summary atomically. Nothing
+of the process that ran the episodes is needed: the runner calls it after every benchmark, ``--merge`` calls it
+once on the joined records, and calling it again on a finished run rewrites the same summary (its
+``updated_at`` aside). What the entries say is :mod:`unified.eval.report`'s docstring.
+
+An ``aggregate`` that raises (or an adapter that no longer loads here) makes that benchmark's entry an
+``error`` (an ImportError a ``skipped``) naming the call; the other entries and the summary are written.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+from pathlib import Path
+from typing import Any
+
+from unified.benchmarks.contract import RunContext, Task, with_run
+from unified.benchmarks.discovery import load_adapter
+from unified.config import to_dict
+from unified.eval.general_report import general_section
+from unified.eval.plan import Loaded, PlannedBenchmark, RunPlan, adapter_failure, read_plan
+from unified.eval.records import BenchmarkEntry, RunSummary, ShardRun, fill_facts
+from unified.eval.report import benchmark_entry, build_summary, write_summary
+from unified.eval.rundir import BenchmarkStore
+from unified.eval.shards import SHARDS_FILE, merge_command, parse_shard, shard_part, shard_reason
+
+
+def _not_run(planned: PlannedBenchmark) -> BenchmarkEntry:
+    return BenchmarkEntry(status=planned.status, reason=planned.reason,  # type: ignore[arg-type]
+                          how_to_fix=planned.how_to_fix, traceback=planned.traceback, comparable=False)
+
+
+def benchmark_summary(plan: RunPlan, planned: PlannedBenchmark, out: Path,
+                      loaded: dict[str, Loaded] | None = None) -> BenchmarkEntry:
+    """One benchmark's summary entry from its plan and its records in ``out``."""
+    if planned.status != "run":
+        return fill_facts(planned.name, _not_run(planned))
+    cfg = plan.config
+    store = BenchmarkStore(out, planned.directory)
+    wanted = set(planned.pairs)
+    shard = parse_shard(cfg.shard)
+    in_run = {task_id for task_id, _ in planned.pairs}
+    not_scored = set(planned.not_scored)
+    scored = [Task(id=t, benchmark=planned.directory) for t in planned.tasks if t in in_run and t not in not_scored]
+    scored_ids = {t.id for t in scored}
+    results = [r for key, r in store.load(repair=False).items() if key in wanted]
+    failure = None
+    call = "load"
+    try:
+        adapter = (loaded[planned.name].adapter if loaded and planned.name in loaded
+                   else load_adapter(planned.name, **cfg.benchmark_config.get(planned.name, {})))
+        call = "aggregate"
+        aggregate = with_run(adapter, "aggregate",
+                             [r for r in results if r.task_id in scored_ids or r.details.get("prereq")],
+                             run=RunContext(work_dir=store.work_dir, runs=planned.runs))
+        if not isinstance(aggregate, dict):
+            raise TypeError(f"aggregate() returned {type(aggregate).__name__}, not a dict")
+    except Exception as exc:  # this benchmark's entry says so; the others and the summary are written
+        failure = (*adapter_failure(planned.name, call, exc), traceback.format_exc())
+        aggregate = {}
+    entry = benchmark_entry(tasks=scored, results=results, runs=planned.runs, runs_protocol=planned.runs_protocol,
+                            aggregate=aggregate, tasks_in_benchmark=planned.tasks_in_benchmark,
+                            subset=f"--split {cfg.split}" if cfg.split else None,
+                            shard=shard_reason(shard, len(wanted), planned.pairs_total) if shard else None)
+    if shard:
+        entry.shard = shard_part(shard, len(wanted), planned.pairs_total)
+    if failure is not None:
+        entry.status, entry.reason, entry.how_to_fix, entry.traceback = failure  # type: ignore[assignment]
+        entry.comparable = False
+    entry.runs_dir = str(store.dir)
+    entry.settings = dict(planned.settings)
+    entry.limits = to_dict(planned.limits)
+    return fill_facts(planned.name, entry)
+
+
+def run_kind(plan: RunPlan, out: str | Path,
+             benchmarks: dict[str, BenchmarkEntry]) -> tuple[ShardRun | None, dict[str, Any] | None]:
+    """What says a summary is a shard's (:class:`ShardRun`, the summary's ``shard``) or a merge's (the
+    contents of ``shards.json``, its ``merged_from``); (None, None) for a plain run. ``benchmarks``:
+    the summary's entries (a shard's carry their :class:`ShardPart` counts)."""
+    shard = parse_shard(plan.config.shard)
+    if shard is not None:
+        counted = [e.shard for e in benchmarks.values() if e.shard is not None]
+        command = merge_command(out, shard.count)
+        return ShardRun(shard=str(shard), index=shard.index, count=shard.count,
+                        pairs=sum(c.pairs for c in counted), pairs_total=sum(c.pairs_total for c in counted),
+                        merge_command=command, note=f"not a whole run; merge with `{command}`"), None
+    path = Path(out) / SHARDS_FILE
+    if path.is_file():
+        try:
+            return None, json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            return None, {"error": f"{path}: {exc}"}
+    return None, None
+
+
+def summarize(run_dir: str | Path, *, benchmarks: list[str] | None = None, plan: RunPlan | None = None,
+              loaded: dict[str, Loaded] | None = None, finished: dict[str, BenchmarkEntry] | None = None) -> RunSummary:
+    """Write ``run_dir``'s summary from its plan and records; returns it.
+
+    ``benchmarks``: only these planned benchmarks (the runner's summary after each one; default all).
+    ``plan``: the plan already in memory (default: ``run_dir/plan.json``); ``loaded``: the adapters the
+    planner loaded in this process (default: loaded again from the plan's settings). ``finished``: the
+    runner's entries of benchmarks whose records no longer change, reused (each ``aggregate`` is asked
+    once per run); the entries computed here are added to it."""
+    out = Path(run_dir)
+    plan = plan or read_plan(out)
+    names = [b.name for b in plan.benchmarks] if benchmarks is None else benchmarks
+    finished = {} if finished is None else finished
+    for name in names:
+        if name not in finished:
+            finished[name] = benchmark_summary(plan, plan.benchmark(name), out, loaded)
+    entries = {name: finished[name] for name in names}
+    cfg = plan.config
+    general = general_section(out, plan.general, cfg.model) if plan.general is not None else None
+    shard, merged_from = run_kind(plan, out, entries)
+    return write_summary(out, build_summary(model=cfg.model, prompting=cfg.prompting, benchmarks=entries,
+                                            general=general, shard=shard, merged_from=merged_from))
