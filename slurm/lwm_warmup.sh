@@ -113,12 +113,16 @@ else
             "source '$REPO/slurm/_common.sh' && unified_address_towards '${TRAIN_HOSTS[0]}'") \
             || unified_die "cannot find the address $VLLM_NODE uses to reach ${TRAIN_HOSTS[0]}: set VLLM_BIND"
     fi
+    # TRL's weight sync: trainer rank 0 listens (vllm_group_port) on vLLM's get_ip(), the default route's
+    # interface unless VLLM_HOST_IP says otherwise: the interface that faces the rollout server instead
+    SYNC_ADDRESS="PYTHON=$(printf %q "$PYTHON"); source $(printf %q "$REPO/slurm/_common.sh");"
+    SYNC_ADDRESS+=" export VLLM_HOST_IP=\${VLLM_HOST_IP:-\$(unified_address_towards $VLLM_HOST)};"
     VLLM_STEP=(srun --nodes=1 --ntasks=1 --nodelist="$VLLM_NODE" "${STEP_GPUS[@]}" --export=ALL,VLLM_HOST="$VLLM_HOST"
                bash -c "$VLLM_CMD")
     # One task per trainer node: its step rank is the accelerate machine rank.
     TRAIN_STEP=(srun --nodes=$((NODES - 1)) --ntasks=$((NODES - 1)) --ntasks-per-node=1 --nodelist="$TRAIN_LIST"
                 "${STEP_GPUS[@]}" --export=ALL,VLLM_HOST="$VLLM_HOST",MAIN_PROCESS_IP="${TRAIN_HOSTS[0]}"
-                bash -c "MACHINE_RANK=\$SLURM_PROCID; $TRAINER_CMD")
+                bash -c "MACHINE_RANK=\$SLURM_PROCID; $SYNC_ADDRESS $TRAINER_CMD")
     if [ "$DRY_RUN" = "1" ]; then
         unified_run "${VLLM_STEP[@]}"
         unified_wait_http "http://${VLLM_HOST}:${VLLM_PORT}/health/" "$VLLM_TIMEOUT_S"
