@@ -234,9 +234,11 @@ NodeName={self.host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={mem_mb}{gres} St
                 env: dict[str, str] | None = None, cwd: str | os.PathLike[str] | None = None,
                 timeout_s: float = 600.0) -> str:
         """Submit ``script`` on the one node, wait for it, fail with its log and the daemons' logs unless it
-        COMPLETED with exit code 0; return the job's log text."""
+        COMPLETED with exit code 0; return the job's log text. A CPU job: ``--gpus-per-node=0`` overrides
+        the scripts' ``#SBATCH --gpus-per-node``."""
         job = self.sbatch(script, *args, env=env, cwd=cwd,
-                          sbatch_args=("--nodes=1", "--exclusive", f"--output={log}", f"--job-name={name}"))
+                          sbatch_args=("--nodes=1", "--exclusive", "--gpus-per-node=0", f"--output={log}",
+                                       f"--job-name={name}"))
         state = self.wait(job, timeout_s=timeout_s)
         text = log.read_text() if log.exists() else ""
         assert state.get("JobState") == "COMPLETED" and state.get("ExitCode") == "0:0", \
