@@ -52,6 +52,20 @@ unified_granted_gpus() {
     return 0
 }
 
+# GPUS_PER_NODE resolved against the job's grant: "auto" = what the job got (8 outside a GPU job); more
+# than the job got is an error before anything starts.
+unified_gpus_per_node() {
+    local wanted=$1 granted
+    granted=$(unified_granted_gpus)
+    if [ "$wanted" = auto ]; then
+        echo "${granted:-8}"
+    elif [ -n "$granted" ] && [ "$wanted" -gt "$granted" ]; then
+        unified_die "GPUS_PER_NODE=$wanted but the job has $granted GPU(s) a node: sbatch --gpus-per-node=$wanted"
+    else
+        echo "$wanted"
+    fi
+}
+
 # srun options that give a step its GPUs: steps of an --exclusive job get no GRES unless they ask (and
 # the implicit inheritance of SLURM_GPUS_PER_NODE differs between Slurm versions), so every step asks.
 unified_step_gpus() {

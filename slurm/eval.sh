@@ -79,12 +79,7 @@ source "$REPO/slurm/_common.sh"
 unified_env
 unified_requeue_on_usr1
 
-GRANTED_GPUS=$(unified_granted_gpus)
-if [ "$GPUS_PER_NODE" = auto ]; then
-    GPUS_PER_NODE=${GRANTED_GPUS:-8}
-elif [ -n "$GRANTED_GPUS" ] && [ "$GPUS_PER_NODE" -gt "$GRANTED_GPUS" ]; then
-    unified_die "GPUS_PER_NODE=$GPUS_PER_NODE but the job has $GRANTED_GPUS GPU(s): sbatch --gpus-per-node=$GPUS_PER_NODE"
-fi
+GPUS_PER_NODE=$(unified_gpus_per_node "$GPUS_PER_NODE")
 if [ -z "$OUT" ]; then
     OUT="$RUNS/eval-$(unified_slug "$MODEL")-$(unified_slug "${BENCHMARKS:-$SUITE}")-$PROMPTING"
 fi

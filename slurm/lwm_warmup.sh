@@ -63,12 +63,7 @@ source "$REPO/slurm/_common.sh"
 unified_env
 unified_requeue_on_usr1
 
-GRANTED_GPUS=$(unified_granted_gpus)
-if [ "$GPUS_PER_NODE" = auto ]; then
-    GPUS_PER_NODE=${GRANTED_GPUS:-8}
-elif [ -n "$GRANTED_GPUS" ] && [ "$GPUS_PER_NODE" -gt "$GRANTED_GPUS" ]; then
-    unified_die "GPUS_PER_NODE=$GPUS_PER_NODE but the job has $GRANTED_GPUS GPU(s) a node: sbatch --gpus-per-node=$GPUS_PER_NODE"
-fi
+GPUS_PER_NODE=$(unified_gpus_per_node "$GPUS_PER_NODE")
 if [ -z "$OUTPUT" ]; then
     OUTPUT="$RUNS/lwm_warmup-$(unified_slug "$(basename "$RECIPE" .yaml)")${MODEL:+-$(unified_slug "$MODEL")}"
 fi

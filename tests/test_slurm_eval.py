@@ -120,7 +120,7 @@ def test_gpus_follow_the_grant_and_asking_for_more_is_a_clear_error():
     out = run_script(MODEL="/ckpt/final", SLURM_GPUS_PER_NODE="h200:4").stdout
     assert "--tensor-parallel-size 4" in out
     out = run_script(check=False, MODEL="/ckpt/final", SLURM_GPUS_PER_NODE="2", GPUS_PER_NODE="8")
-    assert out.returncode != 0 and "GPUS_PER_NODE=8 but the job has 2 GPU(s): sbatch --gpus-per-node=8" in out.stderr
+    assert out.returncode != 0 and "GPUS_PER_NODE=8 but the job has 2 GPU(s) a node: sbatch --gpus-per-node=8" in out.stderr
     headers = [line for line in SCRIPT.read_text().splitlines() if line.startswith("#SBATCH")]
     assert "#SBATCH --gpus-per-node=8" in headers and "#SBATCH --mem=0" in headers
     assert "#SBATCH --requeue" in headers and any(h.startswith("#SBATCH --signal=B:USR1@") for h in headers)
