@@ -43,6 +43,96 @@ unified_hostnames() {
     fi
 }
 
+# The GPUs a node of this job was granted (SLURM_GPUS_PER_NODE: "8" or "h100:8"; empty outside a GPU job).
+unified_granted_gpus() {
+    local granted=${SLURM_GPUS_PER_NODE:-}
+    granted=${granted##*:}
+    granted=${granted%%(*}
+    [[ "$granted" =~ ^[0-9]+$ ]] && echo "$granted"
+    return 0
+}
+
+# GPUS_PER_NODE resolved against the job's grant: "auto" = what the job got (8 outside a GPU job); more
+# than the job got is an error before anything starts.
+unified_gpus_per_node() {
+    local wanted=$1 granted
+    granted=$(unified_granted_gpus)
+    if [ "$wanted" = auto ]; then
+        echo "${granted:-8}"
+    elif [ -n "$granted" ] && [ "$wanted" -gt "$granted" ]; then
+        unified_die "GPUS_PER_NODE=$wanted but the job has $granted GPU(s) a node: sbatch --gpus-per-node=$wanted"
+    else
+        echo "$wanted"
+    fi
+}
+
+# srun options that give a step its GPUs: steps of an --exclusive job get no GRES unless they ask (and
+# the implicit inheritance of SLURM_GPUS_PER_NODE differs between Slurm versions), so every step asks.
+unified_step_gpus() {
+    local gpus=$1
+    if [ "$gpus" -gt 0 ]; then echo "--gres=gpu:$gpus"; fi
+}
+
+# The sbatch options a follow-up job (the eval's merge) inherits from this job: partition, account, QoS
+# and time limit, one a line (nothing outside Slurm; "UNLIMITED" and unset fields are left out).
+unified_inherited_sbatch_args() {
+    [ -n "${SLURM_JOB_ID:-}" ] || return 0
+    [ -n "${SLURM_JOB_PARTITION:-}" ] && echo "--partition=$SLURM_JOB_PARTITION"
+    [ -n "${SLURM_JOB_ACCOUNT:-}" ] && echo "--account=$SLURM_JOB_ACCOUNT"
+    [ -n "${SLURM_JOB_QOS:-}" ] && [ "$SLURM_JOB_QOS" != "(null)" ] && echo "--qos=$SLURM_JOB_QOS"
+    local limit
+    limit=$(scontrol show job "$SLURM_JOB_ID" -o 2>/dev/null | grep -o 'TimeLimit=[^ ]*' | head -n 1 | cut -d= -f2)
+    case $limit in ''|UNLIMITED|NONE|Partition_Limit) ;; *) echo "--time=$limit" ;; esac
+    return 0
+}
+
+# A path component from free text (a checkpoint path, a suite list): letters, digits, . _ - only.
+unified_slug() {
+    local text=${1#./}
+    text=${text%/}
+    text=$(sed -e 's#/#_#g' -e 's#[^A-Za-z0-9._-]#-#g' <<< "$text")
+    echo "${text:-default}"
+}
+
+# The local address this node uses to reach host $1 (the cluster interface, not 0.0.0.0): what a server
+# meant for the other nodes binds to.
+unified_address_towards() {
+    "$PYTHON" - "$1" <<'PY'
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.connect((socket.gethostbyname(sys.argv[1]), 9))  # UDP: no packet is sent, only the route is chosen
+print(s.getsockname()[0])
+PY
+}
+
+# Requeue this job when Slurm warns that its time is nearly up (#SBATCH --signal=B:USR1@SECONDS, with
+# --requeue): the job comes back with the same id and the same output directory, and resumes there.
+# Long commands must run through unified_run_waiting, or bash only handles the signal once they end.
+unified_requeue_on_usr1() {
+    [ "${DRY_RUN:-0}" = "1" ] && return 0
+    trap 'UNIFIED_SIGNALLED=1
+          echo "$(basename "${0:-slurm}"): SIGUSR1 (time limit near): requeueing job ${SLURM_JOB_ID:-?} to resume in the same output directory" >&2
+          scontrol requeue "${SLURM_JOB_ID:?}" || echo "$(basename "${0:-slurm}"): scontrol requeue failed" >&2' USR1
+}
+
+# Run a command in the background and wait for it, so that trapped signals (USR1) are handled while it runs;
+# returns its exit status.
+unified_run_waiting() {
+    if [ "${DRY_RUN:-0}" = "1" ]; then
+        unified_run "$@"
+        return 0
+    fi
+    local pid status
+    "$@" &
+    pid=$!
+    while true; do
+        UNIFIED_SIGNALLED=0
+        status=0
+        wait "$pid" || status=$?
+        [ "$UNIFIED_SIGNALLED" = 1 ] || return "$status"   # else a trapped signal interrupted wait: wait on
+    done
+}
+
 # Run a command, or print it when DRY_RUN=1.
 unified_run() {
     if [ "${DRY_RUN:-0}" = "1" ]; then
@@ -58,7 +148,8 @@ unified_run() {
 unified_wait_http() {
     local url=$1 timeout=${2:-1800} pid=${3:-0} log=${4:-}
     [ "${DRY_RUN:-0}" = "1" ] && { echo "# wait for $url"; return 0; }
-    "$PYTHON" - "$url" "$timeout" "$pid" "$log" <<'PY' || unified_die "no answer from $url (server gone, or ${timeout}s passed${log:+; see $log})"
+    local status=0
+    "$PYTHON" - "$url" "$timeout" "$pid" "$log" <<'PY' || status=$?
 import os, sys, time, urllib.request
 url, timeout, pid, log = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 start = time.time()
@@ -68,7 +159,7 @@ while time.time() < start + timeout:
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
-            sys.exit(1)
+            sys.exit(3)
     try:
         with urllib.request.urlopen(url, timeout=5) as r:
             if r.status == 200:
@@ -87,6 +178,11 @@ while time.time() < start + timeout:
     time.sleep(2)
 sys.exit(1)
 PY
+    case $status in
+        0) ;;
+        3) unified_die "the server for $url (pid $pid) exited before it answered${log:+: see $log}" ;;
+        *) unified_die "no answer from $url after ${timeout}s${log:+: see $log}" ;;
+    esac
 }
 
 # Stop process group $1: SIGTERM, then SIGKILL after $2 seconds (a server started with setsid).

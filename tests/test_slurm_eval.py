@@ -86,15 +86,44 @@ def test_an_array_task_runs_its_shard_and_the_first_submits_the_merge():
            "GPUS_PER_NODE": "0", "PORT": "8100"}
     first = run_script("--limit", "3", SLURM_ARRAY_TASK_ID="0", **env).stdout
     merge = next(line for line in first.splitlines() if line.startswith("sbatch "))
-    assert "--dependency=afterok:77" in merge and r"MERGE=1\,SHARDS=4\,OUT=runs/eval-77" in merge
+    assert "--dependency=afterok:77" in merge and r"MERGE=1\,SHARDS=4\,OUT=runs/eval-embedded-ood-act" in merge
+    assert "--wrap=bash" in merge and "gpus" not in merge  # reads no #SBATCH line: no GPUs, no whole node
     third = run_script("--limit", "3", SLURM_ARRAY_TASK_ID="2", **env).stdout
     assert "sbatch" not in third and "--port 8102" in third  # its own server port, should shards share a node
     evaluation = next(line for line in third.splitlines() if "-m unified.eval" in line)
-    assert "--out runs/eval-77/shard-2" in evaluation and "--shard 2/4" in evaluation
+    assert "--out runs/eval-embedded-ood-act/shard-2" in evaluation and "--shard 2/4" in evaluation
     merged = run_script(MERGE="1", SHARDS="2", OUT="/r/x").stdout
     assert "-m unified.eval --merge /r/x/shard-0 /r/x/shard-1 --out /r/x" in merged and "server" not in merged
     out = run_script(check=False, SHARDS="4", SLURM_ARRAY_TASK_ID="4", SERVER="none")
     assert out.returncode != 0 and "array index 4 with SHARDS=4: use --array=0-3" in out.stderr
+
+
+def test_the_default_out_has_no_job_id_so_a_resubmitted_job_resumes():
+    outs = set()
+    for job in ("101", "102"):
+        out = run_script(MODEL="runs/lwm/final", SERVER="none", SLURM_JOB_ID=job, RUNS="/r").stdout
+        outs.add(re.search(r"--out (\S+)", next(line for line in out.splitlines() if "-m unified.eval" in line))[1])
+    assert outs == {"/r/eval-runs_lwm_final-ood-act"}
+
+
+def test_gold_needs_no_server_by_default_and_an_explicit_server_is_a_clear_error():
+    out = run_script("--limit", "2", MODEL="gold", DRY_RUN="1").stdout
+    assert "vllm" not in out and "unified.inference.server" not in out
+    evaluation = next(line for line in out.splitlines() if "-m unified.eval" in line)
+    assert "--model gold" in evaluation
+    for server in ("local", "vllm"):
+        refused = run_script(check=False, MODEL="gold", SERVER=server)
+        assert refused.returncode != 0 and "MODEL=gold needs no model server" in refused.stderr
+
+
+def test_gpus_follow_the_grant_and_asking_for_more_is_a_clear_error():
+    out = run_script(MODEL="/ckpt/final", SLURM_GPUS_PER_NODE="h200:4").stdout
+    assert "--tensor-parallel-size 4" in out
+    out = run_script(check=False, MODEL="/ckpt/final", SLURM_GPUS_PER_NODE="2", GPUS_PER_NODE="8")
+    assert out.returncode != 0 and "GPUS_PER_NODE=8 but the job has 2 GPU(s) a node: sbatch --gpus-per-node=8" in out.stderr
+    headers = [line for line in SCRIPT.read_text().splitlines() if line.startswith("#SBATCH")]
+    assert "#SBATCH --gpus-per-node=8" in headers and "#SBATCH --mem=0" in headers
+    assert "#SBATCH --requeue" in headers and any(h.startswith("#SBATCH --signal=B:USR1@") for h in headers)
 
 
 @pytest.mark.slow
@@ -115,7 +144,7 @@ def test_sbatch_array_shards_merge_after_all_and_a_failed_shard_reruns_alone(tmp
            "OUT": str(out), "PYTHONPATH": f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     logs = tmp_path / "logs"
     logs.mkdir()
-    sbatch = ("--nodes=1", f"--output={logs}/%A_%a.out")
+    sbatch = ("--nodes=1", "--gpus-per-node=0", f"--output={logs}/%A_%a.out")
 
     def merge_job(array_job: int, index: int) -> int:
         text = (logs / f"{array_job}_{index}.out").read_text()

@@ -51,6 +51,25 @@ def test_multi_node_layout_is_the_python_launch_plan():
                   r"MACHINE_RANK=\$SLURM_PROCID", r"deepspeed_zero3.yaml"):
         assert piece in trainer, piece
     assert "# wait for http://n0:8000/health/" in out
+    # every step asks for its GPUs; the server binds the address the trainers use, never 0.0.0.0
+    assert "--gres=gpu:4" in vllm and "--gres=gpu:4" in trainer
+    assert r"--host\ \$VLLM_HOST" in vllm and "VLLM_HOST=n0" in vllm and "0.0.0.0" not in out
+    assert "export\\ VLLM_HOST_IP=" in trainer  # TRL's weight-sync listener on the interface facing n0
+
+
+def test_gpus_follow_the_grant_the_output_has_no_job_id_and_the_job_asks_for_gpus_and_memory():
+    env = {"RECIPE": "recipes/warmup/embedded_cpu.yaml", "UNIFIED_HOSTNAMES": "solo", "NODES": "1", "RUNS": "/r"}
+    outs = set()
+    for job in ("5", "6"):
+        out = dry_run(SLURM_GPUS_PER_NODE="h200:1", SLURM_JOB_ID=job, **env)
+        outs.add(re.search(r"output (\S+)", out)[1])
+        assert "x 1 GPU(s)" in out and "--gres=gpu:1" in out
+    assert outs == {"/r/lwm_warmup-embedded_cpu"}  # a resubmitted job resumes there
+    out = dry_run(SLURM_GPUS_PER_NODE="0", **env)
+    assert "x 0 GPU(s)" in out and "--gres" not in out
+    headers = [line for line in SCRIPT.read_text().splitlines() if line.startswith("#SBATCH")]
+    assert "#SBATCH --gpus-per-node=8" in headers and "#SBATCH --mem=0" in headers
+    assert "#SBATCH --requeue" in headers and any(h.startswith("#SBATCH --signal=B:USR1@") for h in headers)
 
 
 def test_one_node_cpu_layout_runs_the_trainer_alone():

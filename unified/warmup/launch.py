@@ -9,7 +9,9 @@ Three layouts, chosen from ``launch.nodes`` and ``launch.gpus_per_node``:
   ZeRO-3 or FSDP2), vLLM colocated;
 - several nodes: ``trl vllm-serve`` on the first node (tensor parallel over its GPUs) and
   ``accelerate launch`` on the others (``num_machines = nodes - 1``), the trainer talking to the
-  server (``generation.backend=vllm_server``).
+  server (``generation.backend=vllm_server``). The server binds ``$VLLM_HOST``, the address the
+  trainers reach it at (never ``0.0.0.0``: TRL's client sends no key and the weight-update routes
+  of vLLM's dev mode take none, so the port must face the cluster network only).
 
 ``slurm/lwm_warmup.sh`` runs the same layout under Slurm (a test compares the two).
 Placeholders that only the launcher knows are left as shell variables: ``$MACHINE_RANK``,
@@ -105,7 +107,7 @@ def launch_plan(cfg: WarmupConfig, recipe: str | None, overrides: list[str], *, 
     trainer_nodes = nodes - 1
     vllm = LaunchStep("vllm", "node 0", [
         _tool("trl", python), "vllm-serve", "--model", _vllm_model(cfg.model.name_or_path),
-        "--tensor-parallel-size", str(max(gpus, 1)), "--host", "0.0.0.0",
+        "--tensor-parallel-size", str(max(gpus, 1)), "--host", "$VLLM_HOST",
         "--port", str(cfg.generation.vllm_server_port),
         *(["--max-model-len", str(cfg.generation.vllm_max_model_length)]
           if cfg.generation.vllm_max_model_length else []),
