@@ -205,7 +205,7 @@ def test_an_adapter_importing_a_missing_module_of_the_library_says_so(monkeypatc
 
 
 @pytest.mark.parametrize("body, expected", [
-    ("from unified.benchmarks import NoSuchName\n", "failed to import: cannot import name 'NoSuchName'"),
+    ("from unified.benchmarks import NoSuchName\n", "imports 'NoSuchName' from unified.benchmarks, which adapter SDK"),
     ("raise ImportError('libfoo.so: cannot open shared object file')\n", "failed to import: libfoo.so"),
     ("raise RuntimeError('needs FOO_HOME')\n", "raised RuntimeError on import: needs FOO_HOME"),
 ])

@@ -11,7 +11,7 @@ import pytest
 from fixture_eval_bench import FixtureAdapter
 from unified.agent.loop import AgentLoop, Job
 from unified.agent.replay import GoldReplayer, replayer_for
-from unified.benchmarks import RunContext
+from unified.benchmarks import RunContext, SDKDeprecationWarning
 from unified.eval.config import EvalConfig
 from unified.eval.runner import run_eval
 from unified.inference.base import PolicyRequest, make_chat_model
@@ -70,7 +70,7 @@ def test_an_adapter_of_the_earlier_contract_still_runs_with_a_deprecation_warnin
                                       benchmark_config={spec: {"n": 1}}))
     assert summary.benchmarks[spec].status == "ok"
     assert SEEN["old_open"] == [tmp_path / "fixture_old_contract" / "work"] and SEEN["old_runs"] == [1]
-    assert any(issubclass(w.category, DeprecationWarning) and "run: RunContext" in str(w.message) for w in caught)
+    assert any(issubclass(w.category, SDKDeprecationWarning) and "run: RunContext" in str(w.message) for w in caught)
 
 
 def test_outside_a_run_the_context_is_empty_and_trials_are_the_protocols():

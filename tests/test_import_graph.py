@@ -170,6 +170,7 @@ FLOORS: dict[str, int] = {
     "unified.chatformat": 0,
     "unified.models": 1, "unified.kernels": 1, "unified.sandbox": 1,
     "unified.inference": 2, "unified.execution": 2, "unified.benchmarks": 2,
+    "unified.contracts": 2,  # SDK 0.1's contract module: a shim of unified.benchmarks until SDK 0.3
     "unified.agent": 3, "unified.rewards": 3,
     "unified.predict": 4, "unified.lwm": 4,
     "unified.eval": 5, "unified.warmup": 5, "unified.trace": 5,

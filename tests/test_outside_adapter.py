@@ -135,6 +135,37 @@ def test_outside_config_is_strict_and_its_limits_are_enforced(site, tmp_path):
     assert "fewer trials than the protocol's 2 (1)" in summary["benchmarks"]["refund_desk"]["not_comparable_because"]
 
 
+def test_an_adapter_written_for_sdk_0_1_still_runs_with_one_line_per_old_name(site, tmp_path):
+    """refund_desk_v01 is the adapter as written for unified 0.1.0 (unified.contracts, unified.eval.aggregate,
+    AgentLimits.max_steps_per_user_turn, open/aggregate without run, StopReason.MAX_TOKENS): it runs,
+    and each old name is named once, with what to change, however often it is used."""
+    run = tmp_path / "v01"
+    proc = _eval(site, tmp_path, "--benchmarks", "refund_desk_v01", "--model", "gold", "--limit", "2",
+                 "--out", str(run))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    entry = json.loads((run / "summary.json").read_text())["benchmarks"]["refund_desk_v01"]
+    assert entry["status"] == "ok" and entry["aggregate"]["score"] == 100.0 and entry["results"] == 4, entry
+    assert entry["aggregate"]["metric"] == "pass rate (%), Avg@2"  # self.runs_requested was set for it
+    assert (entry["limits"]["max_turns"], entry["limits"]["max_steps_per_turn"]) == (6, 3)  # its old-name replace
+    results = _lines(run / "refund_desk_v01" / "results.jsonl")
+    assert all(r["details"]["agent_limits"] == {"max_turns": 6, "max_steps_per_user_turn": 3} for r in results)
+    module = "refund_desk_v01/__init__.py"
+    source = (PACKAGE / module).read_text().splitlines()
+    for marker, note in [
+            ("from unified.contracts import", "unified.contracts moved to unified.benchmarks in adapter SDK 0.2; "
+                 "the shim is removed in SDK 0.3: change `from unified.contracts import ...` to `from unified.benchmarks import ...`"),
+            ("from unified.eval.aggregate import", "unified.eval.aggregate moved to unified.benchmarks"),
+            ("return dataclasses.replace(limits", "AgentLimits.max_steps_per_user_turn is now "
+                 "AgentLimits.max_steps_per_turn (adapter SDK 0.2; the old name is removed in SDK 0.3): rename it in the adapter"),
+            ("def open(self", "RefundDeskV01Adapter.open() takes no `run` (adapter SDK 0.1; removed in SDK 0.3): "
+                 "declare `def open(self, ..., *, run: RunContext = RunContext())`"),
+            ("def aggregate(self", "RefundDeskV01Adapter.aggregate() takes no `run`"),
+            ("StopReason.MAX_TOKENS,", "StopReason.MAX_TOKENS is now StopReason.MAX_EPISODE_TOKENS")]:
+        assert proc.stderr.count(note) == 1, (note, proc.stderr[-4000:])
+        line = next(i for i, text in enumerate(source, 1) if marker in text)  # the adapter's line that uses it
+        assert f"{module}:{line}: SDKDeprecationWarning: {note}" in proc.stderr, (marker, proc.stderr[-4000:])
+
+
 def test_step_reads_the_assistant_message(site, monkeypatch):
     monkeypatch.syspath_prepend(str(site))
     from refund_desk import RefundDeskAdapter

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from _warmup_support import tiny_cli_overrides, write_fixture_awb_dir
 
+from unified import __version__ as unified_version
 from unified.warmup.__main__ import main
 from unified.warmup.config import load_warmup_config
 from unified.warmup.identity import IDENTITY_FILE, recipe_fields
@@ -88,7 +89,7 @@ def test_another_recipe_on_the_same_output_dir_stops_and_the_card_says_what_was_
     card = (out / "final" / "README.md").read_text()
     assert "None" not in card and (out / "README.md").read_text() == card  # TRL's card in output_dir replaced
     for piece in (f"spec: `{tiny_checkpoint}`", f"recipe hash: `{record['recipe_hash']}`", "| similarity",
-                  "- steps: 1 (train.max_steps 1)", f"- train: `{data}`", "## Recipe (resolved)", "unified 0.1.0",
+                  "- steps: 1 (train.max_steps 1)", f"- train: `{data}`", "## Recipe (resolved)", f"unified {unified_version}",
                   "Not measured for this checkpoint", "repetition penalty weight 5"):
         assert piece in card, piece
 

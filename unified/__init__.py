@@ -9,4 +9,5 @@ dependency rules.
 Submodules are imported lazily so that ``import unified`` stays cheap (no torch import).
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
+"""The package version; its major.minor is the adapter SDK's (``unified.benchmarks.SDK_VERSION``)."""

@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+import inspect
+import re
+import types as _pytypes
+import typing
+from typing import Any, Callable, Literal, TypeVar
 
 from unified.config import from_dict
 
@@ -52,6 +56,17 @@ class ToolSpec(Record):
         """The ``{"type": "function", "function": {...}}`` form chat templates expect."""
         return {"type": "function",
                 "function": {"name": self.name, "description": self.description, "parameters": self.parameters}}
+
+    @classmethod
+    def from_function(cls, fn: Callable[..., Any], name: str | None = None) -> "ToolSpec":
+        """The tool a function declares: its name (or ``name``), the docstring's text before an
+        ``Args:`` section as the description, and an object schema of its parameters from their type
+        hints (``str int float bool``, ``list[X]``, ``dict[str, X]``, ``Literal[...]``, ``Optional[X]`` /
+        ``X | None``, unions, ``Annotated[X, "description"]``); a parameter's description comes from
+        ``Annotated`` or the docstring's ``Args:`` / ``:param x:`` lines, a default makes it optional
+        (recorded as ``default`` when JSON has it). A parameter without a hint, ``*args`` / ``**kwargs``
+        or a hint outside that list is a TypeError naming the function, the parameter and the hint."""
+        return _tool_from_function(cls, fn, name)
 
 
 @dataclass
@@ -312,3 +327,101 @@ class EpisodeResult(Record):
     """Error text if the episode or scoring crashed."""
     episode_path: str | None = None
     """Where the full Episode is stored."""
+
+
+# ToolSpec.from_function: a JSON schema from a function's signature ---------------------------------
+
+_SCALARS: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
+_JSON_VALUES = (str, int, float, bool, type(None))
+_SUPPORTED = ("str, int, float, bool, list[X], dict[str, X], Literal[...], X | None, unions of these, "
+              "Annotated[X, 'description']")
+
+
+def _schema(hint: Any, where: str) -> dict[str, Any]:
+    """The JSON schema of one type hint (``where`` names the parameter in errors)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint in _SCALARS:
+        return {"type": _SCALARS[hint]}
+    if origin is typing.Annotated:
+        schema = _schema(args[0], where)
+        text = next((a for a in args[1:] if isinstance(a, str)), None)
+        return {**schema, "description": text} if text else schema
+    if origin is Literal:
+        if not all(isinstance(a, _JSON_VALUES) for a in args):
+            raise TypeError(f"{where}: Literal values must be JSON scalars, got {args!r}")
+        kinds = {_SCALARS.get(type(a)) for a in args}
+        return {"type": kinds.pop(), "enum": list(args)} if len(kinds) == 1 and None not in kinds \
+            else {"enum": list(args)}
+    if origin in (typing.Union, _pytypes.UnionType):
+        options = [a for a in args if a is not type(None)]
+        schemas = [_schema(a, where) for a in options]
+        if len(options) < len(args):  # Optional: null allowed too
+            schemas.append({"type": "null"})
+        if all(set(s) == {"type"} and isinstance(s["type"], str) for s in schemas):
+            return {"type": [s["type"] for s in schemas]}
+        return {"anyOf": schemas}
+    if hint is list or origin is list:
+        return {"type": "array", **({"items": _schema(args[0], where)} if args else {})}
+    if hint is dict or origin is dict:
+        if args and args[0] is not str:
+            raise TypeError(f"{where}: JSON object keys are text: dict[str, X], not {hint!r}")
+        return {"type": "object", **({"additionalProperties": _schema(args[1], where)} if args else {})}
+    raise TypeError(f"{where}: type hint {hint!r} has no JSON schema here (supported: {_SUPPORTED})")
+
+
+def _docstring_parts(doc: str) -> tuple[str, dict[str, str]]:
+    """(description: the text before an ``Args:``/``Parameters:`` section or ``:param`` line,
+    parameter name -> its description from ``name: text`` / ``name (type): text`` / ``:param name: text``)."""
+    lines = inspect.cleandoc(doc).splitlines() if doc else []
+    described: dict[str, str] = {}
+    text: list[str] = []
+    in_args, current, item_indent = False, None, None
+    for line in lines:
+        stripped, indent = line.strip(), len(line) - len(line.lstrip())
+        param = re.match(r":param\s+(?:\w+\s+)?(\w+):\s*(.*)", stripped)
+        if param:
+            in_args, current = True, param.group(1)
+            described[current] = param.group(2)
+        elif re.fullmatch(r"(Args|Arguments|Parameters):", stripped):
+            in_args, current, item_indent = True, None, None
+        elif in_args and re.fullmatch(r"(Returns|Raises|Yields|Examples?|Notes?):", stripped):
+            in_args, current = False, None
+        elif not in_args:
+            text.append(line)
+        elif stripped:
+            item = re.match(r"(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)", stripped)
+            if item and (item_indent is None or indent <= item_indent):
+                item_indent, current = indent, item.group(1)
+                described[current] = item.group(2)
+            elif current:  # a continuation line of the current parameter
+                described[current] = f"{described[current]} {stripped}".strip()
+    return "\n".join(text).strip(), described
+
+
+def _tool_from_function(cls: type, fn: Callable[..., Any], name: str | None) -> Any:
+    label = getattr(fn, "__qualname__", repr(fn))
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except Exception as exc:  # a hint naming something that does not exist
+        raise TypeError(f"ToolSpec.from_function({label}): its type hints do not resolve: {exc}") from None
+    description, described = _docstring_parts(inspect.getdoc(fn) or "")
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for param in inspect.signature(fn).parameters.values():
+        where = f"ToolSpec.from_function({label}): parameter {param.name!r}"
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise TypeError(f"{where}: *args / **kwargs have no JSON schema; name each parameter")
+        if param.name not in hints:
+            raise TypeError(f"{where} has no type hint (supported: {_SUPPORTED})")
+        schema = _schema(hints[param.name], where)
+        if param.name in described and "description" not in schema:
+            schema["description"] = described[param.name]
+        if param.default is param.empty:
+            required.append(param.name)
+        elif isinstance(param.default, (*_JSON_VALUES, list, dict)):
+            schema["default"] = param.default
+        properties[param.name] = schema
+    parameters: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        parameters["required"] = required
+    return cls(name=name or fn.__name__, description=description, parameters=parameters)

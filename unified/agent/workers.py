@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from unified.agent.prompting import PromptingModule, make_prompting
 from unified.benchmarks.contract import Adapter, Environment, RunContext, with_run
+from unified.benchmarks.failures import check_tools
 from unified.sandbox.hostenv import redact_host_secrets
 from unified.types import Episode, EpisodeResult, Message, Observation, ToolCall
 
@@ -94,6 +95,7 @@ def open_environment(adapter: Adapter, state: EpisodeState, prompting_name: str,
     env = state.env = with_run(adapter, "open", state.job.task, run=run)
     try:
         env.__enter__()
+        check_tools(env.tools, f"{adapter.name}: task {state.job.task.id}: open()")
         prompting = make_prompting(prompting_name, **prompting_options)
         episode = state.episode
         system = prompting.system_prompt(env.system_prompt)
@@ -144,8 +146,12 @@ def step_environment(env: Environment, calls: list[ToolCall],
 
 
 def next_user_turn(state: EpisodeState) -> str | None:
-    """The environment's next user message (a simulated user may take its time), or None: done."""
-    return state.env.next_user_turn(state.episode)
+    """The environment's next user message (a simulated user may take its time), or None: done.
+    The tools it offers from then on (they may change between user turns) are checked."""
+    message = state.env.next_user_turn(state.episode)
+    if message is not None:
+        check_tools(state.env.tools, f"{state.episode.benchmark}: task {state.job.task.id}: next_user_turn()")
+    return message
 
 
 def finish_episode(adapter: Adapter, state: EpisodeState) -> EpisodeResult:

@@ -14,12 +14,21 @@ Modules:
   adapter by name and checking its ``Config``;
 - :mod:`~unified.benchmarks.aggregate`: Avg@k, pass@k, pass^k and the scored/skipped/errored split;
 - :mod:`~unified.benchmarks.helpers`: ``config_list``, ``limit_runnable``, ``select_task_ids``, ``judge_reason``,
-  ``require_execution_backend``, ``process_temp_dir``.
+  ``require_execution_backend``, ``process_temp_dir``;
+- :mod:`~unified.benchmarks.failures`: ``check_tools`` (an environment's tools are ToolSpecs, else a
+  ``ToolSpecError`` naming benchmark, task and tool), ``import_failure`` / ``classify_adapter_error``
+  (an exception from an adapter call as a skip naming the missing import, or an error);
+- :mod:`~unified.benchmarks.compat`: ``SDK_VERSION``, the shims of SDK 0.1's names and their
+  deprecation line (``SDKDeprecationWarning``).
 
 **Stable API for outside adapters** is the list in ``__all__`` below (with the records of
-:mod:`unified.types` they exchange): these names keep their meaning across minor versions, and a
-rename keeps the old name for one minor version with a ``DeprecationWarning``. Anything else in
-these modules is internal to the library.
+:mod:`unified.types` they exchange, ``ToolSpec.from_function`` included), versioned as
+:data:`SDK_VERSION` (the major.minor of ``unified.__version__``): these names keep their meaning
+across patch versions; a rename or removal keeps the old name for one minor version (the shim
+window: SDK 0.1's ``unified.contracts``, ``unified.eval.aggregate``, ``unified.eval.adapter``,
+``AgentLimits.max_steps_per_user_turn`` ... work in 0.2 and go in 0.3), with one visible
+:class:`SDKDeprecationWarning` line per old name saying what to change. Anything else in these
+modules is internal to the library.
 """
 
 from unified.benchmarks.aggregate import (
@@ -31,6 +40,7 @@ from unified.benchmarks.aggregate import (
     per_trial,
     scores_by_task,
 )
+from unified.benchmarks.compat import SDK_VERSION, SDKDeprecationWarning
 from unified.benchmarks.contract import (
     ENTRY_POINT_GROUP,
     Adapter,
@@ -57,10 +67,13 @@ from unified.benchmarks.discovery import (
     registered_benchmarks,
     world_model_domain,
 )
+from unified.benchmarks.failures import AdapterFailure, ToolSpecError, check_tools, classify_adapter_error
 from unified.benchmarks.helpers import (config_list, judge_reason, limit_runnable, process_temp_dir,
                                         require_execution_backend, select_task_ids)
 
 __all__ = [
+    # the version
+    "SDK_VERSION", "SDKDeprecationWarning",
     # the contract
     "ENTRY_POINT_GROUP", "Adapter", "AgentLimits", "BenchmarkUnavailable", "Environment", "NoConfig",
     "PaperReference", "RunContext", "StopReason", "Task", "TaskFormatError", "check_task_id", "check_task_ids", "task_id_problem",
@@ -71,4 +84,6 @@ __all__ = [
     "Partition", "avg_at_k", "partition", "pass_at_k", "pass_pow_k", "per_trial", "scores_by_task",
     # adapter helpers
     "config_list", "judge_reason", "limit_runnable", "process_temp_dir", "require_execution_backend", "select_task_ids",
+    # checks and failures of adapter calls
+    "AdapterFailure", "ToolSpecError", "check_tools", "classify_adapter_error",
 ]

@@ -57,13 +57,13 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import inspect
 import re
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from unified.benchmarks.compat import (accept_renamed_fields, renamed_members_meta, signature_takes,
+                                       warn_deprecated)
 from unified.config import bounded
 from unified.types import Episode, EpisodeResult, Message, Observation, Record, ToolCall, ToolSpec
 
@@ -71,8 +71,9 @@ ENTRY_POINT_GROUP = "unified.benchmarks"
 """The entry-point group benchmark packages register their adapter factory under."""
 
 
-class StopReason(str, enum.Enum):
-    """Why an episode ended (``Episode.stop_reason``; stored as the plain string value)."""
+class StopReason(str, enum.Enum, metaclass=renamed_members_meta(enum.EnumMeta)):
+    """Why an episode ended (``Episode.stop_reason``; stored as the plain string value). ``MAX_TOKENS``
+    (SDK 0.1) still answers ``MAX_EPISODE_TOKENS`` until SDK 0.3, with a deprecation line."""
 
     ANSWER = "answer"
     """The agent answered without tool calls and the environment had no further user turn."""
@@ -100,12 +101,18 @@ class StopReason(str, enum.Enum):
         return {"max_tokens": cls.MAX_EPISODE_TOKENS}.get(value)  # type: ignore[arg-type]
 
 
+StopReason._RENAMED_MEMBERS_TABLE = {"MAX_TOKENS": "MAX_EPISODE_TOKENS"}  # type: ignore[attr-defined]
+
+
+@accept_renamed_fields
 @dataclass
 class AgentLimits:
     """Per-episode limits; hitting one ends the episode with the :class:`StopReason` of the same name
     (``max_seconds``: ``timeout``). Each is also a flag of ``python -m unified.eval``
     (``--max-turns``, ``--max-steps-per-turn``, ``--max-episode-tokens``, ``--max-seconds``) and a key
-    of a recipe's ``limits`` section."""
+    of a recipe's ``limits`` section. The SDK 0.1 names (:attr:`RENAMED`) still build, read and
+    ``dataclasses.replace`` until SDK 0.3, with a deprecation line; another unknown name is a TypeError
+    naming it."""
 
     max_turns: int = bounded(40, ge=1)
     """Policy calls per episode."""
@@ -116,7 +123,9 @@ class AgentLimits:
     max_seconds: float = bounded(3600.0, gt=0)
     """Wall time per episode (stop reason ``timeout``)."""
 
-    RENAMED = {"max_steps_per_user_turn": "max_steps_per_turn", "max_completion_tokens": "max_episode_tokens"}
+    RENAMED: ClassVar[dict[str, str]] = {"max_steps_per_user_turn": "max_steps_per_turn",
+                                         "max_completion_tokens": "max_episode_tokens"}
+    """SDK 0.1 field -> today's (recipes and stored records load through it too: ``unified.config``)."""
 
 
 class BenchmarkUnavailable(RuntimeError):
@@ -302,19 +311,17 @@ class RunContext:
 
 
 def with_run(adapter: "Adapter", method: str, *args: Any, run: RunContext) -> Any:
-    """``adapter.<method>(*args, run=run)`` (``open`` or ``aggregate``). An adapter written for the
-    earlier contract (a method without ``run``) still works for one minor version: it gets
-    ``work_dir`` / ``runs_requested`` set as attributes, with a DeprecationWarning."""
+    """``adapter.<method>(*args, run=run)`` (``open`` or ``aggregate``). An adapter written for SDK 0.1
+    (a method without ``run``) still works until SDK 0.3: it gets ``work_dir`` / ``runs_requested`` set
+    as attributes, with a deprecation line pointing at the method."""
     bound = getattr(adapter, method)
-    try:
-        params = inspect.signature(bound).parameters.values()
-        takes_run = any(p.name == "run" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
-    except (TypeError, ValueError):  # no signature to read (a C callable): the current contract
-        takes_run = True
-    if takes_run:
+    if signature_takes(bound, "run"):
         return bound(*args, run=run)
-    warnings.warn(f"{type(adapter).__name__}.{method}() takes no `run`: accept `*, run: RunContext` "
-                  "(the attributes work_dir / runs_requested are deprecated)", DeprecationWarning, stacklevel=2)
+    code = getattr(getattr(bound, "__func__", bound), "__code__", None)
+    where = (code.co_filename, code.co_firstlineno) if code else None
+    warn_deprecated(f"{type(adapter).__name__}.{method}() takes no `run` (adapter SDK 0.1; removed in SDK 0.3): "
+                    f"declare `def {method}(self, ..., *, run: RunContext = RunContext())` and read run.work_dir / "
+                    "run.runs (or run.trials(self)) instead of self.work_dir / self.runs_requested", where)
     adapter.work_dir, adapter.runs_requested = run.work_dir, run.runs  # type: ignore[attr-defined]
     return bound(*args)
 
@@ -369,6 +376,11 @@ class Adapter:
         """The limits this benchmark runs under, given the run's. Default: the run's; an adapter
         whose protocol fixes its own (BFCL's step limit) returns those."""
         return limits
+
+    work_dir: ClassVar[Path | None] = None
+    """Deprecated (SDK 0.1): set only on an adapter whose ``open``/``aggregate`` take no ``run``; use ``run.work_dir``."""
+    runs_requested: ClassVar[int | None] = None
+    """Deprecated (SDK 0.1): set only on an adapter whose ``open``/``aggregate`` take no ``run``; use ``run.runs``."""
 
     # Optional: the ground-truth actions, replayed by ``--model gold`` to verify an adapter.
     def gold_turns(self, task: Task) -> list[list[ToolCall]]:

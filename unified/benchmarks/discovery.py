@@ -23,6 +23,7 @@ from typing import Any, Iterable
 
 from unified.config import ConfigError, from_dict
 from unified.benchmarks.contract import ENTRY_POINT_GROUP, Adapter, BenchmarkUnavailable
+from unified.benchmarks.failures import import_failure
 from unified.registry import UnknownNameError
 
 STUDY_SUITES = ("in_domain", "ood")
@@ -40,7 +41,8 @@ def adapter_class(name: str) -> type:
     """The factory registered as ``name`` (normally the Adapter class), without constructing it.
 
     Raises UnknownNameError for a name nobody registered, BenchmarkUnavailable when its module
-    (or a package it needs) is missing."""
+    (or a package it needs, or a name of the adapter SDK) is missing, naming the import
+    (:func:`unified.benchmarks.failures.import_failure`), or its module raises on import."""
     eps = registered_benchmarks()
     if name not in eps:
         raise UnknownNameError("benchmark", name, list(eps))
@@ -48,21 +50,10 @@ def adapter_class(name: str) -> type:
     module_name = ep.value.split(":", 1)[0].strip()
     try:
         return ep.load()
-    except ModuleNotFoundError as exc:
-        missing = exc.name or ""
-        if missing and (module_name == missing or module_name.startswith(missing + ".")):
-            raise BenchmarkUnavailable(
-                "not yet available", f"its adapter module {module_name!r} is not in this installation") from None
-        if missing.split(".")[0] in ("unified", module_name.split(".")[0]):  # a module of this installation
-            raise BenchmarkUnavailable(f"its adapter imports {missing!r}, which this installation does not have",
-                                       "reinstall the library and the adapter's package from the same version")
-        raise BenchmarkUnavailable(f"its adapter needs the missing package {missing!r}",
-                                   f"pip install {missing.split('.')[0]}") from None
+    except ImportError as exc:  # a missing package, or a name of another adapter SDK version: named
+        raise import_failure(exc, module_name) from None
     except AttributeError:
         raise BenchmarkUnavailable("not yet available", f"{ep.value!r} does not exist yet") from None
-    except ImportError as exc:  # not a missing module: a name its module imports is not there, a broken build
-        raise BenchmarkUnavailable(f"its adapter module {module_name!r} failed to import: {exc}",
-                                   "fix or reinstall the package that provides it") from None
     except Exception as exc:  # an outside package that raises at import: the other benchmarks still run
         raise BenchmarkUnavailable(f"its adapter module {module_name!r} raised {type(exc).__name__} on import: "
                                    f"{exc}", "fix or reinstall the package that provides it") from None
@@ -168,7 +159,9 @@ def load_adapter(name: str, **config: Any) -> Adapter:
         module_name, _, attr = name.partition(":")
         try:
             factory = getattr(importlib.import_module(module_name), attr)
-        except (ModuleNotFoundError, AttributeError) as exc:
+        except ImportError as exc:
+            raise import_failure(exc, module_name) from None
+        except AttributeError as exc:
             raise BenchmarkUnavailable("not yet available", f"cannot import {name!r}: {exc}") from None
         adapter = factory(**config)
         if not getattr(adapter, "name", ""):
