@@ -81,7 +81,7 @@ class Tau2ShapedAdapter(FixtureAdapter):
     name = "tau2_shaped"
 
     def agent_limits(self, limits):
-        return AgentLimits(max_steps_per_user_turn=30)  # TypeError: an unexpected keyword
+        return AgentLimits(max_tool_calls_per_user_turn=30)  # TypeError: no such field, even under the SDK 0.1 names
 
 
 class AggregateFails(FixtureAdapter):
@@ -108,7 +108,7 @@ def test_an_adapter_failing_in_agent_limits_aggregate_or_an_import_stops_only_it
     assert list(summary) == [bad[0], ECHO, bad[1], bad[2]]
     tau2 = summary[bad[0]]
     assert tau2["status"] == "error" and tau2["reason"].startswith("agent_limits() raised TypeError")
-    assert "max_steps_per_user_turn" in tau2["reason"] and "Traceback" in tau2["traceback"]
+    assert "max_tool_calls_per_user_turn" in tau2["reason"] and "Traceback" in tau2["traceback"]
     assert summary[ECHO]["status"] == "ok" and summary[ECHO]["aggregate"]["score"] == 100.0
     agg = summary[bad[1]]
     assert agg["status"] == "error" and agg["reason"] == "aggregate() raised KeyError: 'pass^k'"
