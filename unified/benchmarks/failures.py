@@ -27,6 +27,8 @@ from unified.benchmarks.contract import BenchmarkUnavailable
 from unified.types import ToolSpec
 
 SDK_DOCS = "docs/adapters.md"
+OBJECT_TYPES = ("object", "dict")
+"""A tool's parameters schema type: JSON schema's ``object``, or ``dict`` as BFCL's function docs write it."""
 
 
 class ToolSpecError(TypeError):
@@ -43,7 +45,7 @@ def _tool_label(index: int, tool: Any) -> str:
 def check_tools(tools: Any, where: str) -> None:
     """Raise :class:`ToolSpecError` (``where``: e.g. ``"refund_desk: task refund_A100"``) unless
     ``tools`` is a list of :class:`ToolSpec` with distinct non-empty names, text descriptions and an
-    object schema (a dict, ``"type": "object"`` when typed, JSON-serialisable) as ``parameters``."""
+    object schema (a dict, ``"type": "object"`` (or BFCL's ``"dict"``) when typed, JSON-serialisable) as ``parameters``."""
     how = ("build each tool as unified.types.ToolSpec(name=..., description=..., parameters={JSON schema}) "
            "or ToolSpec.from_function(fn)")
     if not isinstance(tools, (list, tuple)):
@@ -63,7 +65,7 @@ def check_tools(tools: Any, where: str) -> None:
         params = tool.parameters
         if not isinstance(params, dict):
             raise ToolSpecError(f"{label}: parameters must be a JSON-schema dict, got {type(params).__name__}")
-        if params.get("type", "object") != "object" or not isinstance(params.get("properties", {}), dict):
+        if params.get("type", "object") not in OBJECT_TYPES or not isinstance(params.get("properties", {}), dict):
             raise ToolSpecError(f"{label}: parameters must be an object schema ({{'type': 'object', "
                                 f"'properties': {{...}}}}), got type {params.get('type')!r}")
         try:
