@@ -108,7 +108,7 @@ def test_only_the_answer_reaches_the_judge_and_unparseable_is_zero():
     assert b.components["score_0_100"] == pytest.approx(50.0)
 
     bad = RubricReward(FixtureJudge("I think it is fine."))
-    assert bad(["plain prompt"], ["x"], reference=["y"], domain=["terminal"]) == [0.0]
+    assert bad(["plain prompt"], ["x"], reference=["y"], domain=["terminal"]) == [None]  # dropped in training
     (b,) = bad.breakdowns(["plain prompt"], ["x"], reference=["y"], domain=["terminal"])
     assert not b.parsed and "unparseable" in b.detail
 
@@ -119,7 +119,7 @@ def test_failed_judge_requests_give_zero_not_an_exception():
             return [TimeoutError("judge timed out") for _ in requests]
 
     reward = RubricReward(Failing())
-    assert reward([[{"role": "user", "content": "a"}]] * 2, ["x", "y"], reference=["x", "y"]) == [0.0, 0.0]
+    assert reward([[{"role": "user", "content": "a"}]] * 2, ["x", "y"], reference=["x", "y"]) == [None, None]
     assert "TimeoutError" in reward.breakdowns([[{"role": "user", "content": "a"}]], ["x"], reference=["x"])[0].detail
 
 
