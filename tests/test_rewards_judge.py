@@ -183,8 +183,8 @@ def test_judge_end_to_end_against_a_loopback_server(tiny_checkpoint, tmp_path):
         breakdowns = rubric.breakdowns(prompts, completions, reference=refs, domain=["terminal"] * 3)
         assert len(values) == 3 and len(breakdowns) == 3 and rubric.judge.calls == 3  # the second pass: cached
         for v, b in zip(values, breakdowns):
-            # a random tiny model cannot write a valid score block: reward 0, parsed False, never an error
-            assert (v == 0.0 and not b.parsed) or (5.0 <= v <= 25.0 and b.parsed)
+            # a random tiny model cannot write a valid score block: no reward, parsed False, never an error
+            assert (v is None and not b.parsed and b.total == 0.0) or (5.0 <= v <= 25.0 and b.parsed)
             assert "judge failed" not in b.detail, b.detail
         assert rule(prompts, completions, reference=refs) == [25.0] * 3
     # the server is gone: the cached answers alone reproduce the rewards
