@@ -11,6 +11,7 @@ are written out in the tests, from the GSPO paper:
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -240,3 +241,21 @@ def test_gspo_and_grpo_gradients_differ_off_policy_and_agree_on_policy(tmp_path)
           f"|g| GSPO {float(gspo.norm()):.3e} GRPO {float(grpo.norm()):.3e}")
     assert on_policy < 1e-5, on_policy
     assert off_policy > 1e-2, off_policy
+
+
+def test_a_generation_batch_larger_than_the_data_is_refused_not_trained_for_zero_steps(tmp_path, tiny_checkpoint,
+                                                                                       capsys):
+    """The CPU recipe's 4 updates per generation take 32 completions a batch; 12 fixture trajectories
+    with per-process batch 4 and steps_per_generation 32 need 64 prompts: TRL would warn and train 0 steps."""
+    from _warmup_support import tiny_cli_overrides, write_fixture_awb_dir
+
+    from unified.warmup.__main__ import main
+
+    data = write_fixture_awb_dir(tmp_path / "data")
+    args = ["--recipe", str(Path(__file__).parents[1] / "recipes/warmup/embedded_cpu.yaml"),
+            *tiny_cli_overrides(tiny_checkpoint, data, tmp_path / "run", "train.max_steps=1",
+                                "gspo.steps_per_generation=32")]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "one generation batch takes 64" in err and "gspo.steps_per_generation=32" in err, err
+    assert not (tmp_path / "run" / "final").exists()

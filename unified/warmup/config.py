@@ -367,6 +367,12 @@ class WarmupConfig:
         return self.train.per_device_train_batch_size * (self.gspo.steps_per_generation
                                                          or self.train.gradient_accumulation_steps)
 
+    def prompts_per_generation(self, processes: int) -> int:
+        """Dataset prompts one generation batch takes on ``processes`` trainer processes: its completions
+        (per-process batch x steps_per_generation x processes) over the group size."""
+        completions = self.judge_calls_per_generation() * processes
+        return completions // self.gspo.num_generations
+
     def _check_judge_against_collective_timeout(self) -> None:
         from unified.rewards.functions import JudgeSettings, judge_worst_case_s
 

@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from unified.config import dump_yaml, to_dict
+from unified.config import ConfigError, dump_yaml, to_dict
 from unified.store import write_json_atomic
 from unified.warmup.callbacks import METRICS_FILE, JsonlMetricsCallback, peak_memory_gib
 from unified.warmup.config import WarmupConfig, describe
@@ -348,6 +348,7 @@ def build_trainer(cfg: WarmupConfig, *, train_dataset, reward_funcs: Sequence[Ca
                   model_init_kwargs: dict[str, Any] | None = None):
     """A ready-to-train :class:`GSPOTrainer` (loads the policy unless ``model``/``tokenizer`` are given)."""
     device = device or training_device()
+    _check_generation_batch_fits(cfg, train_dataset)
     if cfg.logging.wandb:
         configure_wandb(cfg)
     init_kwargs: dict[str, Any] = dict(model_init_kwargs or {})
@@ -375,6 +376,21 @@ def build_trainer(cfg: WarmupConfig, *, train_dataset, reward_funcs: Sequence[Ca
         freeze_lower_layers(trainer.model, cfg.model.trainable_layers)
     _check_router_loss(cfg, trainer)
     return trainer
+
+
+def _check_generation_batch_fits(cfg: WarmupConfig, train_dataset) -> None:
+    """A training split smaller than one generation batch trains 0 steps in TRL (its sampler drops the
+    incomplete batch, the Trainer only warns): refuse it, naming the settings."""
+    if not hasattr(train_dataset, "__len__"):
+        return
+    needed = cfg.prompts_per_generation(world_size())
+    if len(train_dataset) < needed:
+        raise ConfigError(
+            f"the training split has {len(train_dataset)} prompts, but one generation batch takes {needed} "
+            f"(train.per_device_train_batch_size={cfg.train.per_device_train_batch_size} x "
+            f"gspo.steps_per_generation={cfg.gspo.steps_per_generation or cfg.train.gradient_accumulation_steps} x "
+            f"{world_size()} processes / gspo.num_generations={cfg.gspo.num_generations}); TRL would train 0 "
+            "steps: use more data or lower gspo.steps_per_generation")
 
 
 def decoder_layers(model) -> torch.nn.ModuleList:
