@@ -124,8 +124,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if result.already_finished:
         return 0
+    from unified.warmup.guard import final_weights_note
+
     print(f"unified.warmup: {result.global_step} steps, {result.seconds_per_step:.2f}s/step; "
-          f"checkpoint: {result.final_dir}", flush=True)
+          f"checkpoint: {result.final_dir}; {final_weights_note(result.collapse, result.global_step)}", flush=True)
     return 0
 
 
