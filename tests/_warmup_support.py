@@ -154,6 +154,7 @@ def tiny_cli_overrides(checkpoint: Path | None, data: Path | None, output: Path 
     for item in ("logging.wandb=false", "data.heldout_size=0", "data.max_prompt_tokens=null",
                  "data.validation_size=0", "monitor.probe_size=0", "monitor.keep_best=false",
                  "train.per_device_train_batch_size=4", "train.gradient_accumulation_steps=2", "gspo.num_generations=2",
+                 "gspo.steps_per_generation=2",  # one update per generation batch of 8 (the recipe's 4 need 128)
                  "generation.max_completion_length=8", *extra):
         args += ["--set", item]
     return args

@@ -30,6 +30,24 @@ def test_table_without_an_eval_summary_says_so():
     assert "agent suite (ood) | not run" in demo.before_after_table(_report(), None)
 
 
+def test_a_warmup_that_kept_the_start_is_called_identical_weights():
+    kept = {**_report(), "collapse": {"best_step": 0, "best_probe_reward": 1.2, "kept_step": 0}}
+    table = demo.before_after_table(kept, None)
+    assert "IDENTICAL WEIGHTS" in table and "STARTING weights, unchanged after 3 steps" in table
+    assert "after warmup (identical weights: the start kept) |" in table
+    trained = {**_report(), "collapse": {"best_step": 3, "best_probe_reward": 1.9}}
+    assert "IDENTICAL" not in demo.before_after_table(trained, None)
+
+
+def test_final_weights_note_names_the_step_final_holds():
+    from unified.warmup.guard import final_weights_note
+
+    assert final_weights_note({}, 5) == "final/ holds the weights of the last step, 5"
+    assert "step 2's weights, not step 5's" in final_weights_note({"best_step": 2, "kept_step": 2}, 5)
+    rolled = final_weights_note({"collapsed_at": 4, "action": "rollback", "reason": "loops 80%", "kept_step": 0}, 4)
+    assert "STARTING weights" in rolled and "rolled back (loops 80%)" in rolled
+
+
 def test_memory_notice_warns_when_memory_is_short(monkeypatch):
     monkeypatch.setattr(demo, "available_memory_gib", lambda: 3.0)
     notice = demo.memory_notice()

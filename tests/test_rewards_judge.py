@@ -108,7 +108,7 @@ def test_only_the_answer_reaches_the_judge_and_unparseable_is_zero():
     assert b.components["score_0_100"] == pytest.approx(50.0)
 
     bad = RubricReward(FixtureJudge("I think it is fine."))
-    assert bad(["plain prompt"], ["x"], reference=["y"], domain=["terminal"]) == [0.0]
+    assert bad(["plain prompt"], ["x"], reference=["y"], domain=["terminal"]) == [None]  # dropped in training
     (b,) = bad.breakdowns(["plain prompt"], ["x"], reference=["y"], domain=["terminal"])
     assert not b.parsed and "unparseable" in b.detail
 
@@ -119,7 +119,7 @@ def test_failed_judge_requests_give_zero_not_an_exception():
             return [TimeoutError("judge timed out") for _ in requests]
 
     reward = RubricReward(Failing())
-    assert reward([[{"role": "user", "content": "a"}]] * 2, ["x", "y"], reference=["x", "y"]) == [0.0, 0.0]
+    assert reward([[{"role": "user", "content": "a"}]] * 2, ["x", "y"], reference=["x", "y"]) == [None, None]
     assert "TimeoutError" in reward.breakdowns([[{"role": "user", "content": "a"}]], ["x"], reference=["x"])[0].detail
 
 
@@ -183,8 +183,8 @@ def test_judge_end_to_end_against_a_loopback_server(tiny_checkpoint, tmp_path):
         breakdowns = rubric.breakdowns(prompts, completions, reference=refs, domain=["terminal"] * 3)
         assert len(values) == 3 and len(breakdowns) == 3 and rubric.judge.calls == 3  # the second pass: cached
         for v, b in zip(values, breakdowns):
-            # a random tiny model cannot write a valid score block: reward 0, parsed False, never an error
-            assert (v == 0.0 and not b.parsed) or (5.0 <= v <= 25.0 and b.parsed)
+            # a random tiny model cannot write a valid score block: no reward, parsed False, never an error
+            assert (v is None and not b.parsed and b.total == 0.0) or (5.0 <= v <= 25.0 and b.parsed)
             assert "judge failed" not in b.detail, b.detail
         assert rule(prompts, completions, reference=refs) == [25.0] * 3
     # the server is gone: the cached answers alone reproduce the rewards

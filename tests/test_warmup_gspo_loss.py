@@ -11,6 +11,7 @@ are written out in the tests, from the GSPO paper:
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -153,3 +154,108 @@ def test_training_clip_fraction_zero_on_policy_and_positive_off_policy(tmp_path)
     off.train()
     logs = [h for h in off.state.log_history if "clip_ratio/region_mean" in h]
     assert max(h["clip_ratio/region_mean"] for h in logs) > 0.0
+
+
+# ---------------------------------------------------------------- several updates per generation (the paper's setting)
+
+RECIPES = ("embedded_cpu", "qwen35_35b_a3b")
+
+
+def _recipe(name: str):
+    from pathlib import Path
+
+    from unified.warmup.config import load_warmup_config
+
+    return load_warmup_config(Path(__file__).resolve().parents[1] / "recipes" / "warmup" / f"{name}.yaml")
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_shipped_recipes_take_several_updates_per_generation(name):
+    """TRL generates every steps_per_generation x num_iterations micro-steps and steps the optimizer every
+    gradient_accumulation_steps: the resolved GRPOConfig of each recipe gives 4 updates a generation batch."""
+    from unified.warmup.config import describe, updates_per_generation
+    from unified.warmup.trainer import build_grpo_config
+
+    cfg = _recipe(name)
+    args = build_grpo_config(cfg, device=torch.device("cpu"))
+    k = args.num_iterations * args.steps_per_generation // args.gradient_accumulation_steps
+    assert k == updates_per_generation(cfg) == describe(cfg)["updates_per_generation"] == 4
+    assert args.steps_per_generation % args.gradient_accumulation_steps == 0
+    assert args.importance_sampling_level == "sequence" and (args.epsilon, args.epsilon_high) == (EPS, EPS_HIGH)
+
+
+def _recipe_schedule(name: str) -> list[str]:
+    """The recipe's updates per generation and learning rate, on the tiny trainer's batch (4 completions a step)."""
+    from unified.warmup.config import updates_per_generation
+
+    cfg = _recipe(name)
+    return [f"gspo.steps_per_generation={updates_per_generation(cfg)}", "train.gradient_accumulation_steps=1",
+            f"gspo.num_iterations={cfg.gspo.num_iterations}", f"train.learning_rate={cfg.train.learning_rate}"]
+
+
+def test_cpu_recipe_schedule_one_generation_feeds_k_updates_that_clip(tmp_path):
+    """A real run on the CPU recipe's schedule (4 updates a generation, its learning rate 2e-5, its clip
+    range): 4 optimizer steps from 1 generation batch; the first update is on-policy (nothing clipped),
+    the later ones are not, and the sequence clip acts (clip fraction > 0)."""
+    trainer = build_tiny_trainer(tmp_path, "model.router_aux_loss_coef=0", "train.max_steps=4",
+                                 "generation.max_completion_length=8", *_recipe_schedule("embedded_cpu"),
+                                 reward_funcs=[completion_length_reward])
+    generations = []
+    generate = trainer._generate_and_score_completions
+    trainer._generate_and_score_completions = lambda inputs: generations.append(1) or generate(inputs)
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "clip_ratio/region_mean" in h]
+    assert trainer.state.global_step == 4 and len(generations) == 1
+    assert logs[0]["clip_ratio/region_mean"] == 0.0
+    assert max(h["clip_ratio/region_mean"] for h in logs[1:]) > 0.0, logs
+
+
+def test_gspo_and_grpo_gradients_differ_off_policy_and_agree_on_policy(tmp_path):
+    """On the second minibatch of a generation batch (the policy one update of the 35B recipe's size, lr
+    1e-6, past the sampler), the sequence-level (GSPO) and token-level (GRPO) objectives give different gradients,
+    with the recipe's clip range; on the first (on-policy) they are the same (the ratio is exactly 1)."""
+    trainer = build_tiny_trainer(tmp_path, "model.router_aux_loss_coef=0",
+                                 f"train.learning_rate={_recipe('qwen35_35b_a3b').train.learning_rate}")
+    inputs = completion_batch([[11, 12, 13, 14, 15], [21, 22, 23], [31, 32, 33, 34], [41, 42]],
+                              [1.0, -1.0, 0.5, -0.5], pad_to=5, seed=4)
+    inputs["old_per_token_logps"] = trl_token_logps(trainer, inputs)
+    params = [p for p in trainer.model.parameters() if p.requires_grad]
+
+    def grads(level):
+        trainer.importance_sampling_level = level
+        trainer.model.zero_grad()
+        trainer._compute_loss(trainer.model, inputs).backward()
+        return torch.cat([p.grad.flatten() for p in params if p.grad is not None]).clone()
+
+    def max_rel_diff(a, b):  # relative to the larger of the two (a fully clipped gradient is 0)
+        return float((a - b).abs().max() / torch.maximum(a.abs().max(), b.abs().max()))
+
+    on_policy = max_rel_diff(grads("sequence"), grads("token"))
+    trainer.create_optimizer()
+    trainer.model.zero_grad()
+    trainer._compute_loss(trainer.model, inputs).backward()
+    trainer.optimizer.step()  # one update of the CPU recipe's size (lr 2e-5): the next minibatch is off-policy
+    gspo, grpo = grads("sequence"), grads("token")
+    off_policy = max_rel_diff(gspo, grpo)
+    print(f"GSPO vs GRPO gradient: max rel diff on-policy {on_policy:.2e}, off-policy {off_policy:.2e}; "
+          f"|g| GSPO {float(gspo.norm()):.3e} GRPO {float(grpo.norm()):.3e}")
+    assert on_policy < 1e-5, on_policy
+    assert off_policy > 1e-2, off_policy
+
+
+def test_a_generation_batch_larger_than_the_data_is_refused_not_trained_for_zero_steps(tmp_path, tiny_checkpoint,
+                                                                                       capsys):
+    """The CPU recipe's 4 updates per generation take 32 completions a batch; 12 fixture trajectories
+    with per-process batch 4 and steps_per_generation 32 need 64 prompts: TRL would warn and train 0 steps."""
+    from _warmup_support import tiny_cli_overrides, write_fixture_awb_dir
+
+    from unified.warmup.__main__ import main
+
+    data = write_fixture_awb_dir(tmp_path / "data")
+    args = ["--recipe", str(Path(__file__).parents[1] / "recipes/warmup/embedded_cpu.yaml"),
+            *tiny_cli_overrides(tiny_checkpoint, data, tmp_path / "run", "train.max_steps=1",
+                                "gspo.steps_per_generation=32")]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "one generation batch takes 64" in err and "gspo.steps_per_generation=32" in err, err
+    assert not (tmp_path / "run" / "final").exists()

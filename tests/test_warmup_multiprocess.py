@@ -48,6 +48,7 @@ def test_two_cpu_processes_train_resume_and_stop_at_max_steps(tmp_path, tiny_che
 
     first = launch(1)
     assert first.count("unified.warmup: 1 steps") == 2  # both ranks trained
+    assert "final/ holds" in first  # and said which step's weights final/ holds
     assert first.count("unified.warmup: probe at step 0") == 1  # rank 0 prints
     assert json.loads((out / "run.json").read_text())["collapse"]["best_step"] in (0, 1)
     assert {p.name for p in (out / "checkpoint-1").glob("rng_state_*.pth")} == {"rng_state_0.pth",

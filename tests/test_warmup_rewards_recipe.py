@@ -33,7 +33,7 @@ OLD_FORM = {
     },
     "qwen35_35b_a3b.yaml": {
         "rewards": {"judge_endpoint": "", "rubric_weight": 0.9, "rule_weight": 0.1, "judge_max_concurrency": 64,
-                    "judge_timeout_s": 300.0},
+                    "judge_timeout_s": 120.0, "judge_max_retries": 2},  # 300 s x 5 is refused now (test_warmup_judge_failures)
     },
 }
 

@@ -145,13 +145,23 @@ def memory_notice(*, skip_warmup: bool = False) -> str:
 
 def before_after_table(report: dict, summary: Any | None) -> str:
     """The demo's closing table: held-out world-model reward before/after, and the agent suite's result."""
+    from unified.warmup.guard import final_weights_note, final_weights_step
+
     before, after, paired = report["before"], report["after"], report["paired"]
     n = paired["prompts"]
+    collapse = report.get("collapse") or {}
+    unchanged = final_weights_step(collapse, report["steps"]) == 0
     rows = [
         "Before/after of the same weights (SFT checkpoint -> after "
         f"{report['steps']} GSPO steps, {report['train_size']} training prompts):",
+    ]
+    if unchanged:
+        rows.append(f"IDENTICAL WEIGHTS: {final_weights_note(collapse, report['steps'])}; the 'after' column "
+                    "measures the start again (any difference is sampling or numerics, not training).")
+    rows += [
         "",
-        "| measure | before warmup | after warmup |",
+        "| measure | before warmup | after warmup |" if not unchanged else
+        "| measure | before warmup | after warmup (identical weights: the start kept) |",
         "|---|---|---|",
         f"| held-out world-model reward, rule-based (25 x LCS-F1 vs the real observation, 0-25; {n} prompts, greedy) "
         f"| {before['mean_reward']:.2f} | {after['mean_reward']:.2f} (paired {paired['mean_diff']:+.2f} +- "
@@ -205,8 +215,16 @@ def _warmup(args, loaded, done: list[str]) -> dict:
     print(f"    {report['steps']} steps, {report['mean_step_seconds']:.1f}s/step, peak RSS "
           f"{report['peak_memory'].get('memory/peak_rss_gib', 0):.1f} GiB")
     print(f"    checkpoint: {report['final_dir']} (metrics: {out / 'metrics.jsonl'})")
-    done.append(f"warmed the weights up with GSPO for {report['steps']} steps, scored {args.heldout} held-out "
-                f"prompts before and after, and saved {report['final_dir']}")
+    from unified.warmup.guard import final_weights_note, final_weights_step
+
+    if final_weights_step(report.get("collapse") or {}, report["steps"]) == 0:
+        done.append(f"trained {report['steps']} GSPO steps but kept the starting weights "
+                    f"({final_weights_note(report.get('collapse') or {}, report['steps'])}): the warmup changed "
+                    f"nothing; saved them as {report['final_dir']}, scored {args.heldout} held-out prompts twice")
+    else:
+        done.append(f"warmed the weights up with GSPO for {report['steps']} steps "
+                    f"({final_weights_note(report.get('collapse') or {}, report['steps'])}), scored {args.heldout} "
+                    f"held-out prompts before and after, and saved {report['final_dir']}")
     return report
 
 

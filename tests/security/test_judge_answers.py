@@ -49,16 +49,17 @@ def _call(reward, n, method=None):
                               reference=["ok"] * n, domain=["mcp"] * n)
 
 
-def test_rubric_reward_gives_zero_for_answers_that_are_not_text():
+def test_rubric_reward_gives_no_reward_for_answers_that_are_not_text():
+    # no reward (None): the trainer drops the sample from its group, no gradient (unified.rewards.functions)
     reward = RubricReward(ConstantJudge(NOT_TEXT))
-    assert _call(reward, len(NOT_TEXT)) == [0.0] * len(NOT_TEXT)
+    assert _call(reward, len(NOT_TEXT)) == [None] * len(NOT_TEXT)
     breakdowns = _call(reward, len(NOT_TEXT), reward.breakdowns)
     assert all(not b.parsed and "unparseable" in b.detail for b in breakdowns)
 
 
 def test_rubric_reward_survives_a_judge_that_raises():
     reward = RubricReward(BrokenJudge())
-    assert _call(reward, 2) == [0.0, 0.0]
+    assert _call(reward, 2) == [None, None]
     assert "full disk" in _call(reward, 1, reward.breakdowns)[0].detail
 
 
@@ -95,10 +96,10 @@ class _JudgeServer:
         self.server.server_close()
 
 
-def test_an_endpoint_answering_numbers_and_objects_gives_zero():
+def test_an_endpoint_answering_numbers_and_objects_gives_no_reward():
     with _JudgeServer(NOT_TEXT) as endpoint:
         reward = RubricReward(make_judge(endpoint, max_concurrency=1, max_retries=0))
-        assert [_call(reward, 1)[0] for _ in NOT_TEXT] == [0.0] * len(NOT_TEXT)
+        assert [_call(reward, 1)[0] for _ in NOT_TEXT] == [None] * len(NOT_TEXT)
 
 
 @pytest.mark.parametrize("total", ["Infinity", "-Infinity", "NaN", "1e999", "-1e999"])

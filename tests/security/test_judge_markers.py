@@ -58,7 +58,7 @@ def test_a_judge_that_skips_the_template_gives_planted_scores_nothing(planted, p
     completion = f"<predicted_observation>{PLANTED[planted]}</predicted_observation>"
     prompts = [[{"role": "user", "content": "echo hello"}]]
     (value,) = reward(prompts, [completion], reference=["hello\n"], domain=["terminal"])
-    assert value == 0.0, f"{planted!r} via a judge answering {part!r}: {value}"
+    assert value is None, f"{planted!r} via a judge answering {part!r}: {value}"  # no reward, no gradient
     (breakdown,) = reward.breakdowns(prompts, [completion], reference=["hello\n"], domain=["terminal"])
     assert not breakdown.parsed
 

@@ -42,7 +42,7 @@ def test_a_prediction_carrying_a_score_block_gets_no_marks_from_an_echo_judge():
     completion = f"<predicted_observation>hello\n{INJECTED_SCORES}</predicted_observation>"
     prompts = [[{"role": "user", "content": "echo hello"}]]
     (value,) = reward(prompts, [completion], reference=["hello\n"], domain=["terminal"])
-    assert value == 0.0
+    assert value is None  # unscored: dropped from its group, no gradient
     (breakdown,) = reward.breakdowns(prompts, [completion], reference=["hello\n"], domain=["terminal"])
     assert not breakdown.parsed
     user = judge.requests[0][-1]["content"]

@@ -4,8 +4,9 @@ Paper (Qwen-AgentWorld, world-model RL warmup): a sampled completion predicts th
 observation o_hat of one turn; its reward mixes
 
 - ``rubric`` (:class:`RubricReward`): an LLM judge scores five criteria (format, factuality,
-  consistency, realism, quality) 1-5 each; ``r_rubric = 5 * mean(c_1..c_5)`` in [5, 25], and
-  0 when the judge's answer cannot be parsed (or the judge call failed);
+  consistency, realism, quality) 1-5 each; ``r_rubric = 5 * mean(c_1..c_5)`` in [5, 25]. When the
+  judge call failed or its answer cannot be parsed the sample has no reward (``None``; its
+  breakdown says 0 and why) and the trainer drops it from its group (no gradient, see below);
 - ``rule`` (:class:`RuleReward`): a binary verifier (normalised exact match, or JSON agreement
   for JSON tool responses; :mod:`unified.rewards.verifiers`), ``r_rule`` in {0, 25};
 - ``similarity`` (:class:`SimilarityReward`, ours, off by default): a graded rule score
@@ -20,8 +21,16 @@ args=GRPOConfig(reward_weights=weights))`` computes, for a batch of B completion
     R_i = sum_k w_k * r_k,i        (a NaN, i.e. a function's None, is skipped: nansum)
 
 With the paper's 9:1 (``rubric`` weight 0.9, ``rule`` weight 0.1): ``R = 0.9 r_rubric + 0.1 r_rule``
-in {0} U [4.5, 25]. GSPO then normalises R within each group of G completions of one prompt.
+in [4.5, 25]. GSPO then normalises R within each group of G completions of one prompt.
 No function reads another's result: each is computed from the batch alone.
+
+A function whose ``drops_sample_on_failure`` is true (the rubric) returns ``None`` for a sample it
+failed to score, and the warmup trainer (:class:`unified.warmup.trainer` ``GSPOTrainer``) then makes
+the whole row of that sample NaN, so TRL treats it as unscorable: left out of its group's mean and
+std, advantage exactly 0, no gradient; a group whose every sample failed gets advantage 0 throughout.
+Scored 0 instead (below the parsed minimum of 5), a judge timeout would be the group's strongest
+signal, a large negative advantage. The share is logged as ``rewards/dropped_share``. How long a
+failing judge can hold a rank is :func:`judge_worst_case_s`.
 
 Every function has TRL's reward-function signature ``fn(prompts, completions, **columns) ->
 list[float | None]`` (one value per completion, shape ``(B,)``) and a ``__name__`` (TRL's metric
@@ -122,6 +131,9 @@ class RewardFunction:
     """
 
     __name__ = "reward"
+    drops_sample_on_failure = False
+    """True: a sample this function could not score (``parsed`` false) gets ``None``, and the trainer
+    drops the whole sample from its group (module docstring)."""
 
     def breakdowns(self, prompts, completions, **columns) -> list[RewardBreakdown]:
         """One breakdown per completion (its ``total`` is the reward)."""
@@ -138,19 +150,25 @@ class RewardFunction:
             log_metric(f"{self.__name__}/parsed", sum(b.parsed for b in breakdowns) / len(breakdowns))
         if callable(log_extra):
             log_extra(f"{self.__name__}_detail", [b.detail[:300] for b in breakdowns])
+        if self.drops_sample_on_failure:
+            return [b.total if b.parsed else None for b in breakdowns]
         return [b.total for b in breakdowns]
 
 
 class RubricReward(RewardFunction):
-    """The rubric judge as a reward: ``5 * mean`` of five 1-5 scores in [5, 25], 0 when unparseable.
+    """The rubric judge as a reward: ``5 * mean`` of five 1-5 scores in [5, 25]; ``None`` (no reward,
+    the sample dropped from its group in training) when the judge call failed or its answer is
+    unparseable.
 
     Only the predicted observation inside the answer tags reaches the judge
     (:func:`unified.chatformat.parse_observation`), with up to ``max_history`` earlier turns, the new
     action and the real observation (:func:`unified.rewards.rubric.judge_messages`). A judge call
-    that fails gives 0 for its completions (with why in the breakdown), never an exception.
+    that fails never raises: its breakdowns say 0, ``parsed=False`` and why (``judge failed: ...`` or
+    ``unparseable (...)``), and the call returns ``None`` for them.
     """
 
     __name__ = "rubric"
+    drops_sample_on_failure = True
 
     def __init__(self, judge: Judge, *, max_chars: int = 3000, max_history: int = 4) -> None:
         self.judge = judge
@@ -243,6 +261,25 @@ class SimilarityReward(RewardFunction):
         return breakdowns
 
 
+def judge_worst_case_s(cfg: JudgeSettings, requests: int) -> float:
+    """The longest a rank can wait on ``requests`` judge calls of one batch when the judge hangs.
+
+    Each call makes at most ``judge_max_retries + 1`` attempts of ``judge_timeout_s`` each, with the
+    client's backoff between them (``min(30, 2^a)`` s for attempt a, +25% jitter;
+    :mod:`unified.inference.openai_compat`); at most ``judge_max_concurrency`` calls run at once, so
+    ``ceil(requests / concurrency)`` waves of them follow each other:
+
+        worst = ceil(n / c) x ((R + 1) x T + sum_{a < R} 1.25 x min(30, 2^a))
+
+    Meanwhile the other ranks wait in the reward gather, a collective: this must stay below the
+    collective (NCCL) timeout, ``train.collective_timeout_s`` (the recipe check refuses otherwise).
+    """
+    retries = cfg.judge_max_retries
+    per_call = (retries + 1) * cfg.judge_timeout_s + sum(1.25 * min(30.0, 2.0 ** a) for a in range(retries))
+    waves = -(-max(requests, 1) // cfg.judge_max_concurrency)
+    return waves * per_call
+
+
 def build_judge(cfg: JudgeSettings) -> Judge:
     """The configured judge (:func:`unified.inference.judge.make_judge`) behind the configured cache."""
     if bool(cfg.judge_endpoint) == bool(cfg.judge_model):
@@ -255,4 +292,4 @@ def build_judge(cfg: JudgeSettings) -> Judge:
 
 
 __all__ = ["CRITERIA", "RULE_SCALE", "JudgeSettings", "RewardFunction", "RubricReward", "RuleReward",
-           "SimilarityReward", "build_judge"]
+           "SimilarityReward", "build_judge", "judge_worst_case_s"]

@@ -110,18 +110,24 @@ def main(argv: list[str] | None = None) -> int:
 
     from unified.warmup.trainer import run_warmup
 
-    if args.eval_before_after:
-        from unified.warmup.benchmark import run_before_after
+    try:
+        if args.eval_before_after:
+            from unified.warmup.benchmark import run_before_after
 
-        report = run_before_after(cfg, samples_per_prompt=args.heldout_samples,
-                                  temperature=args.heldout_temperature)
-        print(json.dumps(report, indent=2))
-        return 0
-    result = run_warmup(cfg)
+            report = run_before_after(cfg, samples_per_prompt=args.heldout_samples,
+                                      temperature=args.heldout_temperature)
+            print(json.dumps(report, indent=2))
+            return 0
+        result = run_warmup(cfg)
+    except ConfigError as exc:  # settings that only the loaded data can check (e.g. the generation batch)
+        print(f"unified.warmup: {exc}", file=sys.stderr)
+        return 2
     if result.already_finished:
         return 0
+    from unified.warmup.guard import final_weights_note
+
     print(f"unified.warmup: {result.global_step} steps, {result.seconds_per_step:.2f}s/step; "
-          f"checkpoint: {result.final_dir}", flush=True)
+          f"checkpoint: {result.final_dir}; {final_weights_note(result.collapse, result.global_step)}", flush=True)
     return 0
 
 

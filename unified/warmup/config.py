@@ -31,6 +31,9 @@ GenerationBackend = Literal["hf", "vllm_server", "vllm_colocate"]
 DistributedBackend = Literal["none", "ddp", "deepspeed_zero3", "fsdp2"]
 CPU_DISTRIBUTED: tuple[str, ...] = ("ddp", "deepspeed_zero3")
 """Backends that run as several CPU processes (``launch.cpu_processes``); the others say why not."""
+JUDGE_SHARE_OF_COLLECTIVE_TIMEOUT = 0.5
+"""A judge's worst case may take at most this share of ``train.collective_timeout_s`` (the rest of a
+step, generation first, happens before the reward gather too)."""
 SHARDED_DISTRIBUTED: tuple[str, ...] = ("deepspeed_zero3", "fsdp2")
 """Backends whose ranks hold a shard of the weights (the collapse guard's probe needs them whole)."""
 CPU_DISTRIBUTED_WHY = {
@@ -98,8 +101,18 @@ class GSPOSection:
     """KL coefficient; 0 = no reference model, as in GSPO."""
     num_generations: int = 8
     """Group size G: completions sampled per prompt."""
+    steps_per_generation: int | None = bounded(None, ge=1)
+    """TRL's ``steps_per_generation``: micro-steps (of ``per_device_train_batch_size`` completions a process)
+    that one generation batch is split into. A multiple k of ``train.gradient_accumulation_steps`` makes
+    one generation batch feed k optimizer updates, each on its own minibatch (the GSPO paper splits each
+    rollout batch into four minibatches): from the second update on, the policy that is trained is no
+    longer the one that sampled, so s_i != 1 and the clip acts. ``None``: TRL's default, equal to
+    ``gradient_accumulation_steps``, one update per generation, s_i == 1 exactly and GSPO's gradient is
+    GRPO's."""
     num_iterations: int = bounded(1, ge=1)
-    """Policy updates per generated batch (mu); >1 makes s_i move away from 1."""
+    """Passes over each generation batch (TRL's ``num_iterations``, GRPO's mu); >1 also makes s_i move
+    away from 1, by re-using the same completions. Updates per generation = ``num_iterations`` x
+    ``steps_per_generation`` / ``gradient_accumulation_steps``."""
     importance_sampling_level: Literal["sequence", "token"] = "sequence"
     """``sequence`` = GSPO; ``token`` = GRPO (kept for ablations)."""
     loss_type: str = "grpo"
@@ -108,6 +121,19 @@ class GSPOSection:
     """Advantage normalisation; ``group`` = (r - mean_group) / std_group."""
     mask_truncated_completions: bool = False
     """Exclude completions that hit ``max_completion_length`` from the loss."""
+    vllm_importance_sampling_mode: Literal["token_truncate", "token_mask", "sequence_truncate",
+                                           "sequence_mask"] = "token_truncate"
+    """vLLM rollouts only: TRL's correction of the rollout engine's log-probs against the trainer's,
+    ``w = exp(logp_train - logp_vllm)`` per token (``token_*``) or ``exp(sum_t ...)`` per sequence
+    (``sequence_*``), clipped to ``[clip_min, clip_max]`` (``*_truncate``) or zeroed outside it
+    (``*_mask``); the loss of each token is multiplied by its w. ``token_truncate`` (truncated IS): a
+    sequence-level weight is a product over the completion's tokens, ``exp(-T x KL)`` in expectation,
+    ~0.02 at T = 4,096 tokens and a per-token KL of 1e-3, which silences long completions; the token
+    weights stay near 1 whatever T. TRL's own default is ``sequence_mask``."""
+    vllm_importance_sampling_clip_max: float | None = bounded(2.0, gt=0)
+    """The cap C_max of the correction weight (TRL's default 3.0; truncated IS uses 2)."""
+    vllm_importance_sampling_clip_min: float | None = bounded(None, ge=0)
+    """The floor C_min (``None``: none for ``*_truncate``, 0 for ``*_mask``)."""
 
 
 @dataclass
@@ -137,6 +163,12 @@ class MonitorSection:
     on_collapse: Literal["log", "stop", "rollback"] = "log"
     """``log``: only report; ``stop``: end training with the current weights; ``rollback``: restore the
     trainable weights of the last step that did not collapse (the start if none) and end training."""
+    rollout_max_mean_logp_diff: float | None = bounded(0.1, gt=0)
+    """vLLM rollouts: the step-1 parity gate (:mod:`unified.warmup.rollout_check`) stops the run when the
+    mean per-token |logp_train - logp_vllm| of the first generation batch is above this (nats); bf16
+    kernels and MoE routing ties give ~1e-2, a rollout engine on other weights ~1 and more. None = off."""
+    rollout_min_mean_weight: float | None = bounded(0.5, ge=0)
+    """... or when the mean importance-sampling weight the loss applies is below this. None = off."""
     keep_best: bool = False
     """At the end of training, restore the trainable weights of the step (the start included) with the
     highest ``probe/reward`` on the validation split, so that ``final/`` holds them (one in-memory copy
@@ -201,6 +233,11 @@ class TrainSection:
     logging_steps: int = bounded(1, ge=1)
     seed: int = 0
     dataloader_num_workers: int = bounded(0, ge=0)
+    collective_timeout_s: float = bounded(1800.0, gt=0)
+    """How long a rank waits in a collective (NCCL/gloo) before the job fails (HF's ``ddp_timeout``).
+    While one rank waits on its rubric judge the others wait in the reward gather, so the recipe check
+    refuses a judge whose worst case (:func:`unified.rewards.functions.judge_worst_case_s`) is more than
+    half of it."""
 
 
 @dataclass
@@ -282,6 +319,19 @@ class WarmupConfig:
                 f"train.per_device_train_batch_size x gradient_accumulation_steps x trainer processes "
                 f"({self.launch.trainer_processes()}) = {per_step} must be a multiple of gspo.num_generations = "
                 f"{self.gspo.num_generations} (a generation batch holds whole groups)")
+        spg = self.gspo.steps_per_generation
+        if spg is not None and spg % self.train.gradient_accumulation_steps:
+            raise ConfigError(
+                f"gspo.steps_per_generation={spg} must be a multiple of train.gradient_accumulation_steps="
+                f"{self.train.gradient_accumulation_steps} (each optimizer update takes whole micro-steps of "
+                "one generation batch)")
+        if self.gspo.vllm_importance_sampling_clip_min is not None and \
+                self.gspo.vllm_importance_sampling_clip_max is not None and \
+                self.gspo.vllm_importance_sampling_clip_min >= self.gspo.vllm_importance_sampling_clip_max:
+            raise ConfigError("gspo.vllm_importance_sampling_clip_min must be below clip_max, got "
+                              f"{self.gspo.vllm_importance_sampling_clip_min} >= "
+                              f"{self.gspo.vllm_importance_sampling_clip_max}")
+        self._check_judge_against_collective_timeout()
         if self.resume not in ("auto", "never") and not Path(self.resume).is_dir():
             raise ConfigError(f"resume: expected auto, never or an existing checkpoint dir, got {self.resume!r}")
         if self.model.trainable_layers is not None and self.model.trainable_layers < 1:
@@ -311,6 +361,35 @@ class WarmupConfig:
                               f"{self.launch.cpu_processes}: {CPU_DISTRIBUTED_WHY.get(self.launch.distributed, '')}"
                               f"on CPU processes use {' or '.join(CPU_DISTRIBUTED)}")
         return self
+
+    def judge_calls_per_generation(self) -> int:
+        """Completions one rank scores at once: its slice of a generation batch."""
+        return self.train.per_device_train_batch_size * (self.gspo.steps_per_generation
+                                                         or self.train.gradient_accumulation_steps)
+
+    def prompts_per_generation(self, processes: int) -> int:
+        """Dataset prompts one generation batch takes on ``processes`` trainer processes: its completions
+        (per-process batch x steps_per_generation x processes) over the group size."""
+        completions = self.judge_calls_per_generation() * processes
+        return completions // self.gspo.num_generations
+
+    def _check_judge_against_collective_timeout(self) -> None:
+        from unified.rewards.functions import JudgeSettings, judge_worst_case_s
+
+        if self.launch.trainer_processes() < 2:  # one process: no collective to time out
+            return
+        for entry in self.rewards:
+            if not isinstance(entry, JudgeSettings) or entry.weight == 0:
+                continue
+            worst = judge_worst_case_s(entry, self.judge_calls_per_generation())
+            if worst > JUDGE_SHARE_OF_COLLECTIVE_TIMEOUT * self.train.collective_timeout_s:
+                raise ConfigError(
+                    f"rewards.{entry.name}: a hanging judge can hold a rank {worst:.0f} s ({self.judge_calls_per_generation()} "
+                    f"calls a generation batch, {entry.judge_max_concurrency} at once, {entry.judge_max_retries + 1} attempts "
+                    f"of judge_timeout_s={entry.judge_timeout_s:g} s plus backoff), more than half of "
+                    f"train.collective_timeout_s={self.train.collective_timeout_s:g} s, after which the other ranks' "
+                    "reward gather fails the job (the other half is for generation and the rest of the step): lower "
+                    "judge_timeout_s / judge_max_retries or raise the timeout")
 
     def accelerate_config_path(self, repo_root: str | os.PathLike[str] | None = None) -> Path | None:
         """The accelerate config file for ``launch.distributed`` (None for a single process)."""
@@ -367,5 +446,15 @@ def describe(cfg: WarmupConfig) -> dict[str, Any]:
         "clip_range": [1 - g.epsilon, 1 + g.epsilon_high],
         "kl_beta": g.beta,
         "group_size": g.num_generations,
-        "updates_per_generation": g.num_iterations,
+        "updates_per_generation": updates_per_generation(cfg),
+        "vllm_importance_sampling": {"mode": g.vllm_importance_sampling_mode,
+                                     "clip": [g.vllm_importance_sampling_clip_min, g.vllm_importance_sampling_clip_max]},
     }
+
+
+def updates_per_generation(cfg: WarmupConfig) -> int:
+    """Optimizer updates that one generation batch feeds: ``num_iterations x steps_per_generation /
+    gradient_accumulation_steps`` (TRL generates every ``steps_per_generation x num_iterations``
+    micro-steps and steps the optimizer every ``gradient_accumulation_steps``)."""
+    spg = cfg.gspo.steps_per_generation or cfg.train.gradient_accumulation_steps
+    return cfg.gspo.num_iterations * spg // cfg.train.gradient_accumulation_steps

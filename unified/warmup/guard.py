@@ -246,6 +246,26 @@ class CollapseGuard(TrainerCallback):
               flush=True)
 
 
+def final_weights_step(collapse: dict[str, Any], global_step: int) -> int:
+    """The training step whose weights ``final/`` holds: the guard's ``kept_step`` (rollback or
+    keep_best), else the last step. 0 means the starting weights, unchanged."""
+    kept = collapse.get("kept_step")
+    return int(kept) if isinstance(kept, int) else global_step
+
+
+def final_weights_note(collapse: dict[str, Any], global_step: int) -> str:
+    """What ``final/`` holds, in words, for recaps (the CLI's last line, ``make demo``)."""
+    step = final_weights_step(collapse, global_step)
+    if step == global_step:
+        return f"final/ holds the weights of the last step, {global_step}"
+    why = ("no step beat the start on the validation reward (monitor.keep_best)" if collapse.get("best_step") == step
+           and not collapse.get("collapsed_at") else f"the collapse guard rolled back ({collapse.get('reason', '?')})")
+    if step == 0:
+        return (f"final/ holds the STARTING weights, unchanged after {global_step} steps: {why}; "
+                "evaluated, it is the same model as the start")
+    return f"final/ holds step {step}'s weights, not step {global_step}'s: {why}"
+
+
 def progress_line(step: int, max_steps: int, logs: dict[str, Any], *, probe_size: int = 0,
                   outcome: dict[str, Any] | None = None) -> str:
     """One line per step: reward and its spread within groups, degenerate shares, probe, drift, action."""

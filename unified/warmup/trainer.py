@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from unified.config import dump_yaml, to_dict
+from unified.config import ConfigError, dump_yaml, to_dict
 from unified.store import write_json_atomic
 from unified.warmup.callbacks import METRICS_FILE, JsonlMetricsCallback, peak_memory_gib
 from unified.warmup.config import WarmupConfig, describe
@@ -148,7 +148,7 @@ def build_grpo_config(cfg: WarmupConfig, *, device: torch.device | None = None, 
         warmup_steps=t.warmup_steps, weight_decay=t.weight_decay, max_grad_norm=t.max_grad_norm,
         per_device_train_batch_size=t.per_device_train_batch_size,
         gradient_accumulation_steps=t.gradient_accumulation_steps, seed=t.seed, data_seed=cfg.data.seed,
-        dataloader_num_workers=t.dataloader_num_workers,
+        dataloader_num_workers=t.dataloader_num_workers, ddp_timeout=int(t.collective_timeout_s),
         save_strategy="steps", save_steps=t.save_steps, save_total_limit=t.save_total_limit, save_only_model=False,
         logging_steps=t.logging_steps, report_to=report_to, log_completions=cfg.logging.log_completions,
         # precision, memory
@@ -159,13 +159,18 @@ def build_grpo_config(cfg: WarmupConfig, *, device: torch.device | None = None, 
         # the GSPO objective
         importance_sampling_level=g.importance_sampling_level, loss_type=g.loss_type, beta=g.beta,
         epsilon=g.epsilon, epsilon_high=g.epsilon_high, num_generations=g.num_generations,
-        num_iterations=g.num_iterations, scale_rewards=g.scale_rewards,
+        num_iterations=g.num_iterations, steps_per_generation=g.steps_per_generation, scale_rewards=g.scale_rewards,
         mask_truncated_completions=g.mask_truncated_completions,
         reward_weights=list(reward_weights) if reward_weights is not None else None,
         # rollouts
         max_completion_length=gen.max_completion_length, temperature=gen.temperature, top_p=gen.top_p,
         top_k=gen.top_k, repetition_penalty=gen.repetition_penalty, chat_template_kwargs={"enable_thinking": gen.thinking},
         use_vllm=vllm,
+        # the rollout-vs-trainer correction (read by TRL with vLLM rollouts only; set here whatever the
+        # backend, so the resolved GRPOConfig shows it): recipes/warmup/*.yaml say why token_truncate
+        vllm_importance_sampling_correction=True, vllm_importance_sampling_mode=g.vllm_importance_sampling_mode,
+        vllm_importance_sampling_clip_max=g.vllm_importance_sampling_clip_max,
+        vllm_importance_sampling_clip_min=g.vllm_importance_sampling_clip_min,
         remove_unused_columns=False,
     )
     if vllm:
@@ -265,6 +270,55 @@ def _trainer_class():
         generation_cpu_threads: int | None = None
         """``generation.cpu_threads``: torch threads while generating on a CPU."""
 
+        def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+            """TRL's rewards (B_global x K, gathered over ranks), with every sample that a reward function
+            marked by ``drops_sample_on_failure`` (the rubric judge) could not score made NaN across all K
+            functions: TRL then leaves it out of its group's mean and std and gives it advantage 0
+            (:mod:`unified.rewards.functions`). ``rewards/dropped_share`` logs how many."""
+            rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+            columns = [i for i, f in enumerate(self.reward_funcs) if getattr(f, "drops_sample_on_failure", False)]
+            if columns:
+                dropped = torch.isnan(rewards[:, columns]).any(dim=1)
+                rewards[dropped] = float("nan")
+                mode = "train" if self.model.training else "eval"
+                self._metrics[mode]["rewards/dropped_share"].append(dropped.float().mean().item())
+            return rewards
+
+        rollout_bounds: tuple[float | None, float | None] = (None, None)
+        """``monitor.rollout_max_mean_logp_diff`` and ``monitor.rollout_min_mean_weight`` (the step-1 gate)."""
+        rollout_checked: bool = False
+
+        def _generate_and_score_completions(self, inputs):
+            """TRL's generation and scoring, plus, with vLLM rollouts, ``rollout/...`` metrics of every
+            generation batch and the step-1 parity gate on the first (:mod:`unified.warmup.rollout_check`)."""
+            output = super()._generate_and_score_completions(inputs)
+            if self.use_vllm and self.vllm_importance_sampling_correction and self.model.training \
+                    and output.get("sampling_per_token_logps") is not None:
+                self._check_rollouts(output)
+            return output
+
+        def _check_rollouts(self, output: dict) -> None:
+            from unified.warmup.rollout_check import check_rollout_parity, rollout_parity
+
+            mask = output["completion_mask"]
+            if output.get("tool_mask") is not None:
+                mask = mask * output["tool_mask"]
+            parity = rollout_parity(output["old_per_token_logps"], output["sampling_per_token_logps"], mask,
+                                    output.get("importance_sampling_ratio"))
+            for key, value in parity.metrics().items():
+                self._metrics["train"][key].append(value)
+            if self.rollout_checked:
+                return
+            self.rollout_checked = True
+            # every rank decides on the worst rank's figures, so that all of them stop together
+            worst = self.accelerator.gather(torch.tensor([[parity.mean_abs_logp_diff, -parity.mean_weight]],
+                                                         device=self.accelerator.device)).max(dim=0).values
+            parity = type(parity)(**{**parity.__dict__, "mean_abs_logp_diff": float(worst[0]),
+                                     "mean_weight": float(-worst[1])})
+            max_diff, min_weight = self.rollout_bounds
+            check_rollout_parity(parity, max_mean_logp_diff=max_diff, min_mean_weight=min_weight,
+                                 step=self.state.global_step + 1)
+
         def _generate_single_turn(self, *args, **kwargs):
             with self.accelerator.autocast(), torch_threads(self.generation_cpu_threads, self.accelerator.device):
                 return super()._generate_single_turn(*args, **kwargs)
@@ -294,6 +348,7 @@ def build_trainer(cfg: WarmupConfig, *, train_dataset, reward_funcs: Sequence[Ca
                   model_init_kwargs: dict[str, Any] | None = None):
     """A ready-to-train :class:`GSPOTrainer` (loads the policy unless ``model``/``tokenizer`` are given)."""
     device = device or training_device()
+    _check_generation_batch_fits(cfg, train_dataset)
     if cfg.logging.wandb:
         configure_wandb(cfg)
     init_kwargs: dict[str, Any] = dict(model_init_kwargs or {})
@@ -313,6 +368,7 @@ def build_trainer(cfg: WarmupConfig, *, train_dataset, reward_funcs: Sequence[Ca
         callbacks=[JsonlMetricsCallback(Path(cfg.output_dir) / METRICS_FILE), *callbacks],
     )
     trainer.generation_cpu_threads = cfg.generation.cpu_threads
+    trainer.rollout_bounds = (cfg.monitor.rollout_max_mean_logp_diff, cfg.monitor.rollout_min_mean_weight)
     trainer.extra_logs = {}
     if cfg.model.trainable_layers is not None:  # before train() creates the optimizer over trainable parameters
         if trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled:
@@ -320,6 +376,21 @@ def build_trainer(cfg: WarmupConfig, *, train_dataset, reward_funcs: Sequence[Ca
         freeze_lower_layers(trainer.model, cfg.model.trainable_layers)
     _check_router_loss(cfg, trainer)
     return trainer
+
+
+def _check_generation_batch_fits(cfg: WarmupConfig, train_dataset) -> None:
+    """A training split smaller than one generation batch trains 0 steps in TRL (its sampler drops the
+    incomplete batch, the Trainer only warns): refuse it, naming the settings."""
+    if not hasattr(train_dataset, "__len__"):
+        return
+    needed = cfg.prompts_per_generation(world_size())
+    if len(train_dataset) < needed:
+        raise ConfigError(
+            f"the training split has {len(train_dataset)} prompts, but one generation batch takes {needed} "
+            f"(train.per_device_train_batch_size={cfg.train.per_device_train_batch_size} x "
+            f"gspo.steps_per_generation={cfg.gspo.steps_per_generation or cfg.train.gradient_accumulation_steps} x "
+            f"{world_size()} processes / gspo.num_generations={cfg.gspo.num_generations}); TRL would train 0 "
+            "steps: use more data or lower gspo.steps_per_generation")
 
 
 def decoder_layers(model) -> torch.nn.ModuleList:
