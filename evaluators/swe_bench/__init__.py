@@ -184,7 +184,6 @@ class _SWEBenchAdapter(Adapter):
 
     def score(self, task: Task, episode: Episode, env: Environment) -> EpisodeResult:
         assert isinstance(env, SWEEnvironment)
-        row = task.payload["row"]
         patch = env.final_patch()
         backend = self._backend()
         # the local backend never has the network (it would share the host's loopback): grade offline there
