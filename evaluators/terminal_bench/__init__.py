@@ -78,9 +78,13 @@ def aggregate_rewards(results: list[EpisodeResult]) -> dict[str, Any]:
     rebuilt = sorted({str(r.details["rebuilt_base"]) for r in scored if r.details.get("rebuilt_base")})
     if rebuilt:
         reasons.append("rebuilt from the Dockerfile on a local base, not the published image: " + "; ".join(rebuilt))
+    tampered = sorted({r.task_id for r in scored if r.details.get("tampered")})
+    if tampered:
+        reasons.append(f"{sum(1 for r in scored if r.details.get('tampered'))} episode(s) scored 0 because the agent "
+                       f"changed the verifier's toolchain (Harbor would trust it): {', '.join(tampered)}")
     runs = max((len(v) for v in by_task.values()), default=0)
     # skipped/errored tasks and fewer trials than the protocol are added by the report (unified.eval.report)
-    return {"score": avg_at_k(by_task),
+    return {"score": avg_at_k(by_task), "tampered": tampered,
             "metric": "accuracy (%), mean over runs", "n_tasks": len(by_task), "n_episodes": len(scored),
             "runs": runs, "per_run": per_run,
             "run_std": statistics.pstdev(per_run.values()) if len(per_run) > 1 else 0.0,
@@ -207,7 +211,8 @@ class TerminalBench2Adapter(Adapter):
         details["task_network"] = env.task.network
         details["image"], details["built_from"] = env.image, env.build_context
         details.update({k: v for k, v in env.metadata.get("execution", {}).items() if k.startswith("rebuilt_base")})
-        infra = verifier_infrastructure_error(env.task.path, env.read_verifier_file, details) if env.session else None
+        checkable = env.session is not None and not details.get("tampered")  # a changed toolchain's output proves nothing
+        infra = verifier_infrastructure_error(env.task.path, env.read_verifier_file, details) if checkable else None
         if infra is not None:  # the output that shows it is the agent's to shape: does it fail without the agent?
             evidence, infra = infra, self.infrastructure_baselines.confirm(
                 task.id, infra, lambda: self._verifier_without_agent(task))
