@@ -52,11 +52,12 @@ def _quote(text: str) -> str:
 
 
 LOG_CAPS = "grep CapEff /proc/self/status >> /logs/agent/caps.$(basename $0)"
-CAP_SPIES = "".join(_wrap(p, LOG_CAPS) for p in ("unshare", "timeout", "bash", "sh")) + "echo spies-set"
 FAKE_BASH = _wrap("bash", 'case "$*" in *test.sh*) echo 1 > /logs/verifier/reward.txt; exit 0;; esac') + "echo fake-set"
 FORGED_TAR = ("d=$(mktemp -d); mkdir $d/out; echo 1 > $d/out/reward.txt; echo 0 > $d/rc; : > $d/stdout; : > $d/stderr; "
               "cd $d && tar -c . | base64; exit 0")
-FAKE_UNSHARE = _wrap("unshare", FORGED_TAR) + "echo fake-set"
+# one episode for two attacks: the fake unshare logs its capabilities and prints a reward tar; spies on the rest
+FAKE_UNSHARE_AND_SPIES = (_wrap("unshare", f"{LOG_CAPS}; {FORGED_TAR}")
+                          + "".join(_wrap(p, LOG_CAPS) for p in ("timeout", "bash", "sh")) + "echo spies-set")
 
 
 @pytest.fixture(scope="module")
@@ -104,13 +105,14 @@ def _caps_logged(env) -> dict[str, set[int]]:
     return seen
 
 
-def test_no_program_of_the_container_runs_with_more_than_the_default_capabilities(adapter):
-    result, caps = _attack(adapter, CAP_SPIES, "spies-set", _caps_logged)
-    assert caps, "no wrapped program ran during verification"
+def test_no_program_of_the_container_runs_with_privileges_and_a_fake_unshare_prints_no_reward(adapter):
+    result, caps = _attack(adapter, FAKE_UNSHARE_AND_SPIES, "spies-set", _caps_logged)
+    assert "bash" in caps, f"the verifier's bash never ran: {caps}"
     for program, held in caps.items():
         assert CAP_SYS_ADMIN not in held, f"the container's {program} ran with CAP_SYS_ADMIN: {sorted(held)}"
         assert held <= set(range(CAP_WAKE_ALARM)) | {CAP_WAKE_ALARM}, (program, sorted(held))
-    assert result.score == 0.0 and result.details.get("tampered"), result.details  # it replaced bash and sh
+    assert result.score == 0.0 and result.passed is False, result.details
+    assert "/usr/bin/unshare" in result.details["tampered"] and result.details["stop_reason"] == "tampered"
 
 
 def test_a_fake_bash_cannot_write_the_reward(adapter):
@@ -119,7 +121,12 @@ def test_a_fake_bash_cannot_write_the_reward(adapter):
     assert "/usr/bin/bash" in result.details["tampered"] and result.details["stop_reason"] == "tampered"
 
 
-def test_a_fake_unshare_cannot_print_a_reward(adapter):
-    result, _ = _attack(adapter, FAKE_UNSHARE, "fake-set")
-    assert result.score == 0.0 and result.passed is False, result.details
-    assert "/usr/bin/unshare" in result.details["tampered"]
+FAKE_MISSING_PYTEST = _wrap("bash", 'case "$*" in *test.sh*) echo "bash: line 9: pytest: command not found"; exit 127;; '
+                            'esac') + "echo fake-set"
+
+
+def test_a_fake_bash_cannot_make_a_failed_answer_an_infrastructure_error(adapter):
+    """R3 on podman: the fake bash prints a missing-tool line and writes no reward, which read as infrastructure."""
+    result, _ = _attack(adapter, FAKE_MISSING_PYTEST, "fake-set")
+    assert result.error is None and result.score == 0.0 and result.passed is False, result.error
+    assert "/usr/bin/bash" in result.details["tampered"]
