@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import io
 import subprocess
+import sys
 import tarfile
 
 import pytest
@@ -70,7 +71,9 @@ def test_every_tool_of_the_privileged_script_is_a_busybox_applet():
                         re.M)
     words = {w for w in starts if not re.fullmatch(r"[A-Za-z_0-9]+=.*", w)}
     allowed = {"$bb", ":", "[", "cd", "echo", "exit", "return", "set", "shift", "check", "finish",
-               "for", "do", "done", "if", "then", "else", "fi", "$", "devs#", "odev%%", "limit%.*"}  # the last: ${...}
+               "for", "do", "done", "if", "then", "else", "fi", "until", "$",
+               "n", "tries",  # $((n + 1)), $((tries + 1))
+               "ids#", "oid%%", "limit%.*"}  # ${...}
     assert words <= allowed, words - allowed
     assert "$bb timeout -k 5 \"$limit\" \"$kc\" \"$mask\" \"$@\"" in PRIVATE_VERIFIER_SCRIPT
 
@@ -97,10 +100,11 @@ def test_a_changed_toolchain_is_told_from_an_honest_install():
     diff = "\n".join(["C /usr", "C /usr/bin", "C /usr/bin/bash", "A /usr/bin/bash.real", "A /usr/bin/curl",
                       "A /usr/local/bin/pytest", "A /usr/local/bin/sh", "A /etc/ld.so.preload", "A /app/solution.py",
                       "C /usr/lib/x86_64-linux-gnu/libc.so.6", "A /usr/lib/python3/dist-packages/sitecustomize.py",
-                      "C /usr/local/bin/python3.12", "D /usr/bin/unshare", "C /etc/ld.so.cache"])
+                      "C /usr/local/bin/python3.12", "D /usr/bin/unshare", "C /etc/ld.so.cache", "C /usr/bin/base64"])
     assert toolchain_tampering(diff) == [
         "C /usr/bin/bash", "A /usr/local/bin/sh", "A /etc/ld.so.preload", "C /usr/lib/x86_64-linux-gnu/libc.so.6",
-        "A /usr/lib/python3/dist-packages/sitecustomize.py", "C /usr/local/bin/python3.12", "D /usr/bin/unshare"]
+        "A /usr/lib/python3/dist-packages/sitecustomize.py", "C /usr/local/bin/python3.12", "D /usr/bin/unshare",
+        "C /usr/bin/base64"]
     assert "C /usr/lib/x86_64-linux-gnu/libc.so.6" not in toolchain_tampering(diff, loader=False)
     assert toolchain_tampering("A /usr/bin/curl\nA /usr/local/bin/pytest\nA /app/x.py\n") == []
 
@@ -109,3 +113,15 @@ def test_the_script_is_posix_sh():
     assert subprocess.run(["sh", "-n", "-c", PRIVATE_VERIFIER_SCRIPT]).returncode == 0
     assert "timed_out" in PRIVATE_VERIFIER_SCRIPT
     assert parse_private_output(_tar({"rc": b"143\n", "timed_out": b""}), 60.0, 60).timed_out  # busybox timeout: 143
+
+
+def test_without_a_static_busybox_the_reason_names_the_package(monkeypatch, tmp_path):
+    """A dynamically linked busybox (or none) is refused with the fix to apply; containers then start without the
+    tools mount and the verifier stops the agent's processes first (the result's ``agent_processes`` says why)."""
+    from unified.execution.verifier_tools import static_busybox
+
+    monkeypatch.setenv("UNIFIED_VERIFIER_BUSYBOX", sys.executable)  # a dynamically linked program
+    monkeypatch.setenv("UNIFIED_VERIFIER_TOOLS_CACHE", str(tmp_path))
+    reason = static_busybox()
+    assert isinstance(reason, str) and "apt-get install -y busybox-static" in reason and sys.executable in reason
+    assert verifier_tools.__wrapped__() == reason and not any(tmp_path.iterdir())

@@ -137,10 +137,6 @@ class TerminalBench2Adapter(Adapter):
         self.infrastructure_baselines = InfrastructureBaselines()
         """Each task's verifier on a fresh environment without the agent, once per run (:mod:`unified.execution.infra`)."""
 
-    @property
-    def infrastructure_baselines_run(self) -> int:
-        return self.infrastructure_baselines.runs
-
     def _backend(self):
         return require_execution_backend(self.settings.backend)
 

@@ -73,7 +73,7 @@ def test_a_verifier_that_cannot_fetch_its_tools_without_the_agent_is_still_infra
     for result in (first, second):
         assert result.error is not None and result.error.startswith("infrastructure: "), result.details
         assert "reproduced without the agent" in result.error and result.passed is None
-    assert adapter.infrastructure_baselines_run == 1  # confirmed once for the task in this run
+    assert adapter.infrastructure_baselines.runs == 1  # confirmed once for the task in this run
 
 
 def test_a_patch_that_prints_a_dns_failure_is_not_an_infrastructure_error():

@@ -165,12 +165,12 @@ def private_verifier_argv(engine: str, name: str, command: list[str], *, out_dir
     """The one privileged ``exec``: the host's static busybox (never a program of the container's) sets up the
     private namespace of :data:`~unified.execution.verifier.PRIVATE_VERIFIER_SCRIPT`; ``command`` runs through
     ``keep-caps MASK``."""
-    bb, kc = f"{MOUNT_POINT}/busybox", f"{MOUNT_POINT}/keep-caps"
+    bb, kc, mnt = f"{MOUNT_POINT}/busybox", f"{MOUNT_POINT}/keep-caps", f"{MOUNT_POINT}/mnt"
     argv = [engine, "exec", "-i", "--privileged"]
     for key, value in (env or {}).items():
         argv += ["-e", f"{key}={value}"]
     return argv + [name, bb, "unshare", "--mount", "--propagation", "private", bb, "sh", "-c", PRIVATE_VERIFIER_SCRIPT,
-                   "sh", bb, kc, out_dir, f"{max(timeout_s, 0.1):g}", workdir, ":".join(dirs), f"{mask:x}", *command]
+                   "sh", bb, kc, mnt, out_dir, f"{max(timeout_s, 0.1):g}", workdir, ":".join(dirs), f"{mask:x}", *command]
 
 
 def default_caps(status: str) -> int | None:

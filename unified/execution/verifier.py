@@ -44,28 +44,34 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 PRIVATE_VERIFIER_SCRIPT = r"""
-bb=$1; kc=$2; out=$3; limit=$4; wd=$5; privs=$6; mask=$7; shift 7
-scratch=$($bb mktemp -d /tmp/.unified-verifier-io.XXXXXXXX) || exit 90
-$bb mount -t tmpfs -o mode=0700 unified-verifier-io "$scratch" || exit 91
-sdev=$($bb stat -c %d "$scratch") || exit 91
-devs=""
+bb=$1; kc=$2; mnt=$3; out=$4; limit=$5; wd=$6; privs=$7; mask=$8; shift 8
+$bb mount -t tmpfs -o mode=0700 unified-verifier "$mnt" || exit 91
+scratch=$mnt/io
+$bb mkdir -m 0700 "$scratch" || exit 90
+ids=""; n=0
 oldifs=$IFS; IFS=:
 for d in $privs; do
-  $bb mkdir -p "$d" && $bb mount -t tmpfs -o mode=0755 unified-verifier "$d" || exit 92
-  devs="$devs $($bb stat -c %d "$d")"
+  n=$((n + 1)); src=$mnt/d$n
+  $bb mkdir -m 0755 "$src" && id=$($bb stat -c %d:%i "$src") || exit 92
+  tries=0
+  until $bb mkdir -p "$d" 2>/dev/null && $bb mount -o bind "$src" "$d" 2>/dev/null &&
+        [ "$($bb stat -c %d:%i "$d" 2>/dev/null)" = "$id" ]; do
+    tries=$((tries + 1)); [ $tries -lt 50 ] || exit 92
+  done
+  ids="$ids $id"
 done
 IFS=$oldifs
-odev=${devs# }; odev=${odev%% *}
+oid=${ids# }; oid=${oid%% *}
 $bb tar -x -o -C / || exit 93
 check() {
-  set -- $devs; IFS=:
+  set -- $ids; IFS=:
   for d in $privs; do
-    [ "$($bb stat -c %d "$d" 2>/dev/null)" = "$1" ] || { IFS=$oldifs; echo "$d"; return 1; }
+    [ "$($bb stat -c %d:%i "$d" 2>/dev/null)" = "$1" ] || { IFS=$oldifs; echo "$d"; return 1; }
     shift
   done
   IFS=$oldifs
 }
-finish() { cd "$scratch" && [ "$($bb stat -c %d .)" = "$sdev" ] && $bb tar -c . | $bb base64; }
+finish() { cd "$scratch" && $bb tar -c . | $bb base64; }
 bad=$(check) || { echo "$bad" > "$scratch/tampered"; finish; exit; }
 cd "$wd" 2>/dev/null || cd /
 t0=$($bb date +%s)
@@ -74,22 +80,25 @@ rc=$?
 echo $rc > "$scratch/rc"
 [ $(( $($bb date +%s) - t0 )) -ge "${limit%.*}" ] && [ "$rc" -ge 124 ] && : > "$scratch/timed_out"
 bad=$(check) || { echo "$bad" > "$scratch/tampered"; finish; exit; }
-if cd "$out" && [ "$($bb stat -c %d .)" = "$odev" ]; then
+if cd "$out" && [ "$($bb stat -c %d:%i .)" = "$oid" ]; then
   $bb mkdir "$scratch/out" && $bb tar -c . | $bb tar -x -C "$scratch/out"
 else
   echo "$out" > "$scratch/tampered"
 fi
 finish
 """
-"""BusyBox sh, run as ``BUSYBOX unshare --mount --propagation private BUSYBOX sh -c SCRIPT sh BUSYBOX KEEP_CAPS OUT
+"""BusyBox sh, run as ``BUSYBOX unshare --mount --propagation private BUSYBOX sh -c SCRIPT sh BUSYBOX KEEP_CAPS MNT OUT
 LIMIT WORKDIR PRIVATE_DIRS MASK CMD...`` with the host's own static programs (:mod:`unified.execution.verifier_tools`):
 every tool of the privileged part is ``$bb APPLET``, and ``CMD`` runs through ``keep-caps MASK`` (the container's
-default capabilities plus a marker), never with more. ``PRIVATE_DIRS`` is ``:``-separated and starts with ``OUT``.
-Exit 90-93: the isolation could not be set up (nothing of the command ran). Otherwise stdout is one base64 tar:
-``stdout``, ``stderr``, ``rc``, ``timed_out`` (present when the limit killed it), ``out/`` (the contents of ``OUT``)
-or ``tampered`` (the private directory that was replaced)."""
+default capabilities plus a marker), never with more. ``MNT`` is an empty directory inside the read-only tools mount
+(no process of the agent's can remove, rename or enter it): one tmpfs is mounted there, seen only by this namespace,
+and each private directory is a bind mount of a fresh directory of it, retried until the path shows that directory's
+own device and inode (a process left running may remove or swap the path meanwhile). ``PRIVATE_DIRS`` is
+``:``-separated and starts with ``OUT``. Exit 90-93: the isolation could not be set up (nothing of the command ran).
+Otherwise stdout is one base64 tar: ``stdout``, ``stderr``, ``rc``, ``timed_out`` (present when the limit killed it),
+``out/`` (the contents of ``OUT``) or ``tampered`` (the private directory that was replaced)."""
 
-SETUP_FAILED = {90: "mktemp", 91: "mount of the scratch tmpfs", 92: "mount of a private tmpfs",
+SETUP_FAILED = {90: "the scratch directory", 91: "mount of the private tmpfs", 92: "bind mount of a private directory",
                 93: "unpacking the verifier's files"}
 
 
@@ -165,7 +174,7 @@ def parse_private_output(stdout: str, duration_s: float, limit_s: float) -> Priv
 
 
 _BIN_DIRS = ("/bin", "/sbin", "/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin")
-_TOOLS = re.compile(r"(?:bash|sh|dash|env|tee|timeout|unshare|python(?:\d+(?:\.\d+)?)?|pytest|py\.test|uvx?|curl)")
+_TOOLS = re.compile(r"(?:bash|sh|dash|env|tee|timeout|unshare|base64|cat|tar|python(?:\d+(?:\.\d+)?)?|pytest|py\.test|uvx?|curl)")
 _SHELLS = re.compile(r"(?:bash|sh|dash|env|tee|timeout)")
 _LOADER = re.compile(r"/(?:usr/)?lib(?:32|64|x32)?/(?:[^/]+/)?(?:ld-linux[^/]*\.so[^/]*|ld-musl[^/]*|libc\.so[^/]*)")
 _LOADER_CONFIG = ("/etc/ld.so.preload", "/etc/ld.so.conf")
@@ -176,7 +185,8 @@ def toolchain_tampering(diff: str, loader: bool = True) -> list[str]:
     """The lines of an engine's ``diff`` (``C /usr/bin/bash``, ``A /etc/ld.so.preload``) that touch the verifier's toolchain.
 
     Flagged: a changed or deleted ``bash``/``sh``/``dash``/``env``/``tee``/``timeout``/``unshare``/``python*``/
-    ``pytest``/``uv``/``uvx``/``curl`` in a system ``bin`` directory, or one of the shells added under
+    ``pytest``/``uv``/``uvx``/``curl`` in a system ``bin`` directory, or ``base64``/``cat``/``tar`` (what reads the
+    reward back where the verifier runs without the host's tools: :meth:`~unified.execution.ExecutionSession.read_file`), or one of the shells added under
     ``/usr/local`` (ahead of the system's on ``PATH``); a changed or deleted dynamic loader or ``libc.so``
     (with ``loader``: not in a diff taken after the verifier, whose own ``apt-get install`` may upgrade libc),
     any change to ``/etc/ld.so.preload`` or ``/etc/ld.so.conf``; a ``sitecustomize.py``/``usercustomize.py`` added or changed

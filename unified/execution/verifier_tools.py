@@ -106,6 +106,10 @@ def static_busybox() -> Path | str:
     return f"no statically linked busybox ({where}): apt-get install -y busybox-static"
 
 
+_LAYOUT = b"busybox keep-caps mnt/\n"
+"""What a tools directory holds (part of its cache key: a directory of an older layout is never reused)."""
+
+
 def tools_cache_dir() -> Path:
     return Path(os.environ.get("UNIFIED_VERIFIER_TOOLS_CACHE") or Path.home() / ".cache" / "unified" / "verifier-tools")
 
@@ -119,14 +123,15 @@ def verifier_tools() -> Path | str:
     compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
     if compiler is None:
         return "no C compiler to build keep-caps (the verifier's capability drop): apt-get install -y gcc libc6-dev"
-    digest = hashlib.sha256(KEEP_CAPS_C.encode() + busybox.read_bytes()).hexdigest()[:16]
+    digest = hashlib.sha256(_LAYOUT + KEEP_CAPS_C.encode() + busybox.read_bytes()).hexdigest()[:16]
     final = tools_cache_dir() / digest
-    if (final / "busybox").is_file() and (final / "keep-caps").is_file():
+    if (final / "busybox").is_file() and (final / "keep-caps").is_file() and (final / "mnt").is_dir():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".build-", dir=final.parent) as tmp:
         stage = Path(tmp) / "tools"
         stage.mkdir()
+        (stage / "mnt").mkdir(mode=0o755)  # where the verifier mounts its private tmpfs (verifier.PRIVATE_VERIFIER_SCRIPT)
         (Path(tmp) / "keep-caps.c").write_text(KEEP_CAPS_C)
         proc = subprocess.run([compiler, "-static", "-Os", "-o", str(stage / "keep-caps"), str(Path(tmp) / "keep-caps.c")],
                               capture_output=True, text=True, timeout=300)
@@ -139,7 +144,7 @@ def verifier_tools() -> Path | str:
         try:
             stage.rename(final)
         except OSError:  # another process built the same one first
-            if not (final / "keep-caps").is_file():
+            if not (final / "mnt").is_dir():
                 raise
     return final
 
