@@ -24,7 +24,10 @@ Root only (the fixture's base is rebuilt with debootstrap; rootless podman is no
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from security._containers import CONTAINER_MARKS, attack
 
@@ -49,17 +52,34 @@ def _wrap(program: str, body: str) -> str:
 LOG_STATUS = "grep -E '^(CapEff|Seccomp):' /proc/self/status | tr '\\n' ' ' >> /logs/agent/status.$(basename $0); echo >> /logs/agent/status.$(basename $0)"
 
 
+CGROUP_NAME = "unifiedr1"
+
+
 def _escape(proof: Path) -> str:
     """The cgroup-v1 ``release_agent`` escape: the host runs ``/usr/bin/touch PROOF`` as root when it works.
 
-    The release agent gets the emptied cgroup's path inside its hierarchy, so a cgroup at ``PROOF`` makes
-    it touch that host path. Quiet; it removes its cgroups a second later."""
+    The release agent gets the emptied cgroup's path inside its hierarchy, so a cgroup at ``PROOF`` (in a named
+    hierarchy of its own) makes it touch that host path. Quiet; :func:`release_agent_proof` removes the cgroups."""
     c, leaf = "/tmp/.unified-r1-cgroup", f"/tmp/.unified-r1-cgroup{proof}"
-    return (f"{{ mkdir -p {c} && {{ mount -t cgroup -o none,name=unifiedr1 cgroup {c} || "
-            f"mount -t cgroup -o net_cls cgroup {c}; }} && echo /usr/bin/touch > {c}/release_agent && "
-            f"mkdir -p {leaf} && echo 1 > {leaf}/notify_on_release && /bin/dash -c 'echo $$ > {leaf}/cgroup.procs' && "
-            f"(sleep 1; p={leaf}; while [ $p != {c} ]; do rmdir $p; p=${{p%/*}}; done; umount {c}) & }} "
-            ">/dev/null 2>&1")
+    return (f"{{ mkdir -p {c} && mount -t cgroup -o none,name={CGROUP_NAME} cgroup {c} && "
+            f"echo /usr/bin/touch > {c}/release_agent && mkdir -p {leaf} && echo 1 > {leaf}/notify_on_release && "
+            f"/bin/dash -c 'echo $$ > {leaf}/cgroup.procs'; }} >/dev/null 2>&1")
+
+
+@pytest.fixture
+def release_agent_proof(tmp_path):
+    """The host path the escape would touch; afterwards, any cgroup an escape left in its hierarchy is removed
+    (mounting the named hierarchy here: a fresh, empty one when no escape made it, gone again at umount)."""
+    yield tmp_path / "release-agent-ran-on-the-host"
+    mnt = tmp_path / "cgroup"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "cgroup", "-o", f"none,name={CGROUP_NAME}", "cgroup", str(mnt)],
+                      capture_output=True).returncode == 0:
+        try:
+            for d in sorted((p for p in mnt.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+                d.rmdir()
+        finally:
+            subprocess.run(["umount", str(mnt)], check=True)
 
 
 FORGED_TAR = ("d=$(mktemp -d); mkdir $d/out; echo 1 > $d/out/reward.txt; echo 0 > $d/rc; : > $d/stdout; : > $d/stderr; "
@@ -87,8 +107,9 @@ def _logged(env) -> dict[str, list[dict[str, int]]]:
     return seen
 
 
-def test_no_program_of_the_container_runs_with_privileges_or_forges_the_reward(podman_service_adapter, tmp_path):
-    proof = tmp_path / "release-agent-ran-on-the-host"
+def test_no_program_of_the_container_runs_with_privileges_or_forges_the_reward(podman_service_adapter,
+                                                                             release_agent_proof):
+    proof = release_agent_proof
     result, logged = attack(podman_service_adapter, _r1_r2_keys(proof), "wrappers-2", _logged)
     assert not proof.exists(), "the container's program escaped to the host as root (cgroup release_agent)"
     assert "bash" in logged, f"the verifier's bash never ran: {logged}"
