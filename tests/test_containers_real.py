@@ -68,6 +68,10 @@ def test_rebuilt_base_gold_scores_1_and_a_wrong_answer_0(podman):
 
 def test_a_service_the_solution_left_running_answers_the_verifier(podman):
     """As in Harbor, what the oracle started in the background still runs when the verifier queries it."""
+    from unified.execution.verifier_tools import verifier_tools
+
+    if isinstance(verifier_tools(), str):  # then the verifier stops the oracle's processes first: the service is gone
+        pytest.skip(f"no private verifier on this host: {verifier_tools()}")
     built = build_task(ROOT / "fixture_container_service", "podman")
     assert built.status == "built", built.reason
     adapter = TerminalBench2Adapter(root=str(ROOT), backend="podman", build="always", tasks="fixture_container_service")

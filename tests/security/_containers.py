@@ -32,6 +32,7 @@ def podman_service_adapter(conf_dir: Path) -> Iterator[Any]:
     from evaluators.terminal_bench import TerminalBench2Adapter
     from unified.execution.images import build_task
     from unified.execution.probe import containers_conf_text, probe_engine
+    from unified.execution.verifier_tools import verifier_tools
 
     conf = conf_dir / "containers.conf"
     conf.write_text(containers_conf_text())
@@ -41,6 +42,9 @@ def podman_service_adapter(conf_dir: Path) -> Iterator[Any]:
         problem = probe_engine("podman", str(conf))
         if problem is not None:
             pytest.skip(f"podman cannot start a container here even with runc: {problem}")
+        tools = verifier_tools()
+        if isinstance(tools, str):  # then every episode stops the agent's processes first (docs/containers.md)
+            pytest.skip(f"no private verifier on this host: {tools}")
         built = build_task(ROOT / "fixture_container_service", "podman")
         assert built.status == "built", built.reason
         yield TerminalBench2Adapter(root=str(ROOT), backend="podman", build="always",
