@@ -100,12 +100,17 @@ def test_a_changed_toolchain_is_told_from_an_honest_install():
     diff = "\n".join(["C /usr", "C /usr/bin", "C /usr/bin/bash", "A /usr/bin/bash.real", "A /usr/bin/curl",
                       "A /usr/local/bin/pytest", "A /usr/local/bin/sh", "A /etc/ld.so.preload", "A /app/solution.py",
                       "C /usr/lib/x86_64-linux-gnu/libc.so.6", "A /usr/lib/python3/dist-packages/sitecustomize.py",
-                      "C /usr/local/bin/python3.12", "D /usr/bin/unshare", "C /etc/ld.so.cache", "C /usr/bin/base64"])
+                      "C /usr/local/bin/python3.12", "D /usr/bin/unshare", "C /etc/ld.so.cache", "C /usr/bin/base64",
+                      "C /usr/lib/python3.11/site.py", "C /usr/lib/python3/dist-packages/six.py",
+                      "C /usr/local/lib/python3.12/site-packages/pytest/__init__.py", "A /usr/lib/python3.11/__pycache__/x.pyc"])
     assert toolchain_tampering(diff) == [
         "C /usr/bin/bash", "A /usr/local/bin/sh", "A /etc/ld.so.preload", "C /usr/lib/x86_64-linux-gnu/libc.so.6",
         "A /usr/lib/python3/dist-packages/sitecustomize.py", "C /usr/local/bin/python3.12", "D /usr/bin/unshare",
-        "C /usr/bin/base64"]
-    assert "C /usr/lib/x86_64-linux-gnu/libc.so.6" not in toolchain_tampering(diff, loader=False)
+        "C /usr/bin/base64", "C /usr/lib/python3.11/site.py"]
+    after = toolchain_tampering(diff, before_verifier=False)  # the verifier's own apt-get may upgrade these
+    assert after == ["C /usr/bin/bash", "A /usr/local/bin/sh", "A /etc/ld.so.preload",
+                     "A /usr/lib/python3/dist-packages/sitecustomize.py", "D /usr/bin/unshare", "C /usr/bin/base64"]
+    assert toolchain_tampering("C /usr/bin/curl\nC /usr/bin/python3.11\n", before_verifier=False) == []
     assert toolchain_tampering("A /usr/bin/curl\nA /usr/local/bin/pytest\nA /app/x.py\n") == []
 
 

@@ -226,7 +226,7 @@ class TerminalBenchEnvironment(Environment):
         assert self.session is not None
         before = self.session.toolchain_changes()
         details = self._run_verifier()
-        after = self.session.toolchain_changes(loader=False)  # also what a process left running did meanwhile
+        after = self.session.toolchain_changes(before_verifier=False)  # what a process left running did meanwhile
         changes = list(dict.fromkeys([*(before or []), *(after or [])]))
         if before is None and after is None:
             details["toolchain_checked"] = False

@@ -197,7 +197,7 @@ class ExecutionSession(ABC):
 
     # -- the end of the agent's turn -------------------------------------------------------
 
-    def toolchain_changes(self, loader: bool = True) -> list[str] | None:
+    def toolchain_changes(self, before_verifier: bool = True) -> list[str] | None:
         """The programs of the verifier's toolchain the agent changed against the image (``["C /usr/bin/bash"]``),
         or None where this session cannot tell (its system is read-only to the agent: ``local``; or not
         checked: apptainer). Docker and podman read the engine's diff (:mod:`unified.execution.verifier`)."""

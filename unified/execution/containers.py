@@ -262,7 +262,7 @@ class DockerSession(ExecutionSession):
     def workdir(self) -> str:
         return self.spec.workdir or self.info.get("workdir") or "/"
 
-    def toolchain_changes(self, loader: bool = True) -> list[str] | None:
+    def toolchain_changes(self, before_verifier: bool = True) -> list[str] | None:
         """The verifier's toolchain the agent changed, from the engine's diff of the container against its image
         (:func:`~unified.execution.verifier.toolchain_tampering`)."""
         try:
@@ -271,7 +271,7 @@ class DockerSession(ExecutionSession):
             return [f"? `{self.engine} diff` did not answer within 120 s"]
         if proc.returncode != 0:
             return [f"? `{self.engine} diff` failed: {proc.stderr.decode(errors='replace').strip()[-200:]}"]
-        return toolchain_tampering(proc.stdout.decode(errors="replace"), loader=loader)
+        return toolchain_tampering(proc.stdout.decode(errors="replace"), before_verifier)
 
     def own_pids(self) -> list[int]:
         return list(self._keepalive)
