@@ -9,10 +9,6 @@ bootstraps bookworm (~1-2 min) into ``~/.cache/unified/images``; later runs reus
 
 from __future__ import annotations
 
-import os
-import shutil
-from pathlib import Path
-
 import pytest
 
 from evaluators.terminal_bench import TerminalBench2Adapter
@@ -24,14 +20,9 @@ from unified.execution.probe import containers_conf_text, probe_engine
 from unified.agent.replay import GoldReplayer
 from unified.types import Episode, ToolCall
 
-ROOT = Path(__file__).parent / "fixtures" / "terminal_bench_containers"
-MISSING = [tool for tool in ("podman", "runc", "debootstrap", "tmux") if shutil.which(tool) is None]
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(bool(MISSING), reason=f"{', '.join(MISSING)} not installed: "
-                       "apt-get install -y podman runc debootstrap tmux"),
-    pytest.mark.skipif(os.geteuid() != 0, reason="debootstrap needs root"),
-]
+from security._containers import CONTAINER_MARKS, ROOT
+
+pytestmark = CONTAINER_MARKS
 
 
 @pytest.fixture
