@@ -63,7 +63,7 @@ test-security-nonroot: setup
 
 # One real container end to end without a registry (docs/containers.md): a Debian base rebuilt from the
 # archive with debootstrap, a fixture task built on it with podman, gold 1 / wrong answer 0; plus the
-# start probe. Needs root and `apt-get install -y podman runc debootstrap tmux` (skips otherwise).
+# start probe. Needs root and `apt-get install -y podman runc debootstrap tmux busybox-static gcc libc6-dev` (skips otherwise).
 # Measured on the shared 2-core machine: 89 s with the first bootstrap, 20 s once it is cached.
 test-containers: setup
 	$(VPY) -m pytest tests/test_containers_real.py tests/test_execution_probe.py $(PYTEST_ARGS)

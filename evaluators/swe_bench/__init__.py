@@ -40,7 +40,7 @@ from unified.config import bounded
 from unified.benchmarks.contract import Adapter, BenchmarkUnavailable, Environment, PaperReference, RunContext, Task
 from unified.benchmarks.helpers import config_list, limit_runnable, require_execution_backend
 from unified.benchmarks.aggregate import avg_at_k, partition, per_trial, scores_by_task
-from unified.execution.infra import infrastructure_error
+from unified.execution.infra import NOT_REPRODUCED, InfrastructureBaselines, infrastructure_error
 from unified.types import Episode, EpisodeResult, ToolCall
 
 from evaluators.swe_bench.data import check_rows, image_for, load_rows, resolve_source, row_schema
@@ -127,6 +127,8 @@ class _SWEBenchAdapter(Adapter):
         """Where the local backend finds repository copies (the setting, else the environment's)."""
         self.scripts_dir = self.settings.scripts_dir or os.environ.get("SWE_BENCH_PRO_SCRIPTS")
         self.task_repo = self.settings.task_repo or os.environ.get("SWE_BENCH_TASK_REPO")
+        self.infrastructure_baselines = InfrastructureBaselines()
+        """Each instance graded with its reference patch when a patch's grading shows an infrastructure failure."""
 
     def _backend(self):
         return require_execution_backend(self.settings.backend)
@@ -182,7 +184,6 @@ class _SWEBenchAdapter(Adapter):
 
     def score(self, task: Task, episode: Episode, env: Environment) -> EpisodeResult:
         assert isinstance(env, SWEEnvironment)
-        row = task.payload["row"]
         patch = env.final_patch()
         backend = self._backend()
         # the local backend never has the network (it would share the host's loopback): grade offline there
@@ -195,22 +196,34 @@ class _SWEBenchAdapter(Adapter):
         if not patch.strip():
             details.update({"resolved": False, "reason": "empty patch"})
             return EpisodeResult(self.name, task.id, episode.trial, 0.0, passed=False, details=details)
-        repos = task.payload.get("repos_dir")
-        with open_repository(backend, self._spec(row, grading_network), row["base_commit"],
-                             repo_source(Path(repos) if repos else None, str(row["repo"]))) as fresh:
-            if self.variant == "verified":
-                graded = grade_verified(fresh, row, patch, self.settings.eval_timeout_s,
-                                        log_dir=env.log_dir)
-            else:
-                graded = grade_pro(fresh, row, patch, Path(task.payload["scripts_dir"]), self.settings.eval_timeout_s)
+        graded = self._grade(task, patch, grading_network, env.log_dir)
         details.update(graded)
         resolved = bool(graded.get("resolved"))
         evidence = details.get("infrastructure")
-        if evidence and not resolved:  # the tests never ran because something could not be fetched
-            return EpisodeResult(self.name, task.id, episode.trial, 0.0, details=details,
-                                 error=infrastructure_error("grading could not run the tests", evidence))
+        if evidence and not resolved:  # the tests never ran; the output that says why is the patch's to shape
+            error = self.infrastructure_baselines.confirm(
+                task.id, infrastructure_error("grading could not run the tests", evidence),
+                lambda: self._grading_without_agent(task, grading_network))
+            if error is not None:
+                return EpisodeResult(self.name, task.id, episode.trial, 0.0, details=details, error=error)
+            details["infrastructure_unconfirmed"] = f"{NOT_REPRODUCED}\n" + "\n".join(evidence)
         return EpisodeResult(self.name, task.id, episode.trial, 1.0 if resolved else 0.0, passed=resolved,
                              details=details)
+
+    def _grade(self, task: Task, patch: str, grading_network: bool, log_dir) -> dict[str, Any]:
+        """Grade ``patch`` on a fresh checkout of the instance (the official steps, :mod:`.grading`)."""
+        row, repos = task.payload["row"], task.payload.get("repos_dir")
+        with open_repository(self._backend(), self._spec(row, grading_network), row["base_commit"],
+                             repo_source(Path(repos) if repos else None, str(row["repo"]))) as fresh:
+            if self.variant == "verified":
+                return grade_verified(fresh, row, patch, self.settings.eval_timeout_s, log_dir=log_dir)
+            return grade_pro(fresh, row, patch, Path(task.payload["scripts_dir"]), self.settings.eval_timeout_s)
+
+    def _grading_without_agent(self, task: Task, grading_network: bool) -> str | None:
+        """The instance's reference patch graded the same way: its infrastructure error (the agent had no part in it)."""
+        graded = self._grade(task, task.payload["row"]["patch"], grading_network, None)
+        evidence = graded.get("infrastructure")
+        return infrastructure_error("grading could not run the tests", evidence) if evidence else None
 
     def aggregate(self, results: list[EpisodeResult], *, run: RunContext = RunContext()) -> dict[str, Any]:
         return aggregate_resolved(results)

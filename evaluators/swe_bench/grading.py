@@ -27,7 +27,9 @@ Score of an episode: 1.0 resolved, else 0.0. When the tests never ran (swebench'
 finds no test status; Pro: no ``output.json`` or no test in it) and the output shows a download,
 DNS, package-index or interpreter failure (:mod:`unified.execution.infra`), ``details
 ["infrastructure"]`` holds that evidence and the adapter records ``error: infrastructure``
-instead of a 0.
+instead of a 0, but only when the instance's reference patch, graded the same way on a fresh
+checkout, fails the same way (once per instance and run: the model's patch shapes the output that
+shows the failure, :class:`unified.execution.infra.InfrastructureBaselines`); otherwise the 0 stands.
 """
 
 from __future__ import annotations

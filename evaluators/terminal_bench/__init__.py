@@ -24,7 +24,9 @@ equals the mean over all runs when every task has 5). Results record the backend
 network that ran; the aggregate says when the run is not comparable with published numbers
 (``comparable``, ``not_comparable_because``; a run on a base rebuilt by
 :mod:`unified.execution.images` says so). A verifier that could not run (its tools failed to
-download) is ``error: infrastructure``, listed and left out of the score (:mod:`.infra`).
+download) is ``error: infrastructure``, listed and left out of the score (:mod:`.infra`), but only
+when the task's verifier fails the same way on a fresh environment without the agent (run once per
+task and run; the output that shows the failure is the agent's to shape).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from unified.config import bounded
 from unified.benchmarks.contract import Adapter, BenchmarkUnavailable, Environment, PaperReference, RunContext, Task
 from unified.benchmarks.helpers import config_list, limit_runnable, require_execution_backend
 from unified.benchmarks.aggregate import avg_at_k, partition, per_trial, scores_by_task
+from unified.execution.infra import NOT_REPRODUCED, InfrastructureBaselines
 from unified.types import Episode, EpisodeResult, ToolCall
 
 from evaluators.terminal_bench.environment import MAX_WAIT_S, TerminalBenchEnvironment
@@ -75,9 +78,13 @@ def aggregate_rewards(results: list[EpisodeResult]) -> dict[str, Any]:
     rebuilt = sorted({str(r.details["rebuilt_base"]) for r in scored if r.details.get("rebuilt_base")})
     if rebuilt:
         reasons.append("rebuilt from the Dockerfile on a local base, not the published image: " + "; ".join(rebuilt))
+    tampered = sorted({r.task_id for r in scored if r.details.get("tampered")})
+    if tampered:
+        reasons.append(f"{sum(1 for r in scored if r.details.get('tampered'))} episode(s) scored 0 because the agent "
+                       f"changed the verifier's toolchain (Harbor would trust it): {', '.join(tampered)}")
     runs = max((len(v) for v in by_task.values()), default=0)
     # skipped/errored tasks and fewer trials than the protocol are added by the report (unified.eval.report)
-    return {"score": avg_at_k(by_task),
+    return {"score": avg_at_k(by_task), "tampered": tampered,
             "metric": "accuracy (%), mean over runs", "n_tasks": len(by_task), "n_episodes": len(scored),
             "runs": runs, "per_run": per_run,
             "run_std": statistics.pstdev(per_run.values()) if len(per_run) > 1 else 0.0,
@@ -127,6 +134,8 @@ class TerminalBench2Adapter(Adapter):
         super().__init__(**config)
         self.oracle_tasks: set[str] = set()
         """Tasks whose gold solution was asked for: their environments get ``solution/`` copied in."""
+        self.infrastructure_baselines = InfrastructureBaselines()
+        """Each task's verifier on a fresh environment without the agent, once per run (:mod:`unified.execution.infra`)."""
 
     def _backend(self):
         return require_execution_backend(self.settings.backend)
@@ -198,11 +207,23 @@ class TerminalBench2Adapter(Adapter):
         details["task_network"] = env.task.network
         details["image"], details["built_from"] = env.image, env.build_context
         details.update({k: v for k, v in env.metadata.get("execution", {}).items() if k.startswith("rebuilt_base")})
-        infra = verifier_infrastructure_error(env.task.path, env.read_verifier_file, details) if env.session else None
+        checkable = env.session is not None and not details.get("tampered")  # a changed toolchain's output proves nothing
+        infra = verifier_infrastructure_error(env.task.path, env.read_verifier_file, details) if checkable else None
+        if infra is not None:  # the output that shows it is the agent's to shape: does it fail without the agent?
+            evidence, infra = infra, self.infrastructure_baselines.confirm(
+                task.id, infra, lambda: self._verifier_without_agent(task))
+            if infra is None:
+                details["infrastructure_unconfirmed"] = f"{NOT_REPRODUCED}\n{evidence}"
         reward = details.get("reward")
         score = float(reward) if reward is not None and infra is None else 0.0
         return EpisodeResult(benchmark=self.name, task_id=task.id, trial=episode.trial, score=score,
                              passed=None if infra else score >= 1.0, details=details, error=infra)
+
+    def _verifier_without_agent(self, task: Task) -> str | None:
+        """The task's verifier on a fresh environment from the same image, no agent action: its infrastructure error."""
+        with self.open(task) as env:
+            details = env.run_verifier()
+            return verifier_infrastructure_error(env.task.path, env.read_verifier_file, details)
 
     def aggregate(self, results: list[EpisodeResult], *, run: RunContext = RunContext()) -> dict[str, Any]:
         return aggregate_rewards(results)

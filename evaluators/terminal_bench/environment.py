@@ -33,6 +33,11 @@ of the agent's can write or pre-place the reward. ``agent_processes`` in the res
 with :meth:`~unified.execution.ExecutionSession.verifier_env` under the task's own env: a fresh
 ``HOME`` outside the working directory, Python's user site off, no agent-writable ``PATH`` entry,
 so nothing the agent planted (a ``usercustomize.py`` in its home) runs inside the verifier.
+The programs the verifier runs come from the agent's system, though (``bash``, ``python3``, ``curl``):
+where the session can compare that system with its image (docker, podman: the engine's diff, before
+and after the verifier) an episode whose agent changed one of them (a ``bash`` that writes reward 1
+when its argv names ``test.sh``, an ``/etc/ld.so.preload``) scores 0 with ``stop_reason`` and
+``tampered`` saying what changed (Harbor trusts them; see docs/containers.md).
 
 The oracle (``gold``) gets the task's whole ``solution/`` folder at ``/solution``, as Harbor's
 oracle agent uploads it, and runs ``solve.sh`` from the terminal with ``[solution] env``; the
@@ -62,6 +67,8 @@ MAX_WAIT_S = 300.0
 """Longest single wait a ``send_keys`` call may ask for (Terminus-2 caps durations too)."""
 KEPT_RUNNING = "kept running during verification, as Harbor leaves them (the verifier ran out of their reach)"
 STOPPED = "stopped before verification (Harbor leaves them running)"
+TAMPERED = ("the agent changed the verifier's toolchain (compared with the image; Harbor would trust it), "
+            "scored 0")
 
 SEND_KEYS = ToolSpec(
     name="send_keys",
@@ -214,9 +221,23 @@ class TerminalBenchEnvironment(Environment):
     # -- grading -------------------------------------------------------------------------
 
     def run_verifier(self) -> dict[str, Any]:
-        """Copy tests in, run ``tests/test.sh``, read the reward (see the module docstring)."""
+        """Copy tests in, run ``tests/test.sh``, read the reward (see the module docstring); 0 and ``tampered``
+        when the agent changed the verifier's toolchain (the engine's diff against the image, before and after)."""
         assert self.session is not None
+        before = self.session.toolchain_changes()
+        details = self._run_verifier()
+        after = self.session.toolchain_changes(before_verifier=False)  # what a process left running did meanwhile
+        changes = list(dict.fromkeys([*(before or []), *(after or [])]))
+        if before is None and after is None:
+            details["toolchain_checked"] = False
+        elif changes:
+            details.update({"reward_claimed": details.get("reward"), "reward": 0.0, "stop_reason": "tampered",
+                            "tampered": f"{TAMPERED}: {', '.join(changes)}"})
+        return details
+
+    def _run_verifier(self) -> dict[str, Any]:
         session = self.session
+        assert session is not None
         env = {**session.verifier_env(), **self.task.verifier_env}  # fresh HOME, no user site (see there)
         tests = Path(self.task.path) / "tests"
         private = session.exec_private_verifier(

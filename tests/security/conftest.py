@@ -13,3 +13,12 @@ def canaries(monkeypatch):
     for key, value in CANARIES.items():
         monkeypatch.setenv(key, value)
     return dict(CANARIES)
+
+
+@pytest.fixture(scope="module")
+def podman_service_adapter(tmp_path_factory):
+    """The service fixture task on podman (security/_containers.py; the test module carries its skip marks)."""
+    from security._containers import podman_service_adapter as adapter
+
+    with adapter(tmp_path_factory.mktemp("conf")) as opened:
+        yield opened

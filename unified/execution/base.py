@@ -197,6 +197,12 @@ class ExecutionSession(ABC):
 
     # -- the end of the agent's turn -------------------------------------------------------
 
+    def toolchain_changes(self, before_verifier: bool = True) -> list[str] | None:
+        """The programs of the verifier's toolchain the agent changed against the image (``["C /usr/bin/bash"]``),
+        or None where this session cannot tell (its system is read-only to the agent: ``local``; or not
+        checked: apptainer). Docker and podman read the engine's diff (:mod:`unified.execution.verifier`)."""
+        return None
+
     def stop_agent_processes(self) -> dict[str, Any]:
         """Kill every process in the environment that is not the session's own, and confirm none is left.
 

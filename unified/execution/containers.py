@@ -48,7 +48,9 @@ from unified.execution.verifier import (
     PrivateRun,
     files_tar,
     parse_private_output,
+    toolchain_tampering,
 )
+from unified.execution.verifier_tools import MOUNT_POINT, keep_mask, tools_mount_argv, verifier_tools
 from unified.sandbox.streams import communicate_capped, cut_text
 
 KEEPALIVE = ["sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"]
@@ -124,9 +126,9 @@ def build_argv(engine: str, spec: EnvironmentSpec, tag: str) -> list[str]:
     return [engine, "build", "-t", tag, "-f", str(ctx / spec.dockerfile), str(ctx)]
 
 
-def run_argv(engine: str, spec: EnvironmentSpec, image: str, name: str) -> list[str]:
-    """``docker run -d`` of a keep-alive container with the spec's limits."""
-    argv = [engine, "run", "-d", "--name", name, "--label", f"{LABEL}={name}", "--init"]
+def run_argv(engine: str, spec: EnvironmentSpec, image: str, name: str, mounts: list[str] = ()) -> list[str]:
+    """``docker run -d`` of a keep-alive container with the spec's limits (``mounts``: extra ``-v`` options)."""
+    argv = [engine, "run", "-d", "--name", name, "--label", f"{LABEL}={name}", "--init", *mounts]
     if not spec.network:
         argv += ["--network", "none"]
     if spec.cpus:
@@ -143,14 +145,11 @@ def run_argv(engine: str, spec: EnvironmentSpec, image: str, name: str) -> list[
 
 
 def exec_argv(engine: str, name: str, command: str | list[str], timeout_s: float, workdir: str | None = None,
-              env: dict[str, str] | None = None, interactive: bool = False, has_timeout: bool = True,
-              privileged: bool = False) -> list[str]:
-    """``docker exec`` of ``command``, wrapped in ``timeout -k`` when the image has it (``privileged``: every capability)."""
+              env: dict[str, str] | None = None, interactive: bool = False, has_timeout: bool = True) -> list[str]:
+    """``docker exec`` of ``command``, wrapped in the image's ``timeout -k`` when it has one (default capabilities)."""
     argv = [engine, "exec"]
     if interactive:
         argv.append("-i")
-    if privileged:
-        argv.append("--privileged")
     if workdir:
         argv += ["-w", workdir]
     for key, value in (env or {}).items():
@@ -159,6 +158,30 @@ def exec_argv(engine: str, name: str, command: str | list[str], timeout_s: float
     if has_timeout:
         inner = ["timeout", "-k", "5", f"{max(timeout_s, 0.1):g}", *inner]
     return argv + [name, *inner]
+
+
+def private_verifier_argv(engine: str, name: str, command: list[str], *, out_dir: str, dirs: list[str],
+                          timeout_s: float, workdir: str, mask: int, env: dict[str, str] | None = None) -> list[str]:
+    """The one privileged ``exec``: the host's static busybox (never a program of the container's) sets up the
+    private namespace of :data:`~unified.execution.verifier.PRIVATE_VERIFIER_SCRIPT`; ``command`` runs through
+    ``keep-caps MASK``."""
+    bb, kc, mnt = f"{MOUNT_POINT}/busybox", f"{MOUNT_POINT}/keep-caps", f"{MOUNT_POINT}/mnt"
+    argv = [engine, "exec", "-i", "--privileged"]
+    for key, value in (env or {}).items():
+        argv += ["-e", f"{key}={value}"]
+    return argv + [name, bb, "unshare", "--mount", "--propagation", "private", bb, "sh", "-c", PRIVATE_VERIFIER_SCRIPT,
+                   "sh", bb, kc, mnt, out_dir, f"{max(timeout_s, 0.1):g}", workdir, ":".join(dirs), f"{mask:x}", *command]
+
+
+def default_caps(status: str) -> int | None:
+    """The ``CapBnd`` mask of a ``/proc/PID/status`` text (None when it has none)."""
+    for line in status.splitlines():
+        if line.startswith("CapBnd:"):
+            try:
+                return int(line.split(":", 1)[1].strip(), 16)
+            except ValueError:
+                return None
+    return None
 
 
 REBUILT_LABEL = "unified.rebuilt-base"
@@ -202,15 +225,19 @@ class DockerSession(ExecutionSession):
         self._finalizer = weakref.finalize(self, _force_remove, engine, self.name)
         self._has_timeout = True
         self._keepalive: list[int] = []
+        self._verifier_mask: int | str = "not started"
+        """The private verifier's capability mask, or why there is no private verifier here."""
 
     def start(self) -> None:
-        argv = run_argv(self.engine, self.spec, self.image, self.name)
+        tools = verifier_tools()
+        argv = run_argv(self.engine, self.spec, self.image, self.name, tools_mount_argv())
         proc = _run(argv, timeout=120)
         self._started = True
         if proc.returncode != 0:
             raise ExecutionError(f"{self.engine}: cannot start a container: {quote(argv)}: "
                                  f"{proc.stderr.decode(errors='replace').strip()}")
         self.info.update(rebuilt_base_labels(self.engine, self.image))
+        self._verifier_mask = tools if isinstance(tools, str) else self._default_mask()
         probe = self.exec(["sh", "-c", "command -v timeout >/dev/null"], timeout_s=30)
         self._has_timeout = probe.exit_code == 0
         # before the agent ever runs, the only child of the container's init is our keep-alive loop
@@ -222,9 +249,29 @@ class DockerSession(ExecutionSession):
         for d in self.spec.extra_dirs:
             self.exec(["mkdir", "-p", d], timeout_s=30)
 
+    def _default_mask(self) -> int | str:
+        """Before the agent runs: the container's default capabilities (read by the host's busybox) plus a marker."""
+        res = self.exec([f"{MOUNT_POINT}/busybox", "cat", "/proc/self/status"], timeout_s=30)
+        caps = default_caps(res.stdout) if res.ok else None
+        if caps is None:
+            return f"cannot read the container's default capabilities: {res.output().strip()[-200:]}"
+        mask = keep_mask(caps)
+        return mask if mask is not None else f"no marker capability left outside the default set {caps:x}"
+
     @property
     def workdir(self) -> str:
         return self.spec.workdir or self.info.get("workdir") or "/"
+
+    def toolchain_changes(self, before_verifier: bool = True) -> list[str] | None:
+        """The verifier's toolchain the agent changed, from the engine's diff of the container against its image
+        (:func:`~unified.execution.verifier.toolchain_tampering`)."""
+        try:
+            proc = _run([self.engine, "diff", self.name], timeout=120)
+        except subprocess.TimeoutExpired:
+            return [f"? `{self.engine} diff` did not answer within 120 s"]
+        if proc.returncode != 0:
+            return [f"? `{self.engine} diff` failed: {proc.stderr.decode(errors='replace').strip()[-200:]}"]
+        return toolchain_tampering(proc.stdout.decode(errors="replace"), before_verifier)
 
     def own_pids(self) -> list[int]:
         return list(self._keepalive)
@@ -248,16 +295,17 @@ class DockerSession(ExecutionSession):
         dirs = [out_dir, *[d for d in private_dirs if d != out_dir]]
         if any(":" in d or not d.startswith("/") for d in dirs):
             raise ValueError(f"private verifier directories must be absolute paths without ':': {dirs}")
-        inner = ["unshare", "--mount", "--propagation", "private", "sh", "-c", PRIVATE_VERIFIER_SCRIPT, "sh",
-                 out_dir, f"{max(timeout_s, 0.1):g}", workdir or self.workdir, ":".join(dirs), *command]
+        if isinstance(self._verifier_mask, str):
+            return f"{self.engine}: no private verifier here: {self._verifier_mask}"
         limit = timeout_s + 120  # the command's own limit is inside; this bounds setup and the copy back
-        argv = exec_argv(self.engine, self.name, inner, limit, None, env, interactive=True,
-                         has_timeout=self._has_timeout, privileged=True)
+        argv = private_verifier_argv(self.engine, self.name, list(command), out_dir=out_dir, dirs=dirs,
+                                     timeout_s=timeout_s, workdir=workdir or self.workdir, mask=self._verifier_mask,
+                                     env=env)
         start = time.monotonic()
         code, out, err, host_timeout = _run_capped(argv, timeout=limit + _HOST_GRACE_S, stdin=files_tar(files))
         seconds = time.monotonic() - start
         if not host_timeout and (code in SETUP_FAILED or (code in (125, 126, 127) and not out.strip())):
-            what = SETUP_FAILED.get(code, f"exit {code}")  # 125-127: the engine refused, or no unshare/sh
+            what = SETUP_FAILED.get(code, f"exit {code}")  # 125-127: the engine refused
             return f"{self.engine}: cannot run the verifier in a private namespace ({what}): {err.strip()[-300:]}"
         if host_timeout:
             return PrivateRun(-9, "", err, True, seconds, unreadable=f"did not finish within {limit:.0f} s")

@@ -7,8 +7,13 @@ process could also write the verifier's reward file, rewrite its tests while the
 programs in the home the verifier installs its tools into. So on container engines the verifier
 runs in a *private mount namespace with more privileges than the agent's processes*:
 
-- ``exec --privileged``: the verifier holds every capability, the agent's processes only the
-  engine's default set (no ``CAP_SYS_PTRACE``), so the kernel's ptrace access check refuses
+- the setup is privileged and runs only the host's own static programs (BusyBox and a
+  capability-dropping ``keep-caps``, mounted read-only into the container from its start,
+  :mod:`unified.execution.verifier_tools`): nothing from the container's filesystem, which the
+  agent (root in its container) can replace, ever runs with privileges;
+- the verifier's command runs with the container's default capabilities plus one harmless
+  marker capability (``CAP_WAKE_ALARM``), never more: the agent's processes lack the marker, so
+  the kernel's ptrace access check (the caller's capabilities must include the target's) refuses
   them the verifier's ``/proc/PID/{root,cwd,fd,environ,mem}``: they cannot reach its private
   mounts, its pipes or its memory;
 - ``unshare --mount --propagation private``: fresh tmpfs mounts, seen only by the verifier, over
@@ -24,65 +29,76 @@ runs in a *private mount namespace with more privileges than the agent's process
 Everything else the verifier reads (the working directory, the system, a service's files and
 sockets) is the agent's to set, as it is in Harbor: a process left running can change it while
 the verifier runs, which the agent could equally have done before it stopped. Sessions that
-cannot do this (the ``local`` bubblewrap backend, apptainer, an image without ``unshare`` or an
-engine that refuses ``--privileged``) stop the agent's processes before the verifier runs instead
+cannot do this (the ``local`` bubblewrap backend, apptainer, a host without a static busybox or a
+C compiler, an engine that refuses ``--privileged``) stop the agent's processes before the verifier runs instead
 (:meth:`~unified.execution.ExecutionSession.stop_agent_processes`), and the result says so.
 """
 
 from __future__ import annotations
 
 import base64
+import re
 import io
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 PRIVATE_VERIFIER_SCRIPT = r"""
-out=$1; limit=$2; wd=$3; privs=$4; shift 4
-scratch=$(mktemp -d /tmp/.unified-verifier-io.XXXXXXXX) || exit 90
-mount -t tmpfs -o mode=0700 unified-verifier-io "$scratch" || exit 91
-sdev=$(stat -c %d "$scratch") || exit 91
-devs=""
+bb=$1; kc=$2; mnt=$3; out=$4; limit=$5; wd=$6; privs=$7; mask=$8; shift 8
+$bb mount -t tmpfs -o mode=0700 unified-verifier "$mnt" || exit 91
+scratch=$mnt/io
+$bb mkdir -m 0700 "$scratch" || exit 90
+ids=""; n=0
 oldifs=$IFS; IFS=:
 for d in $privs; do
-  mkdir -p "$d" && mount -t tmpfs -o mode=0755 unified-verifier "$d" || exit 92
-  devs="$devs $(stat -c %d "$d")"
+  n=$((n + 1)); src=$mnt/d$n
+  $bb mkdir -m 0755 "$src" && id=$($bb stat -c %d:%i "$src") || exit 92
+  tries=0
+  until $bb mkdir -p "$d" 2>/dev/null && $bb mount -o bind "$src" "$d" 2>/dev/null &&
+        [ "$($bb stat -c %d:%i "$d" 2>/dev/null)" = "$id" ]; do
+    tries=$((tries + 1)); [ $tries -lt 50 ] || exit 92
+  done
+  ids="$ids $id"
 done
 IFS=$oldifs
-odev=${devs# }; odev=${odev%% *}
-tar -x -o -C / || exit 93
+oid=${ids# }; oid=${oid%% *}
+$bb tar -x -o -C / || exit 93
 check() {
-  set -- $devs; IFS=:
+  set -- $ids; IFS=:
   for d in $privs; do
-    [ "$(stat -c %d "$d" 2>/dev/null)" = "$1" ] || { IFS=$oldifs; echo "$d"; return 1; }
+    [ "$($bb stat -c %d:%i "$d" 2>/dev/null)" = "$1" ] || { IFS=$oldifs; echo "$d"; return 1; }
     shift
   done
   IFS=$oldifs
 }
-finish() { cd "$scratch" && [ "$(stat -c %d .)" = "$sdev" ] && tar -c . | base64; }
+finish() { cd "$scratch" && $bb tar -c . | $bb base64; }
 bad=$(check) || { echo "$bad" > "$scratch/tampered"; finish; exit; }
 cd "$wd" 2>/dev/null || cd /
-if command -v timeout >/dev/null 2>&1; then
-  timeout -k 5 "$limit" "$@" > "$scratch/stdout" 2> "$scratch/stderr" < /dev/null
-else
-  "$@" > "$scratch/stdout" 2> "$scratch/stderr" < /dev/null
-fi
-echo $? > "$scratch/rc"
+t0=$($bb date +%s)
+$bb timeout -k 5 "$limit" "$kc" "$mask" "$@" > "$scratch/stdout" 2> "$scratch/stderr" < /dev/null
+rc=$?
+echo $rc > "$scratch/rc"
+[ $(( $($bb date +%s) - t0 )) -ge "${limit%.*}" ] && [ "$rc" -ge 124 ] && : > "$scratch/timed_out"
 bad=$(check) || { echo "$bad" > "$scratch/tampered"; finish; exit; }
-if cd "$out" && [ "$(stat -c %d .)" = "$odev" ]; then
-  mkdir "$scratch/out" && tar -c . | tar -x -C "$scratch/out"
+if cd "$out" && [ "$($bb stat -c %d:%i .)" = "$oid" ]; then
+  $bb mkdir "$scratch/out" && $bb tar -c . | $bb tar -x -C "$scratch/out"
 else
   echo "$out" > "$scratch/tampered"
 fi
 finish
 """
-"""POSIX sh, run as ``unshare --mount --propagation private sh -c SCRIPT sh OUT LIMIT WORKDIR PRIVATE_DIRS CMD...``.
+"""BusyBox sh, run as ``BUSYBOX unshare --mount --propagation private BUSYBOX sh -c SCRIPT sh BUSYBOX KEEP_CAPS MNT OUT
+LIMIT WORKDIR PRIVATE_DIRS MASK CMD...`` with the host's own static programs (:mod:`unified.execution.verifier_tools`):
+every tool of the privileged part is ``$bb APPLET``, and ``CMD`` runs through ``keep-caps MASK`` (the container's
+default capabilities plus a marker), never with more. ``MNT`` is an empty directory inside the read-only tools mount
+(no process of the agent's can remove, rename or enter it): one tmpfs is mounted there, seen only by this namespace,
+and each private directory is a bind mount of a fresh directory of it, retried until the path shows that directory's
+own device and inode (a process left running may remove or swap the path meanwhile). ``PRIVATE_DIRS`` is
+``:``-separated and starts with ``OUT``. Exit 90-93: the isolation could not be set up (nothing of the command ran).
+Otherwise stdout is one base64 tar: ``stdout``, ``stderr``, ``rc``, ``timed_out`` (present when the limit killed it),
+``out/`` (the contents of ``OUT``) or ``tampered`` (the private directory that was replaced)."""
 
-``PRIVATE_DIRS`` is ``:``-separated and starts with ``OUT``. Exit 90-93: the isolation could not be
-set up (nothing of the command ran). Otherwise stdout is one base64 tar: ``stdout``, ``stderr``,
-``rc``, ``out/`` (the contents of ``OUT``) or ``tampered`` (the private directory that was replaced)."""
-
-SETUP_FAILED = {90: "mktemp", 91: "mount of the scratch tmpfs", 92: "mount of a private tmpfs",
+SETUP_FAILED = {90: "the scratch directory", 91: "mount of the private tmpfs", 92: "bind mount of a private directory",
                 93: "unpacking the verifier's files"}
 
 
@@ -153,4 +169,49 @@ def parse_private_output(stdout: str, duration_s: float, limit_s: float) -> Priv
         raise ValueError("the private verifier's output has no exit status") from None
     files = {k[len("out/"):]: v for k, v in entries.items() if k.startswith("out/")}
     return PrivateRun(code, entries.get("stdout", b"").decode(errors="replace"),
-                      entries.get("stderr", b"").decode(errors="replace"), code in (124, 137), duration_s, files)
+                      entries.get("stderr", b"").decode(errors="replace"), "timed_out" in entries or code == 124,
+                      duration_s, files)
+
+
+_BIN_DIRS = ("/bin", "/sbin", "/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin")
+_SHELLS = re.compile(r"(?:bash|sh|dash|env|tee|timeout)")
+_CORE_TOOLS = re.compile(r"(?:bash|sh|dash|env|tee|timeout|unshare|base64|cat|tar)")
+_PACKAGED_TOOLS = re.compile(r"(?:python(?:\d+(?:\.\d+)?)?|pytest|py\.test|uvx?|curl)")
+_LOADER = re.compile(r"/(?:usr/)?lib(?:32|64|x32)?/(?:[^/]+/)?(?:ld-linux[^/]*\.so[^/]*|ld-musl[^/]*|libc\.so[^/]*)")
+_LOADER_CONFIG = ("/etc/ld.so.preload", "/etc/ld.so.conf")
+_CUSTOMIZE = ("sitecustomize.py", "usercustomize.py")
+_STDLIB = re.compile(r"/(?:usr/(?:local/)?)?lib/python3(?:\.\d+)?/(?!(?:site|dist)-packages/).+\.py")
+
+
+def toolchain_tampering(diff: str, before_verifier: bool = True) -> list[str]:
+    """The lines of an engine's ``diff`` (``C /usr/bin/bash``, ``A /etc/ld.so.preload``) that touch the verifier's toolchain.
+
+    Flagged in every diff: a changed or deleted ``bash``/``sh``/``dash``/``env``/``tee``/``timeout``/``unshare``,
+    or ``base64``/``cat``/``tar`` (what reads the reward back where the verifier runs without the host's tools:
+    :meth:`~unified.execution.ExecutionSession.read_file`) in a system ``bin`` directory; one of the shells added
+    under ``/usr/local`` (ahead of the system's on ``PATH``); any change to ``/etc/ld.so.preload`` or
+    ``/etc/ld.so.conf``; a ``sitecustomize.py``/``usercustomize.py`` added or changed anywhere.
+
+    Flagged only ``before_verifier`` (a diff taken after it also shows what its own ``apt-get install curl
+    python3`` upgraded): a changed or deleted ``python*``/``pytest``/``uv``/``uvx``/``curl`` in a system ``bin``
+    directory, dynamic loader or ``libc.so``, or module of Python's standard library (``/usr/lib/python3.X/site.py``;
+    not under ``site-packages``/``dist-packages``, where installs go; compiled ``.pyc`` files and ``.pth`` files are
+    not checked: Python writes the one and ``pip install -e`` the other).
+
+    Not flagged (an honest solution does these): new tools (``apt-get install curl``, ``pip install pytest``),
+    Python packages, the agent's own files.
+    """
+    found = []
+    for line in diff.splitlines():
+        kind, _, path = line.strip().partition(" ")
+        if kind not in ("A", "C", "D") or not path.startswith("/"):
+            continue
+        folder, _, name = path.rpartition("/")
+        in_bin, changed = folder in _BIN_DIRS, kind in ("C", "D")
+        if ((in_bin and changed and _CORE_TOOLS.fullmatch(name))
+                or (in_bin and kind == "A" and folder.startswith("/usr/local/") and _SHELLS.fullmatch(name))
+                or path in _LOADER_CONFIG or (name in _CUSTOMIZE and kind in ("A", "C"))
+                or (before_verifier and changed and ((in_bin and _PACKAGED_TOOLS.fullmatch(name))
+                                                     or _LOADER.fullmatch(path) or _STDLIB.fullmatch(path)))):
+            found.append(f"{kind} {path}")
+    return found
