@@ -271,6 +271,15 @@ class ClawEvalAdapter(Adapter):
         if browsers:
             reasons.append(f"web pages rendered by {', '.join(browsers)} through Playwright, not Playwright's own "
                            "Chromium build of the official image")
+        stats = [r.details.get("judge_stats") or {} for r in scored]
+        neutralised = {"episodes": sum(1 for s in stats if s.get("data_neutralised")),
+                       "requests": sum(int(s.get("data_neutralised") or 0) for s in stats),
+                       "of_requests": sum(int(s.get("judge_calls") or 0) for s in stats)}
+        if neutralised["requests"]:
+            reasons.append(f"judge requests: in {neutralised['requests']} of {neutralised['of_requests']} the agent's "
+                           "text (conversation, actions) had its score markers neutralised (braces, quoted \"score\", "
+                           "headings) before the checkout's judge built its prompt; the official wording kept, "
+                           "those bytes differ")
         if trials < self.runs_default:
             reasons.append(f"fewer trials than the protocol's {self.runs_default}: Avg@{trials}")
         if self.settings.judge_max_tokens:
@@ -280,6 +289,7 @@ class ClawEvalAdapter(Adapter):
             reasons.append(judged)
         out.update({"trials": trials, "trials_protocol": self.runs_default, "n_errors": sum(1 for r in scored if r.error),
                     "skipped": skipped, "n_skipped": sum(skipped.values()), "n_tasks_skipped": n_skipped_tasks,
+                    "judge_data_neutralised": neutralised,
                     "judge": self.judge_spec, "comparable": False, "not_comparable_because": reasons,
                     "sandbox": "bwrap (local bubblewrap sandbox; Docker with the official image not used)"})
         return out

@@ -202,11 +202,11 @@ class QwenClawBenchAdapter(Adapter):
             except Exception as exc:
                 return {"total": 0.0, "error": f"{type(exc).__name__}: {exc}", "judge": self.judge_spec,
                         "protocol": "checkout"}
-            prompt = official.judge_prompt(lib, qt, transcript)
+            prompt, neutralised = official.judge_prompt_and_changes(lib, qt, transcript)
             answer = official.judge(lib, prompt, base_url=endpoint.config.base_url, model=endpoint.config.model,
                                     api_key=endpoint.config.api_key or "unused",
                                     max_delay_s=self.settings.judge_retry_max_delay_s)
-            answer.update({"judge": endpoint.describe(), "protocol": "checkout"})
+            answer.update({"judge": endpoint.describe(), "protocol": "checkout", "judge_data_neutralised": neutralised})
             if "error" in answer:
                 answer["total"] = 0.0
             return answer
@@ -234,6 +234,11 @@ class QwenClawBenchAdapter(Adapter):
         protocols = {r.details.get("llm_judge", {}).get("protocol") for r in scored} - {None}
         if "ours" in protocols:
             reasons.append("judge prompt/parser: ours (the checkout has no scripts/lib_grading.py)")
+        neutralised = sum(1 for r in scored if r.details.get("llm_judge", {}).get("judge_data_neutralised"))
+        if neutralised:
+            reasons.append(f"judge prompt: in {neutralised} episodes the agent's transcript summary had its answer "
+                           "markers neutralised (braces, code fences, headings) before the checkout built its prompt; "
+                           "the official wording kept, those bytes differ")
         if judged := judge_reason(self.judge_spec, OFFICIAL_JUDGES):
             reasons.append(judged)
         grader_errors = sum(1 for r in scored if r.details.get("grader_error"))
@@ -241,7 +246,7 @@ class QwenClawBenchAdapter(Adapter):
                     "n_skipped": sum(1 for r in results if r.skipped is not None),
                     "n_errors": sum(1 for r in scored if r.error),
                     "sandbox": "bwrap (local bubblewrap sandbox; Docker with the official image not used)",
-                    "judge": self.judge_spec})
+                    "judge": self.judge_spec, "judge_data_neutralised": neutralised})
         return out
 
 
