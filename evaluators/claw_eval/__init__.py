@@ -15,6 +15,8 @@ Not on PyPI: point the adapter at a checkout with ``$CLAW_EVAL_ROOT`` or
 ``sandbox_tools``     offer Bash/Read/Write/Edit/Glob/Grep on a sandboxed workspace (default true,
                       as the benchmark's ``--sandbox`` runs do)
 ``grader_timeout_s``, ``exec_timeout_s``, ``memory_mb``, ``browser_memory_mb``  limits
+``memory_budget_mb``  what the sandboxes in flight may reserve together (default 75% of MemTotal):
+                      a trial waits until its sandbox's limit fits (:mod:`evaluators.claw_eval.memory`)
 
 Tasks needing live web search (``web_real``) are skipped unless ``$SERP_DEV_KEY`` is set;
 tasks whose fixtures are missing from the checkout are skipped with the file named, and so are
@@ -40,9 +42,10 @@ from unified.benchmarks.aggregate import scores_by_task
 from unified.types import Episode, EpisodeResult
 
 from evaluators.claw_eval.environment import ClawEvalEnvironment
+from evaluators.claw_eval.memory import MemoryBudget, default_budget_mb
 from evaluators.claw_eval.grading import aggregate_trials, build_trace, is_pass, run_grader, task_score
 from evaluators.claw_eval.services import ServiceGroup, ServiceSpec
-from evaluators.claw_eval.tasks import SPLITS, ClawTask, load_tasks, resolve_checkout, skip_reason
+from evaluators.claw_eval.tasks import SPLITS, ClawTask, load_tasks, resolve_checkout, skip_reason, used_programs
 from unified.inference.endpoints import resolve_endpoint
 
 __all__ = ["ClawEvalAdapter"]
@@ -64,6 +67,7 @@ class _TrialEnvironment(ClawEvalEnvironment):
         self.scored_ok = False
 
     def start(self) -> None:
+        self.reserve_memory()  # before the services: a trial waiting for memory holds none
         self.services = self._adapter._acquire_services(self.task)
         super().start()
 
@@ -108,6 +112,11 @@ class ClawEvalConfig:
     the sandbox's watchdog counts the shared-memory objects Chromium maps (dozens) at their mapped
     size, about 13 GiB for one page here, far above what it holds."""
 
+    memory_budget_mb: int | None = bounded(None, ge=1)
+    """What the sandboxes of the trials in flight may reserve together (their memory limits summed;
+    None: 75% of the host's MemTotal). A trial waits until its sandbox fits; a task whose sandbox
+    can never fit is skipped (:mod:`evaluators.claw_eval.memory`)."""
+
     def __post_init__(self) -> None:
         self.splits, self.categories = config_list(self.splits), config_list(self.categories)
 
@@ -128,6 +137,8 @@ class ClawEvalAdapter(Adapter):
         self.judge_spec = str(self.settings.judge or os.environ.get("CLAW_EVAL_JUDGE") or "embedded")
         """The judge that runs (the setting, else the environment's)."""
         self.user_spec = str(self.settings.user_model or os.environ.get("CLAW_EVAL_USER_MODEL") or self.judge_spec)
+        self.memory_budget = MemoryBudget(self.settings.memory_budget_mb or default_budget_mb())
+        """Shared by this adapter's trials: their sandboxes' memory limits in flight, summed."""
         self._idle: dict[str, list[ServiceGroup]] = {}
         self._lock = threading.Lock()
 
@@ -148,10 +159,22 @@ class ClawEvalAdapter(Adapter):
             if (splits and ct.split not in splits) or (cats and ct.category.lower() not in cats):
                 continue
             out.append(Task(id=ct.id, benchmark=self.name, split=ct.split, group=ct.category, payload=asdict(ct),
-                            skip_reason=skip_reason(ct)))
+                            skip_reason=self._memory_skip(ct) or skip_reason(ct)))
         if not splits and not cats:
             out += [Task(id=d, benchmark=self.name, split="unreadable", skip_reason=e) for d, e in broken]
         return limit_runnable(out, limit)
+
+    def _memory_skip(self, ct: ClawTask) -> str | None:
+        """Why ``ct``'s sandbox can never fit the run's memory budget (None when it can)."""
+        if not self.settings.sandbox_tools:
+            return None
+        browser = "playwright" in used_programs(ct)
+        need = max(self.settings.memory_mb, self.settings.browser_memory_mb) if browser else self.settings.memory_mb
+        if self.memory_budget.fits(need):
+            return None
+        what = "browser_memory_mb" if browser else "memory_mb"
+        return (f"memory budget: its sandbox needs {what}={need} MiB, more than the run's memory budget of "
+                f"{self.memory_budget.total_mb} MiB (set benchmarks.claw_eval.memory_budget_mb, or lower {what})")
 
     def open(self, task: Task, *, run: RunContext = RunContext()) -> Environment:
         ct = ClawTask(**task.payload)
@@ -159,7 +182,8 @@ class ClawEvalAdapter(Adapter):
         if (ct.user_agent or {}).get("enabled"):
             user = resolve_endpoint(self.user_spec)
         env = _TrialEnvironment(self, ct, user_endpoint=user, sandbox_tools=self.settings.sandbox_tools,
-                                exec_timeout_s=self.settings.exec_timeout_s, memory_mb=self.settings.memory_mb)
+                                exec_timeout_s=self.settings.exec_timeout_s, memory_mb=self.settings.memory_mb,
+                                memory_budget=self.memory_budget)
         env.browser_memory_mb = self.settings.browser_memory_mb
         env.user_max_tokens = self.settings.user_max_tokens
         return env
@@ -289,7 +313,7 @@ class ClawEvalAdapter(Adapter):
             reasons.append(judged)
         out.update({"trials": trials, "trials_protocol": self.runs_default, "n_errors": sum(1 for r in scored if r.error),
                     "skipped": skipped, "n_skipped": sum(skipped.values()), "n_tasks_skipped": n_skipped_tasks,
-                    "judge_data_neutralised": neutralised,
+                    "judge_data_neutralised": neutralised, "memory_budget": self.memory_budget.report(),
                     "judge": self.judge_spec, "comparable": False, "not_comparable_because": reasons,
                     "sandbox": "bwrap (local bubblewrap sandbox; Docker with the official image not used)"})
         return out
