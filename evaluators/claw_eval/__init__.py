@@ -22,6 +22,8 @@ Tasks needing live web search (``web_real``) are skipped unless ``$SERP_DEV_KEY`
 tasks whose fixtures are missing from the checkout are skipped with the file named, and so are
 tasks that use a program this machine lacks (ffmpeg, poppler, or Playwright for the web-page tasks
 graded from screenshots that their snapshot commands' recording script takes). The
+snapshot commands of a trial must succeed: one that fails (exit code, timeout) makes the trial an
+error, "snapshot command failed", never a score the grader gave without its output. The
 services of a task stay up across its trials and are reset in between (trials running at the
 same time get separate services); they are stopped when another task opens, when an episode
 fails (crash, or a grader error), and at exit. Scoring: :mod:`evaluators.claw_eval.grading`.
@@ -55,6 +57,18 @@ OFFICIAL_JUDGE_MAX_TOKENS = 8192
 OFFICIAL_JUDGES = ("google/gemini-3-flash-preview",)
 """The judge ``model_id`` of the checkout's ``config_general.yaml`` / ``config_multimodal.yaml``."""
 
+
+
+def failed_snapshot_commands(snapshot: dict[str, Any] | None) -> list[dict[str, str]]:
+    """The task's snapshot commands that failed (non-zero exit or timed out), each ``{command, why}``
+    with the end of its error output: a trial with one is an error, not a score."""
+    out = []
+    for key, value in (snapshot or {}).items():
+        if key.startswith("cmd:") and isinstance(value, dict) and value.get("exit_code") != 0:
+            tail = (value.get("stderr") or value.get("stdout") or "").strip().splitlines()
+            out.append({"command": key[4:], "why": f"exit {value.get('exit_code')}: "
+                                                   f"{tail[-1][:300] if tail else 'no output'}"})
+    return out
 
 
 class _TrialEnvironment(ClawEvalEnvironment):
@@ -236,6 +250,12 @@ class ClawEvalAdapter(Adapter):
                                    "prompts": env.metadata.get("prompts"),
                                    "docker": "not used (local bubblewrap sandbox ran)", "judge": self.judge_spec,
                                    "n_dispatches": len(env.dispatches), "user_rounds": env.user_rounds}
+        failed = failed_snapshot_commands(snapshot)
+        if failed:  # the grader would score the trial without what the command makes (a page's screenshots: 0.2)
+            details["snapshot_failed"] = failed
+            return EpisodeResult(benchmark=self.name, task_id=task.id, trial=episode.trial, score=0.0, passed=False,
+                                 details=details, error=f"snapshot command failed: {failed[0]['command'][:200]} "
+                                                        f"({failed[0]['why']}); not graded")
         if getattr(env, "snapshot_refused", None):  # files the grader's snapshot left unread (size budget)
             details["snapshot_refused"] = {"files": list(env.snapshot_refused), "budget_mb": env.snapshot_mb}
         try:

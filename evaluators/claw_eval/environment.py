@@ -28,7 +28,7 @@ from unified.types import Episode, Message, Observation, ToolCall, ToolSpec
 
 from evaluators.claw_eval import official
 from evaluators.claw_eval.services import ServiceGroup, ServiceSpec
-from evaluators.claw_eval.browser import BROWSERS_MOUNT, playwright_setup
+from evaluators.claw_eval.browser import playwright_setup, sandbox_spec
 from evaluators.claw_eval.memory import MemoryBudget, Reservation
 from evaluators.claw_eval.tasks import ClawTask, fixture_source, used_programs
 
@@ -168,16 +168,12 @@ class ClawEvalEnvironment(Environment):
             # the official image (python:3.11-slim) has `python`
             spec = WorkspaceSpec(name=f"claw-{self.task.id[:40]}-", timeout_s=self.exec_timeout_s,
                                  memory_mb=self.memory_mb, mount_point=WORKSPACE, commands=dict(COMMANDS))
-            if self.runs_browser:
+            if self.runs_browser:  # the browser folder bound in, no per-process RLIMIT_AS (browser.sandbox_spec)
                 setup = playwright_setup()
                 self.metadata["browser"] = setup.browser
-                if setup.browsers_dir is not None:  # Debian's chromium under the names Playwright looks for
-                    spec.readonly_mounts.append((str(setup.browsers_dir), BROWSERS_MOUNT))
-                    spec.env["PLAYWRIGHT_BROWSERS_PATH"] = BROWSERS_MOUNT
-                # Chromium reserves ~1 TiB of address space: no per-process RLIMIT_AS, the sandbox-wide limit holds
+                sandbox_spec(setup, spec)
                 self.metadata["address_space_limit"] = "none per process (a browser runs); sandbox-wide memory limit kept"
                 spec.memory_mb = self.sandbox_memory_mb()
-                spec.per_process_address_space = False
             self.reserve_memory()
             self._ws = LocalBackend().workspace(spec)
             self.workspace = self._ws.host_workspace
