@@ -43,7 +43,9 @@ def test_limit_is_seeded_and_covers_every_domain():
 
 
 @pytest.mark.slow
-def test_suite_runs_end_to_end_with_a_tiny_world_model_and_a_loopback_judge(tiny_checkpoint, tmp_path, capsys):
+def test_suite_runs_end_to_end_with_a_tiny_world_model_and_a_loopback_judge(tiny_checkpoint, tmp_path, capsys,
+                                                                          monkeypatch):
+    monkeypatch.delenv("AGENTWORLD_ROOT", raising=False)  # the own protocol: our rubric judge
     from unified.inference.server import LocalOpenAIServer
 
     data = tmp_path / "data"

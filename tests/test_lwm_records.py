@@ -15,6 +15,7 @@ from unified.lwm import (
     SYSTEM_PROMPTS,
     AWBRecord,
     RecordError,
+    dumps_record,
     load_records,
     read_records,
     rl_dataset,
@@ -68,8 +69,11 @@ def _good() -> dict:
     (lambda d: d.update(turn_idx=0), "turn_idx", ">= 1"),
     (lambda d: d.update(turn_idx="2"), "turn_idx", "integer"),
     (lambda d: d.update(total_turns=1), "total_turns", "smaller"),
-    (lambda d: d.update(prompt=["a", "b", "c"]), "prompt", "expected 1 earlier"),
-    (lambda d: d.update(response=["only one"]), "response", "expected 2 observations"),
+    (lambda d: d.update(prompt=["a", "b", "c", "d"]), "prompt", "expected 1 to 3 actions"),
+    (lambda d: d.update(prompt=[]), "prompt", "expected 1 to 3 actions"),
+    (lambda d: d.update(response=["only one"]), "response", "expected 2 to 3 observations"),
+    (lambda d: d.update(id=1.5), "id", "a string or an integer"),
+    (lambda d: d.update(id=True), "id", "a string or an integer"),
     (lambda d: d.update(response=["x", 3]), "response[1]", "string"),
     (lambda d: d.update(id=""), "id", "empty"),
     (lambda d: d.update(system_str=None), "system_str", "string"),
@@ -96,13 +100,35 @@ def test_invalid_json_and_duplicates_are_reported(tmp_path):
         read_records(path)
 
 
-def test_prompt_that_already_holds_the_current_action_is_normalised(tmp_path):
+def test_prompt_that_already_holds_the_current_action_is_read_as_eval_py_indexes_it(tmp_path):
     d = _good()
     d["prompt"] = d["prompt"] + [d["current_prompt"]]
     path = tmp_path / "v.jsonl"
     path.write_text(json.dumps(d) + "\n")
     (record,) = read_records(path)
-    assert record.prompt == ["echo step1"] and record.current_prompt == "echo step2"
+    assert record.history == [("echo step1", "step1\n[exit code: 0]")] and record.action == "echo step2"
+    assert record.target == "step2\n[exit code: 0]" and dumps_record(record) == json.dumps(d, separators=(",", ":"))
+
+
+def test_published_layout_integer_id_and_whole_trajectory_lists_fixture(tmp_path):
+    """A record written the way AgentWorldBench publishes it (README of QwenLM/Qwen-AgentWorld):
+    an integer id and the trajectory's whole prompt/response lists; turn 2 of 3 is the sample."""
+    d = {"task": "mcp", "id": 145256090131919, "prompt": ["### Turn 1\nA1", "### Turn 2\nA2", "### Turn 3\nA3"],
+         "response": ["**Environment Observation:**\nO1", "**Environment Observation:**\nO2",
+                      "**Environment Observation:**\nO3"],
+         "current_prompt": "### Turn 2\nA2 (as shown to the judge)", "system_str": "sys", "turn_idx": 2,
+         "total_turns": 3}
+    path = tmp_path / "mcp_test.jsonl"
+    path.write_text(json.dumps(d) + "\n")
+    (record,) = read_records(path)
+    assert record.id == 145256090131919 and record.key == "mcp/145256090131919/2"
+    assert record.history == [("### Turn 1\nA1", "**Environment Observation:**\nO1")]
+    assert record.action == "### Turn 2\nA2"  # eval.py's infer sends prompt[turn_idx - 1]
+    assert record.target == "**Environment Observation:**\nO2"  # and judges against response[turn_idx - 1]
+    assert json.loads(dumps_record(record)) == d  # lossless: the id stays an integer
+    assert to_chat(record)[-1] == {"role": "user", "content": "### Turn 2\nA2"}
+    assert len(to_chat(record)) == 4
+    assert sample_one_turn_per_trajectory([record], seed=0) == [record]
 
 
 def test_chat_sample_layout_and_gui_tags():

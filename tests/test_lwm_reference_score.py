@@ -17,7 +17,8 @@ def _records():
     return recs
 
 
-def test_reference_score_measures_what_an_unparseable_judge_cannot(tmp_path, capsys):
+def test_reference_score_measures_what_an_unparseable_judge_cannot(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("AGENTWORLD_ROOT", raising=False)  # the own protocol: our rubric judge
     recs = _records()
     data, out = tmp_path / "data", tmp_path / "out"
     write_records(data / "all.jsonl", recs)
@@ -39,5 +40,5 @@ def test_reference_score_measures_what_an_unparseable_judge_cannot(tmp_path, cap
     assert "no judge involved" in ref["metric"] and "measures nothing" in summary["rubric_note"]
     assert main(["--model", "unused", "--judge", "unused", "--data", str(data), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "rubric score (judge): overall 0.00" in printed
+    assert "rubric score (own judge prompt, not comparable): overall 0.00" in printed
     assert "reference score (LCS F1 vs the true observation, no judge): overall 50.00" in printed

@@ -7,6 +7,8 @@
 - :func:`append_jsonl`: one record per line, encoded whole before anything is written, flushed
   and fsync'ed; :func:`repair_tail` cuts the partial last line a kill can leave, and
   :func:`read_jsonl` reads every complete line, naming file and line of a bad one.
+- :func:`read_regular_file`: the bytes of a file something untrusted may have placed, only when
+  it is a regular file (never through a link, never blocking on a FIFO) within a size cap.
 - Run identity helpers (:func:`flatten_identity`, :func:`identity_differences`, fingerprints):
   the eval's run directory and the warmup's output directory record what defines their results
   and name what differs when a rerun would mix in something else.
@@ -14,9 +16,11 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Callable
@@ -99,6 +103,46 @@ def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path}:{number}: not a JSON line ({exc})") from None
     return rows
+
+
+def read_regular_file(path: str | os.PathLike[str], *, max_bytes: int) -> bytes:
+    """The bytes of ``path``, which must be a regular file of at most ``max_bytes`` bytes.
+
+    For readers of files that something untrusted may have placed (a run directory's records):
+    opened with ``O_NOFOLLOW | O_NONBLOCK``, so a symbolic link is refused and a FIFO never blocks
+    the reader, then checked on the open descriptor (``fstat``: a regular file, its size) before a
+    byte is read. FileNotFoundError when it does not exist; ValueError naming the file otherwise."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ValueError(f"{path}: a symbolic link; record files are read only as regular files, "
+                             "never through a link") from None
+        raise ValueError(f"{path}: cannot be read ({exc.strerror})") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            kind = ("a FIFO" if stat.S_ISFIFO(info.st_mode) else "a socket" if stat.S_ISSOCK(info.st_mode)
+                    else "a directory" if stat.S_ISDIR(info.st_mode) else "a device")
+            raise ValueError(f"{path}: {kind}, not a regular file; record files are read only as regular files")
+        if info.st_size > max_bytes:
+            raise ValueError(f"{path}: {info.st_size} bytes, more than the {max_bytes} bytes this reader takes")
+        chunks, left = [], max_bytes + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 24))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > max_bytes:  # grew while we read
+        raise ValueError(f"{path}: more than the {max_bytes} bytes this reader takes")
+    return data
 
 
 def json_line(data: dict[str, Any]) -> bytes:

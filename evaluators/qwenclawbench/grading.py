@@ -35,7 +35,7 @@ from typing import Any
 from unified.benchmarks.aggregate import pass_at_k, pass_pow_k
 from unified.execution import CopyRefused, GraderSpec, run_grader
 from unified.chatformat.scan import tag_blocks
-from unified.text import DATA_RULE, fence_data
+from unified.text import DATA_RULE, fence_data, strip_fenced_data
 
 PENALTY_THRESHOLD = 0.75
 """Below this automated score the judge's share is zeroed (the benchmark's penalised scoring)."""
@@ -183,11 +183,12 @@ def parse_judge_answer(text: str) -> dict[str, Any] | None:
     ``score`` and then to the mean of the criterion scores; a finite total is clipped to [0, 1]
     as the benchmark does. A total that is not finite (``Infinity``, ``NaN``, ``1e999``) or an
     answer that is not text is unusable (None: the benchmark's 0), never clipped to full marks;
-    non-finite criterion scores are dropped.
+    non-finite criterion scores are dropped. Fenced data the answer echoes is dropped first
+    (:func:`unified.text.strip_fenced_data`).
     """
     if not isinstance(text, str):
         return None
-    text = text.strip()
+    text = strip_fenced_data(text).strip()  # a judge that copies the fenced transcript copies no score
     candidates = [(end, body) for end, body in _json_objects(text)]
     candidates += [(b.end, text[b.body_start:b.body_end]) for b in tag_blocks(text, "```", "```")]
     parsed = None

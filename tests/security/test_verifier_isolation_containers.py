@@ -83,6 +83,9 @@ def test_a_process_left_running_cannot_write_the_reward_or_the_tests(adapter):
 
 
 def test_a_process_that_replaces_the_verifiers_directories_gets_no_result(adapter):
+    from evaluators.terminal_bench.environment import KEPT_RUNNING
+
     result = _attack(adapter, UNLINKER)
+    assert result.details["agent_processes"] == KEPT_RUNNING  # the unlinker was alive during verification
     assert result.score == 0.0 and result.details["reward"] is None, result.details
     assert "was replaced while it ran" in result.details["reward_error"]

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from unified.benchmarks.contract import PaperReference
 from unified.config import ConfigError, from_dict, to_dict
-from unified.store import write_json_atomic
+from unified.store import read_regular_file, write_json_atomic
 
 Status = Literal["ok", "partial", "skipped", "error"]
 
@@ -153,6 +153,8 @@ class RunSummary:
 
 
 SUMMARY_FILE = "summary.json"
+SUMMARY_MAX_BYTES = 64 << 20
+"""Largest ``summary.json`` :func:`load_summary` reads."""
 _OMITTED_WHEN_NONE = ("general", "shard", "merged_from")
 
 
@@ -174,10 +176,14 @@ def load_summary(run_dir: str | Path) -> RunSummary:
     """The :class:`RunSummary` of a run directory; ConfigError naming the file (and field) when it is
     not one, FileNotFoundError when the run has none yet."""
     path = Path(run_dir) / SUMMARY_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no summary (is {run_dir} an eval run directory?)")
+    try:  # a regular file only: never through a link, never waiting on a FIFO, at most 64 MiB
+        raw = read_regular_file(path, max_bytes=SUMMARY_MAX_BYTES)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no summary (is {run_dir} an eval run directory?)") from None
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"{path}: not JSON ({exc})") from None
     summary = from_dict(RunSummary, data, source=str(path))

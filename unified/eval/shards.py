@@ -22,6 +22,11 @@ unsharded command with no new episode allowed: it computes the same aggregates a
 unsharded run would, from the same records. A pair found in no shard is an error naming the shard
 to rerun. A work file that two shards hold with different bytes keeps the copy of the lower shard
 index; ``OUT/shards.json`` and the summary list the others (they stay in their shard directories).
+Work files may come from sandboxed episodes, so they are copied as untrusted
+(:func:`unified.execution.copying.merge_tree`): directories and regular files only, never through a
+link, sparse files kept sparse, at most :data:`MERGE_WORK_BUDGET_BYTES` written; links, FIFOs,
+sockets, devices and files past the budget are left out, each named on stderr, in ``shards.json``
+(``work_skipped``) and in the summary.
 
 Summaries say which kind of run they describe: a shard's ``summary.json`` has a top-level
 ``"shard"`` (a :class:`unified.eval.records.ShardRun`: ``{"shard": "I/N", "index", "count", "pairs": n,
@@ -35,12 +40,11 @@ and tables are those of the unsharded run.
 
 from __future__ import annotations
 
-import filecmp
 import hashlib
 import json
-import os
 import re
 import shutil
+import sys
 from collections.abc import Iterable
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -50,10 +54,13 @@ from typing import Any
 from unified.benchmarks.contract import Task
 from unified.config import ConfigError, from_dict, to_dict
 from unified.eval.records import BenchmarkEntry, RunSummary, ShardPart, ShardRun
+from unified.execution.copying import CopyBudget, merge_tree
 from unified.store import append_jsonl, write_json_atomic
 
 SHARDS_FILE = "shards.json"
 """Written into a merged run directory: the shard directories it was made from."""
+MERGE_WORK_BUDGET_BYTES = 16 << 30
+"""Most bytes a merge writes for the shards' work files (holes are free); files past it stay in their shard."""
 
 
 class ShardError(ValueError):
@@ -228,15 +235,20 @@ def merge_runs(shard_dirs: list[str], out: str) -> RunSummary:
         in_order = [d for _, d in sorted(zip((s.index for s in shards), dirs))]  # lower index wins a conflict
         work: dict[str, Any] = {}
         conflicts: list[dict[str, str]] = []
+        skipped: list[dict[str, str]] = []
+        budget = CopyBudget(MERGE_WORK_BUDGET_BYTES)
         for bench in benches:
             _merge_benchmark(bench, dirs, target)
-            files, clashes = _merge_work(bench, in_order, target)
+            files, clashes, left_out = _merge_work(bench, in_order, target, budget)
             if files or clashes:
                 work[bench] = {"dir": str(target / bench / "work"), "files": files}
             conflicts += clashes
+            skipped += left_out
+        for item in skipped:
+            print(f"--merge: warning: {item['path']} of {item['shard']} left out: {item['why']}", file=sys.stderr)
         write_json_atomic(target / SHARDS_FILE, {"shards": [{"dir": str(d), "shard": str(s)}
                                                             for d, s in zip(dirs, shards)],
-                                                 "work": work, "work_conflicts": conflicts})
+                                                 "work": work, "work_conflicts": conflicts, "work_skipped": skipped})
         try:
             return run_eval(cfg, allow_new_episodes=False)
         except MissingPairs as exc:
@@ -292,42 +304,30 @@ def _merge_benchmark(bench: str, dirs: list[Path], target: Path) -> None:
         append_jsonl(dest.results_path, results[key][0])
 
 
-def _merge_work(bench: str, dirs: list[Path], target: Path) -> tuple[int, list[dict[str, str]]]:
-    """Copy every shard's ``bench/work/`` tree into ``target/bench/work/`` (rewritten).
+def _merge_work(bench: str, dirs: list[Path], target: Path, budget: CopyBudget
+                ) -> tuple[int, list[dict[str, str]], list[dict[str, str]]]:
+    """Copy every shard's ``bench/work/`` tree into ``target/bench/work/`` (rewritten) with
+    :func:`unified.execution.copying.merge_tree`: directories and regular files only, never through
+    a link, holes kept, within ``budget``.
 
-    Returns (files copied, conflicts): a relative path two shards hold with different bytes keeps
-    the first shard's copy (``dirs`` in shard order) and is listed as ``{"path", "kept", "other"}``.
-    Links are copied as links, never followed (work files may come from sandboxed episodes)."""
+    Returns (files copied, conflicts, left out): a relative path two shards hold with different bytes
+    keeps the first shard's copy (``dirs`` in shard order) and is listed as ``{"path", "kept", "other"}``;
+    links, special files and files past the budget stay in their shard, listed as ``{"path", "shard", "why"}``."""
     dest = target / bench / "work"
     if dest.is_symlink() or dest.is_file():
         dest.unlink()
     elif dest.exists():
         shutil.rmtree(dest)
-    origin: dict[Path, Path] = {}
+    origin: dict[str, Path] = {}
     conflicts: list[dict[str, str]] = []
+    left_out: list[dict[str, str]] = []
     for d in dirs:
-        src = d / bench / "work"
-        if not src.is_dir() or src.is_symlink():
-            continue
-        for root, subdirs, files in os.walk(src):
-            subdirs.sort()
-            for name in sorted(files) + [s for s in subdirs if (Path(root) / s).is_symlink()]:
-                rel = (Path(root) / name).relative_to(src)
-                there = dest / rel
-                if rel in origin:
-                    if not _same_file(origin[rel] / bench / "work" / rel, src / rel):
-                        conflicts.append({"path": f"{bench}/work/{rel}", "kept": str(origin[rel]), "other": str(d)})
-                    continue
-                there.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(src / rel, there, follow_symlinks=False)
-                origin[rel] = d
-    return len(origin), conflicts
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    if a.is_symlink() or b.is_symlink():
-        return a.is_symlink() and b.is_symlink() and os.readlink(a) == os.readlink(b)
-    return filecmp.cmp(a, b, shallow=False)
+        merged = merge_tree(d / bench / "work", dest, budget=budget, within=target)
+        origin.update({rel: d for rel in merged.copied})
+        conflicts += [{"path": f"{bench}/work/{rel}", "kept": str(origin[rel]), "other": str(d)} for rel in merged.differ]
+        left_out += [{"path": f"{bench}/work" + ("" if rel == "." else f"/{rel}"), "shard": str(d), "why": why}
+                     for rel, why in merged.left_out]
+    return len(origin), conflicts, left_out
 
 
 # --------------------------------------------------------------------------------------------------
@@ -396,6 +396,11 @@ def run_kind_markdown(summary: RunSummary) -> list[str]:
         lines.append(f"{len(clashes)} work file(s) differed between shards; the lower shard's copy is kept here, "
                      f"the others stay in their shard directories (listed in {SHARDS_FILE}), e.g. "
                      f"`{clashes[0]['path']}` of `{clashes[0]['other']}`.")
+    skipped = merged.get("work_skipped") or []
+    if skipped:
+        lines.append(f"{len(skipped)} work entries were left out (links, special files or past the merge's "
+                     f"budget; they stay in their shard directories, listed in {SHARDS_FILE}), e.g. "
+                     f"`{skipped[0]['path']}` of `{skipped[0]['shard']}`: {skipped[0]['why']}.")
     return [" ".join(lines), ""]
 
 

@@ -2,7 +2,8 @@
 
 Two copies cross the sandbox boundary on the host, outside any sandbox limit (both are done for
 adapters by :class:`~unified.execution.workspace.WorkspaceSession` and
-:func:`~unified.execution.grader.run_grader`):
+:func:`~unified.execution.grader.run_grader`), and a third handles files sandboxed episodes may
+have left in a run directory:
 
 - **task files into a workspace** (:func:`copy_confined`): files a benchmark's task folder lists
   (Claw-Eval ``sandbox_files``, QwenClawBench assets). A symlink in the task folder must never
@@ -12,8 +13,12 @@ adapters by :class:`~unified.execution.workspace.WorkspaceSession` and
   devices are left out.
 - **an agent-written workspace out to a grader** (:func:`copy_workspace`): links are copied as
   links, never followed; special files are left out.
+- **one untrusted tree merged into another** (:func:`merge_tree`, ``--merge``'s shard work
+  files): only directories and regular files, opened and created relative to their parent's
+  descriptor with ``O_NOFOLLOW`` (never a write through a link, whoever put it there), links and
+  special files left out and listed, holes kept; the bytes it writes count against its budget.
 
-Both count every regular file at its *apparent* size (``st_size``): a sparse file uses no disk
+The first two count every regular file at its *apparent* size (``st_size``): a sparse file uses no disk
 blocks in the sandbox but is written out in full by a copy (and read in full by a reader), so
 4 x 256 MiB of holes would cost 1 GiB of host ``/tmp``. Past the :class:`CopyBudget` the copy
 stops with :class:`CopyBudgetExceeded`, which says how much was asked for; the caller records it.
@@ -21,10 +26,11 @@ stops with :class:`CopyBudgetExceeded`, which says how much was asked for; the c
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 MAX_DEPTH = 64
@@ -36,21 +42,22 @@ class CopyRefused(ValueError):
 
 
 class CopyBudgetExceeded(CopyRefused):
-    """A copy whose files add up (apparent size) to more than its budget."""
+    """A copy whose files add up to more than its budget (apparent size, or bytes written for :func:`merge_tree`)."""
 
 
 @dataclass
 class CopyBudget:
-    """Bytes (apparent size) a copy may still write."""
+    """Bytes a copy may still write (counted as its caller says: apparent size, or bytes written)."""
 
     limit_bytes: int
     used_bytes: int = 0
 
-    def take(self, size: int, what: str) -> None:
-        """Count ``size`` bytes of ``what``, or raise :class:`CopyBudgetExceeded` (nothing counted)."""
+    def take(self, size: int, what: str, measure: str = "apparent size") -> None:
+        """Count ``size`` bytes of ``what``, or raise :class:`CopyBudgetExceeded` (nothing counted);
+        ``measure`` says in the message what the bytes are."""
         if self.used_bytes + size > self.limit_bytes:
             raise CopyBudgetExceeded(
-                f"{what}: {size} bytes (apparent size) would take the copy past its budget of "
+                f"{what}: {size} bytes ({measure}) would take the copy past its budget of "
                 f"{self.limit_bytes} bytes ({self.used_bytes} already copied)")
         self.used_bytes += size
 
@@ -112,4 +119,211 @@ def copy_workspace(source: Path, dest: Path, *, budget: CopyBudget, depth: int =
             shutil.copy2(entry.path, target, follow_symlinks=False)
 
 
-__all__ = ["CopyBudget", "CopyBudgetExceeded", "CopyRefused", "copy_confined", "copy_workspace"]
+# --------------------------------------------------------------------------------------------------
+# merging one untrusted tree into another (``--merge``'s work files)
+
+_DIR_OPEN = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # a FIFO opened so never blocks
+_CHUNK = 1 << 20
+
+
+@dataclass
+class TreeMerge:
+    """What :func:`merge_tree` did; every path is relative to the source (and destination) root."""
+
+    copied: list[str] = field(default_factory=list)
+    """Regular files written into the destination."""
+    same: list[str] = field(default_factory=list)
+    """Files the destination already held with the same bytes (left as they were)."""
+    differ: list[str] = field(default_factory=list)
+    """Files the destination already held with other bytes (its copy kept)."""
+    left_out: list[tuple[str, str]] = field(default_factory=list)
+    """(path, why) of what was not copied: links, FIFOs, sockets, devices, files past the budget,
+    directories nested too deep, a name the destination holds as another kind of file."""
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def merge_tree(source: str | os.PathLike[str], dest: str | os.PathLike[str], *, budget: CopyBudget,
+               within: str | os.PathLike[str]) -> TreeMerge:
+    """Copy the directories and regular files of the untrusted tree ``source`` into ``dest`` without
+    replacing anything ``dest`` holds; returns what it did (:class:`TreeMerge`).
+
+    - Never follows a link, on either side: every directory is opened relative to its parent's
+      descriptor with ``O_NOFOLLOW``, every file is created with ``O_CREAT | O_EXCL | O_NOFOLLOW``,
+      so a link met on the way (even one swapped in during the copy) is an error for that entry,
+      never a write through it. Names come from the directory listing: one component each, no
+      ``..``; ``dest`` must resolve inside ``within``.
+    - Copies only directories and regular files; links, FIFOs (opened ``O_NONBLOCK``: never
+      waits for a writer), sockets and devices are left out and listed.
+    - Keeps holes: only the data ranges (``SEEK_DATA``/``SEEK_HOLE``) are read, blocks of zeros
+      are not written, and the file is extended to its size; every byte written counts against
+      ``budget``, and a file that would pass it is removed and listed (the budget is not refilled).
+    - Permission bits (without set-id bits) and times are copied.
+    """
+    report = TreeMerge()
+    dest = Path(dest)
+    root = Path(within).resolve()
+    try:
+        src_fd = os.open(source, _DIR_OPEN)
+    except FileNotFoundError:
+        return report
+    except OSError as exc:
+        report.left_out.append((".", f"{source} is {_kind(os.lstat(source).st_mode)} ({exc.strerror})"))
+        return report
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+        if not _inside(dest.resolve(), root):
+            raise CopyRefused(f"{dest} resolves to {dest.resolve()}, outside {root}")
+        dst_fd = os.open(dest, _DIR_OPEN)
+        try:
+            _merge_dir(src_fd, dst_fd, "", report, budget, depth=0)
+        finally:
+            os.close(dst_fd)
+    finally:
+        os.close(src_fd)
+    return report
+
+
+def _merge_dir(src_fd: int, dst_fd: int, prefix: str, report: TreeMerge, budget: CopyBudget, *, depth: int) -> None:
+    for name in sorted(os.listdir(src_fd)):
+        rel = prefix + name
+        info = os.stat(name, dir_fd=src_fd, follow_symlinks=False)
+        if stat.S_ISREG(info.st_mode):
+            _merge_file(src_fd, dst_fd, name, rel, report, budget)
+            continue
+        if not stat.S_ISDIR(info.st_mode):
+            report.left_out.append((rel, _kind(info.st_mode)))
+            continue
+        if depth >= MAX_DEPTH:
+            report.left_out.append((rel, f"a directory nested deeper than {MAX_DEPTH} levels"))
+            continue
+        try:
+            sub_src = os.open(name, _DIR_OPEN, dir_fd=src_fd)
+        except OSError as exc:  # replaced by a link since the listing: ELOOP
+            report.left_out.append((rel, f"cannot be opened as a directory ({exc.strerror})"))
+            continue
+        try:
+            try:
+                os.mkdir(name, 0o755, dir_fd=dst_fd)
+            except FileExistsError:
+                pass
+            try:
+                sub_dst = os.open(name, _DIR_OPEN, dir_fd=dst_fd)
+            except OSError as exc:
+                report.left_out.append((rel, f"the destination holds it as another kind of file ({exc.strerror})"))
+                continue
+            try:
+                _merge_dir(sub_src, sub_dst, rel + "/", report, budget, depth=depth + 1)
+                os.utime(sub_dst, ns=(info.st_atime_ns, info.st_mtime_ns))
+            finally:
+                os.close(sub_dst)
+        finally:
+            os.close(sub_src)
+
+
+def _merge_file(src_fd: int, dst_fd: int, name: str, rel: str, report: TreeMerge, budget: CopyBudget) -> None:
+    try:
+        fd_in = os.open(name, _FILE_OPEN, dir_fd=src_fd)
+    except OSError as exc:  # ELOOP: replaced by a link since the listing
+        report.left_out.append((rel, f"cannot be opened ({exc.strerror})"))
+        return
+    try:
+        info = os.fstat(fd_in)
+        if not stat.S_ISREG(info.st_mode):
+            report.left_out.append((rel, _kind(info.st_mode)))
+            return
+        try:
+            fd_out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                             dir_fd=dst_fd)
+        except FileExistsError:
+            _compare_existing(fd_in, dst_fd, name, rel, report)
+            return
+        try:
+            _copy_data(fd_in, fd_out, info.st_size, budget, rel)
+            os.fchmod(fd_out, info.st_mode & 0o777)
+            os.utime(fd_out, ns=(info.st_atime_ns, info.st_mtime_ns))
+        except CopyBudgetExceeded as exc:
+            os.unlink(name, dir_fd=dst_fd)
+            report.left_out.append((rel, str(exc)))
+            return
+        except BaseException:
+            os.unlink(name, dir_fd=dst_fd)
+            raise
+        finally:
+            os.close(fd_out)
+        report.copied.append(rel)
+    finally:
+        os.close(fd_in)
+
+
+def _data_ranges(fd: int, size: int):
+    """(start, end) of each data range of ``fd`` (the whole file where holes cannot be asked for)."""
+    offset = 0
+    while offset < size:
+        try:
+            start = os.lseek(fd, offset, os.SEEK_DATA)
+            end = min(os.lseek(fd, start, os.SEEK_HOLE), size)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # no data after offset: the rest is a hole
+                return
+            yield offset, size  # the filesystem does not say: read it all
+            return
+        if start >= size:
+            return
+        yield start, end
+        offset = end
+
+
+def _copy_data(fd_in: int, fd_out: int, size: int, budget: CopyBudget, rel: str) -> None:
+    for start, end in _data_ranges(fd_in, size):
+        pos = start
+        while pos < end:
+            chunk = os.pread(fd_in, min(_CHUNK, end - pos), pos)
+            if not chunk:  # the file shrank under us
+                break
+            if chunk.count(0) != len(chunk):  # a block of zeros stays a hole
+                budget.take(len(chunk), f"work file {rel}", "bytes written")
+                os.pwrite(fd_out, chunk, pos)
+            pos += len(chunk)
+    os.ftruncate(fd_out, size)
+
+
+def _compare_existing(fd_in: int, dst_fd: int, name: str, rel: str, report: TreeMerge) -> None:
+    try:
+        fd_old = os.open(name, _FILE_OPEN, dir_fd=dst_fd)
+    except OSError as exc:  # a directory or a link of that name
+        report.left_out.append((rel, f"the destination holds it as another kind of file ({exc.strerror})"))
+        return
+    try:
+        if not stat.S_ISREG(os.fstat(fd_old).st_mode):
+            report.left_out.append((rel, "the destination holds it as another kind of file"))
+        elif _same_bytes(fd_in, fd_old):
+            report.same.append(rel)
+        else:
+            report.differ.append(rel)
+    finally:
+        os.close(fd_old)
+
+
+def _same_bytes(a: int, b: int) -> bool:
+    if os.fstat(a).st_size != os.fstat(b).st_size:
+        return False
+    pos = 0
+    while True:
+        x, y = os.pread(a, _CHUNK, pos), os.pread(b, _CHUNK, pos)
+        if x != y:
+            return False
+        if not x:
+            return True
+        pos += len(x)
+
+
+__all__ = ["CopyBudget", "CopyBudgetExceeded", "CopyRefused", "TreeMerge", "copy_confined", "copy_workspace",
+           "merge_tree"]

@@ -39,12 +39,12 @@ def to_chat(record: AWBRecord, *, max_history: int | None = None) -> list[dict[s
     for action, observation in history:
         messages.append({"role": "user", "content": action})
         messages.append({"role": "assistant", "content": format_observation(record.task, observation)})
-    messages.append({"role": "user", "content": record.current_prompt})
+    messages.append({"role": "user", "content": record.action})
     return messages
 
 
 def _stable_rng(seed: int, *parts: str) -> random.Random:
-    digest = hashlib.sha256("\x1f".join([str(seed), *parts]).encode()).digest()
+    digest = hashlib.sha256("\x1f".join([str(seed), *map(str, parts)]).encode()).digest()
     return random.Random(int.from_bytes(digest[:8], "big"))
 
 
@@ -55,7 +55,7 @@ def sample_one_turn_per_trajectory(records: Sequence[AWBRecord], seed: int) -> l
     """
     groups: dict[tuple[str, str], list[AWBRecord]] = defaultdict(list)
     for r in records:
-        groups[(r.task, r.id)].append(r)
+        groups[(r.task, str(r.id))].append(r)  # published ids are integers: str keeps mixed files sortable
     chosen = []
     for (task, traj), items in sorted(groups.items()):
         items = sorted(items, key=lambda r: r.turn_idx)

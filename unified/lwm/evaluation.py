@@ -1,36 +1,50 @@
 """The world-model evaluation (``python -m unified.eval lwm``): infer -> judge -> aggregate.
 
-    python -m unified.lwm.evaluation --model SPEC --judge SPEC --data DIR --out DIR [--limit N]
+    python -m unified.eval lwm --model SPEC --judge SPEC --data DIR --out DIR [--agentworld-root CHECKOUT]
 
 SPEC is any model spec of :mod:`unified.inference.spec` (``embedded``, a HF directory, ...,
 ``openai:URL#MODEL``); a world model and a judge on the same checkpoint share one loaded copy.
+``--data`` takes our files or AgentWorldBench as published (``{domain}_test.jsonl``).
 
-1. infer: for each selected record, the world model sees the record's chat sample (system,
-   the full earlier turns, the current action) and predicts the observation;
+Two protocols:
+
+- **official** (a Qwen-AgentWorld checkout: ``--agentworld-root`` or ``$AGENTWORLD_ROOT``):
+  AgentWorldBench as its ``eval/eval.py`` scores it, with the checkout's judge prompts,
+  judge user template, parsers and task configs loaded at run time (:mod:`unified.lwm.official`
+  gives the protocol and the aggregation: per-sample total = mean of the non-zero dimensions,
+  up to 3 judge attempts, failed samples left out and counted, ``overall`` = normalised mean
+  over the valid samples, ``overall_domain_mean`` = the paper table's mean of the domain
+  scores). ``judged.jsonl`` is in eval.py's format: ``python eval/eval.py score --predictions
+  OUT/judged.jsonl`` prints the same numbers.
+- **own** (no checkout): our rubric judge prompt (:mod:`unified.rewards.rubric`) and its
+  ``<scores>`` parser; labelled not comparable (``not_comparable_because``)::
+
+      score_i  = (mean_c s_ic - 1) / 4 * 100   (0 when the judge's answer is unparseable)
+      domain_d = mean of score_i over the samples of domain d
+      overall  = mean_d domain_d               (unweighted over domains)
+      overall_sample_weighted = mean_i score_i
+
+Budgets and temperatures default to eval.py's (32768 tokens, temperature 0.6, for the world
+model and the judge); any other value is named in ``not_comparable_because``.
+
+1. infer: for each selected record, the world model predicts the observation;
    ``predictions.jsonl`` (append-only; a rerun skips what is there).
-2. judge: the rubric judge (:mod:`unified.rewards`) scores the parsed prediction against the
-   real observation; the rule verifier's verdict is recorded beside it; ``judgments.jsonl``
-   (append-only, resumable; judge answers are also cached on disk).
-3. aggregate (``summary.json``, written atomically):
-
-       score_i  = (mean_c s_ic - 1) / 4 * 100   (0 when the judge's answer is unparseable)
-       domain_d = mean of score_i over the samples of domain d
-       overall  = mean_d domain_d               (unweighted over domains: the headline)
-       overall_sample_weighted = mean_i score_i
-
-   Beside that rubric score (``score_metric``), a reference-based score that needs no judge:
-   ``reference.lcs_f1`` and ``reference.token_f1`` (:class:`unified.rewards.functions.SimilarityReward`,
-   the warmup's similarity reward: ROUGE-L / bag-of-tokens F1 of the parsed prediction against
-   the true observation after runtime normalisation), x100, aggregated the same way. A weak
-   judge (the embedded one on CPU) rarely writes a parseable answer, which scores 0: then the
+2. judge: ``judged.jsonl`` (official) or ``judgments.jsonl`` (own), append-only and resumable;
+   judge answers are also cached on disk (per attempt).
+3. aggregate: ``summary.json``, written atomically. Beside the judge's score, a reference-based
+   score that needs no judge: ``reference.lcs_f1`` and ``reference.token_f1``
+   (:class:`unified.rewards.functions.SimilarityReward`: ROUGE-L / bag-of-tokens F1 of the parsed
+   prediction against the true observation after runtime normalisation), x100, aggregated over
+   domains as the own protocol does. A weak judge rarely writes a parseable answer: then the
    reference score is the one that measures something, and ``rubric_note`` says so.
 
 ``--limit N`` evaluates N records: one seeded turn per trajectory, taken round-robin over the
-domains so that every domain is represented.
+domains so that every domain is represented (not comparable: a subset).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from collections import defaultdict
@@ -42,7 +56,9 @@ from unified.inference import PolicyRequest, SamplingConfig, parse_spec, shared_
 from unified.inference.judge import make_judge
 from unified.lwm.dataset import sample_one_turn_per_trajectory, to_chat
 from unified.chatformat.observation import parse_observation
+from unified.lwm import official
 from unified.lwm.records import AWBRecord, load_records
+from unified.rewards.awb_judge import ROOT_ENV, load_checkout
 from unified.rewards.functions import RubricReward
 from unified.rewards.verifiers import verify
 from unified.store import append_jsonl, write_text_atomic
@@ -84,17 +100,20 @@ class WorldModel:
     """Predicts observations with any chat model (:func:`unified.inference.shared_chat_model`: a local
     checkpoint batched on the process's shared copy, or an OpenAI-compatible endpoint)."""
 
-    def __init__(self, spec: str, *, max_new_tokens: int = 128, batch_size: int = 8, thinking: bool = False) -> None:
+    def __init__(self, spec: str, *, max_new_tokens: int = official.INFER_MAX_TOKENS,
+                 temperature: float = official.INFER_TEMPERATURE, batch_size: int = 8, thinking: bool = True) -> None:
         self.spec, self.max_new_tokens, self.batch_size, self.thinking = spec, max_new_tokens, batch_size, thinking
+        self.temperature = temperature
         self.parsed = parse_spec(spec)
         options = {"max_batch_size": batch_size} if self.parsed.backend == "hf" else {}
         self.model = shared_chat_model(self.parsed, sampling=SamplingConfig(max_new_tokens=max_new_tokens,
+                                                                            temperature=temperature,
                                                                             thinking=thinking), **options)
         self.loaded = getattr(self.model, "loaded", None)
 
     def predict(self, messages: list[list[dict]]) -> list[str | Exception]:
         """Raw completions (reasoning kept as ``...</think>``, :func:`unified.chatformat.join_reasoning`)."""
-        requests = [PolicyRequest(messages=m, max_new_tokens=self.max_new_tokens, temperature=0.0,
+        requests = [PolicyRequest(messages=m, max_new_tokens=self.max_new_tokens, temperature=self.temperature,
                                   thinking=self.thinking) for m in messages]
         try:
             outputs = self.model.generate(requests)
@@ -120,6 +139,9 @@ def aggregate(judgments: list[dict]) -> dict[str, Any]:
     }
 
 
+OFFICIAL_METRIC = ("AgentWorldBench score as eval.py computes it (0-100: (x - 1) / 4 x 100 of the mean of the "
+                   "non-zero judge totals of the valid samples; a sample's total is the mean of its non-zero 1-5 "
+                   "dimensions)")
 SCORE_METRIC = "rubric judge score (0-100: (mean of 5 criteria - 1) / 4 x 100; 0 when the judge's answer is unparseable)"
 REFERENCE_METRICS = ("lcs_f1", "token_f1")
 
@@ -145,42 +167,49 @@ def reference_scores(records: list[AWBRecord], predictions: dict[str, dict]) -> 
     return out
 
 
-def run(model: str, judge: str, data: str, out: str, *, limit: int | None = None, seed: int = 0,
-        max_new_tokens: int = 128, judge_max_tokens: int = 96, batch_size: int = 8, cache_dir: str | None = None,
-        thinking: bool = False) -> dict[str, Any]:
-    """The whole evaluation; returns the summary (also written to ``out/summary.json``)."""
-    out_dir = Path(out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    records = select_records(load_records(data), limit, seed)
-    keyed = {r.key: r for r in records}
-
-    pred_path = out_dir / "predictions.jsonl"
-    predictions = _read_jsonl(pred_path)
+def _predict(records: list[AWBRecord], predictions: dict[str, dict], pred_path: Path, *, model: str, protocol: str,
+             chat, max_new_tokens: int, temperature: float, batch_size: int, thinking: bool) -> float:
+    """Predict what ``predictions`` lacks (appended to ``pred_path``); returns the seconds spent."""
     todo = [r for r in records if r.key not in predictions]
-    world_model = None
-    infer_seconds = 0.0
-    if todo:
-        world_model = WorldModel(model, max_new_tokens=max_new_tokens, batch_size=batch_size, thinking=thinking)
-        for start in range(0, len(todo), batch_size):
-            chunk = todo[start:start + batch_size]
-            t0 = time.perf_counter()
-            texts = world_model.predict([to_chat(r) for r in chunk])
-            infer_seconds += time.perf_counter() - t0
-            for r, text in zip(chunk, texts):
-                row = {"sample_id": r.key, "domain": r.task, "turn_idx": r.turn_idx,
-                       "completion": "" if isinstance(text, Exception) else text,
-                       "error": f"{type(text).__name__}: {text}" if isinstance(text, Exception) else None}
-                _append(pred_path, row)
-                predictions[r.key] = row
+    if not todo:
+        return 0.0
+    world_model = WorldModel(model, max_new_tokens=max_new_tokens, temperature=temperature, batch_size=batch_size,
+                             thinking=thinking)
+    seconds = 0.0
+    for start in range(0, len(todo), batch_size):
+        chunk = todo[start:start + batch_size]
+        t0 = time.perf_counter()
+        texts = world_model.predict([chat(r) for r in chunk])
+        seconds += time.perf_counter() - t0
+        for r, text in zip(chunk, texts):
+            row = {"sample_id": r.key, "domain": r.task, "turn_idx": r.turn_idx, "protocol": protocol,
+                   "completion": "" if isinstance(text, Exception) else text,
+                   "error": f"{type(text).__name__}: {text}" if isinstance(text, Exception) else None}
+            if protocol == "official":  # eval.py's predictions.jsonl fields too: its `judge` step reads this file
+                row = {**official.job_of(r), "gen": official.official_gen(row["completion"]), **row}
+            _append(pred_path, row)
+            predictions[r.key] = row
+    return seconds
 
+
+def _check_protocol(rows: dict[str, dict], protocol: str, path: Path) -> None:
+    other = sorted({row.get("protocol", "own") for row in rows.values()} - {protocol})
+    if other:
+        raise ValueError(f"{path}: holds {other[0]}-protocol predictions, this run is {protocol} "
+                         "(give another --out, or the same --agentworld-root as before)")
+
+
+def _judge_own(records, predictions, out_dir: Path, *, judge: str, judge_max_tokens: int, judge_temperature: float,
+               batch_size: int, cache_dir: str | None) -> tuple[dict[str, Any], float, int]:
+    keyed = {r.key: r for r in records}
     judg_path = out_dir / "judgments.jsonl"
     judgments = _read_jsonl(judg_path)
     todo = [k for k in keyed if k not in judgments]
     judge_seconds, judge_requests = 0.0, 0
     if todo:
         # a local judge on the world model's checkpoint shares its loaded copy (shared_chat_model)
-        rubric = RubricReward(make_judge(judge, max_tokens=judge_max_tokens, batch_size=batch_size,
-                                         cache_dir=str(cache_dir or out_dir / "judge_cache")))
+        rubric = RubricReward(make_judge(judge, max_tokens=judge_max_tokens, temperature=judge_temperature,
+                                         batch_size=batch_size, cache_dir=str(cache_dir or out_dir / "judge_cache")))
         for start in range(0, len(todo), batch_size):
             chunk = [keyed[k] for k in todo[start:start + batch_size]]
             completions = [predictions[r.key]["completion"] for r in chunk]
@@ -200,22 +229,101 @@ def run(model: str, judge: str, data: str, out: str, *, limit: int | None = None
                        "rule_passed": verdict.passed, "rule_check": verdict.check, "judge_detail": b.detail[:1000]}
                 _append(judg_path, row)
                 judgments[r.key] = row
-
     summary = aggregate([judgments[k] for k in keyed])
     summary["score_metric"] = SCORE_METRIC
-    summary["reference"] = reference_scores(records, predictions)
     if summary["n"] and summary["judge_parse_rate"] == 0.0:
         summary["rubric_note"] = ("the judge wrote no parseable answer: every rubric score is 0 and measures "
                                   "nothing; read the reference-based score (or use a stronger judge)")
+    return summary, judge_seconds, judge_requests
+
+
+def _judge_official(checkout, records, predictions, out_dir: Path, *, judge: str, judge_max_tokens: int,
+                    judge_temperature: float, judge_attempts: int, batch_size: int,
+                    cache_dir: str | None) -> tuple[dict[str, Any], float, int]:
+    judged_path = out_dir / "judged.jsonl"
+    judged = _read_jsonl(judged_path)
+    todo = [r for r in records if r.key not in judged]
+    judge_seconds, judge_requests = 0.0, 0
+    if todo:
+        judge_model = make_judge(judge, max_tokens=judge_max_tokens, temperature=judge_temperature,
+                                 batch_size=batch_size, cache_dir=str(cache_dir or out_dir / "judge_cache"))
+        completions = {k: row["completion"] for k, row in predictions.items()}
+        for start in range(0, len(todo), batch_size):
+            chunk = todo[start:start + batch_size]
+            t0 = time.perf_counter()
+            rows, calls = official.judge_records(checkout, judge_model, chunk, completions, max_retries=judge_attempts)
+            if calls:
+                judge_seconds += time.perf_counter() - t0
+                judge_requests += calls
+            for row in rows:
+                _append(judged_path, row)
+                judged[row["sample_id"]] = row
+    summary = official.aggregate_official([judged[r.key] for r in records], checkout.dimensions)
+    summary["score_metric"] = OFFICIAL_METRIC
+    if summary["n"] and not summary["valid"]:
+        summary["rubric_note"] = ("no sample has a valid judge answer: the AgentWorldBench score is undefined; read "
+                                  "the reference-based score (or use a stronger judge)")
+    return summary, judge_seconds, judge_requests
+
+
+def run(model: str, judge: str, data: str, out: str, *, limit: int | None = None, seed: int = 0,
+        max_new_tokens: int = official.INFER_MAX_TOKENS, temperature: float = official.INFER_TEMPERATURE,
+        judge_max_tokens: int = official.JUDGE_MAX_TOKENS, judge_temperature: float = official.JUDGE_TEMPERATURE,
+        judge_attempts: int = official.JUDGE_ATTEMPTS, batch_size: int = 8, cache_dir: str | None = None,
+        thinking: bool = True, agentworld_root: str | None = None) -> dict[str, Any]:
+    """The whole evaluation; returns the summary (also written to ``out/summary.json``).
+
+    ``agentworld_root`` (else ``$AGENTWORLD_ROOT``): a Qwen-AgentWorld checkout, the official
+    protocol; none: the own protocol, not comparable."""
+    checkout = load_checkout(agentworld_root)
+    protocol = "official" if checkout is not None else "own"
+    out_dir = Path(out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    records = select_records(load_records(data), limit, seed)
+
+    pred_path = out_dir / "predictions.jsonl"
+    predictions = _read_jsonl(pred_path)
+    _check_protocol(predictions, protocol, pred_path)
+    infer_seconds = _predict(records, predictions, pred_path, model=model, protocol=protocol,
+                             chat=official.official_messages if checkout is not None else to_chat,
+                             max_new_tokens=max_new_tokens, temperature=temperature, batch_size=batch_size,
+                             thinking=thinking)
+    judge_options = dict(judge=judge, judge_max_tokens=judge_max_tokens, judge_temperature=judge_temperature,
+                         batch_size=batch_size, cache_dir=cache_dir)
+    reasons = official.settings_differences(checkout, infer_max_tokens=max_new_tokens, infer_temperature=temperature,
+                                            judge_max_tokens=judge_max_tokens, judge_temperature=judge_temperature,
+                                            judge_attempts=judge_attempts)  # own: "no retry" is said below
+    if checkout is not None:
+        summary, judge_seconds, judge_requests = _judge_official(checkout, records, predictions, out_dir,
+                                                                 judge_attempts=judge_attempts, **judge_options)
+        summary["agentworld"] = {"root": str(checkout.root), "commit": checkout.commit,
+                                 "fingerprint": checkout.fingerprint, "eval_script": "eval/eval.py"}
+    else:
+        summary, judge_seconds, judge_requests = _judge_own(records, predictions, out_dir, **judge_options)
+        reasons.insert(0, f"no Qwen-AgentWorld checkout (${ROOT_ENV} / --agentworld-root): our own judge prompt and "
+                          "<scores> parser, 0 for an unparseable answer, no retry, an unweighted domain mean; not "
+                          "AgentWorldBench's eval.py")
+    if limit is not None:
+        reasons.append(f"--limit {limit}: a seeded subset of {len(records)} records, not the whole benchmark")
+    summary["protocol"] = protocol
+    summary["comparable"] = not reasons
+    summary["not_comparable_because"] = reasons
+    summary["reference"] = reference_scores(records, predictions)
     summary.update({
         "model": model, "judge": judge, "data": str(data), "limit": limit, "seed": seed,
-        "max_new_tokens": max_new_tokens, "judge_max_tokens": judge_max_tokens,
+        "max_new_tokens": max_new_tokens, "temperature": temperature, "judge_max_tokens": judge_max_tokens,
+        "judge_temperature": judge_temperature, "judge_attempts": judge_attempts if checkout is not None else 1,
+        "thinking": thinking,
         "timing": {"infer_seconds": round(infer_seconds, 2), "judge_seconds": round(judge_seconds, 2),
                    "judge_requests": judge_requests,
                    "judge_samples_per_s": round(judge_requests / judge_seconds, 4) if judge_seconds else None},
     })
     write_text_atomic(out_dir / "summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return summary
+
+
+def _fmt(value: float | None) -> str:
+    return "  n/a " if value is None else f"{value:6.2f}"
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m unified.lwm.evaluation") -> int:
@@ -225,28 +333,49 @@ def main(argv: list[str] | None = None, prog: str = "python -m unified.lwm.evalu
     parser.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "data" / "lwm"),
                         help="AgentWorldBench JSONL file or directory (default: the shipped data/lwm)")
     parser.add_argument("--out", required=True, help="output directory (predictions, judgments, summary)")
+    parser.add_argument("--agentworld-root", default=None,
+                        help=f"Qwen-AgentWorld checkout: score as its eval/eval.py does (default: ${ROOT_ENV}; "
+                             "none: our own judge prompt, not comparable)")
     parser.add_argument("--limit", type=int, default=None, help="evaluate this many records (seeded, per domain)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-new-tokens", type=int, default=128, help="world-model prediction budget")
-    parser.add_argument("--judge-max-tokens", type=int, default=96)
+    parser.add_argument("--max-new-tokens", type=int, default=official.INFER_MAX_TOKENS,
+                        help="world-model prediction budget (eval.py: 32768)")
+    parser.add_argument("--temperature", type=float, default=official.INFER_TEMPERATURE,
+                        help="world-model temperature (eval.py: 0.6)")
+    parser.add_argument("--judge-max-tokens", type=int, default=official.JUDGE_MAX_TOKENS, help="(eval.py: 32768)")
+    parser.add_argument("--judge-temperature", type=float, default=official.JUDGE_TEMPERATURE, help="(eval.py: 0.6)")
+    parser.add_argument("--judge-attempts", type=int, default=official.JUDGE_ATTEMPTS,
+                        help="judge attempts per sample, official protocol (eval.py's max_retries: 3)")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--cache-dir", default=None, help="judge answer cache (default: OUT/judge_cache)")
-    parser.add_argument("--thinking", action="store_true", help="let the world model think before answering")
+    parser.add_argument("--thinking", action=argparse.BooleanOptionalAction, default=True,
+                        help="let the world model think before answering (the chat template's default for Qwen "
+                             "models; eval.py leaves it to the template)")
     args = parser.parse_args(argv)
     summary = run(args.model, args.judge, args.data, args.out, limit=args.limit, seed=args.seed,
-                  max_new_tokens=args.max_new_tokens, judge_max_tokens=args.judge_max_tokens,
-                  batch_size=args.batch_size, cache_dir=args.cache_dir, thinking=args.thinking)
+                  max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                  judge_max_tokens=args.judge_max_tokens, judge_temperature=args.judge_temperature,
+                  judge_attempts=args.judge_attempts, batch_size=args.batch_size, cache_dir=args.cache_dir,
+                  thinking=args.thinking, agentworld_root=args.agentworld_root)
     ref = summary["reference"]
-    print(f"lwm: rubric score (judge): overall {summary['overall']:.2f} (sample-weighted "
-          f"{summary['overall_sample_weighted']:.2f}) over {summary['n']} samples; judge parse rate "
-          f"{summary['judge_parse_rate']:.2f}")
+    if summary["protocol"] == "official":
+        print(f"lwm: AgentWorldBench (official eval.py protocol, {summary['agentworld']['root']}): overall "
+              f"{_fmt(summary['overall']).strip()} (eval.py's, over {summary['valid']} valid of {summary['n']} samples; "
+              f"{summary['failed']} failed); paper-style domain mean {_fmt(summary['overall_domain_mean']).strip()}")
+    else:
+        print(f"lwm: rubric score (own judge prompt, not comparable): overall {summary['overall']:.2f} "
+              f"(sample-weighted {summary['overall_sample_weighted']:.2f}) over {summary['n']} samples; judge parse "
+              f"rate {summary['judge_parse_rate']:.2f}")
     print(f"lwm: reference score (LCS F1 vs the true observation, no judge): overall {ref['lcs_f1']['overall']:.2f}; "
           f"token F1 {ref['token_f1']['overall']:.2f}")
+    for reason in summary["not_comparable_because"]:
+        print(f"  not comparable: {reason}")
     if summary.get("rubric_note"):
         print(f"  note: {summary['rubric_note']}")
     for domain, info in summary["domains"].items():
-        print(f"  {domain:10s} rubric {info['score']:6.2f}  reference {ref['lcs_f1']['domains'].get(domain, {}).get('score', 0.0):6.2f}"
-              f"  (n={info['n']})")
+        extra = f", {info['valid']} valid, {info['failed']} failed" if "valid" in info else ""
+        print(f"  {domain:10s} judge {_fmt(info['score'])}  reference "
+              f"{ref['lcs_f1']['domains'].get(domain, {}).get('score', 0.0):6.2f}  (n={info['n']}{extra})")
     print(f"  timing: {summary['timing']}")
     return 0
 

@@ -7,18 +7,24 @@ next observation" for turn ``t = turn_idx`` of trajectory ``id``:
 field          type         meaning
 ============== ============ ==========================================================
 task           str          domain: mcp, search, terminal, swe, web, os, android
-id             str          trajectory id (records of one trajectory share it)
+id             int | str    trajectory id (records of one trajectory share it); the
+                            published files use integers, kept as they are
 system_str     str          system prompt: task, action space, initial state
-prompt         list[str]    agent actions of turns 1..t-1 (the history)
-response       list[str]    ground-truth observations of turns 1..t (the last is the target)
+prompt         list[str]    agent actions: turns 1..t-1 (ours), or 1..t or more
+                            (the published files list the trajectory's turns)
+response       list[str]    ground-truth observations: turns 1..t or more; entry t-1
+                            (0-based) is the target
 current_prompt str          the agent's action at turn t
 turn_idx       int          t, 1-based
 total_turns    int          length T of the trajectory (1 <= t <= T)
 ============== ============ ==========================================================
 
-Files written by :func:`write_records` hold exactly these keys. :func:`read_records` accepts one
-tolerated variant, ``prompt`` that already ends with ``current_prompt`` (length t), and
-normalises it. Every other deviation is a :class:`RecordError` naming file, line and field.
+The lists are kept exactly as read and indexed the way the official ``eval/eval.py``
+(QwenLM/Qwen-AgentWorld) indexes them: history = ``prompt[:t-1]`` paired with
+``response[:t-1]``, target = ``response[t-1]``, and the world model's input at turn t is
+``prompt[t-1]`` where the list has it, else ``current_prompt``. Files written by
+:func:`write_records` hold exactly these keys; every other deviation is a :class:`RecordError`
+naming file, line and field.
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ class AWBRecord:
     """One AgentWorldBench record (see the module docstring for the fields)."""
 
     task: str
-    id: str
+    id: int | str
     system_str: str
     prompt: list[str]
     response: list[str]
@@ -60,13 +66,21 @@ class AWBRecord:
 
     @property
     def target(self) -> str:
-        """The ground-truth observation at turn t."""
-        return self.response[-1]
+        """The ground-truth observation at turn t (``response[t-1]``)."""
+        return self.response[self.turn_idx - 1]
 
     @property
     def history(self) -> list[tuple[str, str]]:
         """(action, observation) pairs of turns 1..t-1."""
-        return list(zip(self.prompt, self.response[:-1]))
+        t = self.turn_idx
+        return list(zip(self.prompt[:t - 1], self.response[:t - 1]))
+
+    @property
+    def action(self) -> str:
+        """The world model's input at turn t as eval.py sends it: ``prompt[t-1]`` if the list holds
+        turn t (the published layout), else ``current_prompt``."""
+        t = self.turn_idx
+        return self.prompt[t - 1] if len(self.prompt) >= t else self.current_prompt
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -91,12 +105,15 @@ def validate_record(data: object, source: str = "<record>", line: int = 0) -> AW
     unknown = sorted(set(data) - set(FIELDS))
     if unknown:
         raise fail(unknown[0], f"unknown field (valid fields: {', '.join(FIELDS)})")
-    for name in ("task", "id", "system_str", "current_prompt"):
+    for name in ("task", "system_str", "current_prompt"):
         if not isinstance(data[name], str):
             raise fail(name, f"expected a string, got {type(data[name]).__name__}")
     if data["task"] not in DOMAINS:
         raise fail("task", f"unknown domain {data['task']!r} (valid: {', '.join(DOMAINS)})")
-    if not data["id"]:
+    traj_id = data["id"]
+    if isinstance(traj_id, bool) or not isinstance(traj_id, (int, str)):
+        raise fail("id", f"expected a string or an integer, got {type(traj_id).__name__}")
+    if traj_id == "":
         raise fail("id", "empty")
     for name in ("prompt", "response"):
         value = data[name]
@@ -113,15 +130,13 @@ def validate_record(data: object, source: str = "<record>", line: int = 0) -> AW
         raise fail("turn_idx", f"must be >= 1 (1-based), got {t}")
     if total < t:
         raise fail("total_turns", f"{total} is smaller than turn_idx {t}")
-    prompt = list(data["prompt"])
-    if len(prompt) == t and prompt and prompt[-1] == data["current_prompt"]:
-        prompt = prompt[:-1]  # tolerated variant: the history already includes the current action
-    if len(prompt) != t - 1:
-        raise fail("prompt", f"expected {t - 1} earlier actions for turn_idx {t}, got {len(data['prompt'])}")
-    if len(data["response"]) != t:
-        raise fail("response", f"expected {t} observations (turns 1..{t}) for turn_idx {t}, "
-                               f"got {len(data['response'])}")
-    return AWBRecord(task=data["task"], id=data["id"], system_str=data["system_str"], prompt=prompt,
+    if not t - 1 <= len(data["prompt"]) <= total:
+        raise fail("prompt", f"expected {t - 1} to {total} actions for turn_idx {t} of {total} turns, "
+                             f"got {len(data['prompt'])}")
+    if not t <= len(data["response"]) <= total:
+        raise fail("response", f"expected {t} to {total} observations (turns 1..{t} at least) for turn_idx {t} "
+                               f"of {total} turns, got {len(data['response'])}")
+    return AWBRecord(task=data["task"], id=traj_id, system_str=data["system_str"], prompt=list(data["prompt"]),
                      response=list(data["response"]), current_prompt=data["current_prompt"], turn_idx=t,
                      total_turns=total)
 
@@ -189,7 +204,7 @@ def write_records(path: str | os.PathLike[str], records: Iterable[AWBRecord]) ->
     return len(lines)
 
 
-def trajectory_records(task: str, traj_id: str, system_str: str, actions: list[str],
+def trajectory_records(task: str, traj_id: int | str, system_str: str, actions: list[str],
                        observations: list[str]) -> list[AWBRecord]:
     """All T records (turns 1..T) of one trajectory."""
     if len(actions) != len(observations) or not actions:

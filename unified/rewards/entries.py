@@ -19,6 +19,9 @@ Registered names (:data:`REWARDS`; a package may register more from above):
 
 - ``rubric`` (:class:`RubricEntry`, options of :class:`unified.rewards.functions.JudgeSettings`):
   the LLM judge's ``5 * mean(c_1..c_5)`` in [5, 25], 0 when unparseable;
+- ``agentworld_rubric`` (:class:`AgentWorldRubricEntry`, the judge options plus ``agentworld_root``
+  and ``judge_attempts``): the same 1-5 judge with AgentWorldBench's own judge prompts and parser,
+  loaded from a Qwen-AgentWorld checkout (:mod:`unified.rewards.awb_judge`), ``5 * total`` in [5, 25];
 - ``rule`` (:class:`RuleEntry`): the binary verifier, {0, 25};
 - ``similarity`` (:class:`SimilarityEntry`, ``metric``): ``25 * s(o_hat, o)`` in [0, 25];
 - ``repetition`` (:class:`RepetitionEntry`, ``ngram``): TRL's n-gram repetition penalty
@@ -102,6 +105,27 @@ class RubricEntry(JudgeSettings, RewardEntry):
 
 
 @dataclass
+class AgentWorldRubricEntry(RubricEntry):
+    """``agentworld_rubric``: the checkout's judge prompts and parser as the rubric reward
+    (:class:`unified.rewards.awb_judge.AgentWorldJudgeReward`); budget and temperature default to
+    eval.py's (``judge_max_chars``/``judge_max_history`` do not apply: eval.py shows the whole history)."""
+
+    judge_max_tokens: int = bounded(32768, ge=1)
+    judge_temperature: float = bounded(0.6, ge=0)
+    agentworld_root: str = ""
+    """The Qwen-AgentWorld checkout (empty: ``$AGENTWORLD_ROOT``)."""
+    judge_attempts: int = bounded(3, ge=1)
+    """Judge attempts per completion (eval.py's ``max_retries``)."""
+
+    def build(self, judge: Any = None) -> Callable:
+        from unified.rewards.awb_judge import AgentWorldJudgeReward, load_checkout
+
+        checkout = load_checkout(self.agentworld_root or None, required=True)
+        return AgentWorldJudgeReward(judge if judge is not None else build_judge(self), checkout,
+                                     max_retries=self.judge_attempts)
+
+
+@dataclass
 class RuleEntry(RewardEntry):
     """``rule``: the binary verifier (:class:`unified.rewards.functions.RuleReward`)."""
 
@@ -170,6 +194,7 @@ class CallableEntry(RewardEntry):
 REWARDS: Registry[type[RewardEntry]] = Registry("reward")
 """Reward name -> its entry class (options and ``build``)."""
 REWARDS.register("rubric", RubricEntry)
+REWARDS.register("agentworld_rubric", AgentWorldRubricEntry)
 REWARDS.register("rule", RuleEntry)
 REWARDS.register("similarity", SimilarityEntry)
 REWARDS.register("repetition", RepetitionEntry)
@@ -273,6 +298,6 @@ def legacy_entries(rewards: dict[str, Any] | None, shaping: dict[str, Any] | Non
     return out
 
 
-__all__ = ["REWARDS", "CallableEntry", "LEGACY_KEYS", "RepetitionEntry", "RewardEntry", "RubricEntry", "RuleEntry",
+__all__ = ["REWARDS", "AgentWorldRubricEntry", "CallableEntry", "LEGACY_KEYS", "RepetitionEntry", "RewardEntry", "RubricEntry", "RuleEntry",
            "SimilarityEntry", "build_rewards", "check_entries", "default_rewards", "entry_class", "find_entry",
            "legacy_entries"]

@@ -16,8 +16,9 @@ s_c in [1, 5]:
 
 Only the parsed answer (:func:`unified.chatformat.parse_observation`: no ``<think>``, the last
 ``<predicted_observation>`` block) reaches the judge, so nothing the policy writes outside
-its answer can move the score. The judge answers in a ``<scores>`` block (parsed by
-:func:`parse_judge_answer`, which never raises).
+its answer can move the score; inside it, fence markers and ``<scores>`` tags are escaped, and
+fenced data a judge echoes is dropped before its answer is read. The judge answers in a
+``<scores>`` block (parsed by :func:`parse_judge_answer`, which never raises).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 
 from unified.chatformat.scan import tag_blocks
 from unified.chatformat.reasoning import strip_reasoning
-from unified.text import DATA_RULE, fence_data
+from unified.text import DATA_RULE, fence_data, strip_fenced_data
 
 CRITERIA = ("format", "factuality", "consistency", "realism", "quality")
 
@@ -54,6 +55,8 @@ _DOMAIN_GUIDE = {
                 "May differ if plausible: status bar, bounds, unrelated elements."),
 }
 
+ANSWER_TAGS = ("scores",)
+"""The judge's answer tags: neutralised in every fenced text (:func:`unified.text.neutralise_markers`)."""
 ANSWER_FORMAT = ("Answer with exactly this block, each N a score from 1 to 5, and nothing after it:\n"
                  "<scores>\nformat: N\nfactuality: N\nconsistency: N\nrealism: N\nquality: N\n</scores>")
 
@@ -76,21 +79,25 @@ def judge_messages(domain: str, history: list[tuple[str, str]], action: str, ref
 
     Long texts are cut to ``max_chars`` (head and tail kept) and only the last ``max_history``
     earlier turns are shown. Every action, observation and the prediction is fenced as data
-    (:func:`unified.text.fence_data`) and the answer format comes last, after all of them, so a
-    prediction that carries its own ``<scores>`` block is never the last one a judge (or a
-    reader of the judge's echo) sees.
+    (:func:`unified.text.fence_data`), with fence markers and ``<scores>`` tags in it escaped, and
+    the answer format comes last, after all of them: a prediction can neither close its fence nor
+    carry a ``<scores>`` block into the prompt, and the only real block is the template's.
     """
     guide = _DOMAIN_GUIDE.get(domain, "Judge what the action determines strictly and the rest for plausibility.")
+
+    def fence(text: str, label: str) -> str:
+        return fence_data(_cut(text, max_chars), label, answer_tags=ANSWER_TAGS)
+
     parts = [f"Domain: {domain or 'unknown'}. {guide}"]
     shown = history[-max_history:] if max_history > 0 else []
     if len(history) > len(shown):
         parts.append(f"({len(history) - len(shown)} earlier turns omitted)")
     for i, (a, o) in enumerate(shown, len(history) - len(shown) + 1):
-        parts.append(f"### Turn {i} action\n{fence_data(_cut(a, max_chars), f'turn-{i}-action')}\n"
-                     f"### Turn {i} observation\n{fence_data(_cut(o, max_chars), f'turn-{i}-observation')}")
-    parts.append(f"### New action\n{fence_data(_cut(action, max_chars), 'new-action')}")
-    parts.append(f"### Reference observation (real)\n{fence_data(_cut(reference, max_chars), 'reference')}")
-    parts.append(f"### Predicted observation (to grade)\n{fence_data(_cut(prediction, max_chars), 'prediction')}")
+        parts.append(f"### Turn {i} action\n{fence(a, f'turn-{i}-action')}\n"
+                     f"### Turn {i} observation\n{fence(o, f'turn-{i}-observation')}")
+    parts.append(f"### New action\n{fence(action, 'new-action')}")
+    parts.append(f"### Reference observation (real)\n{fence(reference, 'reference')}")
+    parts.append(f"### Predicted observation (to grade)\n{fence(prediction, 'prediction')}")
     parts.append(f"{DATA_RULE}\n{ANSWER_FORMAT}")
     return [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
 
@@ -131,14 +138,16 @@ _NUMBER = r"(-?\d+(?:\.\d+)?)(?!\w|\.\d)"  # a whole number: "1e999" or "5e-1" i
 def parse_judge_answer(text: object) -> tuple[JudgeScores | None, str]:
     """(scores, "") or (None, why). Never raises, whatever ``text`` is.
 
-    Reads the last ``<scores>`` block (or the whole answer, reasoning removed, when there is
-    none); within it, each criterion's last ``name: N`` (``=``, ``**``, ``N/5`` tolerated) or a
-    JSON object. Every criterion must be present with 1 <= N <= 5.
+    Reads the answer without its reasoning and without any fenced data it echoed
+    (:func:`unified.text.strip_fenced_data`: a judge that copies the prediction into its answer
+    copies no score), then its last ``<scores>`` block (or all of it when there is none); within
+    that, each criterion's last ``name: N`` (``=``, ``**``, ``N/5`` tolerated) or a JSON object.
+    Every criterion must be present with 1 <= N <= 5.
     """
     try:
         if not isinstance(text, str):
             return None, f"judge answer is {type(text).__name__}, not text"
-        body = strip_reasoning(text)  # an unclosed <think> means the judge never answered
+        body = strip_fenced_data(strip_reasoning(text))  # an unclosed <think> means the judge never answered
         blocks = tag_blocks(body, "<scores>", "</scores>", re.IGNORECASE)  # linear, unlike a lazy regex
         if blocks:
             body = body[blocks[-1].body_start:blocks[-1].body_end]
