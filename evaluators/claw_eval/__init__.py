@@ -7,8 +7,9 @@ Not on PyPI: point the adapter at a checkout with ``$CLAW_EVAL_ROOT`` or
 ``splits``            general, multimodal, multi_turn (comma-separated; default all); ``tasks(split=)`` too
 ``categories``        restrict to these task categories (comma-separated)
 ``judge``             the graders' LLM judge: ``openai:URL#MODEL`` or a local checkpoint served on
-                      loopback (default ``$CLAW_EVAL_JUDGE``, else ``embedded``; the benchmark used
-                      gemini-3-flash / claude-opus-4.6: say which judge ran when reporting)
+                      loopback (default ``$CLAW_EVAL_JUDGE``, else ``embedded``; the checkout's own
+                      differ per split, read from its configs: the aggregate's ``grading_models``
+                      names each one that is not, per split; :func:`official.grading_models`)
 ``user_model``        the simulated user of multi-turn tasks (same forms; default: the judge)
 ``judge_max_tokens``  cap on the judge's answer length (default: none, the checkout's own 8192;
                       a cap makes the result not comparable); ``user_max_tokens`` (256)
@@ -38,11 +39,12 @@ from pathlib import Path
 from typing import Any
 
 from unified.config import bounded
-from unified.benchmarks.contract import Adapter, Environment, PaperReference, RunContext, Task
+from unified.benchmarks.contract import Adapter, BenchmarkUnavailable, Environment, PaperReference, RunContext, Task
 from unified.benchmarks.helpers import config_list, judge_reason, limit_runnable
 from unified.benchmarks.aggregate import scores_by_task
 from unified.types import Episode, EpisodeResult
 
+from evaluators.claw_eval import official
 from evaluators.claw_eval.environment import ClawEvalEnvironment
 from evaluators.claw_eval.memory import MemoryBudget, default_budget_mb
 from evaluators.claw_eval.grading import aggregate_trials, build_trace, is_pass, run_grader, task_score
@@ -54,7 +56,6 @@ __all__ = ["ClawEvalAdapter"]
 
 OFFICIAL_JUDGE_MAX_TOKENS = 8192
 """``max_tokens`` of every request in the checkout's ``claw_eval/graders/llm_judge.py``."""
-OFFICIAL_JUDGES = ("google/gemini-3-flash-preview",)
 """The judge ``model_id`` of the checkout's ``config_general.yaml`` / ``config_multimodal.yaml``."""
 
 
@@ -249,6 +250,7 @@ class ClawEvalAdapter(Adapter):
                                    "address_space_limit": env.metadata.get("address_space_limit"),
                                    "prompts": env.metadata.get("prompts"),
                                    "docker": "not used (local bubblewrap sandbox ran)", "judge": self.judge_spec,
+                                   "user_model": self.user_spec if env.multi_turn else None,
                                    "n_dispatches": len(env.dispatches), "user_rounds": env.user_rounds}
         failed = failed_snapshot_commands(snapshot)
         if failed:  # the grader would score the trial without what the command makes (a page's screenshots: 0.2)
@@ -280,6 +282,32 @@ class ClawEvalAdapter(Adapter):
             env.scored_ok = True
         return EpisodeResult(benchmark=self.name, task_id=task.id, trial=episode.trial, score=score,
                              passed=is_pass(score), details=details)
+
+    def _grading_models(self, scored: list[EpisodeResult]) -> tuple[dict[str, Any], list[str]]:
+        """Per split that has scored episodes: the judge (and, where a simulated user ran, the user)
+        beside the ones the checkout's config of that split names, and a ``not_comparable_because``
+        line for each that is not the checkout's own."""
+        try:
+            checkout: Path | None = resolve_checkout(self.settings.root)
+        except BenchmarkUnavailable:
+            checkout = None
+        models: dict[str, Any] = {}
+        reasons: list[str] = []
+        for split in sorted({str(r.details.get("split")) for r in scored if r.details.get("split")}):
+            own = official.grading_models(checkout, split) if checkout else official.GradingModels(
+                split, official.SPLIT_CONFIGS.get(split, "?"), None, None, False)
+            where = own.config if own.found else f"{own.config} is not in the checkout"
+            rows = [r for r in scored if r.details.get("split") == split]
+            entry = {"config": where, "judge": self.judge_spec, "official_judge": own.judge}
+            roles = [("judge", self.judge_spec, own.judge)]
+            if any(r.details.get("user_model") or r.details.get("user_rounds") for r in rows):
+                entry.update({"user": self.user_spec, "official_user": own.user})
+                roles.append(("simulated user", self.user_spec, own.user))
+            for role, spec, theirs in roles:
+                if reason := judge_reason(spec, [theirs] if theirs else [], role=f"{role} ({split})"):
+                    reasons.append(reason if theirs else f"{reason[:-1]}; {where})")
+            models[split] = entry
+        return models, reasons
 
     def aggregate(self, results: list[EpisodeResult], *, run: RunContext = RunContext()) -> dict[str, Any]:
         """Avg@k / pass^k / pass@k with k the trials the run asked for (``run.runs``; outside a run
@@ -329,11 +357,12 @@ class ClawEvalAdapter(Adapter):
         if self.settings.judge_max_tokens:
             reasons.append(f"judge max_tokens capped at {self.settings.judge_max_tokens} "
                            f"(official {OFFICIAL_JUDGE_MAX_TOKENS})")
-        if judged := judge_reason(self.judge_spec, OFFICIAL_JUDGES):
-            reasons.append(judged)
+        models, named = self._grading_models(scored)
+        reasons += named
         out.update({"trials": trials, "trials_protocol": self.runs_default, "n_errors": sum(1 for r in scored if r.error),
                     "skipped": skipped, "n_skipped": sum(skipped.values()), "n_tasks_skipped": n_skipped_tasks,
                     "judge_data_neutralised": neutralised, "memory_budget": self.memory_budget.report(),
+                    "grading_models": models,
                     "judge": self.judge_spec, "comparable": False, "not_comparable_because": reasons,
                     "sandbox": "bwrap (local bubblewrap sandbox; Docker with the official image not used)"})
         return out
