@@ -22,7 +22,9 @@ Not on PyPI: point the adapter at a checkout with ``$QWENCLAWBENCH_ROOT`` or
 
 Scoring and aggregate: :mod:`evaluators.qwenclawbench.grading`. The judge is the checkout's own
 (prompt builder, request, answer parser, retries: :mod:`evaluators.qwenclawbench.official`) when
-the checkout has ``scripts/lib_grading.py``. Three rollouts per task.
+the checkout has ``scripts/lib_grading.py``. Three rollouts per task: with fewer (``--runs``), or
+where a task's rollouts errored or are missing, the metric says how many the number rests on and
+``not_comparable_because`` says so (summary.md, ``--compare``).
 
 Tools: ``read``, ``write``, ``edit``, ``exec``, ``web_fetch``, ``web_search`` (the web ones fail
 offline); OpenClaw, which the benchmark runs, allows all its tools (``openclaw_config``:
@@ -225,12 +227,31 @@ class QwenClawBenchAdapter(Adapter):
         return {**parsed, "parsed": True, "judge": endpoint.describe(), "protocol": "ours"}
 
     def aggregate(self, results: list[EpisodeResult], *, run: RunContext = RunContext()) -> dict[str, Any]:
+        """The benchmark's mean over tasks of the mean over rollouts, with the rollouts it rests on:
+        fewer per task than the protocol's 3 (``--runs``), or tasks where fewer than the run asked
+        for scored (an errored rollout counts 0, a missing one is not in its task's mean), are said
+        in the metric and in ``not_comparable_because``."""
         scored = [r for r in results if r.skipped is None]
         runs = [{"task_id": r.task_id, "score": r.score, "category": r.details.get("category", "")} for r in scored]
         out = aggregate_runs(runs)
+        rollouts = run.trials(self)
+        ok: dict[str, int] = {r.task_id: 0 for r in scored}
+        for r in scored:
+            ok[r.task_id] += int(not (r.error or r.details.get("grader_error")))
+        fewer = sorted(tid for tid, n in ok.items() if n < rollouts)
+        out["metric"] = (f"mean score over tasks of the mean over {rollouts} rollout{'s' * (rollouts != 1)} (%)"
+                         + ("" if rollouts >= self.runs_default else f", protocol {self.runs_default} rollouts"))
+        out.update({"rollouts": rollouts, "rollouts_protocol": self.runs_default,
+                    "tasks_with_fewer_scored_rollouts": len(fewer)})
         reasons = ["local bubblewrap sandbox instead of the official Docker image",
                    "agent tools: read/write/edit/exec/web_fetch/web_search (web fails offline), not OpenClaw's "
                    "full tool set"]
+        if rollouts < self.runs_default:
+            reasons.append(f"rollouts: {rollouts} per task, fewer than the protocol's {self.runs_default} "
+                           f"(the paper's figures are means over {self.runs_default})")
+        if fewer:
+            reasons.append(f"{len(fewer)} of {len(ok)} tasks have fewer than {rollouts} rollouts that scored "
+                           f"(errored ones count 0, missing ones are left out of the task's mean; e.g. {fewer[0]})")
         protocols = {r.details.get("llm_judge", {}).get("protocol") for r in scored} - {None}
         if "ours" in protocols:
             reasons.append("judge prompt/parser: ours (the checkout has no scripts/lib_grading.py)")
