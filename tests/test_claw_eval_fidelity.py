@@ -121,6 +121,17 @@ def test_fixture_paths_into_another_tasks_folder_resolve_from_the_checkout_root(
     assert "fixture file(s) not in the checkout" in skip_reason(missing, env={})
 
 
+def test_a_missing_text_fixture_is_described_as_what_it_is():
+    """T091 lacks its blog post (fixtures/docs/ai_blog.txt) in the GitHub checkout: the skip names a
+    text file, not a large media file, and where the complete fixtures are."""
+    task = _fixture_task(sandbox_files=["fixtures/docs/ai_blog.txt"])
+    reason = skip_reason(task, env={})
+    assert reason.startswith("1 fixture file(s) not in the checkout (1 text file), e.g. fixtures/docs/ai_blog.txt")
+    assert "media" not in reason and "Hugging Face dataset claw-eval/Claw-Eval (data/fixtures.tar.gz)" in reason
+    videos = skip_reason(_fixture_task(sandbox_files=["fixtures/a.mp4", "fixtures/b.mp4", "fixtures/c.txt"]), env={})
+    assert videos.startswith("3 fixture file(s) not in the checkout (2 video files, 1 text file)")
+
+
 def test_a_task_needing_a_missing_program_is_a_skip_naming_it(tmp_path):
     (tmp_path / "task.yaml").write_text("env_snapshot_commands: ['ffprobe -v error out.mp4']\n")
     (tmp_path / "grader.py").write_text("import subprocess  # runs ffmpeg on the result\n")
@@ -182,7 +193,8 @@ def test_system_prompt_tool_specs_and_simulated_user_are_the_checkouts(judge_ser
 
 def test_a_task_with_prompt_attachments_is_a_skip_not_a_silent_low_score():
     task = _fixture_task(attachments=["fixtures/notes.json"])
-    assert skip_reason(task, env={}).startswith("prompt attachments (fixtures/notes.json) must reach the model as media")
+    assert skip_reason(task, env={}).startswith(
+        "prompt attachments (fixtures/notes.json) must reach the model as text blocks of the first message")
 
 
 def test_a_program_used_by_a_script_the_snapshot_commands_run_is_found(tmp_path):
