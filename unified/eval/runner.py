@@ -234,6 +234,8 @@ def _run_benchmark(name: str, cfg: EvalConfig, out: Path, policy: _Policy,
     """One benchmark: its entry, and whether Ctrl-C stopped it (the caller writes the summary, then stops)."""
     try:
         adapter = load_adapter(name, **cfg.benchmark_config.get(name, {}))
+        replayer = replayer_for(cfg.model)
+        adapter.replay = replayer.name if replayer is not None else None  # before tasks(): Adapter.replay
         store = BenchmarkStore(out, adapter.name or name)
         if cfg.task_ids:
             tasks = limit_runnable(select_task_ids(adapter.tasks(cfg.split, None), cfg.task_ids), cfg.limit)
