@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import threading
 import types
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
+from _fake_chat import FakeChat
 from security._support import needs_bwrap
 from unified.types import Episode, Message
 
@@ -55,35 +54,11 @@ CLAW_PLANTS = [
 ]
 
 
-class _Echo(BaseHTTPRequestHandler):
-    """An OpenAI-compatible chat endpoint whose answer is the text of the request's last message."""
-
-    asked: list[dict] = []
-
-    def do_POST(self):  # noqa: N802
-        request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-        self.asked.append(request)
-        body = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "echo",
-                           "choices": [{"index": 0, "finish_reason": "stop",
-                                        "message": {"role": "assistant", "content": request["messages"][-1]["content"]}}],
-                           "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
 def echo_judge():
-    handler = type("Echo", (_Echo,), {"asked": []})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1", handler
-    server.shutdown()
+    """A loopback judge that answers each request with its last message's text: (url, server)."""
+    with FakeChat(lambda request, n: request["messages"][-1]["content"], model="echo") as chat:
+        yield chat.url, chat
 
 
 @needs_bwrap
