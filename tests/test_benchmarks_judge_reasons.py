@@ -41,7 +41,7 @@ def test_a_non_official_judge_is_named(make, details):
     for judge in (OTHER, "embedded"):
         adapter = make(judge)
         agg = adapter.aggregate([_result(adapter.name, **details)])
-        named = [r for r in agg["not_comparable_because"] if r.startswith("judge:")]
+        named = [r for r in agg["not_comparable_because"] if r.startswith(("judge:", "judge (general):"))]
         assert len(named) == 1 and judge in named[0], agg["not_comparable_because"]
 
 
@@ -63,3 +63,47 @@ def test_claw_eval_system_prompt_reason_counts_only_scored_episodes():
             EpisodeResult(benchmark="claw_eval", task_id="w", trial=0, score=0.0, skipped="no key", details={})]
     reasons = adapter.aggregate(rows)["not_comparable_because"]
     assert any(r.startswith("1 episodes used our agent system prompt") for r in reasons), reasons
+
+
+CLAW_FIXTURE = FIXTURES / "claw_eval" / "fixture_checkout"
+OPUS = "openai:https://openrouter.ai/api/v1#anthropic/claude-opus-4.6"
+GEMINI = "openai:https://openrouter.ai/api/v1#google/gemini-3-flash-preview"
+
+
+def _claw_rows():
+    return [_result("claw_eval", prompts="checkout", split="general", user_rounds=0, user_model=None),
+            _result("claw_eval", prompts="checkout", split="multi_turn", user_rounds=2, user_model="x")]
+
+
+def test_claw_eval_names_each_judge_and_user_against_the_checkouts_config_of_its_split():
+    """The checkout grades general tasks with gemini-3-flash and multi-turn ones with
+    claude-opus-4.6, which also plays their user (its config_*.yaml): each judge and user that is
+    not the split's own is named with the split, and the official ones are not."""
+    adapter = ClawEvalAdapter(root=str(CLAW_FIXTURE), judge=OPUS, user_model="embedded")
+    agg = adapter.aggregate(_claw_rows())
+    reasons = [r for r in agg["not_comparable_because"] if r.startswith(("judge", "simulated user"))]
+    assert reasons == [f"judge (general): {OPUS}, not the benchmark's own (google/gemini-3-flash-preview)",
+                       "simulated user (multi_turn): embedded (the embedded default model), not the benchmark's own "
+                       "(anthropic/claude-opus-4.6)"], reasons
+    assert agg["grading_models"]["multi_turn"] == {
+        "config": "config_user_agent.yaml", "judge": OPUS, "official_judge": "anthropic/claude-opus-4.6",
+        "user": "embedded", "official_user": "anthropic/claude-opus-4.6"}
+    assert "user" not in agg["grading_models"]["general"]
+    adapter = ClawEvalAdapter(root=str(CLAW_FIXTURE), judge=GEMINI, user_model=OPUS)
+    reasons = [r for r in adapter.aggregate(_claw_rows())["not_comparable_because"] if "(multi_turn)" in r
+               or "(general)" in r]
+    assert reasons == [f"judge (multi_turn): {GEMINI}, not the benchmark's own (anthropic/claude-opus-4.6)"]
+
+
+def test_claw_eval_says_when_the_checkout_has_no_config_for_a_split(tmp_path):
+    import shutil
+
+    checkout = tmp_path / "checkout"
+    shutil.copytree(CLAW_FIXTURE, checkout)
+    (checkout / "config_user_agent.yaml").unlink()
+    agg = ClawEvalAdapter(root=str(checkout), judge=OPUS, user_model=OPUS).aggregate(_claw_rows())
+    named = [r for r in agg["not_comparable_because"] if "(multi_turn)" in r]
+    assert named == [f"judge (multi_turn): {OPUS}, not the benchmark's own (a hosted LLM; config_user_agent.yaml "
+                     "is not in the checkout)",
+                     f"simulated user (multi_turn): {OPUS}, not the benchmark's own (a hosted LLM; "
+                     "config_user_agent.yaml is not in the checkout)"], named

@@ -105,6 +105,68 @@ def test_service_group_start_reset_stop_frees_ports():
     assert shift_url("http://localhost:9190/a", 5) == "http://localhost:9195/a"
 
 
+NOTES_SPEC = dict(name="notes", command="python mock_services/fixture_notes/server.py", port=9190,
+                  health_check="http://localhost:9190/notes/list", reset_endpoint="http://localhost:9190/notes/reset",
+                  env={"NOTES_FIXTURES": "tasks/fixture_T01_notes/fixtures/notes.json"})
+
+
+def test_groups_started_at_once_from_threads_that_end_keep_distinct_live_services():
+    """Trials start their services concurrently in worker threads: each group gets its own ports
+    (claimed before any has bound them) and the services outlive the thread that started them
+    (PR_SET_PDEATHSIG follows the forking thread). Before: both groups took offset 0, one service
+    died on its bind, the other was killed when its thread ended ("reset failed: Connection refused")."""
+    import threading
+
+    groups, errors = [], []
+
+    def enter():
+        try:
+            groups.append(ServiceGroup([ServiceSpec(**NOTES_SPEC)], CHECKOUT).__enter__())
+        except Exception as exc:  # pragma: no cover - the assertion below names it
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=enter) for _ in range(3)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert errors == [] and len(groups) == 3
+        assert len({g.offset for g in groups}) == 3
+        for group in groups:
+            assert group.processes["notes"].poll() is None and group.reset() == {}
+    finally:
+        for group in groups:
+            group.stop()
+
+
+def test_a_health_check_answered_by_another_process_is_not_the_service_up():
+    """A listener of another process on the service's port answers the health check while the
+    service itself fails to bind: the group must not count that as started."""
+    import http.server
+    import threading
+
+    class Answer(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    squatter = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=squatter.serve_forever, daemon=True).start()
+    try:
+        offset = squatter.server_address[1] - 9190
+        with pytest.raises(ServiceStartError, match="another process listened on its port"):
+            ServiceGroup([ServiceSpec(**NOTES_SPEC)], CHECKOUT, offset=offset).__enter__()
+    finally:
+        squatter.shutdown()
+        squatter.server_close()
+    assert _my_services() == []
+
+
 def test_a_service_that_dies_leaves_nothing_behind(adapter):
     task = _task(adapter, "fixture_T03_broken_service")
     env = adapter.open(task)

@@ -7,11 +7,15 @@ from __future__ import annotations
 import base64
 import json
 import os
+from pathlib import Path
 
 import pytest
 
 from evaluators.claw_eval.browser import browsers_dir_for, playwright_setup
 from unified.types import ToolCall
+from _requires import needs_bwrap
+
+CHECKOUT = Path(__file__).parent / "fixtures" / "claw_eval" / "fixture_checkout"
 
 RECORD = """from playwright.sync_api import sync_playwright
 import sys
@@ -84,3 +88,68 @@ def test_a_web_page_task_gets_its_screenshots_in_the_sandbox(tmp_path):
     png = base64.b64decode(snap["file:/workspace/frames/frame_000.png"]["content"])
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     assert env.metadata["browser"] == setup.browser and env.metadata["address_space_limit"]
+
+
+FAKE_PLAYWRIGHT = {"__init__.py": "", "sync_api.py": "def sync_playwright():\n    raise RuntimeError('fixture')\n",
+                   "driver/package/browsers.json": json.dumps({"browsers": [{"name": "chromium", "revision": "1"}]})}
+
+
+@needs_bwrap
+def test_playwright_importable_on_the_host_only_is_a_skip_with_the_fix(tmp_path, monkeypatch):
+    """A host whose python3 imports playwright through PYTHONPATH, with Playwright's own Chromium in
+    ~/.cache: the sandbox sees neither that path nor the host's environment, so the check there
+    fails and the web-page tasks are skipped with the fix (they ran and scored 0.2 before)."""
+    for rel, text in FAKE_PLAYWRIGHT.items():
+        (tmp_path / "site" / "playwright" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "site" / "playwright" / rel).write_text(text)
+    (tmp_path / "home" / ".cache" / "ms-playwright" / "chromium-1").mkdir(parents=True)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("PLAYWRIGHT_BROWSERS_PATH", raising=False)
+    playwright_setup.cache_clear()
+    try:
+        setup = playwright_setup()
+    finally:
+        playwright_setup.cache_clear()
+    assert not setup.ok
+    assert "the sandbox's does not" in setup.missing and "pip install" in setup.missing
+
+
+@needs_bwrap
+def test_playwrights_own_browser_folder_is_visible_inside_the_sandbox(tmp_path):
+    from evaluators.claw_eval.browser import PlaywrightSetup, check_in_sandbox
+
+    own = tmp_path / "ms-playwright"
+    (own / "chromium-1234" / "chrome-linux").mkdir(parents=True)
+    (own / "chromium-1234" / "chrome-linux" / "chrome").write_text("#!/bin/sh\n")
+    setup = PlaywrightSetup(browser="playwright's own chromium", browsers_dir=own)
+    probe = ("import os\nroot = os.environ['PLAYWRIGHT_BROWSERS_PATH']\n"
+             "print('BROWSER-OK' if os.path.isfile(root + '/chromium-1234/chrome-linux/chrome') else 'absent: ' + root)\n")
+    assert check_in_sandbox(setup, probe, memory_mb=512, timeout_s=60) == ""
+    assert check_in_sandbox(PlaywrightSetup(browser="x"), probe, memory_mb=512, timeout_s=60).startswith("exit 1:")
+
+
+@needs_bwrap
+def test_a_failed_snapshot_command_is_an_error_not_a_score(tmp_path):
+    import shutil
+
+    from evaluators.claw_eval import ClawEvalAdapter
+    from unified.types import Episode, Message
+
+    checkout = tmp_path / "checkout"
+    shutil.copytree(CHECKOUT, checkout)
+    yaml = checkout / "tasks" / "fixture_T01_notes" / "task.yaml"
+    yaml.write_text(yaml.read_text().replace('"wc -c < /workspace/fixtures/notes.json"',
+                                             '"python -c \'import no_such_module\'"'))
+    adapter = ClawEvalAdapter(root=str(checkout), judge="openai:http://127.0.0.1:9/v1#never-asked")
+    task = next(t for t in adapter.tasks() if t.id == "fixture_T01_notes")
+    try:
+        with adapter.open(task) as env:
+            episode = Episode(benchmark="claw_eval", task_id=task.id,
+                              messages=[Message("user", env.first_user_message), Message("assistant", "2")])
+            result = adapter.score(task, episode, env)
+    finally:
+        adapter.stop_services()
+    assert result.error.startswith("snapshot command failed: python -c 'import no_such_module' (exit 1:")
+    assert "No module named" in result.error and result.score == 0.0
+    assert result.details["snapshot_failed"][0]["command"] == "python -c 'import no_such_module'"

@@ -3,10 +3,8 @@ programs the official image has, the judge's retry rule, Avg@k by the run's tria
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -15,6 +13,7 @@ from evaluators.claw_eval import ClawEvalAdapter
 from evaluators.claw_eval.tasks import ClawTask, fixture_source, missing_programs, skip_reason
 from unified.benchmarks.contract import RunContext
 from unified.types import Episode, EpisodeResult, Message, ToolCall
+from _fake_chat import FakeChat
 from _requires import needs_bwrap
 
 CHECKOUT = Path(__file__).parent / "fixtures" / "claw_eval" / "fixture_checkout"
@@ -24,42 +23,14 @@ def _task(adapter, task_id):
     return next(t for t in adapter.tasks() if t.id == task_id)
 
 
-class _Judge(BaseHTTPRequestHandler):
-    """An OpenAI-compatible chat endpoint that answers ``answers`` in turn (the last one repeats)."""
-
-    answers: list[str] = []
-    asked: list[dict] = []
-
-    def do_POST(self):  # noqa: N802
-        n = len(self.asked)
-        self.asked.append(json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0)))))
-        text = self.answers[min(n, len(self.answers) - 1)]
-        body = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "judge",
-                           "choices": [{"index": 0, "finish_reason": "stop",
-                                        "message": {"role": "assistant", "content": text}}],
-                           "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
 def judge_server():
-    def start(answers):
-        handler = type("Judge", (_Judge,), {"answers": answers, "asked": []})
-        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return f"openai:http://127.0.0.1:{server.server_address[1]}/v1#judge", handler
-    servers = []
-    yield start
-    for server in servers:
-        server.shutdown()
+    """Start a loopback judge answering ``answers`` in turn (the last one repeats): (spec, server)."""
+    with contextlib.ExitStack() as stack:
+        def start(answers):
+            chat = stack.enter_context(FakeChat(lambda request, n: answers[min(n, len(answers) - 1)], model="judge"))
+            return chat.spec(), chat
+        yield start
 
 
 def _score_c01(spec):
@@ -119,6 +90,17 @@ def test_fixture_paths_into_another_tasks_folder_resolve_from_the_checkout_root(
     assert skip_reason(task, env={}) is None
     missing = _fixture_task(sandbox_files=["tasks/nowhere/x.json"])
     assert "fixture file(s) not in the checkout" in skip_reason(missing, env={})
+
+
+def test_a_missing_text_fixture_is_described_as_what_it_is():
+    """T091 lacks its blog post (fixtures/docs/ai_blog.txt) in the GitHub checkout: the skip names a
+    text file, not a large media file, and where the complete fixtures are."""
+    task = _fixture_task(sandbox_files=["fixtures/docs/ai_blog.txt"])
+    reason = skip_reason(task, env={})
+    assert reason.startswith("1 fixture file(s) not in the checkout (1 text file), e.g. fixtures/docs/ai_blog.txt")
+    assert "media" not in reason and "Hugging Face dataset claw-eval/Claw-Eval (data/fixtures.tar.gz)" in reason
+    videos = skip_reason(_fixture_task(sandbox_files=["fixtures/a.mp4", "fixtures/b.mp4", "fixtures/c.txt"]), env={})
+    assert videos.startswith("3 fixture file(s) not in the checkout (2 video files, 1 text file)")
 
 
 def test_a_task_needing_a_missing_program_is_a_skip_naming_it(tmp_path):
@@ -182,7 +164,8 @@ def test_system_prompt_tool_specs_and_simulated_user_are_the_checkouts(judge_ser
 
 def test_a_task_with_prompt_attachments_is_a_skip_not_a_silent_low_score():
     task = _fixture_task(attachments=["fixtures/notes.json"])
-    assert skip_reason(task, env={}).startswith("prompt attachments (fixtures/notes.json) must reach the model as media")
+    assert skip_reason(task, env={}).startswith(
+        "prompt attachments (fixtures/notes.json) must reach the model as text blocks of the first message")
 
 
 def test_a_program_used_by_a_script_the_snapshot_commands_run_is_found(tmp_path):

@@ -184,3 +184,51 @@ def test_judge_on_a_local_server(tmp_path):
     assert judged["parsed"] in (True, False)  # a random tiny judge rarely answers in JSON: then it counts 0
     expected = 0.4 * 1.0 + 0.6 * judged["total"]
     assert result.details["automated_score"] == 1.0 and result.score == pytest.approx(expected)
+
+
+def _qcb_result(task_id, trial, score=1.0, **kw):
+    from unified.types import EpisodeResult
+
+    return EpisodeResult(benchmark="qwenclawbench", task_id=task_id, trial=trial, score=score,
+                         details={"category": "c"}, **kw)
+
+
+def test_fewer_rollouts_than_the_protocols_three_are_said_in_summary_md_and_compare(adapter, tmp_path):
+    """``--runs 1`` (the paper's figures are means over 3 rollouts), and a 3-rollout run where a
+    task's rollouts errored or are missing: the metric, ``not_comparable_because``, summary.md and
+    ``--compare`` say how many rollouts the number rests on."""
+    from unified.benchmarks.contract import RunContext
+    from unified.eval.records import fill_facts
+    from unified.eval.report import benchmark_entry, build_summary, compare, render_markdown, write_summary
+
+    tasks = [t for t in adapter.tasks() if t.skip_reason is None][:2]
+    a, b = (t.id for t in tasks)
+    one = [_qcb_result(a, 0), _qcb_result(b, 0, 0.5)]
+    agg1 = adapter.aggregate(one, run=RunContext(runs=1))
+    assert agg1["metric"] == "mean score over tasks of the mean over 1 rollout (%), protocol 3 rollouts"
+    assert agg1["rollouts"] == 1 and agg1["rollouts_protocol"] == 3 and agg1["tasks_with_fewer_scored_rollouts"] == 0
+    assert "rollouts: 1 per task, fewer than the protocol's 3 (the paper's figures are means over 3)" in (
+        agg1["not_comparable_because"])
+    three = [_qcb_result(a, 0), _qcb_result(a, 1), _qcb_result(a, 2, 0.0, error="sandbox crashed"),
+             _qcb_result(b, 0), _qcb_result(b, 1), _qcb_result(b, 2)]
+    agg3 = adapter.aggregate(three, run=RunContext(runs=3))
+    assert agg3["metric"] == "mean score over tasks of the mean over 3 rollouts (%)"
+    assert agg3["tasks_with_fewer_scored_rollouts"] == 1
+    assert any(r.startswith("1 of 2 tasks have fewer than 3 rollouts that scored") for r in
+               agg3["not_comparable_because"])
+    assert not any(r.startswith("rollouts:") for r in agg3["not_comparable_because"])
+
+    for name, rows, runs, agg in (("one", one, 1, agg1), ("three", three, 3, agg3)):
+        entry = fill_facts("qwenclawbench", benchmark_entry(tasks=tasks, results=rows, runs=runs, runs_protocol=3,
+                                                            aggregate=agg))
+        summary = build_summary(model="m", prompting="act", benchmarks={"qwenclawbench": entry})
+        write_summary(tmp_path / name, summary)
+    md = render_markdown(build_summary(model="m", prompting="act", benchmarks={"qwenclawbench": fill_facts(
+        "qwenclawbench", benchmark_entry(tasks=tasks, results=one, runs=1, runs_protocol=3, aggregate=agg1))}))
+    assert "| mean score over tasks of the mean over 1 rollout (%), protocol 3 rollouts |" in md
+    assert "rollouts: 1 per task, fewer than the protocol's 3" in md
+    table = compare(tmp_path / "one", tmp_path / "three")
+    row = next(line for line in table.splitlines() if "| qwenclawbench |" in line)
+    assert "1 of the protocol's 3 trials" in row and row.count("of the protocol's") == 1
+    assert "rollouts: 1 per task, fewer than the protocol's 3" in table
+    assert "1 of 2 tasks have fewer than 3 rollouts that scored" in table

@@ -104,6 +104,28 @@ def test_broken_rows_and_missing_search_backend_are_reported(tmp_path, monkeypat
     assert all("no search backend" in t.skip_reason for t in tasks)
 
 
+def test_a_gold_check_with_judge_none_needs_no_search_backend(tmp_path, monkeypatch):
+    """``--model gold`` replays the gold tables and makes no search call: on data without a corpus
+    and without a search key it runs (search backend ``none``, said in the aggregate) and scores 100;
+    a model run on the same data is still skipped naming what to set."""
+    from unified.eval.config import EvalConfig
+    from unified.eval.runner import run_eval
+
+    for key in ("BingSearch_APIKEY", "WIDESEARCH_SEARCH"):
+        monkeypatch.delenv(key, raising=False)
+    data = tmp_path / "ws"
+    data.mkdir()
+    (data / "widesearch.jsonl").write_text((FIXTURES / "fixture_widesearch.jsonl").read_text())
+    (data / "widesearch_gold").symlink_to(FIXTURES / "fixture_widesearch_gold")
+    summary = run_eval(EvalConfig(benchmarks=["widesearch"], model="gold", out=str(tmp_path / "run"),
+                                  benchmark_config={"widesearch": {"data": str(data), "judge": "none"}}))
+    entry = summary.benchmarks["widesearch"]
+    assert entry.status == "ok" and entry.tasks_skipped == 0 and entry.score() == 100.0
+    assert entry.aggregate["search_backends"] == ["none"]
+    assert any(r.startswith("no search backend (a replay") for r in entry.not_comparable_because)
+    assert all("no search backend" in t.skip_reason for t in WideSearchAdapter(data=str(data), judge="none").tasks())
+
+
 @pytest.mark.slow
 def test_simulated_search_is_a_world_model_on_a_real_server_and_says_so(tiny_checkpoint):
     adapter = WideSearchAdapter(data=str(FIXTURES), search="simulated", search_model=str(tiny_checkpoint), judge="none")

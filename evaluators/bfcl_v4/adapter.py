@@ -31,7 +31,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from evaluators.bfcl_v4 import data, scoring
+from evaluators.bfcl_v4 import data, gold, scoring
 from evaluators.bfcl_v4.environment import BFCLEnvironment
 from evaluators.bfcl_v4.isolation import import_bfcl
 from unified.benchmarks.contract import Adapter, PaperReference, RunContext, Task
@@ -155,7 +155,8 @@ class BFCLAdapter(Adapter):
     # ----------------------------------------------------------------------------------
     def gold_turns(self, task: Task) -> list[list[ToolCall]]:
         """The ground truth as calls: multi-turn call strings (positional arguments bound by the
-        backend method's signature), single-turn possible answers (first allowed value)."""
+        backend method's signature), single-turn possible answers (first allowed value; for Java,
+        written as the Java source text bfcl's checker reads back: :mod:`evaluators.bfcl_v4.gold`)."""
         truth = task.payload.get("ground_truth")
         category = task.payload["category"]
         utils = import_bfcl("bfcl_eval.utils")
@@ -169,10 +170,13 @@ class BFCLAdapter(Adapter):
             return [[_call_from_string(s, signatures, i) for i, s in enumerate(turn)] for turn in truth]
         if utils.is_agentic(category):
             return [[]]
+        docs = {f.get("name"): f for f in task.payload.get("checker_function") or []}
         calls = []
         for i, item in enumerate(truth):
             (name, params), = item.items()
             args = {k: v for k, v in ((k, _pick(o)) for k, o in params.items()) if v is not None}
+            if utils.is_java(category) and name in docs:  # typed values as Java source text (gold.py)
+                args = gold.java_arguments(docs[name], args)
             calls.append(ToolCall(name=name, arguments=args, id=f"call_{i}"))
         return [calls]
 
@@ -184,11 +188,13 @@ class BFCLAdapter(Adapter):
 
 
 def _pick(options: Any) -> Any:
-    """First allowed value of a possible-answer option list ("" = may be omitted); nested dicts
-    hold option lists themselves."""
+    """First allowed value of a possible-answer option list ("" = may be omitted); nested dicts,
+    alone or in a list, hold option lists themselves."""
     chosen = next((o for o in options if o != ""), None) if isinstance(options, list) else options
     if isinstance(chosen, dict):
         return {k: v for k, v in ((k, _pick(o)) for k, o in chosen.items()) if v is not None}
+    if isinstance(chosen, list) and chosen and all(isinstance(item, dict) for item in chosen):
+        return [_pick(item) for item in chosen]  # a list of dicts: each dict's values are option lists too
     return chosen
 
 

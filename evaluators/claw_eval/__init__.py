@@ -7,19 +7,24 @@ Not on PyPI: point the adapter at a checkout with ``$CLAW_EVAL_ROOT`` or
 ``splits``            general, multimodal, multi_turn (comma-separated; default all); ``tasks(split=)`` too
 ``categories``        restrict to these task categories (comma-separated)
 ``judge``             the graders' LLM judge: ``openai:URL#MODEL`` or a local checkpoint served on
-                      loopback (default ``$CLAW_EVAL_JUDGE``, else ``embedded``; the benchmark used
-                      gemini-3-flash / claude-opus-4.6: say which judge ran when reporting)
+                      loopback (default ``$CLAW_EVAL_JUDGE``, else ``embedded``; the checkout's own
+                      differ per split, read from its configs: the aggregate's ``grading_models``
+                      names each one that is not, per split; :func:`official.grading_models`)
 ``user_model``        the simulated user of multi-turn tasks (same forms; default: the judge)
 ``judge_max_tokens``  cap on the judge's answer length (default: none, the checkout's own 8192;
                       a cap makes the result not comparable); ``user_max_tokens`` (256)
 ``sandbox_tools``     offer Bash/Read/Write/Edit/Glob/Grep on a sandboxed workspace (default true,
                       as the benchmark's ``--sandbox`` runs do)
 ``grader_timeout_s``, ``exec_timeout_s``, ``memory_mb``, ``browser_memory_mb``  limits
+``memory_budget_mb``  what the sandboxes in flight may reserve together (default 75% of MemTotal):
+                      a trial waits until its sandbox's limit fits (:mod:`evaluators.claw_eval.memory`)
 
 Tasks needing live web search (``web_real``) are skipped unless ``$SERP_DEV_KEY`` is set;
 tasks whose fixtures are missing from the checkout are skipped with the file named, and so are
 tasks that use a program this machine lacks (ffmpeg, poppler, or Playwright for the web-page tasks
 graded from screenshots that their snapshot commands' recording script takes). The
+snapshot commands of a trial must succeed: one that fails (exit code, timeout) makes the trial an
+error, "snapshot command failed", never a score the grader gave without its output. The
 services of a task stay up across its trials and are reset in between (trials running at the
 same time get separate services); they are stopped when another task opens, when an episode
 fails (crash, or a grader error), and at exit. Scoring: :mod:`evaluators.claw_eval.grading`.
@@ -34,24 +39,37 @@ from pathlib import Path
 from typing import Any
 
 from unified.config import bounded
-from unified.benchmarks.contract import Adapter, Environment, PaperReference, RunContext, Task
+from unified.benchmarks.contract import Adapter, BenchmarkUnavailable, Environment, PaperReference, RunContext, Task
 from unified.benchmarks.helpers import config_list, judge_reason, limit_runnable
 from unified.benchmarks.aggregate import scores_by_task
 from unified.types import Episode, EpisodeResult
 
+from evaluators.claw_eval import official
 from evaluators.claw_eval.environment import ClawEvalEnvironment
+from evaluators.claw_eval.memory import MemoryBudget, default_budget_mb
 from evaluators.claw_eval.grading import aggregate_trials, build_trace, is_pass, run_grader, task_score
 from evaluators.claw_eval.services import ServiceGroup, ServiceSpec
-from evaluators.claw_eval.tasks import SPLITS, ClawTask, load_tasks, resolve_checkout, skip_reason
+from evaluators.claw_eval.tasks import SPLITS, ClawTask, load_tasks, resolve_checkout, skip_reason, used_programs
 from unified.inference.endpoints import resolve_endpoint
 
 __all__ = ["ClawEvalAdapter"]
 
 OFFICIAL_JUDGE_MAX_TOKENS = 8192
 """``max_tokens`` of every request in the checkout's ``claw_eval/graders/llm_judge.py``."""
-OFFICIAL_JUDGES = ("google/gemini-3-flash-preview",)
 """The judge ``model_id`` of the checkout's ``config_general.yaml`` / ``config_multimodal.yaml``."""
 
+
+
+def failed_snapshot_commands(snapshot: dict[str, Any] | None) -> list[dict[str, str]]:
+    """The task's snapshot commands that failed (non-zero exit or timed out), each ``{command, why}``
+    with the end of its error output: a trial with one is an error, not a score."""
+    out = []
+    for key, value in (snapshot or {}).items():
+        if key.startswith("cmd:") and isinstance(value, dict) and value.get("exit_code") != 0:
+            tail = (value.get("stderr") or value.get("stdout") or "").strip().splitlines()
+            out.append({"command": key[4:], "why": f"exit {value.get('exit_code')}: "
+                                                   f"{tail[-1][:300] if tail else 'no output'}"})
+    return out
 
 
 class _TrialEnvironment(ClawEvalEnvironment):
@@ -64,6 +82,7 @@ class _TrialEnvironment(ClawEvalEnvironment):
         self.scored_ok = False
 
     def start(self) -> None:
+        self.reserve_memory()  # before the services: a trial waiting for memory holds none
         self.services = self._adapter._acquire_services(self.task)
         super().start()
 
@@ -108,6 +127,11 @@ class ClawEvalConfig:
     the sandbox's watchdog counts the shared-memory objects Chromium maps (dozens) at their mapped
     size, about 13 GiB for one page here, far above what it holds."""
 
+    memory_budget_mb: int | None = bounded(None, ge=1)
+    """What the sandboxes of the trials in flight may reserve together (their memory limits summed;
+    None: 75% of the host's MemTotal). A trial waits until its sandbox fits; a task whose sandbox
+    can never fit is skipped (:mod:`evaluators.claw_eval.memory`)."""
+
     def __post_init__(self) -> None:
         self.splits, self.categories = config_list(self.splits), config_list(self.categories)
 
@@ -128,6 +152,8 @@ class ClawEvalAdapter(Adapter):
         self.judge_spec = str(self.settings.judge or os.environ.get("CLAW_EVAL_JUDGE") or "embedded")
         """The judge that runs (the setting, else the environment's)."""
         self.user_spec = str(self.settings.user_model or os.environ.get("CLAW_EVAL_USER_MODEL") or self.judge_spec)
+        self.memory_budget = MemoryBudget(self.settings.memory_budget_mb or default_budget_mb())
+        """Shared by this adapter's trials: their sandboxes' memory limits in flight, summed."""
         self._idle: dict[str, list[ServiceGroup]] = {}
         self._lock = threading.Lock()
 
@@ -148,10 +174,22 @@ class ClawEvalAdapter(Adapter):
             if (splits and ct.split not in splits) or (cats and ct.category.lower() not in cats):
                 continue
             out.append(Task(id=ct.id, benchmark=self.name, split=ct.split, group=ct.category, payload=asdict(ct),
-                            skip_reason=skip_reason(ct)))
+                            skip_reason=self._memory_skip(ct) or skip_reason(ct)))
         if not splits and not cats:
             out += [Task(id=d, benchmark=self.name, split="unreadable", skip_reason=e) for d, e in broken]
         return limit_runnable(out, limit)
+
+    def _memory_skip(self, ct: ClawTask) -> str | None:
+        """Why ``ct``'s sandbox can never fit the run's memory budget (None when it can)."""
+        if not self.settings.sandbox_tools:
+            return None
+        browser = "playwright" in used_programs(ct)
+        need = max(self.settings.memory_mb, self.settings.browser_memory_mb) if browser else self.settings.memory_mb
+        if self.memory_budget.fits(need):
+            return None
+        what = "browser_memory_mb" if browser else "memory_mb"
+        return (f"memory budget: its sandbox needs {what}={need} MiB, more than the run's memory budget of "
+                f"{self.memory_budget.total_mb} MiB (set benchmarks.claw_eval.memory_budget_mb, or lower {what})")
 
     def open(self, task: Task, *, run: RunContext = RunContext()) -> Environment:
         ct = ClawTask(**task.payload)
@@ -159,7 +197,8 @@ class ClawEvalAdapter(Adapter):
         if (ct.user_agent or {}).get("enabled"):
             user = resolve_endpoint(self.user_spec)
         env = _TrialEnvironment(self, ct, user_endpoint=user, sandbox_tools=self.settings.sandbox_tools,
-                                exec_timeout_s=self.settings.exec_timeout_s, memory_mb=self.settings.memory_mb)
+                                exec_timeout_s=self.settings.exec_timeout_s, memory_mb=self.settings.memory_mb,
+                                memory_budget=self.memory_budget)
         env.browser_memory_mb = self.settings.browser_memory_mb
         env.user_max_tokens = self.settings.user_max_tokens
         return env
@@ -211,7 +250,14 @@ class ClawEvalAdapter(Adapter):
                                    "address_space_limit": env.metadata.get("address_space_limit"),
                                    "prompts": env.metadata.get("prompts"),
                                    "docker": "not used (local bubblewrap sandbox ran)", "judge": self.judge_spec,
+                                   "user_model": self.user_spec if env.multi_turn else None,
                                    "n_dispatches": len(env.dispatches), "user_rounds": env.user_rounds}
+        failed = failed_snapshot_commands(snapshot)
+        if failed:  # the grader would score the trial without what the command makes (a page's screenshots: 0.2)
+            details["snapshot_failed"] = failed
+            return EpisodeResult(benchmark=self.name, task_id=task.id, trial=episode.trial, score=0.0, passed=False,
+                                 details=details, error=f"snapshot command failed: {failed[0]['command'][:200]} "
+                                                        f"({failed[0]['why']}); not graded")
         if getattr(env, "snapshot_refused", None):  # files the grader's snapshot left unread (size budget)
             details["snapshot_refused"] = {"files": list(env.snapshot_refused), "budget_mb": env.snapshot_mb}
         try:
@@ -236,6 +282,32 @@ class ClawEvalAdapter(Adapter):
             env.scored_ok = True
         return EpisodeResult(benchmark=self.name, task_id=task.id, trial=episode.trial, score=score,
                              passed=is_pass(score), details=details)
+
+    def _grading_models(self, scored: list[EpisodeResult]) -> tuple[dict[str, Any], list[str]]:
+        """Per split that has scored episodes: the judge (and, where a simulated user ran, the user)
+        beside the ones the checkout's config of that split names, and a ``not_comparable_because``
+        line for each that is not the checkout's own."""
+        try:
+            checkout: Path | None = resolve_checkout(self.settings.root)
+        except BenchmarkUnavailable:
+            checkout = None
+        models: dict[str, Any] = {}
+        reasons: list[str] = []
+        for split in sorted({str(r.details.get("split")) for r in scored if r.details.get("split")}):
+            own = official.grading_models(checkout, split) if checkout else official.GradingModels(
+                split, official.SPLIT_CONFIGS.get(split, "?"), None, None, False)
+            where = own.config if own.found else f"{own.config} is not in the checkout"
+            rows = [r for r in scored if r.details.get("split") == split]
+            entry = {"config": where, "judge": self.judge_spec, "official_judge": own.judge}
+            roles = [("judge", self.judge_spec, own.judge)]
+            if any(r.details.get("user_model") or r.details.get("user_rounds") for r in rows):
+                entry.update({"user": self.user_spec, "official_user": own.user})
+                roles.append(("simulated user", self.user_spec, own.user))
+            for role, spec, theirs in roles:
+                if reason := judge_reason(spec, [theirs] if theirs else [], role=f"{role} ({split})"):
+                    reasons.append(reason if theirs else f"{reason[:-1]}; {where})")
+            models[split] = entry
+        return models, reasons
 
     def aggregate(self, results: list[EpisodeResult], *, run: RunContext = RunContext()) -> dict[str, Any]:
         """Avg@k / pass^k / pass@k with k the trials the run asked for (``run.runs``; outside a run
@@ -271,15 +343,26 @@ class ClawEvalAdapter(Adapter):
         if browsers:
             reasons.append(f"web pages rendered by {', '.join(browsers)} through Playwright, not Playwright's own "
                            "Chromium build of the official image")
+        stats = [r.details.get("judge_stats") or {} for r in scored]
+        neutralised = {"episodes": sum(1 for s in stats if s.get("data_neutralised")),
+                       "requests": sum(int(s.get("data_neutralised") or 0) for s in stats),
+                       "of_requests": sum(int(s.get("judge_calls") or 0) for s in stats)}
+        if neutralised["requests"]:
+            reasons.append(f"judge requests: in {neutralised['requests']} of {neutralised['of_requests']} the agent's "
+                           "text (conversation, actions) had its score markers neutralised (braces, quoted \"score\", "
+                           "headings) before the checkout's judge built its prompt; the official wording kept, "
+                           "those bytes differ")
         if trials < self.runs_default:
             reasons.append(f"fewer trials than the protocol's {self.runs_default}: Avg@{trials}")
         if self.settings.judge_max_tokens:
             reasons.append(f"judge max_tokens capped at {self.settings.judge_max_tokens} "
                            f"(official {OFFICIAL_JUDGE_MAX_TOKENS})")
-        if judged := judge_reason(self.judge_spec, OFFICIAL_JUDGES):
-            reasons.append(judged)
+        models, named = self._grading_models(scored)
+        reasons += named
         out.update({"trials": trials, "trials_protocol": self.runs_default, "n_errors": sum(1 for r in scored if r.error),
                     "skipped": skipped, "n_skipped": sum(skipped.values()), "n_tasks_skipped": n_skipped_tasks,
+                    "judge_data_neutralised": neutralised, "memory_budget": self.memory_budget.report(),
+                    "grading_models": models,
                     "judge": self.judge_spec, "comparable": False, "not_comparable_because": reasons,
                     "sandbox": "bwrap (local bubblewrap sandbox; Docker with the official image not used)"})
         return out

@@ -12,6 +12,14 @@ names to ``/usr/bin/chromium``, bound read-only into the sandbox with that varia
 tasks' own scripts run unchanged. The result says which browser rendered the pages (a Chromium
 of another version than the official image's), and the aggregate names it as a difference.
 
+Playwright's own Chromium (``playwright install chromium``) lives on the host under
+``$PLAYWRIGHT_BROWSERS_PATH`` or ``~/.cache/ms-playwright``, which the sandbox does not see (its
+``$HOME`` is the workspace); that folder is bound read-only at the same mount. Whether it all works
+is checked *inside a sandbox set up as a trial's* (the sandbox's own ``python3`` and environment,
+a page rendered): a host where ``python3`` imports playwright only through a user site or
+``PYTHONPATH`` passes a host check but not this one, and its web-page tasks are skipped with the fix
+instead of running and scoring 0.2 with no screenshots.
+
 What is needed, and how to provide it (the skip reason says the same when one is missing):
 ``/usr/bin/python3 -m pip install playwright`` (``--break-system-packages`` on Debian 12 and
 later: the sandbox runs the system ``python3``), then ``playwright install chromium`` where its
@@ -22,10 +30,13 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+from unified.execution import LocalBackend, WorkspaceSpec
 
 PYTHON3 = "/usr/bin/python3"
 BROWSERS_MOUNT = "/tmp/.unified-playwright-browsers"
@@ -83,19 +94,26 @@ def browsers_dir_for(package_dir: Path, chromium: str, cache: Path) -> Path:
     return out
 
 
-def _own_chromium() -> bool:
-    return any(Path.home().glob(".cache/ms-playwright/chromium*"))
+def own_browsers_dir() -> Path | None:
+    """The host's Playwright browser folder with a Chromium in it (``$PLAYWRIGHT_BROWSERS_PATH``, else
+    ``~/.cache/ms-playwright``), or None. The sandbox sees neither (its ``$HOME`` is the workspace
+    and the host's environment is not inherited): it is bound read-only at :data:`BROWSERS_MOUNT`."""
+    explicit = os.environ.get("PLAYWRIGHT_BROWSERS_PATH")
+    for folder in ([Path(explicit)] if explicit and explicit != "0" else []) + [Path.home() / ".cache" / "ms-playwright"]:
+        if any(folder.glob("chromium*")):
+            return folder.resolve()
+    return None
 
 
-@functools.lru_cache(maxsize=1)
-def playwright_setup() -> PlaywrightSetup:
-    """How (or why not) the web-page tasks' Playwright scripts can run here (module docstring)."""
+def _host_candidate() -> PlaywrightSetup:
+    """The browser the host offers (Playwright's own, else a distribution's Chromium), before the sandbox check."""
     package = playwright_package_dir()
     if package is None:
         return PlaywrightSetup(missing=f"the sandbox's python3 ({PYTHON3}) cannot import playwright: "
                                f"run `{INSTALL_PLAYWRIGHT}`, then {INSTALL_BROWSER}")
-    if _own_chromium():
-        return PlaywrightSetup(browser="playwright's own chromium")
+    own = own_browsers_dir()
+    if own is not None:
+        return PlaywrightSetup(browser="playwright's own chromium", browsers_dir=own)
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         return PlaywrightSetup(missing=f"playwright is installed but has no browser: {INSTALL_BROWSER}")
@@ -105,3 +123,71 @@ def playwright_setup() -> PlaywrightSetup:
     except (OSError, ValueError, KeyError, subprocess.TimeoutExpired) as exc:
         return PlaywrightSetup(missing=f"cannot point playwright at {chromium}: {exc}")
     return PlaywrightSetup(browser=f"Debian's {version or 'Chromium'} ({chromium})", browsers_dir=directory)
+
+
+def sandbox_spec(setup: PlaywrightSetup, spec: WorkspaceSpec) -> WorkspaceSpec:
+    """``spec`` showing ``setup``'s browser inside:
+    its folder bound read-only at :data:`BROWSERS_MOUNT`, ``PLAYWRIGHT_BROWSERS_PATH`` naming it,
+    no per-process address-space limit (Chromium reserves about a TiB; the sandbox-wide limit holds)."""
+    if setup.browsers_dir is not None:
+        spec.readonly_mounts.append((str(setup.browsers_dir), BROWSERS_MOUNT))
+        spec.env["PLAYWRIGHT_BROWSERS_PATH"] = BROWSERS_MOUNT
+    spec.per_process_address_space = False
+    return spec
+
+
+SANDBOX_CHECK = """import sys
+from playwright.sync_api import sync_playwright
+with sync_playwright() as p:
+    browser = p.chromium.launch(headless=True)
+    page = browser.new_page()
+    page.set_content("<p id=x>ok</p>")
+    print("BROWSER-OK", page.inner_text("#x"), browser.version)
+    browser.close()
+"""
+"""What the web-page tasks' scripts do, in miniature: import Playwright, launch its Chromium with
+no browser path, render a page."""
+
+
+def check_in_sandbox(setup: PlaywrightSetup, code: str = SANDBOX_CHECK, memory_mb: int = 16384,
+                     timeout_s: float = 120) -> str:
+    """Run ``code`` with the sandbox's ``python3`` in a sandbox set up as a web-page trial's is
+    (:func:`sandbox_spec`); ``""`` when it printed ``BROWSER-OK``, else what failed (one line)."""
+    spec = sandbox_spec(setup, WorkspaceSpec(name="claw-browser-check-", timeout_s=timeout_s, memory_mb=memory_mb,
+                                             commands={"python": PYTHON3}))
+    session = LocalBackend().workspace(spec)
+    try:
+        session.host_workspace.mkdir(parents=True, exist_ok=True)
+        (session.host_workspace / "check.py").write_text(code)
+        session.start()
+        result = session.exec([PYTHON3, "check.py"], timeout_s=timeout_s)
+    except Exception as exc:  # no sandbox here: the tasks cannot run either
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        session.close()
+    if result.exit_code == 0 and "BROWSER-OK" in result.stdout:
+        return ""
+    tail = (result.stderr or result.stdout or "").strip().splitlines()
+    why = "timed out" if result.timed_out else f"exit {result.exit_code}"
+    return f"{why}: {tail[-1][:300] if tail else 'no output'}"
+
+
+@functools.lru_cache(maxsize=1)
+def playwright_setup() -> PlaywrightSetup:
+    """How (or why not) the web-page tasks' Playwright scripts can run *inside the sandbox*: the
+    host's candidate browser (module docstring), then :func:`check_in_sandbox` with the sandbox's
+    own environment (its ``python3`` without the host's user site or ``PYTHONPATH``, the browser
+    folder bound in). A failed check is the skip reason, with the fix."""
+    candidate = _host_candidate()
+    if not candidate.ok:
+        return candidate
+    failed = check_in_sandbox(candidate)
+    if not failed:
+        return candidate
+    if "No module named" in failed and "playwright" in failed:
+        fix = (f"the host's {PYTHON3} imports playwright but the sandbox's does not (a user site or PYTHONPATH "
+               f"the sandbox does not see): run `{INSTALL_PLAYWRIGHT}` system-wide")
+    else:
+        fix = (f"playwright cannot launch {candidate.browser} inside the sandbox ({failed}): {INSTALL_BROWSER}, "
+               "or set PLAYWRIGHT_BROWSERS_PATH to a folder holding Playwright's Chromium")
+    return PlaywrightSetup(missing=fix[:600], browser=candidate.browser)

@@ -28,7 +28,8 @@ from unified.types import Episode, Message, Observation, ToolCall, ToolSpec
 
 from evaluators.claw_eval import official
 from evaluators.claw_eval.services import ServiceGroup, ServiceSpec
-from evaluators.claw_eval.browser import BROWSERS_MOUNT, playwright_setup
+from evaluators.claw_eval.browser import playwright_setup, sandbox_spec
+from evaluators.claw_eval.memory import MemoryBudget, Reservation
 from evaluators.claw_eval.tasks import ClawTask, fixture_source, used_programs
 
 WORKSPACE = "/workspace"
@@ -86,8 +87,11 @@ class ClawEvalEnvironment(Environment):
 
     def __init__(self, task: ClawTask, *, user_endpoint=None, sandbox_tools: bool = True,
                  exec_timeout_s: float = 120, memory_mb: int = 2048, http_timeout_s: float = 30,
-                 services: ServiceGroup | None = None) -> None:
+                 services: ServiceGroup | None = None, memory_budget: MemoryBudget | None = None) -> None:
         super().__init__()
+        self.memory_budget = memory_budget
+        """The run's budget the sandbox's memory limit is reserved from (:mod:`evaluators.claw_eval.memory`)."""
+        self._reservation: Reservation | None = None
         self.task = task
         self.user_endpoint = user_endpoint
         self.use_sandbox = sandbox_tools
@@ -130,7 +134,28 @@ class ClawEvalEnvironment(Environment):
 
     # -- lifecycle -----------------------------------------------------------------------
 
+    @property
+    def runs_browser(self) -> bool:
+        """Whether the trial's snapshot runs a browser (Playwright) in the sandbox."""
+        return self.use_sandbox and "playwright" in used_programs(self.task) and playwright_setup().ok
+
+    def sandbox_memory_mb(self) -> int:
+        """The sandbox's memory limit: ``browser_memory_mb`` when a browser runs, else ``memory_mb``."""
+        return max(self.memory_mb, self.browser_memory_mb) if self.runs_browser else self.memory_mb
+
+    def reserve_memory(self) -> None:
+        """Wait until the sandbox's memory limit fits the run's budget beside the trials in flight,
+        then hold it until :meth:`stop` (once; nothing without a sandbox or a budget)."""
+        if not self.use_sandbox or self._reservation is not None:
+            return
+        need = self.metadata["memory_mb"] = self.sandbox_memory_mb()
+        if self.memory_budget is not None:
+            self._reservation = self.memory_budget.reserve(need, browser=self.runs_browser)
+            self.metadata["memory_budget"] = {"reserved_mb": need, "budget_mb": self.memory_budget.total_mb,
+                                              "waited_s": self._reservation.waited_s}
+
     def start(self) -> None:
+        self.reserve_memory()
         if self.services is None:
             specs = [ServiceSpec.from_dict(s, f"{self.task.dir}/task.yaml") for s in self.task.services]
             self.services = ServiceGroup(specs, Path(self.task.checkout)).__enter__()
@@ -143,16 +168,13 @@ class ClawEvalEnvironment(Environment):
             # the official image (python:3.11-slim) has `python`
             spec = WorkspaceSpec(name=f"claw-{self.task.id[:40]}-", timeout_s=self.exec_timeout_s,
                                  memory_mb=self.memory_mb, mount_point=WORKSPACE, commands=dict(COMMANDS))
-            if "playwright" in used_programs(self.task) and playwright_setup().ok:
+            if self.runs_browser:  # the browser folder bound in, no per-process RLIMIT_AS (browser.sandbox_spec)
                 setup = playwright_setup()
                 self.metadata["browser"] = setup.browser
-                if setup.browsers_dir is not None:  # Debian's chromium under the names Playwright looks for
-                    spec.readonly_mounts.append((str(setup.browsers_dir), BROWSERS_MOUNT))
-                    spec.env["PLAYWRIGHT_BROWSERS_PATH"] = BROWSERS_MOUNT
-                # Chromium reserves ~1 TiB of address space: no per-process RLIMIT_AS, the sandbox-wide limit holds
+                sandbox_spec(setup, spec)
                 self.metadata["address_space_limit"] = "none per process (a browser runs); sandbox-wide memory limit kept"
-                self.metadata["memory_mb"] = spec.memory_mb = max(self.memory_mb, self.browser_memory_mb)
-                spec.per_process_address_space = False
+                spec.memory_mb = self.sandbox_memory_mb()
+            self.reserve_memory()
             self._ws = LocalBackend().workspace(spec)
             self.workspace = self._ws.host_workspace
             self.workspace.mkdir()
@@ -169,8 +191,13 @@ class ClawEvalEnvironment(Environment):
 
     def stop(self) -> None:
         ws, self._ws = self._ws, None
-        if ws is not None:
-            ws.close()
+        try:
+            if ws is not None:
+                ws.close()
+        finally:
+            held, self._reservation = self._reservation, None
+            if held is not None:
+                self.memory_budget.release(held)
         if self._own_services and self.services is not None:
             self.services.stop()
             self.services = None

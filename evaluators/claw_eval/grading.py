@@ -23,6 +23,11 @@ and retry rule: an answer it cannot parse is asked again (up to 30 retries, back
 A memo answers a repeated temperature-0 request only when the judge parsed the stored answer,
 so retries get fresh answers. A judge that never gives a parseable answer leaves the grader
 without a result: a grader error, recorded as the trial's error.
+
+The agent's text reaches the judge as data: the arguments of the checkout's judge methods that
+carry it have their score markers neutralised before the official prompt is built
+(:mod:`evaluators.claw_eval.judge_data`; the official wording is kept, the bytes of the agent's
+part differ, and ``judge_stats["data_neutralised"]`` counts the requests where they did).
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ from unified.execution.grader import JUDGE_SOCKET
 from unified.types import Episode
 
 PASS_THRESHOLD = 0.75
+_JUDGE_DATA = Path(__file__).with_name("judge_data.py")
+"""Put in the grader's sandbox; wraps the checkout's judge (:mod:`evaluators.claw_eval.judge_data`)."""
 _MARK = "@@UNIFIED_CLAW_GRADE@@"
 
 
@@ -182,6 +189,11 @@ if args.get("judge_relay"):
         memo[key] = (out, len(judge._call_log))
         return out
     judge.client.chat.completions.create = capped
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("unified_judge_data", "/grader/judge_data.py")
+    judge_data = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(judge_data)
+    judge_data.wrap_judge(judge, stats)   # the agent's text is data: its score markers neutralised
 env_snapshot = None
 if os.path.exists("/grader/env_snapshot.json"):
     env_snapshot = json.load(open("/grader/env_snapshot.json"))
@@ -213,7 +225,7 @@ def run_grader(*, checkout: Path, task_dir: Path, trace: list[dict[str, Any]], e
             "tasks_dir": str(checkout / "tasks"), "judge_max_tokens": judge_max_tokens}
     if judge_config is not None:
         args.update(judge_relay=JUDGE_SOCKET, judge_model=judge_config.model)
-    files = {"args.json": json.dumps(args), "run.py": _RUNNER,
+    files = {"args.json": json.dumps(args), "run.py": _RUNNER, "judge_data.py": _JUDGE_DATA.read_text(),
              "trace.jsonl": "\n".join(json.dumps(e, ensure_ascii=False, default=str) for e in trace) + "\n"}
     if env_snapshot is not None:
         files["env_snapshot.json"] = json.dumps(env_snapshot, ensure_ascii=False)

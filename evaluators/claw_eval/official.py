@@ -14,6 +14,13 @@ OpenAI SDK; it stays out of our process) imports from ``<checkout>/src``:
 ``claw_eval.runner`` is entered as a bare package so that its ``__init__`` (the whole agent loop and
 its dependencies) is not imported. When any of this fails (a checkout without these modules),
 the caller falls back to its own prompts and records why.
+
+Which judge and simulated user the benchmark's own runs use differs per split: the checkout keeps
+one run config per kind of task (``config_general.yaml``, ``config_multimodal.yaml``,
+``config_user_agent.yaml`` for multi-turn; at 9365e1a gemini-3-flash-preview grades general and
+multimodal, claude-opus-4.6 grades multi-turn and plays its user). :func:`grading_models` reads the
+``judge`` and ``user_agent_model`` of a split's config at run time, so the aggregate names every
+judge and user that is not the checkout's own, per split.
 """
 
 from __future__ import annotations
@@ -21,9 +28,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 _PRELUDE = r'''
 import json, sys, types, os
@@ -88,3 +98,37 @@ def user_reply(checkout: str | Path, *, persona: str, messages: list[dict[str, s
     conversation so far (``[{"role", "content"}]``, user and assistant text)."""
     return _run(_USER, {"checkout": str(Path(checkout).resolve()), "persona": persona, "messages": messages,
                         "base_url": base_url, "model": model, "api_key": api_key}, timeout_s=timeout_s)["reply"]
+
+
+SPLIT_CONFIGS = {"general": "config_general.yaml", "multimodal": "config_multimodal.yaml",
+                 "multi_turn": "config_user_agent.yaml"}
+"""The checkout's run config of each split (its README: one config per kind of task; the
+``judge:`` section grades, ``user_agent_model:`` plays the user of multi-turn tasks)."""
+
+
+@dataclass(frozen=True)
+class GradingModels:
+    """The models the checkout's config of one split names (None: the config does not name one)."""
+
+    split: str
+    config: str
+    judge: str | None
+    user: str | None
+    found: bool
+
+
+def grading_models(checkout: str | Path, split: str) -> GradingModels:
+    """The judge and simulated user of ``split`` as the checkout's own config names them
+    (:data:`SPLIT_CONFIGS`, read at run time; ``found`` False when the file is missing or unreadable)."""
+    name = SPLIT_CONFIGS.get(split, SPLIT_CONFIGS["general"])
+    try:
+        data = yaml.safe_load((Path(checkout) / name).read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return GradingModels(split, name, None, None, False)
+
+    def model_of(section: str) -> str | None:
+        value = data.get(section) if isinstance(data, dict) else None
+        model = value.get("model_id") if isinstance(value, dict) else None
+        return str(model) if model else None
+
+    return GradingModels(split, name, model_of("judge"), model_of("user_agent_model"), True)

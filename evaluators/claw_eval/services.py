@@ -9,7 +9,16 @@ are rewritten to match), waits for each health check within ``ready_timeout``, r
 between trials (``POST reset_endpoint``) and stops them on exit, on errors, on Ctrl-C and at
 interpreter exit: SIGTERM to the process group, SIGKILL after a grace period, and a check that
 the port is free again. Each service also gets ``PR_SET_PDEATHSIG`` so it dies with us even
-if we are killed outright.
+if we are killed outright; the kernel sends that signal when the *thread* that forked the child
+ends, so every service is forked by one long-lived spawner thread (:func:`spawn`), never by the
+episode's worker thread (a trial started in a short-lived thread lost its services when the
+thread ended: "service reset failed between trials: Connection refused").
+
+Trials running at the same time start groups at the same time: the ports a live group holds are
+claimed in this process (a second group never picks them, even before the first has bound
+them), and a service counts as up only once its health check is answered by a listener of its
+own process group (``/proc``), not by another group's server on the same port. A service that
+lost its port to another process is restarted on a fresh offset (when the offset was chosen here).
 
 The services listen on loopback only. The benchmark's servers bind every interface
 (``0.0.0.0``), which would put a task's mock mailbox, and its ``/audit`` record, on the
@@ -23,6 +32,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import os
+import queue
 import random
 import re
 import shlex
@@ -33,6 +43,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,11 +53,19 @@ import httpx
 from unified.execution import service_env
 
 _LIVE: set["ServiceGroup"] = set()
+_CLAIMED_PORTS: set[int] = set()
+"""Ports of the groups started in this process and not yet stopped (guarded by ``_LIVE_LOCK``)."""
 _LIVE_LOCK = threading.Lock()
+START_ATTEMPTS = 3
+"""Offsets tried when a service loses its port to another process between the choice and its bind."""
 
 
 class ServiceStartError(RuntimeError):
     """A service that exited or did not become healthy in time (message has its log tail)."""
+
+
+class PortTakenError(ServiceStartError):
+    """Another process's listener answered on a service's port and the service itself exited."""
 
 
 @dataclass
@@ -90,16 +109,55 @@ def port_is_free(port: int) -> bool:
     return True
 
 
-def choose_offset(ports: list[int], tries: int = 200) -> int:
-    """A port offset that makes every one of ``ports`` free (0 if they already are)."""
-    if not ports or all(port_is_free(p) for p in ports):
+def choose_offset(ports: list[int], tries: int = 200, taken: set[int] | frozenset[int] = frozenset()) -> int:
+    """A port offset that makes every one of ``ports`` free and not in ``taken`` (0 if they already are)."""
+    def usable(offset: int) -> bool:
+        return all(p + offset not in taken and port_is_free(p + offset) for p in ports)
+
+    if not ports or usable(0):
         return 0
     lo, hi = 20000 - min(ports), 60000 - max(ports)
     for _ in range(tries):
         offset = random.randrange(max(lo, 1), max(hi, lo + 2))
-        if all(port_is_free(p + offset) for p in ports):
+        if usable(offset):
             return offset
     raise ServiceStartError(f"no free port range found for ports {ports}")
+
+
+def listening_inodes(port: int) -> set[str]:
+    """Socket inodes listening on TCP ``port`` (IPv4 and IPv6) in this network namespace."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as handle:
+                next(handle, None)
+                for line in handle:
+                    fields = line.split()
+                    if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                        inodes.add(fields[9])
+        except (OSError, ValueError):
+            continue
+    return inodes
+
+
+def group_listens(pgid: int, port: int) -> bool | None:
+    """Whether a process of group ``pgid`` holds a listening socket on ``port`` (None: ``/proc``
+    cannot tell, e.g. no ``/proc/net/tcp``)."""
+    inodes = listening_inodes(port)
+    if not inodes:  # no /proc/net/tcp, or the answer came some way this table does not show
+        return None
+    wanted = {f"socket:[{inode}]" for inode in inodes}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                if int(handle.read().rsplit(")", 1)[1].split()[2]) != pgid:
+                    continue
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                if os.readlink(f"/proc/{pid}/fd/{fd}") in wanted:
+                    return True
+        except (OSError, ValueError, IndexError):
+            continue
+    return False
 
 
 LOOPBACK_SHIM = r"""
@@ -142,6 +200,34 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         pass
 
 
+_SPAWN_QUEUE: "queue.SimpleQueue[tuple[Future, tuple, dict]]" = queue.SimpleQueue()
+_SPAWNER: list[threading.Thread] = []
+_SPAWNER_LOCK = threading.Lock()
+
+
+def _spawner_loop() -> None:
+    while True:
+        future, args, kwargs = _SPAWN_QUEUE.get()
+        if future.set_running_or_notify_cancel():
+            try:
+                future.set_result(subprocess.Popen(*args, **kwargs))
+            except BaseException as exc:  # handed to the caller's thread
+                future.set_exception(exc)
+
+
+def spawn(*args: Any, **kwargs: Any) -> subprocess.Popen:
+    """``subprocess.Popen(*args, **kwargs)`` forked by this module's one spawner thread (a daemon
+    that lives as long as the process), so that ``PR_SET_PDEATHSIG`` fires when the process ends,
+    not when the calling thread does (module docstring)."""
+    with _SPAWNER_LOCK:
+        if not _SPAWNER or not _SPAWNER[0].is_alive():
+            _SPAWNER[:] = [threading.Thread(target=_spawner_loop, name="claw-service-spawner", daemon=True)]
+            _SPAWNER[0].start()
+    future: Future = Future()
+    _SPAWN_QUEUE.put((future, args, kwargs))
+    return future.result()
+
+
 class ServiceGroup:
     """The mock services of one task (a context manager; see the module docstring)."""
 
@@ -149,7 +235,10 @@ class ServiceGroup:
                  extra_env: dict[str, str] | None = None, stop_grace_s: float = 5.0) -> None:
         self.checkout = Path(checkout)
         self.specs = specs
-        self.offset = choose_offset([s.port for s in specs]) if offset is None else offset
+        self._choose_offset = offset is None
+        self.offset = 0 if offset is None else offset
+        """Added to every port of the task; chosen on entry (claimed in this process) when not given."""
+        self._claimed: set[int] = set()
         self.extra_env = dict(extra_env or {})
         self.stop_grace_s = stop_grace_s
         self.processes: dict[str, subprocess.Popen] = {}
@@ -168,15 +257,29 @@ class ServiceGroup:
     # -- lifecycle -------------------------------------------------------------------------
 
     def __enter__(self) -> "ServiceGroup":
+        for attempt in range(1, START_ATTEMPTS + 1):
+            self._claim_ports()
+            try:
+                for spec in self.specs:
+                    self._start_one(spec)
+                return self
+            except PortTakenError:
+                self.stop()
+                if not self._choose_offset or attempt == START_ATTEMPTS:
+                    raise
+            except BaseException:
+                self.stop()
+                raise
+        raise AssertionError("unreachable")
+
+    def _claim_ports(self) -> None:
+        """Choose the offset (unless given) among ports no live group of this process holds, and hold them."""
         with _LIVE_LOCK:
+            if self._choose_offset:
+                self.offset = choose_offset([s.port for s in self.specs], taken=_CLAIMED_PORTS)
+            self._claimed = {self.port(s) for s in self.specs}
+            _CLAIMED_PORTS.update(self._claimed)
             _LIVE.add(self)
-        try:
-            for spec in self.specs:
-                self._start_one(spec)
-        except BaseException:
-            self.stop()
-            raise
-        return self
 
     def __exit__(self, *exc_info: Any) -> None:
         self.stop()
@@ -192,21 +295,27 @@ class ServiceGroup:
         log = Path(tempfile.mkstemp(prefix=f"claw-svc-{spec.name}-", suffix=".log")[1])
         self.logs[spec.name] = log
         with open(log, "wb") as handle:
-            proc = subprocess.Popen(argv, cwd=self.checkout, env=env, stdin=subprocess.DEVNULL, stdout=handle,
-                                    stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent)
+            proc = spawn(argv, cwd=self.checkout, env=env, stdin=subprocess.DEVNULL, stdout=handle,
+                         stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent)
         self.processes[spec.name] = proc
         start = time.monotonic()
         deadline = start + spec.ready_timeout
+        foreign = False  # a health check answered by a listener that is not this service's
         while True:
             if proc.poll() is not None:
-                raise ServiceStartError(f"service {spec.name!r} ({spec.command}) exited with {proc.returncode}: "
-                                        f"{self.log_tail(spec.name)}")
+                error = PortTakenError if foreign else ServiceStartError
+                raise error(f"service {spec.name!r} ({spec.command}) exited with {proc.returncode}"
+                            f"{' while another process listened on its port ' + str(self.port(spec)) if foreign else ''}"
+                            f": {self.log_tail(spec.name)}")
             if self.healthy(spec):
-                self.started_s[spec.name] = round(time.monotonic() - start, 3)
-                return
+                if group_listens(proc.pid, self.port(spec)) is not False:
+                    self.started_s[spec.name] = round(time.monotonic() - start, 3)
+                    return
+                foreign = True
             if time.monotonic() > deadline:
+                why = " (answered only by a process outside the service's process group)" if foreign else ""
                 raise ServiceStartError(f"service {spec.name!r} not healthy at {self.url(spec.health_check)} within "
-                                        f"{spec.ready_timeout:.0f}s: {self.log_tail(spec.name)}")
+                                        f"{spec.ready_timeout:.0f}s{why}: {self.log_tail(spec.name)}")
             time.sleep(0.2)
 
     def healthy(self, spec: ServiceSpec) -> bool:
@@ -244,15 +353,20 @@ class ServiceGroup:
         return out
 
     def stop(self) -> None:
-        """Stop every process we started (idempotent, never raises) and wait for the ports to free up."""
+        """Stop every process we started (idempotent, never raises) and wait for the ports they held
+        to free up (not for one whose service had already exited unstarted: another process has it)."""
+        held = {name for name, proc in self.processes.items() if proc.poll() is None or name in self.started_s}
         for name, proc in reversed(list(self.processes.items())):
             _terminate(proc, self.stop_grace_s)
         for spec in self.specs:
-            if spec.name in self.processes:
+            if spec.name in held:
                 deadline = time.monotonic() + 5.0
                 while not port_is_free(self.port(spec)) and time.monotonic() < deadline:
                     time.sleep(0.1)
         self.processes.clear()
+        with _LIVE_LOCK:
+            _CLAIMED_PORTS.difference_update(self._claimed)
+            self._claimed = set()
         for log in self.logs.values():
             try:
                 log.unlink()

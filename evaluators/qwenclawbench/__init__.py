@@ -22,7 +22,9 @@ Not on PyPI: point the adapter at a checkout with ``$QWENCLAWBENCH_ROOT`` or
 
 Scoring and aggregate: :mod:`evaluators.qwenclawbench.grading`. The judge is the checkout's own
 (prompt builder, request, answer parser, retries: :mod:`evaluators.qwenclawbench.official`) when
-the checkout has ``scripts/lib_grading.py``. Three rollouts per task.
+the checkout has ``scripts/lib_grading.py``. Three rollouts per task: with fewer (``--runs``), or
+where a task's rollouts errored or are missing, the metric says how many the number rests on and
+``not_comparable_because`` says so (summary.md, ``--compare``).
 
 Tools: ``read``, ``write``, ``edit``, ``exec``, ``web_fetch``, ``web_search`` (the web ones fail
 offline); OpenClaw, which the benchmark runs, allows all its tools (``openclaw_config``:
@@ -202,11 +204,11 @@ class QwenClawBenchAdapter(Adapter):
             except Exception as exc:
                 return {"total": 0.0, "error": f"{type(exc).__name__}: {exc}", "judge": self.judge_spec,
                         "protocol": "checkout"}
-            prompt = official.judge_prompt(lib, qt, transcript)
+            prompt, neutralised = official.judge_prompt_and_changes(lib, qt, transcript)
             answer = official.judge(lib, prompt, base_url=endpoint.config.base_url, model=endpoint.config.model,
                                     api_key=endpoint.config.api_key or "unused",
                                     max_delay_s=self.settings.judge_retry_max_delay_s)
-            answer.update({"judge": endpoint.describe(), "protocol": "checkout"})
+            answer.update({"judge": endpoint.describe(), "protocol": "checkout", "judge_data_neutralised": neutralised})
             if "error" in answer:
                 answer["total"] = 0.0
             return answer
@@ -225,15 +227,39 @@ class QwenClawBenchAdapter(Adapter):
         return {**parsed, "parsed": True, "judge": endpoint.describe(), "protocol": "ours"}
 
     def aggregate(self, results: list[EpisodeResult], *, run: RunContext = RunContext()) -> dict[str, Any]:
+        """The benchmark's mean over tasks of the mean over rollouts, with the rollouts it rests on:
+        fewer per task than the protocol's 3 (``--runs``), or tasks where fewer than the run asked
+        for scored (an errored rollout counts 0, a missing one is not in its task's mean), are said
+        in the metric and in ``not_comparable_because``."""
         scored = [r for r in results if r.skipped is None]
         runs = [{"task_id": r.task_id, "score": r.score, "category": r.details.get("category", "")} for r in scored]
         out = aggregate_runs(runs)
+        rollouts = run.trials(self)
+        ok: dict[str, int] = {r.task_id: 0 for r in scored}
+        for r in scored:
+            ok[r.task_id] += int(not (r.error or r.details.get("grader_error")))
+        fewer = sorted(tid for tid, n in ok.items() if n < rollouts)
+        out["metric"] = (f"mean score over tasks of the mean over {rollouts} rollout{'s' * (rollouts != 1)} (%)"
+                         + ("" if rollouts >= self.runs_default else f", protocol {self.runs_default} rollouts"))
+        out.update({"rollouts": rollouts, "rollouts_protocol": self.runs_default,
+                    "tasks_with_fewer_scored_rollouts": len(fewer)})
         reasons = ["local bubblewrap sandbox instead of the official Docker image",
                    "agent tools: read/write/edit/exec/web_fetch/web_search (web fails offline), not OpenClaw's "
                    "full tool set"]
+        if rollouts < self.runs_default:
+            reasons.append(f"rollouts: {rollouts} per task, fewer than the protocol's {self.runs_default} "
+                           f"(the paper's figures are means over {self.runs_default})")
+        if fewer:
+            reasons.append(f"{len(fewer)} of {len(ok)} tasks have fewer than {rollouts} rollouts that scored "
+                           f"(errored ones count 0, missing ones are left out of the task's mean; e.g. {fewer[0]})")
         protocols = {r.details.get("llm_judge", {}).get("protocol") for r in scored} - {None}
         if "ours" in protocols:
             reasons.append("judge prompt/parser: ours (the checkout has no scripts/lib_grading.py)")
+        neutralised = sum(1 for r in scored if r.details.get("llm_judge", {}).get("judge_data_neutralised"))
+        if neutralised:
+            reasons.append(f"judge prompt: in {neutralised} episodes the agent's transcript summary had its answer "
+                           "markers neutralised (braces, code fences, headings) before the checkout built its prompt; "
+                           "the official wording kept, those bytes differ")
         if judged := judge_reason(self.judge_spec, OFFICIAL_JUDGES):
             reasons.append(judged)
         grader_errors = sum(1 for r in scored if r.details.get("grader_error"))
@@ -241,7 +267,7 @@ class QwenClawBenchAdapter(Adapter):
                     "n_skipped": sum(1 for r in results if r.skipped is not None),
                     "n_errors": sum(1 for r in scored if r.error),
                     "sandbox": "bwrap (local bubblewrap sandbox; Docker with the official image not used)",
-                    "judge": self.judge_spec})
+                    "judge": self.judge_spec, "judge_data_neutralised": neutralised})
         return out
 
 

@@ -10,6 +10,11 @@ rule (``JUDGE_API_MAX_RETRIES`` attempts when the request or its parsing raises,
 them is copied here. Where the checkout's judge then falls back to an OpenClaw agent, we record
 an error instead (no OpenClaw here).
 
+The agent's part of the prompt (the transcript summary) has its answer markers neutralised
+before the checkout builds the prompt (:func:`neutralise_summary`): an echoing judge would otherwise
+hand the parser a score the agent planted. The wording is the checkout's; where the bytes
+differ, the result says so (``judge_data_neutralised``) and the summary counts it.
+
 A checkout without ``scripts/lib_grading.py`` (an older layout, a data-only copy) falls back to
 our own approximation (:mod:`evaluators.qwenclawbench.grading`), and the result says so.
 """
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import re
 import sys
 import threading
 import time
@@ -63,13 +69,42 @@ def load_lib_grading(root: Path) -> types.ModuleType:
         return module
 
 
-def judge_prompt(lib: types.ModuleType, task: Any, transcript: list[dict[str, Any]]) -> str:
-    """The checkout's prompt for ``task`` (a QCBTask) and its OpenClaw-format transcript."""
+_FENCE = re.compile(r"`{3,}")
+_HEADING = re.compile(r"^([ \t]*)#", re.MULTILINE)
+_BRACES = str.maketrans({"{": "\uff5b", "}": "\uff5d"})
+
+
+def neutralise_summary(summary: str) -> str:
+    """The transcript summary (the agent's tool calls and results) with its answer markers
+    neutralised, so that the checkout's parser cannot read a score the agent planted in it.
+
+    The parser takes the answer's first code block, then the last balanced ``{...}`` with
+    ``scores``: an echoing judge would hand it the agent's code block, or, after an unbalanced ``{``
+    of the agent's, no longer see the prompt's own answer template. So ``{`` ``}`` -> ``｛`` ``｝``
+    (U+FF5B/U+FF5D), a run of 3+ backticks -> as many ``'``, and a line starting with ``#`` ->
+    ``\\#`` (no section of the agent's own). The task, expected behaviour, rubric and the prompt's
+    wording are the checkout's, unchanged."""
+    summary = (summary or "").translate(_BRACES)
+    summary = _FENCE.sub(lambda m: "'" * len(m.group(0)), summary)
+    return _HEADING.sub(r"\1\\#", summary)
+
+
+def judge_prompt_and_changes(lib: types.ModuleType, task: Any, transcript: list[dict[str, Any]]) -> tuple[str, bool]:
+    """The checkout's prompt for ``task`` (a QCBTask) and its OpenClaw-format transcript, built by
+    its ``_build_judge_prompt`` from the summary with the agent's markers neutralised
+    (:func:`neutralise_summary`), and whether that changed the bytes (then not the official prompt)."""
     view = types.SimpleNamespace(task_id=task.id, prompt=task.prompt, expected_behavior=task.expected_behavior,
                                  grading_criteria=list(task.grading_criteria),
                                  llm_judge_rubric=task.llm_judge_rubric, category=task.category)
     rubric = task.llm_judge_rubric or lib._format_grading_criteria(view)
-    return lib._build_judge_prompt(view, lib._summarize_transcript(transcript), rubric)
+    summary = lib._summarize_transcript(transcript)
+    safe = neutralise_summary(summary)
+    return lib._build_judge_prompt(view, safe, rubric), safe != summary
+
+
+def judge_prompt(lib: types.ModuleType, task: Any, transcript: list[dict[str, Any]]) -> str:
+    """:func:`judge_prompt_and_changes`'s prompt."""
+    return judge_prompt_and_changes(lib, task, transcript)[0]
 
 
 def parse_answer(lib: types.ModuleType, text: str) -> dict[str, Any]:

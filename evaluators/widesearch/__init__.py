@@ -10,7 +10,9 @@ required, eval_pipeline``), ``language``.
 
 Config keys (``--set benchmarks.widesearch.KEY=VALUE``): ``data``; ``search`` = ``bing``,
 ``corpus``, ``simulated`` or ``auto`` (default ``$WIDESEARCH_SEARCH`` or auto: a corpus file next
-to the data, else bing with a key, else simulated when ``search_model`` is set); ``corpus``;
+to the data, else bing with a key, else simulated when ``search_model`` is set; a ``--model gold``
+run with none of them searches nothing, ``none``: its replay of the gold tables makes no search
+calls, and the aggregate says so); ``corpus``;
 ``search_model`` (``openai:URL#MODEL`` or a checkpoint spec: the world model that plays the web);
 ``judge``: the LLM the official evaluator asks to align key values and column names and to grade
 ``llm_judge`` columns, resolved like the other benchmarks' judges (``openai:URL#MODEL`` or a local
@@ -25,7 +27,7 @@ Aggregate (the official ``run_infer_and_eval_batching.py`` summary): for every m
 per-instance mean, max and min over the N runs, then the mean over instances (``avg_n``,
 ``max_n``, ``min_n``); headline ``score`` = F1 by item Avg@N, ``pass_at_n`` = success Max@N (an
 instance counts when any run succeeds). Every result says which search backend ran
-(``search_backend``: ``real``, ``local_corpus`` or ``simulated``), and the aggregate lists what
+(``search_backend``: ``real``, ``local_corpus``, ``simulated`` or ``none``), and the aggregate lists what
 separates the run from the published protocol (``comparable``, ``not_comparable_because``).
 """
 
@@ -155,6 +157,8 @@ def aggregate_widesearch(results: list[EpisodeResult]) -> dict[str, Any]:
         reasons.append("simulated search (a world model plays the web)")
     if "local_corpus" in labels:
         reasons.append("local corpus search instead of the live web")
+    if "none" in labels:
+        reasons.append("no search backend (a replay of the reference answers, which makes no search calls)")
     if any(j.startswith("none") for j in judges):
         reasons.append("no judge: key aliases not matched, llm_judge columns compared exactly")
     reasons += [r for j in judges if not j.startswith("none") and (r := judge_reason(j, OFFICIAL_JUDGES))]
@@ -300,6 +304,8 @@ class WideSearchAdapter(Adapter):
             skip = None
         except (SearchUnavailable, ValueError) as exc:
             name, options, skip = "", {}, str(exc)
+            if self.replay is not None and self.search == "auto":  # --model gold makes no search calls
+                name, skip = "none", None
         out = []
         for row in rows:
             if self.settings.instances and row["instance_id"] not in self.settings.instances:

@@ -197,8 +197,23 @@ class SimulatedSearch(SearchBackend):
         """Nothing to release: the shared model stays for the process's other callers."""
 
 
+class NoSearch(SearchBackend):
+    """No search at all: for a replay of the gold tables (``--model gold``), which makes no calls.
+    A call that does come answers that there is no search in this run."""
+
+    name, label = "none", "none"
+
+    def search(self, query: str, count: int = 10) -> str:
+        return "No search backend in this run (a replay of the reference answers makes no search calls)."
+
+    def open_page(self, url: str, goal: str = "") -> str:
+        return self.search(url)
+
+
 def make_backend(name: str, *, corpus: str | None = None, model: str | None = None, **options: Any) -> SearchBackend:
-    """A search backend by name (``bing``, ``corpus``, ``simulated``)."""
+    """A search backend by name (``bing``, ``corpus``, ``simulated``; ``none`` for a gold replay)."""
+    if name == "none":
+        return NoSearch()
     if name == "corpus":
         if not corpus:
             raise SearchUnavailable("the corpus backend needs a corpus file (--set benchmarks.widesearch.corpus=PATH)")

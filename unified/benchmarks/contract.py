@@ -349,6 +349,10 @@ class Adapter:
     """Rollouts per task the benchmark's protocol asks for (Claw-Eval Avg@3: 3); ``--runs`` overrides."""
     Config: ClassVar[type] = NoConfig
     """The dataclass of this adapter's settings; ``self.settings`` holds the parsed instance."""
+    replay: str | None = None
+    """The replayer answering this run's episodes instead of a model (``"gold"`` for ``--model gold``;
+    None: a model). The runner sets it before ``tasks()``: nothing generates, so an adapter may run
+    without what only a model's actions reach (WideSearch's search backend) and say so."""
 
     def __init__(self, **config: Any) -> None:
         from unified.config import from_dict  # config imports yaml; keep this module light to import

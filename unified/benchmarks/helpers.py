@@ -63,10 +63,11 @@ def require_execution_backend(name: str | None):
     return backend
 
 
-def judge_reason(spec: str, official_models: Iterable[str]) -> str | None:
-    """The ``not_comparable_because`` line naming a judge that is not one the benchmark's own
-    evaluation used, or None when ``spec``'s model (``openai:URL#MODEL``: the part after ``#``,
-    without a ``provider/`` prefix, case-insensitive) is one of ``official_models``.
+def judge_reason(spec: str, official_models: Iterable[str], *, role: str = "judge") -> str | None:
+    """The ``not_comparable_because`` line naming a judge (or another ``role``: "simulated user",
+    "judge (multi_turn)") that is not one the benchmark's own evaluation used, or None when
+    ``spec``'s model (``openai:URL#MODEL``: the part after ``#``, without a ``provider/`` prefix,
+    case-insensitive) is one of ``official_models``.
 
     ``embedded`` and local checkpoints are never official; ``none`` (no judge) is the caller's to say.
     """
@@ -79,7 +80,7 @@ def judge_reason(spec: str, official_models: Iterable[str]) -> str | None:
     if model and bare(model) in {bare(m) for m in official}:
         return None
     what = "embedded (the embedded default model)" if spec == "embedded" else spec
-    return f"judge: {what}, not the benchmark's own ({' / '.join(official) or 'a hosted LLM'})"
+    return f"{role}: {what}, not the benchmark's own ({' / '.join(official) or 'a hosted LLM'})"
 
 
 def process_temp_dir(prefix: str) -> Path:

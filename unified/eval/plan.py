@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from unified.agent.replay import replayer_for
 from unified.benchmarks.contract import Adapter, AgentLimits, BenchmarkUnavailable, Task, check_task_ids
 from unified.benchmarks.discovery import load_adapter
 from unified.benchmarks.helpers import limit_runnable, select_task_ids
@@ -147,6 +148,16 @@ def adapter_failure(name: str, call: str, exc: BaseException) -> tuple[str, str,
     return "error", reason, None
 
 
+def open_adapter(name: str, cfg: EvalConfig) -> Adapter:
+    """The adapter of benchmark ``name`` with its ``benchmark_config`` settings, told before any
+    ``tasks()`` call which replayer answers its episodes (``Adapter.replay``: ``"gold"`` for
+    ``--model gold``, else None)."""
+    adapter = load_adapter(name, **cfg.benchmark_config.get(name, {}))
+    replayer = replayer_for(cfg.model)
+    adapter.replay = replayer.name if replayer is not None else None
+    return adapter
+
+
 def select_tasks(adapter: Adapter, cfg: EvalConfig) -> list[Task]:
     """The tasks of ``cfg``'s selection (``--split``, ``--task-ids`` with their dependencies, ``--limit``)."""
     if cfg.task_ids:
@@ -171,7 +182,7 @@ def plan_benchmark(name: str, cfg: EvalConfig, out: Path, *, repair: bool = True
     ``repair``: cut a torn last record before reading the recorded pairs (False for ``--dry-run``)."""
     call, directory = "load", name
     try:
-        adapter = load_adapter(name, **cfg.benchmark_config.get(name, {}))
+        adapter = open_adapter(name, cfg)
         directory = adapter.name or name
         call = "tasks"
         tasks = select_tasks(adapter, cfg)

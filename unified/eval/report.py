@@ -350,7 +350,9 @@ def _compare_cell(entry: BenchmarkEntry | None) -> str:
     if entry is None:
         return "—"
     run, skipped, errored = counts_cells(entry)
-    return (f"{_fmt(entry.score())} ({entry.status}; {run} run, {skipped} skipped, {errored} errored; "
+    fewer = entry.runs is not None and entry.runs_protocol is not None and entry.runs < entry.runs_protocol
+    trials = f"; {entry.runs} of the protocol's {entry.runs_protocol} trials" if fewer else ""
+    return (f"{_fmt(entry.score())} ({entry.status}; {run} run, {skipped} skipped, {errored} errored{trials}; "
             f"{'comparable' if entry.ran_comparably() else 'not comparable'})")
 
 

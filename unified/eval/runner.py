@@ -20,13 +20,13 @@ from typing import Any
 from unified.agent.loop import AgentLoop, Job
 from unified.agent.replay import Replayer, replayer_for
 from unified.benchmarks.contract import RunContext
-from unified.benchmarks.discovery import (ALL_SUITE, check_benchmark_config, declared_suites, expand_benchmarks,
-                                          load_adapter)
+from unified.benchmarks.discovery import ALL_SUITE, check_benchmark_config, declared_suites, expand_benchmarks
 from unified.eval.config import EvalConfig
 from unified.eval.general import GENERAL_SUITE, run_general, split_suites
 from unified.eval.engine import EngineChoice, choose_backend, fallback_line
 from unified.eval.identity import record_run_dir, recorded_backend
-from unified.eval.plan import Loaded, PlannedBenchmark, PlannedEngine, RunPlan, plan_run, select_tasks, write_plan
+from unified.eval.plan import (Loaded, PlannedBenchmark, PlannedEngine, RunPlan, open_adapter, plan_run, select_tasks,
+                               write_plan)
 from unified.eval.records import BenchmarkEntry, RunSummary
 from unified.eval.shards import check_unsharded_parts
 from unified.eval.rundir import BenchmarkStore, RunDirLock
@@ -270,7 +270,7 @@ def _run_pairs(plan: RunPlan, planned: PlannedBenchmark, out: Path, policy: _Pol
 
 def _load_again(planned: PlannedBenchmark, cfg: EvalConfig) -> Loaded:
     """The adapter and tasks of a plan made in another process (its planned tasks must still be listed)."""
-    adapter = load_adapter(planned.name, **cfg.benchmark_config.get(planned.name, {}))
+    adapter = open_adapter(planned.name, cfg)
     tasks = select_tasks(adapter, cfg)
     missing = sorted({task_id for task_id, _ in planned.to_run} - {t.id for t in tasks})
     if missing:

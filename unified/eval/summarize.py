@@ -19,10 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from unified.benchmarks.contract import RunContext, Task, with_run
-from unified.benchmarks.discovery import load_adapter
 from unified.config import to_dict
 from unified.eval.general_report import general_section
-from unified.eval.plan import Loaded, PlannedBenchmark, RunPlan, adapter_failure, read_plan
+from unified.eval.plan import Loaded, PlannedBenchmark, RunPlan, adapter_failure, open_adapter, read_plan
 from unified.eval.records import BenchmarkEntry, RunSummary, ShardRun, fill_facts
 from unified.eval.report import benchmark_entry, build_summary, write_summary
 from unified.eval.rundir import BenchmarkStore
@@ -52,7 +51,7 @@ def benchmark_summary(plan: RunPlan, planned: PlannedBenchmark, out: Path,
     call = "load"
     try:
         adapter = (loaded[planned.name].adapter if loaded and planned.name in loaded
-                   else load_adapter(planned.name, **cfg.benchmark_config.get(planned.name, {})))
+                   else open_adapter(planned.name, cfg))
         call = "aggregate"
         aggregate = with_run(adapter, "aggregate",
                              [r for r in results if r.task_id in scored_ids or r.details.get("prereq")],
