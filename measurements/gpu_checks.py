@@ -88,88 +88,138 @@ def check_flash_attention(out: Path, seq_len: int = 2048) -> dict:
     return {"passed": report.passed, "head_dim": 256, "seq_len": seq_len, **report.to_dict()}
 
 
-def _layer_pair(torch, implementation: str):
-    """Two decoder layers of Qwen3.5-35B-A3B's shape (Gated DeltaNet + MoE, full attention + MoE), bf16 on CUDA."""
+def layer_pair(shape: dict, *, device: str = "cuda", attention: str = "sdpa", dtype=None):
+    """(text model, its modeling module's name): two decoder layers of ``shape`` (Gated DeltaNet + MoE,
+    full attention + MoE), random weights, built on ``device`` (bf16 by default)."""
+    import torch
     from transformers import AutoModelForCausalLM
 
     from unified.models.tiny import tiny_moe_config
 
-    config = tiny_moe_config("qwen3_5_moe", vocab_size=1024, num_layers=2, **QWEN35_35B_A3B,
-                             max_position_embeddings=262144)
+    config = tiny_moe_config("qwen3_5_moe", vocab_size=1024, num_layers=2, **shape, max_position_embeddings=262144)
     torch.manual_seed(0)
-    with torch.device("cuda"):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16, attn_implementation=implementation,
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype or torch.bfloat16, attn_implementation=attention,
                                                  experts_implementation="grouped_mm")
     return model.model, type(model).__module__
 
 
-def _fwd_bwd(torch, model, tokens: int) -> tuple:
-    """(seconds, peak GiB, output) of one forward+backward over ``tokens`` positions of one sequence."""
-    gen = torch.Generator(device="cuda").manual_seed(tokens)
-    x = torch.randn(1, tokens, model.config.hidden_size, device="cuda", dtype=torch.bfloat16, generator=gen)
+def forward_backward(model, tokens: int) -> tuple[float, float | None, object]:
+    """(seconds, peak CUDA GiB or None on CPU, output) of one forward+backward over one ``tokens``-long sequence
+    (inputs_embeds of the model's hidden size, loss ``mean(out ** 2)``)."""
+    import torch
+
+    param = next(model.parameters())
+    cuda = param.device.type == "cuda"
+    gen = torch.Generator(device=param.device).manual_seed(tokens)
+    x = torch.randn(1, tokens, model.config.hidden_size, device=param.device, dtype=param.dtype, generator=gen)
     x.requires_grad_(True)
     model.zero_grad(set_to_none=True)
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
     out = model(inputs_embeds=x, use_cache=False).last_hidden_state
     out.float().square().mean().backward()
-    torch.cuda.synchronize()
-    return time.perf_counter() - start, torch.cuda.max_memory_allocated() / 2**30, out.detach()
+    if cuda:
+        torch.cuda.synchronize()
+    return time.perf_counter() - start, torch.cuda.max_memory_allocated() / 2**30 if cuda else None, out.detach()
+
+
+def bench_layers(model, module: str, tokens: tuple[int, ...], impls: tuple[str, ...], *, budget_s: float,
+                 warmup_tokens: int) -> tuple[list[dict], float | None]:
+    """Rows ``{linear_attention, tokens, seconds, peak_gib, tokens_per_s}`` (or ``skipped`` / ``error``) for each
+    implementation and length, and the relative output difference of the first two implementations at the
+    first length. A length whose time, extrapolated linearly from the last, would pass ``budget_s`` is skipped."""
+    import torch
+
+    from unified.kernels import apply_linear_attention
+
+    rows, outputs, start = [], [], time.perf_counter()
+    for impl in impls:
+        apply_linear_attention(impl, [module])
+        forward_backward(model, warmup_tokens)  # Triton autotuning, cuBLAS handles
+        last, prev_n = 0.0, tokens[0]
+        for n in tokens:
+            left = budget_s - (time.perf_counter() - start)
+            if last and last * (n / prev_n) * 1.2 > left:
+                rows.append({"linear_attention": impl, "tokens": n,
+                             "skipped": f"~{last * n / prev_n:.0f} s > {left:.0f} s left"})
+                continue
+            try:
+                seconds, peak, output = forward_backward(model, n)
+            except torch.cuda.OutOfMemoryError as exc:
+                rows.append({"linear_attention": impl, "tokens": n, "error": f"OOM: {str(exc)[:200]}"})
+                torch.cuda.empty_cache()
+                continue
+            rows.append({"linear_attention": impl, "tokens": n, "seconds": round(seconds, 3),
+                         "peak_gib": None if peak is None else round(peak, 2), "tokens_per_s": round(n / seconds)})
+            if n == tokens[0]:
+                outputs.append(output.float())
+            last, prev_n = seconds, n
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+    diff = None
+    if len(outputs) >= 2:
+        first, second = outputs[:2]
+        diff = (first - second).abs().max().item() / max(second.abs().max().item(), 1e-30)
+    return rows, diff
 
 
 def check_layer_bench(out: Path, tokens: tuple[int, ...] = (32768, 65536, 131072), budget_s: float = 200) -> dict:
-    torch = _cuda()
+    _cuda()
     try:  # before transformers' modeling module: it binds the Gated DeltaNet kernels at import
         import causal_conv1d  # noqa: F401
         import fla  # noqa: F401
         have_kernels = True
     except ImportError:
         have_kernels = False
-    from unified.kernels import apply_linear_attention, select_attention
+    from unified.kernels import select_attention
 
     attention, _ = select_attention("cuda")
-    model, module = _layer_pair(torch, attention)
-    rows, outputs, start = [], {}, time.perf_counter()
+    model, module = layer_pair(QWEN35_35B_A3B, attention=attention)
     impls = ("fla", "torch") if have_kernels else ("torch",)
-    for impl in impls:
-        apply_linear_attention(impl, [module])
-        _fwd_bwd(torch, model, 4096)  # warm-up: Triton autotuning, cuBLAS handles
-        last, prev_n = 0.0, tokens[0]
-        for n in tokens:
-            left = budget_s - (time.perf_counter() - start)
-            if last and last * (n / prev_n) * 1.2 > left:
-                rows.append({"linear_attention": impl, "tokens": n, "skipped": f"~{last * n / prev_n:.0f} s > {left:.0f} s left"})
-                continue
-            try:
-                seconds, peak, output = _fwd_bwd(torch, model, n)
-                rows.append({"linear_attention": impl, "tokens": n, "seconds": round(seconds, 3),
-                             "peak_gib": round(peak, 2), "tokens_per_s": round(n / seconds)})
-                if n == tokens[0]:
-                    outputs[impl] = output.float()
-                last, prev_n = seconds, n
-            except torch.cuda.OutOfMemoryError as exc:
-                rows.append({"linear_attention": impl, "tokens": n, "error": f"OOM: {str(exc)[:200]}"})
-            torch.cuda.empty_cache()
-    result = {"attention": attention, "shape": QWEN35_35B_A3B, "kernels_installed": have_kernels, "rows": rows}
-    if len(outputs) == 2:
-        diff = (outputs["fla"] - outputs["torch"]).abs().max().item() / outputs["torch"].abs().max().item()
-        result["rel_output_diff_fla_vs_torch"] = diff
+    rows, diff = bench_layers(model, module, tokens, impls, budget_s=budget_s, warmup_tokens=4096)
+    result = {"attention": attention, "shape": QWEN35_35B_A3B, "kernels_installed": have_kernels, "rows": rows,
+              "rel_output_diff_fla_vs_torch": diff}
     measured = [r for r in rows if "seconds" in r]
-    result["passed"] = have_kernels and bool(measured) and result.get("rel_output_diff_fla_vs_torch", 1) < 5e-2
+    result["passed"] = have_kernels and bool(measured) and diff is not None and diff < 5e-2
     if not have_kernels:
         result["why_failed"] = "flash-linear-attention / causal-conv1d do not import: only the reference was timed"
     return result
 
 
+def weights_changed(before_dir: Path, after_dir: Path) -> tuple[int, list[str]]:
+    """(tensors in ``before_dir``, names whose values differ in ``after_dir``): two HF safetensors dirs."""
+    import torch
+    from safetensors.torch import load_file
+
+    before, after = load_file(str(before_dir / "model.safetensors")), load_file(str(after_dir / "model.safetensors"))
+    missing = sorted(set(before) - set(after))
+    if missing:
+        raise ValueError(f"{after_dir}: tensors missing after training: {missing[:5]}")
+    return len(before), [k for k in before if not torch.equal(before[k].float(), after[k].float())]
+
+
+def rollout_metrics(metrics_path: Path) -> dict[str, list]:
+    """``{key: [value per logged step]}`` of the rollout-vs-trainer metrics in a warmup's metrics.jsonl:
+    TRL's ``sampling/*`` (log-prob difference, importance-sampling ratio) and any ``*parity*`` key."""
+    found: dict[str, list] = {}
+    for line in metrics_path.read_text().splitlines():
+        if not line.strip():
+            continue
+        for key, value in json.loads(line).items():
+            if "parity" in key or key.startswith("sampling/"):
+                found.setdefault(key, []).append(value)
+    return found
+
+
 def check_colocate(out: Path, arch: str = "qwen3_5_moe") -> dict:
-    torch = _cuda()
+    _cuda()
     try:
         import vllm  # noqa: F401
     except ImportError as exc:
         raise Skip(f"vllm does not import: {exc}") from exc
-    from safetensors.torch import load_file
-
     from unified.models.tiny import save_tiny_checkpoint
 
     work = out / "colocate"
@@ -189,11 +239,9 @@ def check_colocate(out: Path, arch: str = "qwen3_5_moe") -> dict:
     result = {"arch": arch, "returncode": done.returncode, "seconds": round(time.perf_counter() - start, 1)}
     if done.returncode != 0:
         return {**result, "passed": False, "why_failed": done.stderr[-1500:]}
-    before, after = load_file(str(ckpt / "model.safetensors")), load_file(str(run / "final" / "model.safetensors"))
-    changed = [k for k in before if k in after and not torch.equal(before[k].float(), after[k].float())]
-    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    parity = {k: v for m in metrics for k, v in m.items() if "parity" in k or k.startswith("sampling/")}
-    result.update(tensors=len(before), tensors_changed=len(changed), rollout_vs_trainer=parity,
+    tensors, changed = weights_changed(ckpt, run / "final")
+    parity = rollout_metrics(run / "metrics.jsonl")
+    result.update(tensors=tensors, tensors_changed=len(changed), rollout_vs_trainer=parity,
                   parity_gate="on main" if any("parity" in k for k in parity) else "not on main yet: "
                   "TRL's rollout-vs-trainer metrics (sampling/*) are reported instead")
     result["passed"] = bool(changed)

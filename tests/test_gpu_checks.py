@@ -67,6 +67,43 @@ def test_a_failing_check_does_not_stop_the_others(tmp_path):
     assert "no CUDA device" in json.loads((tmp_path / "out" / "layer_bench.json").read_text())["skipped"]
 
 
+def test_layer_bench_times_a_linear_and_a_full_attention_layer_on_cpu():
+    """The benchmark's own code at a tiny shape on CPU: both layer kinds run forward+backward, the reference path
+    twice gives the same output (difference 0), and a length that cannot fit the budget is skipped, not run."""
+    from measurements.gpu_checks import bench_layers, layer_pair
+
+    shape = dict(hidden_size=32, num_attention_heads=2, num_key_value_heads=1, head_dim=16, linear_num_key_heads=2,
+                 linear_num_value_heads=2, linear_key_head_dim=8, linear_value_head_dim=8, num_experts=4,
+                 num_experts_per_tok=2, moe_intermediate_size=16, shared_expert_intermediate_size=16)
+    model, module = layer_pair(shape, device="cpu", dtype=torch.float32)
+    assert [type(layer.linear_attn if hasattr(layer, "linear_attn") else layer.self_attn).__name__
+            for layer in model.layers] == ["Qwen3_5MoeGatedDeltaNet", "Qwen3_5MoeAttention"]
+    rows, diff = bench_layers(model, module, (72,), ("torch", "torch"), budget_s=60, warmup_tokens=8)
+    assert [(r["linear_attention"], r["tokens"]) for r in rows] == [("torch", 72)] * 2  # 72 tokens: 2 chunks
+    assert all(r["seconds"] > 0 and r["peak_gib"] is None for r in rows) and diff == 0.0
+    rows, _ = bench_layers(model, module, (72, 10**7), ("torch",), budget_s=1, warmup_tokens=8)
+    assert "seconds" in rows[0] and "skipped" in rows[1]
+
+
+def test_colocate_reads_weight_changes_and_rollout_metrics(tmp_path):
+    from measurements.gpu_checks import rollout_metrics, weights_changed
+    from unified.models.tiny import tiny_moe_model
+
+    model = tiny_moe_model("qwen3_moe")
+    model.save_pretrained(tmp_path / "before")
+    with torch.no_grad():
+        model.lm_head.weight.add_(1e-3)
+    model.save_pretrained(tmp_path / "after")
+    tensors, changed = weights_changed(tmp_path / "before", tmp_path / "after")
+    assert tensors > 10 and changed == ["lm_head.weight"]
+    assert weights_changed(tmp_path / "before", tmp_path / "before")[1] == []
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text('{"step": 1, "loss": 0.1, "sampling/sampling_logp_difference/mean": 0.01}\n\n'
+                       '{"step": 2, "sampling/sampling_logp_difference/mean": 0.02, "parity/max_logp_diff": 0.3}\n')
+    assert rollout_metrics(metrics) == {"sampling/sampling_logp_difference/mean": [0.01, 0.02],
+                                        "parity/max_logp_diff": [0.3]}
+
+
 # ---- on a GPU (make test-gpu): the checks themselves, shorter
 
 
