@@ -58,11 +58,10 @@ def test_a_failing_check_does_not_stop_the_others(tmp_path):
     python = tmp_path / "python"
     python.write_text(f'#!/bin/sh\n[ "$3" = flash_attention ] && {{ echo broken >&2; exit 3; }}\nexec {sys.executable} "$@"\n')
     python.chmod(0o755)
-    done = _run("--only", "imports,flash_attention,layer_bench", str(tmp_path / "out"),
+    done = _run("--only", "flash_attention,layer_bench", str(tmp_path / "out"),
                 env={"GPU_CHECKS_ASSUME_CUDA": "1", "PYTHON": str(python)})
     assert done.returncode == 1
-    assert [row[:2] for row in _summary(tmp_path / "out")] == [
-        ["imports", "skipped"], ["flash_attention", "FAILED"], ["layer_bench", "skipped"]]
+    assert [row[:2] for row in _summary(tmp_path / "out")] == [["flash_attention", "FAILED"], ["layer_bench", "skipped"]]
     assert "broken" in (tmp_path / "out" / "flash_attention.log").read_text()
     assert "no CUDA device" in json.loads((tmp_path / "out" / "layer_bench.json").read_text())["skipped"]
 
