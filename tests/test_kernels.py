@@ -76,3 +76,69 @@ def test_grouped_mm_matches_eager_on_gpu_bf16():
     assert report.passed, report.to_dict()
     errors = report.fp32_errors
     assert errors["candidate"]["grad"] <= max(2 * errors["reference"]["grad"], 5e-2), report.to_dict()
+
+
+# ---- linear attention (Gated DeltaNet: flash-linear-attention + causal-conv1d, or the reference)
+
+
+def test_linear_attention_on_cpu_is_the_reference_with_the_reason():
+    from unified.kernels import select_linear_attention
+
+    impl, why = select_linear_attention("cpu")
+    assert impl == "torch" and "cpu device" in why and "flash-linear-attention" in why
+    choice = select_kernels("cpu")
+    assert choice.linear_attention == "torch" and "linear attention: cpu device" in choice.reason
+    assert choice.facts()["linear_attention"] == "torch" and choice.facts()["reason"] == choice.reason
+    with pytest.raises(ValueError, match="needs a CUDA device"):
+        select_linear_attention("cpu", "fla")
+    with pytest.raises(ValueError, match="valid: fla, torch"):
+        select_linear_attention("cpu", "triton")
+    assert select_linear_attention("cpu", "torch")[0] == "torch"
+
+
+def test_a_kernel_bound_op_is_swapped_for_its_reference_and_back(monkeypatch):
+    """transformers' own fallback decorator binds an op to an importable package's function (here math.sqrt
+    standing in for a kernel); choosing ``torch`` makes the module run the reference, ``fla`` restores it."""
+    import math
+    import sys
+    import types
+
+    from transformers.integrations.hub_kernels import use_kernel_func_from_hub_with_fallback
+
+    from unified.kernels import apply_linear_attention
+    from unified.models.linear_attention import uses_kernel
+
+    def reference(x, **kwargs):
+        return -1.0
+
+    module = types.ModuleType("fake_modeling_gdn")
+    module.causal_conv1d_fn = use_kernel_func_from_hub_with_fallback("sqrt", "math")(reference)
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    assert uses_kernel(module.causal_conv1d_fn) is True and module.causal_conv1d_fn(4.0) == math.sqrt(4.0)
+
+    assert apply_linear_attention("torch", [module.__name__]) == {"fake_modeling_gdn.causal_conv1d_fn": "reference"}
+    assert module.causal_conv1d_fn(4.0) == -1.0
+    with pytest.raises(ValueError, match="packed sequences"):
+        module.causal_conv1d_fn(4.0, cu_seqlens=[0, 4])
+    assert apply_linear_attention("fla", [module.__name__]) == {"fake_modeling_gdn.causal_conv1d_fn": "kernel"}
+    assert module.causal_conv1d_fn(9.0) == 3.0
+
+
+def test_qwen35_gated_deltanet_runs_the_reference_on_cpu_and_says_so():
+    from unified.kernels import apply_linear_attention, gated_deltanet_modules
+    from unified.models.checkpoint import use_linear_attention
+    from unified.models.linear_attention import linear_attention_in_use
+    from unified.models.tiny import tiny_moe_model
+
+    model = tiny_moe_model("qwen3_5_moe", num_layers=4)
+    modules = gated_deltanet_modules(model)
+    assert list(modules.values()) == [2]  # layer_types: linear, full, linear, full
+    ids = torch.randint(0, model.config.vocab_size, (1, 80))  # > 64 tokens: two chunks of the delta rule
+    before = model(input_ids=ids).logits
+    applied = use_linear_attention(model, select_kernels("cpu"))
+    assert set(applied.values()) == {"reference"} and len(applied) == 4
+    torch.testing.assert_close(model(input_ids=ids).logits, before)
+    assert linear_attention_in_use(model) == "torch"
+    with pytest.raises(RuntimeError, match="flash-linear-attention was not importable"):
+        apply_linear_attention("fla", modules)
+    assert linear_attention_in_use(tiny_moe_model("qwen3_moe")) == "none"

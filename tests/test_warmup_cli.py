@@ -147,6 +147,7 @@ def test_killed_run_resumes_from_its_last_checkpoint(tmp_path, tiny_checkpoint):
 
     chosen = select_kernels("cpu", torch.float32)  # what load_checkpoint was asked for on this CPU
     assert (run["kernels"]["attention"], run["kernels"]["experts"]) == (chosen.attention, chosen.experts)
+    assert run["kernels"]["linear_attention"] == chosen.linear_attention == "torch"
 
     from unified.models import load_checkpoint
 
@@ -230,3 +231,11 @@ def test_dry_run_says_vllm_rollouts_need_cuda_on_a_cpu_machine(capsys, tmp_path)
     with pytest.raises(RuntimeError, match="vllm_colocate needs CUDA"):
         run_warmup(cfg)
     assert not any(tmp_path.iterdir())  # refused before writing anything
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU line")
+def test_dry_run_reports_the_kernels_with_linear_attention(capsys):
+    assert main(["--recipe", str(REPO / "recipes/warmup/embedded_cpu.yaml"), "--dry-run"]) == 0
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("# kernels")]
+    assert line.startswith("# kernels on this machine (cpu, float32): attention=sdpa")
+    assert "linear_attention=torch" in line and "linear attention: cpu device" in line

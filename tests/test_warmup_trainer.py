@@ -104,7 +104,20 @@ def test_run_writes_a_final_hf_dir_that_load_checkpoint_reads(tmp_path):
     assert "<|im_start|>assistant" in text
     run = json.loads((tmp_path / "run" / "run.json").read_text())
     assert run["global_step"] == 2 and run["objective"]["objective"] == "GSPO"
+    assert run["kernels"]["linear_attention"] == "none"  # a Qwen3-MoE has no Gated DeltaNet layer
     assert last_complete_checkpoint(tmp_path / "run").name == "checkpoint-2"
+
+
+def test_policy_kernels_record_the_linear_attention_choice(tmp_path):
+    """What run.json's ``kernels`` holds for a Qwen3.5-MoE checkpoint on CPU: the reference, why, and on how many layers."""
+    from unified.models.tiny import save_tiny_checkpoint
+    from unified.warmup.trainer import load_policy
+
+    ckpt = save_tiny_checkpoint(tmp_path / "qwen3_5_moe", "qwen3_5_moe")
+    cfg = load_warmup_config(None, tiny_overrides(tmp_path / "run", f"model.name_or_path={ckpt}"))
+    policy = load_policy(cfg, torch.device("cpu"))
+    assert policy.kernels["linear_attention"] == "torch" and policy.kernels["linear_attention_layers"] == "1"
+    assert "linear attention: cpu device" in policy.kernels["reason"]
 
 
 @pytest.mark.slow

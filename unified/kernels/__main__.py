@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         model_kwargs={"num_experts": args.experts, "top_k": args.top_k, "hidden_size": args.hidden,
                       "num_layers": args.layers},
     )
-    print(json.dumps({"selected": {"attention": choice.attention, "experts": choice.experts, "reason": choice.reason},
+    print(json.dumps({"selected": choice.facts(),
                       "grouped_mm_vs_eager": report.to_dict(), "args": vars(args)}, indent=2))
     return 0 if report.passed else 1
 

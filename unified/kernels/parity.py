@@ -141,9 +141,12 @@ def experts_parity(candidate: str = "grouped_mm", *, arch: str = "qwen3_moe", de
 
 def attention_parity(candidate: str = "flash_attention_2", *, reference: str = "sdpa", arch: str = "qwen3_moe",
                      device: str = "cuda", dtype: torch.dtype = torch.bfloat16, batch: int = 2, seq_len: int = 128,
-                     tolerance: float = 5e-2, repeats: int = 3, seed: int = 0) -> ParityReport:
-    """Compare two attention implementations on a tiny random MoE (CUDA for FlashAttention)."""
-    ref_model = tiny_moe_model(arch, seed=seed, attn_implementation=reference).to(device=device, dtype=dtype)
+                     tolerance: float = 5e-2, repeats: int = 3, seed: int = 0,
+                     model_kwargs: dict | None = None) -> ParityReport:
+    """Compare two attention implementations on a tiny random MoE (CUDA for FlashAttention); ``model_kwargs``
+    size it (e.g. ``head_dim=256``, Qwen3.5's full-attention head size)."""
+    ref_model = tiny_moe_model(arch, seed=seed, attn_implementation=reference,
+                               **(model_kwargs or {})).to(device=device, dtype=dtype)
     cand_model = copy.deepcopy(ref_model)
     cand_model.set_attn_implementation(candidate)
     return _compare(ref_model, cand_model, reference, candidate, batch=batch, seq_len=seq_len, tolerance=tolerance,

@@ -141,6 +141,14 @@ def _load_gguf(path: Path, *, dtype: torch.dtype, kernels: KernelChoice):
     return model.to(dtype)
 
 
+def use_linear_attention(model, kernels: KernelChoice) -> dict[str, str]:
+    """Make the model's Gated DeltaNet layers (if any) run ``kernels.linear_attention``."""
+    from unified.models.linear_attention import apply_linear_attention, gated_deltanet_modules
+
+    modules = gated_deltanet_modules(model)
+    return apply_linear_attention(kernels.linear_attention, modules) if modules else {}
+
+
 def load_checkpoint(spec: str | os.PathLike[str], *, device: str | torch.device | None = None,
                     dtype: torch.dtype | None = None, attn_implementation: str | None = None,
                     experts_implementation: str | None = None, trust_remote_code: bool = False) -> LoadedCheckpoint:
@@ -185,6 +193,7 @@ def load_checkpoint(spec: str | os.PathLike[str], *, device: str | torch.device 
 
     model.to(dev)
     model.eval()
+    use_linear_attention(model, kernels)
     if getattr(tokenizer, "chat_template", None) is None:
         log.warning("%s has no chat template; installing unified's Qwen3.5-style template", spec)
         from unified.models.chat_template import install_chat_template

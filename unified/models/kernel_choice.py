@@ -30,6 +30,14 @@ class KernelChoice:
     """transformers ``experts_implementation``."""
     reason: str
     """Why these were chosen (logged, and stored with run metadata)."""
+    linear_attention: str = "torch"
+    """Gated DeltaNet ops (Qwen3.5's linear attention): ``fla`` (flash-linear-attention + causal-conv1d)
+    or ``torch`` (transformers' reference); see :mod:`unified.models.linear_attention`."""
+
+    def facts(self) -> dict[str, str]:
+        """The record stored with a run (run.json ``kernels``)."""
+        return {"attention": self.attention, "experts": self.experts, "linear_attention": self.linear_attention,
+                "reason": self.reason}
 
 
 def _has_module(name: str) -> bool:
@@ -96,10 +104,15 @@ def select_experts(device: str | torch.device | None = None, dtype: torch.dtype 
 
 
 def select_kernels(device: str | torch.device | None = None, dtype: torch.dtype = torch.float32, *,
-                   attention: str | None = None, experts: str | None = None) -> KernelChoice:
-    """Choose both implementations and log the choice."""
+                   attention: str | None = None, experts: str | None = None,
+                   linear_attention: str | None = None) -> KernelChoice:
+    """Choose the attention, experts and linear-attention implementations and log the choice."""
+    from unified.models.linear_attention import select_linear_attention
+
     attn, attn_why = select_attention(device, attention)
     exp, exp_why = select_experts(device, dtype, experts)
-    choice = KernelChoice(attention=attn, experts=exp, reason=f"attention: {attn_why}; experts: {exp_why}")
-    log.info("kernels: attention=%s experts=%s (%s)", attn, exp, choice.reason)
+    linear, linear_why = select_linear_attention(device, linear_attention)
+    choice = KernelChoice(attention=attn, experts=exp, linear_attention=linear,
+                          reason=f"attention: {attn_why}; experts: {exp_why}; linear attention: {linear_why}")
+    log.info("kernels: attention=%s experts=%s linear_attention=%s (%s)", attn, exp, linear, choice.reason)
     return choice

@@ -59,6 +59,22 @@ def _overrides(args) -> list[str]:
     return sets
 
 
+def kernels_line(cfg) -> str:
+    """``--dry-run``'s line of the kernels training would select on this machine, and why."""
+    import torch
+
+    from unified.kernels import select_kernels
+    from unified.warmup.trainer import training_device, use_bf16
+
+    device = training_device()
+    dtype = torch.bfloat16 if use_bf16(cfg, device) else torch.float32
+    choice = select_kernels(device, dtype, attention=cfg.model.attn_implementation,
+                            experts=cfg.model.experts_implementation)
+    return (f"# kernels on this machine ({device.type}, {str(dtype).removeprefix('torch.')}): "
+            f"attention={choice.attention} "
+            f"experts={choice.experts} linear_attention={choice.linear_attention} ({choice.reason})")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.WARNING),
@@ -100,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"# launch: {cfg.launch.nodes} node(s) x {cfg.launch.gpus_per_node} GPU(s), "
               f"distributed={cfg.launch.distributed}, generation={cfg.generation.backend}")
         print(format_plan(launch_plan(cfg, args.recipe, overrides)))
+        print(kernels_line(cfg))
         blocker = vllm_rollouts_blocker(cfg)
         if blocker:
             print(f"# not on this machine: {blocker}")

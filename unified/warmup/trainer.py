@@ -223,7 +223,7 @@ def load_policy(cfg: WarmupConfig, device: torch.device | None = None) -> Traina
     compute_dtype = torch.bfloat16 if use_bf16(cfg, device) else torch.float32
     kernels = select_kernels(device, compute_dtype, attention=cfg.model.attn_implementation,
                              experts=cfg.model.experts_implementation)
-    facts = {"attention": kernels.attention, "experts": kernels.experts, "reason": kernels.reason}
+    facts = kernels.facts()
     kind, target = resolve_spec(cfg.model.name_or_path)
     if world_size() > 1 and kind in ("local", "hub", "embedded"):
         if kind == "embedded":
@@ -235,6 +235,13 @@ def load_policy(cfg: WarmupConfig, device: torch.device | None = None) -> Traina
             from unified.models.chat_template import install_chat_template
 
             install_chat_template(tokenizer)
+        from transformers import AutoConfig
+
+        from unified.models.linear_attention import apply_linear_attention, modeling_module_for
+
+        # TRL instantiates the model itself: set the Gated DeltaNet ops of its modeling module beforehand
+        model_type = AutoConfig.from_pretrained(target, trust_remote_code=cfg.model.trust_remote_code).model_type
+        apply_linear_attention(kernels.linear_attention, [modeling_module_for(model_type)])
         init = {"dtype": torch.float32, "attn_implementation": kernels.attention,
                 "experts_implementation": kernels.experts, "trust_remote_code": cfg.model.trust_remote_code}
         return TrainablePolicy(model=target, tokenizer=tokenizer, kernels=facts, init_kwargs=init)
@@ -242,6 +249,9 @@ def load_policy(cfg: WarmupConfig, device: torch.device | None = None) -> Traina
                              attn_implementation=kernels.attention, experts_implementation=kernels.experts,
                              trust_remote_code=cfg.model.trust_remote_code)
     loaded.model.train()
+    from unified.models.linear_attention import gated_deltanet_modules
+
+    facts["linear_attention_layers"] = str(sum(gated_deltanet_modules(loaded.model).values()))
     return TrainablePolicy(model=loaded.model, tokenizer=loaded.tokenizer, kernels=facts)
 
 
@@ -575,8 +585,11 @@ def run_warmup(cfg: WarmupConfig, *, train_dataset=None, reward_funcs: Sequence[
         policy = load_policy(cfg, device)
         model, tokenizer, kernels, init_kwargs = policy.model, policy.tokenizer, policy.kernels, policy.init_kwargs
     else:
+        from unified.models.linear_attention import linear_attention_in_use
+
         kernels = {"attention": str(getattr(model.config, "_attn_implementation", "")),
-                   "experts": str(getattr(model.config, "_experts_implementation", ""))}
+                   "experts": str(getattr(model.config, "_experts_implementation", "")),
+                   "linear_attention": linear_attention_in_use(model)}
     if train_dataset is None:
         splits = load_splits(cfg, tokenizer)
         train_dataset, validation_dataset = splits.train, splits.validation
