@@ -56,7 +56,7 @@ def adapter(tmp_path_factory):
         built = build_task(ROOT / "fixture_container_service", "podman")
         assert built.status == "built", built.reason
         yield TerminalBench2Adapter(root=str(ROOT), backend="podman", build="always",
-                                    tasks="fixture_container_service")
+                                    tasks="fixture_container_service", agent="tool_calling")
     finally:
         if old is None:
             os.environ.pop("CONTAINERS_CONF", None)
