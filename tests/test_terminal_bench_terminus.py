@@ -184,3 +184,37 @@ def test_gold_through_the_default_agent_types_the_oracle_and_scores_100_percent(
     [result] = AgentLoop(adapter, GoldReplayer()).run([Job(t, 0) for t in adapter.tasks()])
     assert result.error is None and result.score == 1.0 and result.details["agent"] == "terminus_2"
     assert "tool-calling terminal" in result.details["oracle"]
+
+
+@needs_local
+@needs_tmux
+@needs_harbor
+@pytest.mark.slow
+def test_terminus_2_summarisation_asks_the_policy_with_harbors_own_history(scripted):
+    """A context limit just above Terminus-2's free-token threshold makes harbor summarise after the first turn:
+    its summary, questions and answers calls reach the policy with the histories harbor gives them (the questions
+    call with none), not the episode's conversation."""
+    model = scripted([terminus_answer(["echo 'Hello, world!' > /app/hello.txt\n"])])  # then: task_complete answers
+    adapter = _adapter(tasks="fixture_hello_file", terminus_context_limit=8300)
+    [result] = AgentLoop(adapter, make_chat_model(model.spec)).run([Job(adapter.tasks()[0], 0)])
+    assert result.error is None and result.score == 1.0, result
+    assert result.details["summarization_count"] >= 1 and result.details["completed"] is True
+    lengths = [len(r["messages"]) for r in model.requests]
+    assert lengths[0] == 1 and 1 in lengths[1:]  # the questions subagent starts from an empty history
+    assert result.details["model_calls"] == len(model.requests) > result.details["n_episodes"]
+
+
+@needs_local
+@needs_tmux
+@needs_harbor
+@pytest.mark.slow
+def test_the_task_timeout_stops_terminus_2_mid_wait_and_the_verifier_still_runs(scripted):
+    import time
+
+    model = scripted([terminus_answer(["sleep 50\n"], duration=55)])  # harbor would wait 55 s before its next call
+    adapter = _adapter(tasks="fixture_hello_file", agent_timeout_s=12)
+    started = time.monotonic()
+    [result] = AgentLoop(adapter, make_chat_model(model.spec)).run([Job(adapter.tasks()[0], 0)])
+    assert time.monotonic() - started < 45
+    assert result.error is None and result.details["agent_timed_out"] is True and result.score == 0.0
+    assert "completed" not in result.details and "reward" in result.details  # stopped, not finished; still verified

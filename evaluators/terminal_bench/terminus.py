@@ -26,9 +26,9 @@ Harbor pieces used at run time: ``Terminus2`` (its ``setup`` and ``run``: prompt
 run that are ours, each named in the aggregate's ``not_comparable_because`` (:func:`differences`):
 the model call (unified's loop, chat template and sampling settings, not LiteLLM), the command
 execution (``session.exec`` in our sandbox; harbor's ``user`` is not switched), no asciinema
-recording, the agent timeout (checked whenever Terminus-2 calls out, then the bridge is
-stopped; harbor cancels the coroutine at once), and a failed policy call (a context overflow
-included) ends the episode instead of harbor's overflow summarisation.
+recording, the agent timeout (watched while Terminus-2 works and between model calls, then the
+bridge is stopped; harbor cancels the coroutine at once), and a failed policy call (a context
+overflow included) ends the episode instead of harbor's overflow summarisation.
 
 ``--model gold`` runs the oracle (harbor's oracle agent is not Terminus-2 either): its
 ``send_keys`` calls reach :meth:`TerminusEnvironment.step`, which stops the bridge and types them
@@ -298,8 +298,9 @@ def differences(results_details: list[dict[str, Any]]) -> list[str]:
            "not harbor's LiteLLM client",
            "Terminus-2's commands run through unified's ExecutionSession.exec (harbor's per-command `user` is not "
            "switched); no asciinema recording",
-           "the agent timeout is checked whenever Terminus-2 calls out (harbor cancels the agent at once), and a "
-           "failed model call (a context overflow included) ends the episode instead of harbor's overflow "
+           "the agent timeout is watched while Terminus-2 works and between model calls, not during one (harbor "
+           "cancels the agent at once)",
+           "a failed model call (a context overflow included) ends the episode instead of harbor's overflow "
            "summarisation"]
     versions = sorted({str(d.get("harbor_version")) for d in terminus if d.get("harbor_version")} - {HARBOR_VERSION})
     if versions:
