@@ -218,3 +218,16 @@ def test_the_task_timeout_stops_terminus_2_mid_wait_and_the_verifier_still_runs(
     assert time.monotonic() - started < 45
     assert result.error is None and result.details["agent_timed_out"] is True and result.score == 0.0
     assert "completed" not in result.details and "reward" in result.details  # stopped, not finished; still verified
+
+
+@needs_local
+@needs_tmux
+def test_an_interpreter_without_harbor_fails_the_start_with_its_import_error_and_closes_the_sandbox():
+    import sys
+
+    adapter = _adapter(tasks="fixture_hello_file", harbor_python=sys.executable)  # a python that has no harbor
+    [task] = adapter.tasks()
+    env = adapter.open(task)
+    with pytest.raises(Exception, match="No module named 'harbor'"):
+        env.__enter__()
+    assert env.bridge is None and env.session is None  # stopped: the sandbox is closed

@@ -109,10 +109,14 @@ class HarborBridge:
                                      stderr=self._log, env=env, text=True, encoding="utf-8", bufsize=1)
         self._lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._pump, daemon=True, name="terminus-bridge-reader").start()
-        self.send(config)
-        hello = self.read(START_TIMEOUT_S)
-        if hello.get("type") != "hello":
-            raise BridgeError(f"the bridge did not start: {hello}")
+        try:
+            self.send(config)
+            hello = self.read(START_TIMEOUT_S)
+            if hello.get("type") != "hello":
+                raise BridgeError(f"the bridge did not start: {hello}")
+        except BaseException:  # no process of ours outlives a failed start
+            self.close()
+            raise
         self.harbor_version = str(hello.get("harbor_version"))
 
     def _pump(self) -> None:
@@ -136,7 +140,7 @@ class HarborBridge:
         except queue.Empty:
             raise TimeUp() from None
         if line is None:
-            raise BridgeError(f"the bridge exited ({self.proc.wait()}) mid-episode; its log: {self.tail()}")
+            raise BridgeError(f"the bridge exited ({self.proc.wait()}); its log: {self.tail()}")
         try:
             return json.loads(line)
         except ValueError as exc:
