@@ -16,7 +16,7 @@ from evaluators.terminal_bench import TerminalBench2Adapter, aggregate_rewards
 from evaluators.terminal_bench.terminus import HARBOR_VERSION, harbor_python
 from unified.agent.loop import AgentLoop, Job
 from unified.agent.replay import GoldReplayer
-from unified.benchmarks.contract import BenchmarkUnavailable
+from unified.benchmarks.contract import BenchmarkUnavailable, RunContext
 from unified.inference import make_chat_model
 from unified.types import EpisodeResult
 from _requires import needs_harbor, needs_local, needs_tmux
@@ -127,7 +127,7 @@ def test_terminus_2_solves_a_fixture_task_with_harbors_prompt_parser_and_double_
     adapter = _adapter(tasks="fixture_hello_file")
     task = adapter.tasks()[0]
     policy = make_chat_model(model.spec)
-    [result] = AgentLoop(adapter, policy, model_name="scripted").run([Job(task, 0)])
+    [result] = AgentLoop(adapter, policy, model_name="scripted", run=RunContext(work_dir=tmp_path)).run([Job(task, 0)])
     assert result.error is None and result.score == 1.0 and result.passed, result
     d = result.details
     assert d["agent"] == "terminus_2" and d["harbor_version"] == HARBOR_VERSION and d["completed"] is True
@@ -157,7 +157,7 @@ def test_terminus_2_solves_a_fixture_task_with_harbors_prompt_parser_and_double_
 @needs_tmux
 @needs_harbor
 @pytest.mark.slow
-def test_a_real_terminal_bench_2_task_through_terminus_2(scripted):
+def test_a_real_terminal_bench_2_task_through_terminus_2(scripted, tmp_path):
     """regex-log, copied from Terminal-Bench 2.0 (tests/fixtures/terminal_bench_real/README.md): the scripted
     model types the reference regex through harbor's TmuxSession; the task's own test_outputs.py passes."""
     adapter = TerminalBench2Adapter(root=str(REAL), backend="local")
@@ -166,7 +166,7 @@ def test_a_real_terminal_bench_2_task_through_terminus_2(scripted):
     heredoc = solve[solve.index("cat << 'EOF'"):]  # the file-writing part of the reference solution
     model = scripted([terminus_answer([heredoc, "wc -c /app/regex.txt\n"]), terminus_answer([], complete=True),
                       terminus_answer([], complete=True)])
-    [result] = AgentLoop(adapter, make_chat_model(model.spec)).run([Job(task, 0)])
+    [result] = AgentLoop(adapter, make_chat_model(model.spec), run=RunContext(work_dir=tmp_path)).run([Job(task, 0)])
     assert result.error is None and result.score == 1.0, result
     assert "PASSED test_regex_matches_dates" in result.details["verifier_output"]
     assert result.details["agent"] == "terminus_2" and result.details["n_episodes"] == 3
@@ -179,9 +179,9 @@ def test_a_real_terminal_bench_2_task_through_terminus_2(scripted):
 @needs_tmux
 @needs_harbor
 @pytest.mark.slow
-def test_gold_through_the_default_agent_types_the_oracle_and_scores_100_percent():
+def test_gold_through_the_default_agent_types_the_oracle_and_scores_100_percent(tmp_path):
     adapter = _adapter(tasks="fixture_region_report")
-    [result] = AgentLoop(adapter, GoldReplayer()).run([Job(t, 0) for t in adapter.tasks()])
+    [result] = AgentLoop(adapter, GoldReplayer(), run=RunContext(work_dir=tmp_path)).run([Job(adapter.tasks()[0], 0)])
     assert result.error is None and result.score == 1.0 and result.details["agent"] == "terminus_2"
     assert "tool-calling terminal" in result.details["oracle"]
 
@@ -190,13 +190,14 @@ def test_gold_through_the_default_agent_types_the_oracle_and_scores_100_percent(
 @needs_tmux
 @needs_harbor
 @pytest.mark.slow
-def test_terminus_2_summarisation_asks_the_policy_with_harbors_own_history(scripted):
+def test_terminus_2_summarisation_asks_the_policy_with_harbors_own_history(scripted, tmp_path):
     """A context limit just above Terminus-2's free-token threshold makes harbor summarise after the first turn:
     its summary, questions and answers calls reach the policy with the histories harbor gives them (the questions
     call with none), not the episode's conversation."""
     model = scripted([terminus_answer(["echo 'Hello, world!' > /app/hello.txt\n"])])  # then: task_complete answers
     adapter = _adapter(tasks="fixture_hello_file", terminus_context_limit=8300)
-    [result] = AgentLoop(adapter, make_chat_model(model.spec)).run([Job(adapter.tasks()[0], 0)])
+    loop = AgentLoop(adapter, make_chat_model(model.spec), run=RunContext(work_dir=tmp_path))
+    [result] = loop.run([Job(adapter.tasks()[0], 0)])
     assert result.error is None and result.score == 1.0, result
     assert result.details["summarization_count"] >= 1 and result.details["completed"] is True
     lengths = [len(r["messages"]) for r in model.requests]
@@ -208,13 +209,14 @@ def test_terminus_2_summarisation_asks_the_policy_with_harbors_own_history(scrip
 @needs_tmux
 @needs_harbor
 @pytest.mark.slow
-def test_the_task_timeout_stops_terminus_2_mid_wait_and_the_verifier_still_runs(scripted):
+def test_the_task_timeout_stops_terminus_2_mid_wait_and_the_verifier_still_runs(scripted, tmp_path):
     import time
 
     model = scripted([terminus_answer(["sleep 50\n"], duration=55)])  # harbor would wait 55 s before its next call
     adapter = _adapter(tasks="fixture_hello_file", agent_timeout_s=12)
     started = time.monotonic()
-    [result] = AgentLoop(adapter, make_chat_model(model.spec)).run([Job(adapter.tasks()[0], 0)])
+    loop = AgentLoop(adapter, make_chat_model(model.spec), run=RunContext(work_dir=tmp_path))
+    [result] = loop.run([Job(adapter.tasks()[0], 0)])
     assert time.monotonic() - started < 45
     assert result.error is None and result.details["agent_timed_out"] is True and result.score == 0.0
     assert "completed" not in result.details and "reward" in result.details  # stopped, not finished; still verified
@@ -222,12 +224,12 @@ def test_the_task_timeout_stops_terminus_2_mid_wait_and_the_verifier_still_runs(
 
 @needs_local
 @needs_tmux
-def test_an_interpreter_without_harbor_fails_the_start_with_its_import_error_and_closes_the_sandbox():
+def test_an_interpreter_without_harbor_fails_the_start_with_its_import_error_and_closes_the_sandbox(tmp_path):
     import sys
 
     adapter = _adapter(tasks="fixture_hello_file", harbor_python=sys.executable)  # a python that has no harbor
     [task] = adapter.tasks()
-    env = adapter.open(task)
+    env = adapter.open(task, run=RunContext(work_dir=tmp_path))
     with pytest.raises(Exception, match="No module named 'harbor'"):
         env.__enter__()
     assert env.bridge is None and env.session is None  # stopped: the sandbox is closed
