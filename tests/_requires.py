@@ -34,3 +34,14 @@ def _vllm_reason() -> str | None:
 
 VLLM_REASON = _vllm_reason()
 needs_vllm = pytest.mark.skipif(VLLM_REASON is not None, reason=f"{VLLM_REASON}")
+
+
+def _harbor_reason() -> str | None:
+    from evaluators.terminal_bench.terminus import harbor_python
+
+    return None if harbor_python() else ("harbor (Terminus-2, the default Terminal-Bench agent) is not installed: "
+                                         "make harbor (creates .venv-harbor)")
+
+
+HARBOR_REASON = _harbor_reason()
+needs_harbor = pytest.mark.skipif(HARBOR_REASON is not None, reason=f"{HARBOR_REASON}")

@@ -41,7 +41,8 @@ def test_rebuilt_base_gold_scores_1_and_a_wrong_answer_0(podman):
     assert built.status == "built", built.reason
     assert built.bases == ["docker.io/library/debian:bookworm-slim"]
 
-    adapter = TerminalBench2Adapter(root=str(ROOT), backend="podman", build="always", tasks="fixture_container_hello")
+    adapter = TerminalBench2Adapter(root=str(ROOT), backend="podman", build="always", tasks="fixture_container_hello",
+                                    agent="tool_calling")
     task = adapter.tasks()[0]
     gold = AgentLoop(adapter, GoldReplayer()).run([Job(task, 0)])[0]
     assert gold.error is None and gold.score == 1.0, gold.details.get("verifier_output")
@@ -65,7 +66,8 @@ def test_a_service_the_solution_left_running_answers_the_verifier(podman):
         pytest.skip(f"no private verifier on this host: {verifier_tools()}")
     built = build_task(ROOT / "fixture_container_service", "podman")
     assert built.status == "built", built.reason
-    adapter = TerminalBench2Adapter(root=str(ROOT), backend="podman", build="always", tasks="fixture_container_service")
+    adapter = TerminalBench2Adapter(root=str(ROOT), backend="podman", build="always", tasks="fixture_container_service",
+                                    agent="tool_calling")
     task = adapter.tasks()[0]
     gold = AgentLoop(adapter, GoldReplayer()).run([Job(task, 0)])[0]
     assert gold.error is None and gold.score == 1.0, gold.details.get("verifier_output")

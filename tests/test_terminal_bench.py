@@ -23,7 +23,7 @@ pytestmark = [needs_local, needs_tmux]
 
 
 def _adapter(**kw):
-    adapter = TerminalBench2Adapter(root=str(FIXTURES), backend="local", **kw)
+    adapter = TerminalBench2Adapter(root=str(FIXTURES), backend="local", agent="tool_calling", **kw)
     adapter.name = "terminal_bench_2"
     return adapter
 
@@ -86,7 +86,7 @@ def test_broken_task_folders_name_file_and_field(tmp_path):
     (bad / "task.toml").write_text("[agent]\ntimeout_sec = 10\n")
     with pytest.raises(TaskFormatError, match="neither environment/Dockerfile nor"):
         read_task(bad)
-    tasks = TerminalBench2Adapter(root=str(tmp_path), backend="local").tasks()
+    tasks = TerminalBench2Adapter(root=str(tmp_path), backend="local", agent="tool_calling").tasks()
     assert tasks[0].skip_reason and "Dockerfile" in tasks[0].skip_reason
 
 
@@ -94,7 +94,7 @@ def test_missing_source_is_a_clear_unavailability(monkeypatch):
     monkeypatch.delenv("TERMINAL_BENCH_ROOT", raising=False)
     monkeypatch.delenv("UNIFIED_FIXTURES_DIR", raising=False)
     with pytest.raises(BenchmarkUnavailable, match="TERMINAL_BENCH_ROOT"):
-        TerminalBench2Adapter().tasks()
+        TerminalBench2Adapter(agent="tool_calling").tasks()
 
 
 # -- the current published task schema ----------------------------------------------------
@@ -139,7 +139,7 @@ def test_network_follows_harbor_default_with_a_flag_and_a_per_task_cut(tmp_path)
     _task_dir(tmp_path, "legacy_on", 'version = "1.0"\n[environment]\nallow_internet = true\n')
 
     def networks(**kw):  # what a container engine gets (the local backend never has the network)
-        adapter = TerminalBench2Adapter(root=str(tmp_path), backend="local", **kw)
+        adapter = TerminalBench2Adapter(root=str(tmp_path), backend="local", agent="tool_calling", **kw)
         assert not any(adapter.open(t).spec().network for t in adapter.tasks()) or kw.get("network") == "on"
         return {t.id: adapter.network_for(adapter._task(t), "docker")[0] for t in adapter.tasks()}
 
@@ -220,7 +220,7 @@ def test_local_backend_skips_what_it_cannot_build_or_verify_with_the_reason(tmp_
               test_sh="#!/bin/bash\ncurl -LsSf https://astral.sh/uv/install.sh | sh\nuvx pytest /tests\n")
     _task_dir(tmp_path, "plain", 'version = "1.0"\n',
               dockerfile="FROM ubuntu:24.04\nWORKDIR /app\nRUN mkdir -p data && echo 1 > data/x\n")
-    tasks = {t.id: t.skip_reason for t in TerminalBench2Adapter(root=str(tmp_path), backend="local").tasks()}
+    tasks = {t.id: t.skip_reason for t in TerminalBench2Adapter(root=str(tmp_path), backend="local", agent="tool_calling").tasks()}
     assert tasks["plain"] is None
     assert tasks["apt_build"].startswith("local backend cannot run it: the image build needs root or the network\n")
     assert "Dockerfile:3: RUN uses 'apt-get'" in tasks["apt_build"]

@@ -45,7 +45,7 @@ def _tasks(root: Path) -> None:
 
 def test_a_verifier_that_fails_to_download_is_an_infrastructure_error(tmp_path):
     _tasks(tmp_path)
-    adapter = TerminalBench2Adapter(root=str(tmp_path), backend="local")
+    adapter = TerminalBench2Adapter(root=str(tmp_path), backend="local", agent="tool_calling")
     results = {}
     for task in adapter.tasks():
         with adapter.open(task) as env:

@@ -1,6 +1,18 @@
-"""Terminal-Bench 2.0 adapter: task folders, a Terminus-2-style tmux agent, the task's own tests.
+"""Terminal-Bench 2.0 adapter: task folders, harbor's Terminus-2 agent (or a tool-calling one), the task's own tests.
 
 Config keys (``--set benchmarks.terminal_bench_2.KEY=VALUE``):
+
+``agent``           ``terminus_2`` (default: harbor's Terminus-2 itself, run by the interpreter of
+                    ``make harbor``, over our sandbox and the eval's policy; see :mod:`.terminus`) or
+                    ``tool_calling`` (our ``send_keys``/``task_complete`` agent, :mod:`.environment`;
+                    named in ``not_comparable_because``)
+``harbor_python``   the interpreter with ``harbor==0.25.0`` (default ``$UNIFIED_HARBOR_PYTHON``, else
+                    ``.venv-harbor/bin/python``)
+``terminus_parser`` ``json`` (default, as harbor) or ``xml``: Terminus-2's prompt template and parser
+``terminus_model``  the model name Terminus-2 counts tokens and looks limits up with (litellm's names;
+                    default ``openai/policy``); ``terminus_context_limit`` / ``terminus_output_limit``
+                    set them instead (default: harbor's lookup, 1,000,000 tokens for unknown names)
+``terminus_summarize`` Terminus-2's context summarisation (default true, as harbor)
 
 ``root``            directory of task folders (default ``$TERMINAL_BENCH_ROOT``, else
                     ``$UNIFIED_FIXTURES_DIR/terminal_bench``; see :mod:`.tasks`)
@@ -49,6 +61,7 @@ from evaluators.terminal_bench.environment import MAX_WAIT_S, TerminalBenchEnvir
 from evaluators.terminal_bench.infra import verifier_infrastructure_error
 from evaluators.terminal_bench.local_support import local_blockers
 from evaluators.terminal_bench.tasks import TBTask, load_tasks, resolve_root
+from evaluators.terminal_bench.terminus import TerminusEnvironment, differences, logs_dir_for, require_harbor_python
 
 __all__ = ["TerminalBench2Adapter", "aggregate_rewards"]
 
@@ -82,6 +95,10 @@ def aggregate_rewards(results: list[EpisodeResult]) -> dict[str, Any]:
     if tampered:
         reasons.append(f"{sum(1 for r in scored if r.details.get('tampered'))} episode(s) scored 0 because the agent "
                        f"changed the verifier's toolchain (Harbor would trust it): {', '.join(tampered)}")
+    if any(r.details.get("agent") == "tool_calling" for r in scored):
+        reasons.append("the tool-calling send_keys/task_complete agent (agent=tool_calling), not Terminus-2 "
+                       "(the paper's agent)")
+    reasons += differences([r.details for r in scored])
     runs = max((len(v) for v in by_task.values()), default=0)
     # skipped/errored tasks and fewer trials than the protocol are added by the report (unified.eval.report)
     return {"score": avg_at_k(by_task), "tampered": tampered,
@@ -114,6 +131,20 @@ class TerminalBench2Config:
     """Task ids whose network is cut whatever ``network`` says (a list or comma-separated)."""
     build: Literal["auto", "always"] = "auto"
     """``auto``: the task's prebuilt image when it names one, else its Dockerfile; ``always``: build."""
+    agent: Literal["terminus_2", "tool_calling"] = "terminus_2"
+    """``terminus_2``: harbor's Terminus-2 (:mod:`.terminus`); ``tool_calling``: our send_keys agent."""
+    harbor_python: str | None = None
+    """Interpreter with harbor (None: ``$UNIFIED_HARBOR_PYTHON``, else ``.venv-harbor/bin/python``)."""
+    terminus_parser: Literal["json", "xml"] = "json"
+    """Terminus-2's response format: its prompt template and parser (harbor's default: json)."""
+    terminus_model: str = "openai/policy"
+    """The litellm model name Terminus-2 counts tokens and looks the context limit up with."""
+    terminus_context_limit: int | None = bounded(None, ge=1)
+    """Context tokens Terminus-2 plans its summarisation with (None: harbor's lookup for terminus_model)."""
+    terminus_output_limit: int | None = bounded(None, ge=1)
+    """Output tokens Terminus-2 names when an answer was cut (None: harbor's lookup)."""
+    terminus_summarize: bool = True
+    """Terminus-2's context summarisation (harbor's default: on)."""
 
     def __post_init__(self) -> None:
         self.tasks, self.network_off = config_list(self.tasks), config_list(self.network_off)
@@ -141,6 +172,8 @@ class TerminalBench2Adapter(Adapter):
         return require_execution_backend(self.settings.backend)
 
     def tasks(self, split: str | None = None, limit: int | None = None) -> list[Task]:
+        if self.settings.agent == "terminus_2":
+            require_harbor_python(self.settings.harbor_python)
         root = resolve_root(self.settings.root)
         parsed, broken = load_tasks(root)
         backend = self._backend()
@@ -191,13 +224,24 @@ class TerminalBench2Adapter(Adapter):
         return None, t.build_context
 
     def open(self, task: Task, *, run: RunContext = RunContext()) -> Environment:
+        return self._environment(task, run, self.settings.agent)
+
+    def _environment(self, task: Task, run: RunContext, agent: str) -> TerminalBenchEnvironment:
+        """The task's environment for ``agent`` (``tool_calling``: the terminal alone, no harbor bridge)."""
         t = self._task(task)
         backend = self._backend()
         image, context = self.image_for(t, backend.name)
         network, why = self.network_for(t, backend.name)
-        return TerminalBenchEnvironment(t, backend, exec_timeout_s=self.settings.exec_timeout_s, image=image,
-                                        build_context=context, network=network, network_source=why,
-                                        oracle_requested=lambda: task.id in self.oracle_tasks)
+        common = dict(exec_timeout_s=self.settings.exec_timeout_s, image=image, build_context=context,
+                      network=network, network_source=why, oracle_requested=lambda: task.id in self.oracle_tasks)
+        if agent == "tool_calling":
+            return TerminalBenchEnvironment(t, backend, **common)
+        s = self.settings
+        return TerminusEnvironment(t, backend, harbor_python=require_harbor_python(s.harbor_python),
+                                   logs_dir=logs_dir_for(run.work_dir, task.id), parser_name=s.terminus_parser,
+                                   model_name=s.terminus_model, enable_summarize=s.terminus_summarize,
+                                   context_limit=s.terminus_context_limit, output_limit=s.terminus_output_limit,
+                                   **common)
 
     def score(self, task: Task, episode: Episode, env: Environment) -> EpisodeResult:
         assert isinstance(env, TerminalBenchEnvironment)
@@ -206,6 +250,11 @@ class TerminalBench2Adapter(Adapter):
         details["agent_timed_out"] = bool(env.metadata.get("agent_timed_out"))
         details["task_network"] = env.task.network
         details["image"], details["built_from"] = env.image, env.build_context
+        details["agent"] = "terminus_2" if isinstance(env, TerminusEnvironment) else "tool_calling"
+        if isinstance(env, TerminusEnvironment):
+            details.update({k: v for k, v in env.terminus.items() if k != "agent"})
+        if episode.metadata.get("limit_hit"):
+            details["loop_limit"] = episode.metadata["limit_hit"]
         details.update({k: v for k, v in env.metadata.get("execution", {}).items() if k.startswith("rebuilt_base")})
         checkable = env.session is not None and not details.get("tampered")  # a changed toolchain's output proves nothing
         infra = verifier_infrastructure_error(env.task.path, env.read_verifier_file, details) if checkable else None
@@ -221,7 +270,7 @@ class TerminalBench2Adapter(Adapter):
 
     def _verifier_without_agent(self, task: Task) -> str | None:
         """The task's verifier on a fresh environment from the same image, no agent action: its infrastructure error."""
-        with self.open(task) as env:
+        with self._environment(task, RunContext(), "tool_calling") as env:  # no agent: no harbor bridge either
             details = env.run_verifier()
             return verifier_infrastructure_error(env.task.path, env.read_verifier_file, details)
 

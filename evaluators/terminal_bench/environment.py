@@ -1,9 +1,10 @@
-"""A Terminal-Bench task as an agent environment, in the style of the Terminus-2 harness.
+"""A Terminal-Bench task as a tool-calling agent environment (``agent=tool_calling``).
 
-Terminus-2 (the benchmark's reference agent) drives one tmux session: the model sends
-keystrokes, waits a chosen number of seconds, and sees the terminal screen. Here that is two
-tools: ``send_keys(keystrokes, duration, press_enter)`` (every ``\\n`` presses Enter; a bare tmux key
-name such as ``C-c`` presses that key; the wait ends early once the typed command has finished) and
+The default agent is harbor's Terminus-2 itself (:mod:`.terminus`, a subclass of this environment
+that shares its session, oracle and verifier). This one is the tool-calling alternative in its
+style: Terminus-2 drives one tmux session, the model sends keystrokes, waits a chosen number of
+seconds, and sees the terminal screen. Here that is two tools:
+``send_keys(keystrokes, duration, press_enter)`` (every ``\\n`` presses Enter; a bare tmux key name such as ``C-c`` presses that key; the wait ends early once the typed command has finished) and
 ``task_complete()``. One deviation from Terminus-2, where the model must end a command with
 ``\\n``: tool-call formats that strip a parameter's surrounding whitespace (the Qwen3.5 XML
 form does) cannot carry that newline, so Enter is pressed after the keystrokes unless
@@ -130,18 +131,27 @@ class TerminalBenchEnvironment(Environment):
                                extra_dirs=extra, name=t.id)
 
     def start(self) -> None:
+        self.start_session()
+        self.start_terminal()
+        self._started_at = time.monotonic()
+        self.first_user_message = (f"Task:\n{self.task.instruction}\n\nCurrent terminal screen:\n"
+                                   f"{self.terminal.capture()}")
+
+    def start_session(self) -> None:
+        """The task's sandbox or container, with tmux in it, and the run facts in ``metadata``."""
         self.session = self.backend.start(self.spec())
         self._ensure_tmux()
-        self.terminal = TmuxTerminal(self.session, width=self.width, height=self.height)
-        self.terminal.start()
-        self.terminal.wait(5.0)
-        self._started_at = time.monotonic()
         self.metadata.update({"backend": self.session.backend, "execution": dict(self.session.info),
                               "agent_timeout_s": self.task.agent_timeout_s, "network": self.network,
                               "network_source": self.network_source, "image": self.image,
                               "built_from": self.build_context, "task_warnings": list(self.task.warnings)})
-        self.first_user_message = (f"Task:\n{self.task.instruction}\n\nCurrent terminal screen:\n"
-                                   f"{self.terminal.capture()}")
+
+    def start_terminal(self) -> None:
+        """The tool-calling agent's tmux terminal (:class:`unified.execution.TmuxTerminal`)."""
+        assert self.session is not None
+        self.terminal = TmuxTerminal(self.session, width=self.width, height=self.height)
+        self.terminal.start()
+        self.terminal.wait(5.0)
 
     def _ensure_tmux(self) -> None:
         """Install tmux when the image lacks it and the network is on (Harbor's agents do the same)."""

@@ -48,7 +48,7 @@ def podman_service_adapter(conf_dir: Path) -> Iterator[Any]:
         built = build_task(ROOT / "fixture_container_service", "podman")
         assert built.status == "built", built.reason
         yield TerminalBench2Adapter(root=str(ROOT), backend="podman", build="always",
-                                    tasks="fixture_container_service")
+                                    tasks="fixture_container_service", agent="tool_calling")
     finally:
         if old is None:
             os.environ.pop("CONTAINERS_CONF", None)

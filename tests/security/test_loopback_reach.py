@@ -58,7 +58,8 @@ def test_a_local_session_with_the_network_cannot_reach_host_loopback(abstract_so
 def test_terminal_bench_on_the_local_backend_runs_without_the_network_and_says_so():
     from evaluators.terminal_bench import TerminalBench2Adapter
 
-    adapter = TerminalBench2Adapter(root=str(FIXTURES), backend="local", tasks="fixture_region_report")
+    adapter = TerminalBench2Adapter(root=str(FIXTURES), backend="local", tasks="fixture_region_report",
+                                    agent="tool_calling")
     task = adapter.tasks()[0]
     assert task.payload["network"] is True  # Harbor's default: the task has the network
     env = adapter.open(task)

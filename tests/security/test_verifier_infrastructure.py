@@ -56,7 +56,7 @@ def _score(adapter, task, keys: str | None, trial: int = 0):
 
 def test_a_csv_row_that_reads_like_a_dns_failure_is_a_wrong_answer(tmp_path):
     _task(tmp_path, "fixture_csv_report", TEST_SH)
-    adapter = TerminalBench2Adapter(root=str(tmp_path), backend="local")
+    adapter = TerminalBench2Adapter(root=str(tmp_path), backend="local", agent="tool_calling")
     task = adapter.tasks()[0]
     result = _score(adapter, task, FORGED_ROW)
     assert "Could not resolve host" in result.details["verifier_output"]  # the attack's text reached the output
@@ -67,7 +67,7 @@ def test_a_csv_row_that_reads_like_a_dns_failure_is_a_wrong_answer(tmp_path):
 
 def test_a_verifier_that_cannot_fetch_its_tools_without_the_agent_is_still_infrastructure(tmp_path):
     _task(tmp_path, "fixture_fetch_fails", FETCH_SH)
-    adapter = TerminalBench2Adapter(root=str(tmp_path), backend="local")
+    adapter = TerminalBench2Adapter(root=str(tmp_path), backend="local", agent="tool_calling")
     task = adapter.tasks()[0]
     first, second = _score(adapter, task, None, 0), _score(adapter, task, None, 1)
     for result in (first, second):

@@ -33,7 +33,8 @@ FORGER = ("(setsid sh -c 'while :; do rm -f /logs/verifier/reward.txt; echo 1 > 
 def test_a_background_process_cannot_forge_a_terminal_bench_reward():
     from evaluators.terminal_bench import TerminalBench2Adapter
 
-    adapter = TerminalBench2Adapter(root=str(FIXTURES), backend="local", tasks="fixture_hello_file")
+    adapter = TerminalBench2Adapter(root=str(FIXTURES), backend="local", tasks="fixture_hello_file",
+                                    agent="tool_calling")
     task = adapter.tasks()[0]
     with adapter.open(task) as env:
         env.step([ToolCall("send_keys", {"keystrokes": FORGER, "duration": 1}, "c0"),
@@ -61,7 +62,8 @@ def test_code_the_agent_left_in_its_home_does_not_run_in_the_verifier():
     """A ``usercustomize.py`` in the agent's home ran in the verifier's python and wrote reward.json (1.0)."""
     from evaluators.terminal_bench import TerminalBench2Adapter
 
-    adapter = TerminalBench2Adapter(root=str(FIXTURES), backend="local", tasks="fixture_region_report")
+    adapter = TerminalBench2Adapter(root=str(FIXTURES), backend="local", tasks="fixture_region_report",
+                                    agent="tool_calling")
     task = adapter.tasks()[0]
     with adapter.open(task) as env:
         planted = env.session.exec(USERCUSTOMIZE)

@@ -341,7 +341,9 @@ class AgentLoop:
 
     # ----------------------------------------------------------------------------------
     def _request(self, state: EpisodeState) -> PolicyRequest:
-        view = state.prompting.before_policy(list(state.episode.messages))
+        policy_messages = getattr(state.env, "policy_messages", None)  # an outside Environment may predate it
+        conversation = list(state.episode.messages)
+        view = state.prompting.before_policy(policy_messages(conversation) if policy_messages else conversation)
         return PolicyRequest(messages=[m.to_chat() for m in view], tools=[t.to_openai() for t in state.env.tools],
                              prefix=getattr(state.prompting, "response_prefix", str)(),
                              deadline=state.started + self.limits.max_seconds)

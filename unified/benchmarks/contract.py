@@ -269,6 +269,13 @@ class Environment:
         """The next user message once the agent answered without tool calls, or None when done."""
         return None
 
+    def policy_messages(self, messages: list[Message]) -> list[Message]:
+        """The conversation the policy is asked with next, given the episode's (``messages``, not to be
+        mutated). Default: the episode's. An environment that manages the agent's context itself
+        returns its own (harbor's Terminus-2 asks with its own history, which its summarisation
+        replaces); the episode still records every turn."""
+        return messages
+
     def __enter__(self) -> "Environment":
         try:
             self.start()
