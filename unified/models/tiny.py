@@ -1,10 +1,14 @@
 """Tiny random mixture-of-experts models and a locally trained tokenizer, for fast unit tests.
 
-Two architectures, the two MoE families the library targets:
+Three architectures, the MoE families the library targets:
 
 - ``qwen3_moe``: ``Qwen3MoeForCausalLM`` (full attention, top-k routed experts);
 - ``qwen3_5_moe``: ``Qwen3_5MoeForCausalLM`` (the Qwen3.5-35B-A3B text stack: gated-DeltaNet
-  linear attention interleaved with full attention, routed experts plus a shared expert).
+  linear attention interleaved with full attention, routed experts plus a shared expert);
+- ``qwen3_5_moe_vl``: ``Qwen3_5MoeForConditionalGeneration``, the class and directory layout of the
+  published Qwen3.5-35B-A3B checkpoint (vision tower, text stack with 3 linear-attention layers to
+  one full-attention layer, experts; the published ``config.json`` keys, the vision special tokens
+  and the image/video processor files), see :func:`save_tiny_checkpoint`.
 
 The tokenizer is a byte-level BPE trained in well under a second on a small built-in corpus,
 with the chat special tokens (``<|im_start|>``, ``<|im_end|>``, ``<think>``, ``<tool_call>`` ...)
@@ -21,7 +25,7 @@ import torch
 
 from unified.models.chat_template import CHAT_SPECIAL_TOKENS, qwen35_chat_template
 
-TinyArch = Literal["qwen3_moe", "qwen3_5_moe"]
+TinyArch = Literal["qwen3_moe", "qwen3_5_moe", "qwen3_5_moe_vl"]
 
 _CORPUS = [
     "The agent calls a tool and the environment answers with an observation.",

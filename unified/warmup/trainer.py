@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from unified.config import dump_yaml, to_dict
+from unified.models.vision_language import copy_processor_files, freeze_vision_tower, is_vision_language_config
 from unified.store import write_json_atomic
 from unified.warmup.callbacks import METRICS_FILE, JsonlMetricsCallback, peak_memory_gib
 from unified.warmup.config import WarmupConfig, describe
@@ -314,6 +315,7 @@ def build_trainer(cfg: WarmupConfig, *, train_dataset, reward_funcs: Sequence[Ca
     )
     trainer.generation_cpu_threads = cfg.generation.cpu_threads
     trainer.extra_logs = {}
+    freeze_vision_tower(trainer.model)  # text-only warmup: a vision tower gets no gradient and no optimizer state
     if cfg.model.trainable_layers is not None:  # before train() creates the optimizer over trainable parameters
         if trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled:
             raise ValueError("model.trainable_layers is for single-process and DDP training, not DeepSpeed/FSDP")
@@ -436,14 +438,17 @@ class WarmupResult:
     """True when this call found the run finished (checkpoint at ``max_steps``) and trained nothing."""
 
 
-def save_final(trainer, output_dir: str | os.PathLike[str]) -> Path:
-    """Write the trained weights, tokenizer and chat template as a HF dir ``<output_dir>/final``."""
+def save_final(trainer, output_dir: str | os.PathLike[str], source: str | None = None) -> Path:
+    """Write the trained weights, tokenizer and chat template as a HF dir ``<output_dir>/final``; for a
+    vision-language class, also the image/video processor files of checkpoint ``source`` (vLLM needs them)."""
     final = Path(output_dir) / FINAL_DIR
     trainer.save_model(str(final))  # handles ZeRO-3 / FSDP gathering; writes config + safetensors + tokenizer
     if trainer.accelerator.is_main_process:
         tokenizer = trainer.processing_class
         if getattr(tokenizer, "chat_template", None) and not (final / "chat_template.jinja").exists():
             tokenizer.save_pretrained(str(final))
+        if source is not None and is_vision_language_config(trainer.accelerator.unwrap_model(trainer.model).config):
+            copy_processor_files(source, final)
     return final
 
 
@@ -536,7 +541,7 @@ def run_warmup(cfg: WarmupConfig, *, train_dataset=None, reward_funcs: Sequence[
     else:
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     seconds = time.time() - t0
-    final = save_final(trainer, out)
+    final = save_final(trainer, out, source=cfg.model.name_or_path)
     steps_run = trainer.state.global_step - start_step
     logs = [h for h in trainer.state.log_history if "loss" in h]
     result = WarmupResult(
