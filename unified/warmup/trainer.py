@@ -439,8 +439,7 @@ class WarmupResult:
 
 
 def save_final(trainer, output_dir: str | os.PathLike[str], source: str | None = None) -> Path:
-    """Write the trained weights, tokenizer and chat template as a HF dir ``<output_dir>/final``; for a
-    vision-language class, also the image/video processor files of checkpoint ``source`` (vLLM needs them)."""
+    """Weights, tokenizer, chat template (and a vision-language class's processor files from ``source``) -> ``final/``."""
     final = Path(output_dir) / FINAL_DIR
     trainer.save_model(str(final))  # handles ZeRO-3 / FSDP gathering; writes config + safetensors + tokenizer
     if trainer.accelerator.is_main_process:
