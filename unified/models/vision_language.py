@@ -82,6 +82,24 @@ def freeze_vision_tower(model: Any) -> int:
     return frozen
 
 
+def keep_used_weight_conversions(model: Any) -> int:
+    """Forget the load-time weight conversions that matched no tensor; returns how many were dropped.
+
+    ``save_pretrained`` reverses the conversions recorded at load (``model._weight_conversions``). The
+    ordinary loader records only those that matched a checkpoint tensor; transformers' DeepSpeed ZeRO-3
+    loader (5.24) records all of them, and reversing Qwen3.5's unused ``PrefixChange`` (which maps a
+    multimodal checkpoint onto the text-only class) prefixes every text tensor again: ZeRO-3's ``final/``
+    named ``model.language_model.model.language_model.*`` (measured on the tiny checkpoint), which
+    transformers reads back but vLLM and the published layout do not. Call it before the first save.
+    """
+    conversions = getattr(model, "_weight_conversions", None)
+    if not conversions:
+        return 0
+    used = [c for c in conversions if getattr(c, "was_used", lambda: True)()]
+    model._weight_conversions = used
+    return len(conversions) - len(used)
+
+
 def copy_processor_files(source: str | Path, target: str | Path) -> list[str]:
     """Copy the processor files (:data:`PROCESSOR_FILES`) of checkpoint ``source`` into directory ``target``.
 

@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from unified.config import dump_yaml, to_dict
-from unified.models.vision_language import copy_processor_files, freeze_vision_tower, is_vision_language_config
+from unified.models import vision_language
 from unified.store import write_json_atomic
 from unified.warmup.callbacks import METRICS_FILE, JsonlMetricsCallback, peak_memory_gib
 from unified.warmup.config import WarmupConfig, describe
@@ -315,7 +315,8 @@ def build_trainer(cfg: WarmupConfig, *, train_dataset, reward_funcs: Sequence[Ca
     )
     trainer.generation_cpu_threads = cfg.generation.cpu_threads
     trainer.extra_logs = {}
-    freeze_vision_tower(trainer.model)  # text-only warmup: a vision tower gets no gradient and no optimizer state
+    vision_language.freeze_vision_tower(trainer.model)  # text-only warmup: no gradient, no optimizer state for it
+    vision_language.keep_used_weight_conversions(trainer.model)  # before any save (ZeRO-3 loads record them all)
     if cfg.model.trainable_layers is not None:  # before train() creates the optimizer over trainable parameters
         if trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled:
             raise ValueError("model.trainable_layers is for single-process and DDP training, not DeepSpeed/FSDP")
@@ -440,14 +441,14 @@ class WarmupResult:
 
 def save_final(trainer, output_dir: str | os.PathLike[str], source: str | None = None) -> Path:
     """Weights, tokenizer, chat template (and a vision-language class's processor files from ``source``) -> ``final/``."""
-    final = Path(output_dir) / FINAL_DIR
+    final, model = Path(output_dir) / FINAL_DIR, trainer.accelerator.unwrap_model(trainer.model)
     trainer.save_model(str(final))  # handles ZeRO-3 / FSDP gathering; writes config + safetensors + tokenizer
     if trainer.accelerator.is_main_process:
         tokenizer = trainer.processing_class
         if getattr(tokenizer, "chat_template", None) and not (final / "chat_template.jinja").exists():
             tokenizer.save_pretrained(str(final))
-        if source is not None and is_vision_language_config(trainer.accelerator.unwrap_model(trainer.model).config):
-            copy_processor_files(source, final)
+        if source is not None and vision_language.is_vision_language_config(model.config):
+            vision_language.copy_processor_files(source, final)
     return final
 
 
@@ -488,7 +489,6 @@ def run_warmup(cfg: WarmupConfig, *, train_dataset=None, reward_funcs: Sequence[
     writes ``final/`` from that checkpoint. Raise ``train.max_steps`` to continue a finished run.
     """
     from unified.warmup.data import load_rewards, load_splits
-
     from unified.warmup.launch import vllm_rollouts_blocker
 
     blocker = vllm_rollouts_blocker(cfg)
