@@ -180,6 +180,36 @@ def test_serving_dtype_and_processor_files_of_a_text_only_source(qwen35_checkpoi
     assert copy_processor_files(qwen35_checkpoint, tmp_path / "out") == list(PROCESSOR_FILES)
 
 
+def test_unused_weight_conversions_are_dropped_before_saving(qwen35_checkpoint, tmp_path):
+    """What transformers' ZeRO-3 loader leaves on the model (every conversion of the model type, used or not:
+    ``_load_state_dict_into_zero3_model`` stores the whole mapping) made ``save_pretrained`` prefix the text
+    tensors twice; after ``keep_used_weight_conversions`` the published names come back."""
+    import copy
+
+    from transformers.conversion_mapping import get_model_conversion_mapping
+
+    from unified.models import load_checkpoint
+    from unified.models.vision_language import keep_used_weight_conversions
+
+    model = load_checkpoint(qwen35_checkpoint, device="cpu").model
+    assert keep_used_weight_conversions(model) == 0  # the ordinary loader kept only what it used
+    used = list(model._weight_conversions)
+    mapping = get_model_conversion_mapping(model)
+    for conversion in mapping:  # as the ZeRO-3 path marks them: a conversion is used if it renamed a tensor
+        conversion._was_used = any(type(u) is type(conversion) and _pattern_key(u) == _pattern_key(conversion) for u in used)
+    model._weight_conversions = copy.copy(mapping)
+    model.save_pretrained(tmp_path / "as_zero3")
+    published = set(_tensors(qwen35_checkpoint))
+    assert set(_tensors(tmp_path / "as_zero3")) != published  # the failure this guards against
+    assert keep_used_weight_conversions(model) > 0
+    model.save_pretrained(tmp_path / "kept")
+    assert set(_tensors(tmp_path / "kept")) == published
+
+
+def _pattern_key(conversion) -> tuple:
+    return tuple(str(getattr(conversion, k, None)) for k in ("source_patterns", "target_patterns", "scope_prefix"))
+
+
 def test_one_gspo_step_freezes_the_vision_tower_and_saves_what_vllm_needs(qwen35_checkpoint, one_process_run):
     result, seen, out = one_process_run
     assert result.global_step == 1
