@@ -242,6 +242,15 @@ def test_one_gspo_step_freezes_the_vision_tower_and_saves_what_vllm_needs(qwen35
                                                 add_generation_prompt=True)
     [generated] = batched_generate(loaded.model, loaded.tokenizer, [text], SamplingParams(max_new_tokens=4))
     assert len(generated.token_ids) == 4
+    # the eval's in-process policy over final/: linear-attention layers (in text_config) rule out continuous batching
+    from unified.inference.base import PolicyRequest, SamplingConfig
+    from unified.inference.hf import HFPolicy
+
+    policy = HFPolicy("final", SamplingConfig(max_new_tokens=4, thinking=False), loaded=loaded)
+    assert not policy.supports_continuous_batching and "linear attention" in policy.engine.why_not_continuous
+    [answer] = policy.generate([PolicyRequest(messages=[{"role": "user", "content": "ls -la"}])])
+    assert not isinstance(answer, Exception), answer
+    assert len(answer.token_ids) == 4
 
 
 @pytest.mark.slow
