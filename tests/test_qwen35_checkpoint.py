@@ -27,6 +27,7 @@ from _warmup_support import tiny_cli_overrides, write_fixture_awb_dir
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "warmup" / "embedded_cpu.yaml"
 VISION_PREFIX = "model.visual."
+MTP_PREFIX = "mtp."  # the multi-token-prediction head: transformers skips it on load, save_final carries it over
 
 PUBLISHED_TOP_KEYS = {"architectures", "dtype", "image_token_id", "model_type", "text_config", "tie_word_embeddings",
                       "video_token_id", "vision_config", "vision_end_token_id", "vision_start_token_id"}
@@ -136,6 +137,7 @@ def test_the_tiny_checkpoint_has_the_published_layout(qwen35_checkpoint):
     assert any(n.startswith(VISION_PREFIX) for n in names) and "lm_head.weight" in names
     assert any(n.startswith("model.language_model.layers.0.linear_attn.") for n in names)
     assert any(n.startswith("model.language_model.layers.3.self_attn.") for n in names)
+    assert {"mtp.fc.weight", "mtp.norm.weight"} <= names and any(n.startswith("mtp.layers.0.mlp.") for n in names)
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(qwen35_checkpoint)
@@ -199,7 +201,7 @@ def test_unused_weight_conversions_are_dropped_before_saving(qwen35_checkpoint, 
         conversion._was_used = any(type(u) is type(conversion) and _pattern_key(u) == _pattern_key(conversion) for u in used)
     model._weight_conversions = copy.copy(mapping)
     model.save_pretrained(tmp_path / "as_zero3")
-    published = set(_tensors(qwen35_checkpoint))
+    published = {n for n in _tensors(qwen35_checkpoint) if not n.startswith(MTP_PREFIX)}
     assert set(_tensors(tmp_path / "as_zero3")) != published  # the failure this guards against
     assert keep_used_weight_conversions(model) > 0
     model.save_pretrained(tmp_path / "kept")
@@ -225,9 +227,12 @@ def test_one_gspo_step_freezes_the_vision_tower_and_saves_what_vllm_needs(qwen35
     for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"):
         assert (final / name).is_file(), name
     before, after = _tensors(qwen35_checkpoint), _tensors(final)
-    assert before.keys() == after.keys()  # the published tensor names, vision tower included
+    assert before.keys() == after.keys()  # the published tensor names, vision tower and MTP head included
     vision = [n for n in before if n.startswith(VISION_PREFIX)]
-    assert vision and all(_raw(before[n]) == _raw(after[n]) for n in vision)
+    mtp = [n for n in before if n.startswith(MTP_PREFIX)]
+    assert vision and mtp and all(_raw(before[n]) == _raw(after[n]) for n in vision + mtp)
+    index = json.loads((final / "model.safetensors.index.json").read_text())["weight_map"]
+    assert set(index) == set(after) and all((final / f).is_file() for f in set(index.values()))
     moved = [n for n in before if not n.startswith(VISION_PREFIX) and not torch.equal(before[n], after[n])]
     assert any(".linear_attn." in n for n in moved) and any(".experts." in n for n in moved)
     optimizer = torch.load(out / "checkpoint-1" / "optimizer.pt", weights_only=True)
@@ -282,11 +287,12 @@ def test_two_cpu_processes_take_the_step_and_save_the_same_layout(qwen35_checkpo
         assert (final / name).read_bytes() == (qwen35_checkpoint / name).read_bytes(), name
     before = _tensors(qwen35_checkpoint)
     vision = [n for n in before if n.startswith(VISION_PREFIX)]
-    for saved in (final, out / "checkpoint-1"):
+    for saved in (final, out / "checkpoint-1"):  # checkpoint-N: the Trainer's save, without the MTP head
         after = _tensors(saved)
-        assert before.keys() == after.keys(), sorted(after.keys() - before.keys())[:3]  # the published names
+        expected = before.keys() if saved == final else {n for n in before if not n.startswith(MTP_PREFIX)}
+        assert after.keys() == expected, sorted(after.keys() - before.keys())[:3]  # the published names
         assert all(_raw(before[n]) == _raw(after[n]) for n in vision)
-        assert any(not torch.equal(before[n], after[n]) for n in before if n not in vision)
+        assert any(not torch.equal(before[n], after[n]) for n in after if n not in vision)
     if layout == "ddp":  # ZeRO-3 keeps its optimizer state in its own partitioned files
         from unified.models import load_checkpoint
         from unified.models.vision_language import vision_parameter_names

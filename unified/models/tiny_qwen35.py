@@ -21,9 +21,12 @@ writes the same thing at a size that trains in a fraction of a second on a CPU:
 - ``preprocessor_config.json`` and ``video_preprocessor_config.json`` (Qwen3-VL's image and video
   processors: what vLLM loads to start this class).
 
-Not reproduced: the multi-token-prediction head's ``mtp.*`` tensors (``mtp_num_hidden_layers`` is 0
-here; transformers does not load them, see docs/checkpoints.md), and the slow tokenizer's
-``vocab.json``/``merges.txt`` (the fast ``tokenizer.json`` is what every reader uses).
+- the multi-token-prediction head (``mtp_num_hidden_layers: 1``) as ``mtp.*`` tensors in a shard of their own:
+  ``mtp.fc`` (2 x width -> width), its three norms and ``mtp.layers.0.*``, one full-attention decoder layer
+  (a copy of layer 3's tensors). Transformers does not load them (docs/checkpoints.md).
+
+Not reproduced: the slow tokenizer's ``vocab.json``/``merges.txt`` (the fast ``tokenizer.json`` is what
+every reader uses).
 """
 
 from __future__ import annotations
@@ -65,7 +68,7 @@ def tiny_qwen35_config_dict(vocab_size: int, token_ids: dict[str, int], *, eos_t
         "linear_conv_kernel_dim": 4, "linear_key_head_dim": 32, "linear_num_key_heads": 2,
         "linear_num_value_heads": 4, "linear_value_head_dim": 32, "mamba_ssm_dtype": "float32",
         "max_position_embeddings": 262144, "model_type": "qwen3_5_moe_text", "moe_intermediate_size": 32,
-        "mtp_num_hidden_layers": 0, "mtp_use_dedicated_embeddings": False, "num_attention_heads": 2,
+        "mtp_num_hidden_layers": 1, "mtp_use_dedicated_embeddings": False, "num_attention_heads": 2,
         "num_experts": 4, "num_experts_per_tok": 2, "num_hidden_layers": layers, "num_key_value_heads": 1,
         "output_router_logits": False, "pad_token_id": pad_token_id, "partial_rotary_factor": 0.25,
         "rms_norm_eps": 1e-6,
@@ -119,9 +122,34 @@ def save_tiny_qwen35_checkpoint(directory: str | Path, *, seed: int = 0, max_sha
     model.generation_config.eos_token_id = published["text_config"]["eos_token_id"]
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(directory, max_shard_size=max_shard_size)
+    _add_mtp_shard(directory, published["text_config"])
     # save_pretrained writes transformers' own form of the config: put the published form back
     (directory / "config.json").write_text(json.dumps(published, indent=2) + "\n")
     tokenizer.save_pretrained(directory)
     for name, content in _processor_files(published["vision_config"]).items():
         (directory / name).write_text(json.dumps(content, indent=2) + "\n")
     return directory
+
+
+def _add_mtp_shard(directory: Path, text: dict) -> None:
+    """The ``mtp.*`` tensors (module docstring) as ``model-mtp.safetensors``, listed in the index."""
+    from safetensors.torch import load_file, save_file
+
+    index_path = directory / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    full = text["layer_types"].index("full_attention")
+    prefix = f"model.language_model.layers.{full}."
+    mtp: dict[str, torch.Tensor] = {}
+    for shard in sorted(set(index["weight_map"].values())):
+        for name, tensor in load_file(directory / shard).items():
+            if name.startswith(prefix):
+                mtp["mtp.layers.0." + name[len(prefix):]] = tensor.clone()
+    width = text["hidden_size"]
+    generator = torch.Generator().manual_seed(1)
+    mtp["mtp.fc.weight"] = torch.randn(width, 2 * width, generator=generator) * 0.02
+    for norm in ("mtp.norm.weight", "mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight"):
+        mtp[norm] = torch.zeros(width)  # Qwen3.5's RMSNorm scales by 1 + weight
+    save_file(mtp, str(directory / "model-mtp.safetensors"), metadata={"format": "pt"})
+    index["weight_map"].update({name: "model-mtp.safetensors" for name in mtp})
+    index["weight_map"] = dict(sorted(index["weight_map"].items()))
+    index_path.write_text(json.dumps(index, indent=2) + "\n")

@@ -11,11 +11,14 @@ included), and the warmup, which trains on text only:
 - freezes the vision tower (:func:`freeze_vision_tower`): no gradient and no optimizer state for it,
   so its weights are written back byte for byte;
 - writes the image and video processor files next to the weights (:func:`copy_processor_files`),
-  which vLLM needs to start this class (it builds the model's multimodal processor at start-up).
+  which vLLM needs to start this class (it builds the model's multimodal processor at start-up), and
+  the source's tensors transformers does not model, the multi-token-prediction head ``mtp.*``
+  (:func:`copy_unmodelled_tensors`), unchanged (:func:`copy_checkpoint_extras` does both).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 from pathlib import Path
@@ -27,6 +30,11 @@ log = logging.getLogger(__name__)
 
 PROCESSOR_FILES = ("preprocessor_config.json", "video_preprocessor_config.json", "processor_config.json")
 """The processor files a vision-language checkpoint ships (Qwen3.5: the first two)."""
+UNMODELLED_PREFIXES = ("mtp.",)
+"""Tensor-name prefixes of a checkpoint that transformers skips on load (Qwen3.5's multi-token-prediction head,
+``_keys_to_ignore_on_load_unexpected``); vLLM reads them for MTP speculative decoding."""
+UNMODELLED_FILE = "model-unmodelled.safetensors"
+INDEX = "model.safetensors.index.json"
 
 
 def is_vision_language_config(config: Any) -> bool:
@@ -110,7 +118,7 @@ def copy_processor_files(source: str | Path, target: str | Path) -> list[str]:
     target = Path(target)
     copied = []
     for name in PROCESSOR_FILES:
-        found = _processor_file(source, name)
+        found = _source_file(source, name)
         if found is not None:
             shutil.copyfile(found, target / name)
             copied.append(name)
@@ -120,7 +128,67 @@ def copy_processor_files(source: str | Path, target: str | Path) -> list[str]:
     return copied
 
 
-def _processor_file(source: str | Path, name: str) -> Path | None:
+def copy_checkpoint_extras(source: str | Path, target: str | Path) -> dict[str, list[str]]:
+    """:func:`copy_processor_files` and :func:`copy_unmodelled_tensors` from ``source`` into ``target``."""
+    return {"processor_files": copy_processor_files(source, target),
+            "unmodelled_tensors": copy_unmodelled_tensors(source, target)}
+
+
+def copy_unmodelled_tensors(source: str | Path, target: str | Path,
+                            prefixes: tuple[str, ...] = UNMODELLED_PREFIXES) -> list[str]:
+    """Copy ``source``'s tensors named ``prefixes*`` (values unchanged) into ``target`` as :data:`UNMODELLED_FILE`
+    and list them in ``target``'s safetensors index (written when ``target`` has a single ``model.safetensors``).
+    Returns the tensor names copied (none: nothing is written)."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    target = Path(target)
+    shards = _source_shards(source)
+    found: dict[str, torch.Tensor] = {}
+    for shard, names in shards.items():
+        wanted = [n for n in names if n.startswith(prefixes)]
+        if wanted:
+            with safe_open(str(shard), framework="pt") as handle:
+                found.update({n: handle.get_tensor(n) for n in wanted})
+    if not found:
+        return []
+    save_file(found, str(target / UNMODELLED_FILE), metadata={"format": "pt"})
+    index_path = target / INDEX
+    if index_path.is_file():
+        index = json.loads(index_path.read_text())
+    else:
+        with safe_open(str(target / "model.safetensors"), framework="pt") as handle:
+            index = {"metadata": {}, "weight_map": {n: "model.safetensors" for n in handle.keys()}}
+    index["weight_map"].update({n: UNMODELLED_FILE for n in found})
+    index["weight_map"] = dict(sorted(index["weight_map"].items()))
+    index_path.write_text(json.dumps(index, indent=2) + "\n")
+    return sorted(found)
+
+
+def _source_shards(source: str | Path) -> dict[Path, list[str]]:
+    """``{shard path: tensor names}`` of checkpoint ``source`` (its index, or its single ``model.safetensors``)."""
+    index = _source_file(source, INDEX)
+    if index is not None:
+        weight_map = json.loads(index.read_text())["weight_map"]
+        by_file: dict[str, list[str]] = {}
+        for name, file in weight_map.items():
+            by_file.setdefault(file, []).append(name)
+        shards = {}
+        for file, names in by_file.items():
+            path = _source_file(source, file)
+            if path is not None:
+                shards[path] = names
+        return shards
+    single = _source_file(source, "model.safetensors")
+    if single is None:
+        return {}
+    from safetensors import safe_open
+
+    with safe_open(str(single), framework="pt") as handle:
+        return {single: list(handle.keys())}
+
+
+def _source_file(source: str | Path, name: str) -> Path | None:
     local = Path(source).expanduser()
     if local.is_dir():
         return local / name if (local / name).is_file() else None

@@ -440,7 +440,7 @@ class WarmupResult:
 
 
 def save_final(trainer, output_dir: str | os.PathLike[str], source: str | None = None) -> Path:
-    """Weights, tokenizer, chat template (and a vision-language class's processor files from ``source``) -> ``final/``."""
+    """Weights, tokenizer, chat template (a vision-language class: ``source``'s processor files and mtp.*) -> final/."""
     final, model = Path(output_dir) / FINAL_DIR, trainer.accelerator.unwrap_model(trainer.model)
     trainer.save_model(str(final))  # handles ZeRO-3 / FSDP gathering; writes config + safetensors + tokenizer
     if trainer.accelerator.is_main_process:
@@ -448,7 +448,7 @@ def save_final(trainer, output_dir: str | os.PathLike[str], source: str | None =
         if getattr(tokenizer, "chat_template", None) and not (final / "chat_template.jinja").exists():
             tokenizer.save_pretrained(str(final))
         if source is not None and vision_language.is_vision_language_config(model.config):
-            vision_language.copy_processor_files(source, final)
+            vision_language.copy_checkpoint_extras(source, final)
     return final
 
 
