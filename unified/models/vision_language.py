@@ -143,13 +143,10 @@ def copy_unmodelled_tensors(source: str | Path, target: str | Path,
     from safetensors.torch import save_file
 
     target = Path(target)
-    shards = _source_shards(source)
     found: dict[str, torch.Tensor] = {}
-    for shard, names in shards.items():
-        wanted = [n for n in names if n.startswith(prefixes)]
-        if wanted:
-            with safe_open(str(shard), framework="pt") as handle:
-                found.update({n: handle.get_tensor(n) for n in wanted})
+    for shard, names in _source_shards(source, prefixes).items():
+        with safe_open(str(shard), framework="pt") as handle:
+            found.update({n: handle.get_tensor(n) for n in names})
     if not found:
         return []
     save_file(found, str(target / UNMODELLED_FILE), metadata={"format": "pt"})
@@ -165,14 +162,16 @@ def copy_unmodelled_tensors(source: str | Path, target: str | Path,
     return sorted(found)
 
 
-def _source_shards(source: str | Path) -> dict[Path, list[str]]:
-    """``{shard path: tensor names}`` of checkpoint ``source`` (its index, or its single ``model.safetensors``)."""
+def _source_shards(source: str | Path, prefixes: tuple[str, ...]) -> dict[Path, list[str]]:
+    """``{shard path: names}`` of checkpoint ``source``'s tensors named ``prefixes*`` (from its index, or its single
+    ``model.safetensors``); only the shards that hold such tensors are looked up."""
     index = _source_file(source, INDEX)
     if index is not None:
         weight_map = json.loads(index.read_text())["weight_map"]
         by_file: dict[str, list[str]] = {}
         for name, file in weight_map.items():
-            by_file.setdefault(file, []).append(name)
+            if name.startswith(prefixes):
+                by_file.setdefault(file, []).append(name)
         shards = {}
         for file, names in by_file.items():
             path = _source_file(source, file)
@@ -185,7 +184,8 @@ def _source_shards(source: str | Path) -> dict[Path, list[str]]:
     from safetensors import safe_open
 
     with safe_open(str(single), framework="pt") as handle:
-        return {single: list(handle.keys())}
+        names = [n for n in handle.keys() if n.startswith(prefixes)]
+    return {single: names} if names else {}
 
 
 def _source_file(source: str | Path, name: str) -> Path | None:
