@@ -6,7 +6,8 @@ vLLM pins its own torch/transformers, so it lives in a separate environment (``m
 next to this checkout, else this interpreter when it can import ``vllm``.
 
 :class:`VLLMServer` runs ``python -m vllm.entrypoints.openai.api_server --model DIR
---served-model-name NAME --dtype float32 --max-model-len N`` (plus ``--enable-auto-tool-choice
+--served-model-name NAME --dtype D --max-model-len N`` (D: :func:`serving_dtype`, float32 unless the
+checkpoint has linear-attention layers and there is no CUDA; plus ``--enable-auto-tool-choice
 --tool-call-parser P`` when a parser is given) on a free loopback port, in a session of its own,
 with the CPU settings ``VLLM_CPU_KVCACHE_SPACE`` (GiB of KV cache),
 ``VLLM_CPU_OMP_THREADS_BIND=nobind`` and ``OMP_NUM_THREADS`` = the CPUs this process may use
@@ -56,6 +57,24 @@ TOOL_PARSERS = {"embedded": "qwen3_coder"}
 ``<tool_call><function=NAME><parameter=KEY>`` blocks, which vLLM's ``qwen3_coder`` parser reads."""
 
 
+def serving_dtype(model_dir: str | Path) -> str:
+    """``--dtype`` for serving ``model_dir``: float32, except ``bfloat16`` for a checkpoint with
+    linear-attention layers (Qwen3.5's gated DeltaNet) on a machine without CUDA, whose vLLM-CPU
+    kernels for those layers run in bf16 only (vLLM 0.32 asserts it at the first forward)."""
+    import json
+
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return "float32"
+    layer_types = (config.get("text_config") or config).get("layer_types") or []
+    if "linear_attention" not in layer_types:
+        return "float32"
+    import torch
+
+    return "float32" if torch.cuda.is_available() else "bfloat16"
+
+
 class VLLMUnavailable(RuntimeError):
     """No interpreter with vLLM was found (run ``make vllm``)."""
 
@@ -86,11 +105,12 @@ class VLLMServer(LoopbackAddress):
     """One vLLM API server on loopback (module docstring). Use as a context manager or call start()/stop()."""
 
     def __init__(self, model_dir: str | Path, *, served_name: str = "local", max_model_len: int = DEFAULT_MAX_MODEL_LEN,
-                 dtype: str = "float32", tool_parser: str | None = None, kvcache_gb: int = DEFAULT_KVCACHE_GB,
+                 dtype: str | None = None, tool_parser: str | None = None, kvcache_gb: int = DEFAULT_KVCACHE_GB,
                  log_path: str | Path | None = None, ready_timeout_s: float = 1800.0, progress_every_s: float = 30.0,
                  stop_timeout_s: float = 20.0, extra_args: list[str] | None = None, python: str | None = None) -> None:
         self.model_dir, self.served_name = str(model_dir), served_name
-        self.max_model_len, self.dtype, self.tool_parser = int(max_model_len), dtype, tool_parser
+        self.max_model_len, self.tool_parser = int(max_model_len), tool_parser
+        self.dtype = dtype or serving_dtype(model_dir)
         self.kvcache_gb = int(kvcache_gb)  # vLLM reads VLLM_CPU_KVCACHE_SPACE as an int (GiB)
         self.ready_timeout_s, self.progress_every_s, self.stop_timeout_s = ready_timeout_s, progress_every_s, stop_timeout_s
         self.extra_args = list(extra_args or [])

@@ -10,7 +10,9 @@ A spec is one of
   error says so and how to proceed).
 
 Dtype defaults to bf16 on CUDA and fp32 on CPU; attention and experts implementations come
-from :func:`unified.kernels.select_kernels` unless given.
+from :func:`unified.kernels.select_kernels` unless given. A checkpoint whose ``config.json`` names a
+vision-language class (Qwen3.5-MoE's published ``Qwen3_5MoeForConditionalGeneration``) loads as that
+class, vision tower included (:mod:`unified.models.vision_language`); text-only ones as causal LMs.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ class LoadedCheckpoint:
     """A model with its tokenizer and the facts of how it was loaded."""
 
     model: Any
-    """A transformers causal LM, in eval mode, on ``device``."""
+    """A transformers causal LM (or the vision-language class the checkpoint names), in eval mode, on ``device``."""
     tokenizer: Any
     """Its tokenizer, with a chat template."""
     spec: str
@@ -110,12 +112,13 @@ def load_tokenizer(source: str, *, gguf_file: str | None = None, local_files_onl
     return AutoTokenizer.from_pretrained(source, gguf_file=gguf_file, local_files_only=local_files_only)
 
 
-def _from_pretrained(source: str, *, dtype: torch.dtype, kernels: KernelChoice, moe: bool, **kwargs):
-    from transformers import AutoModelForCausalLM
+def _from_pretrained(source: str, config: Any, *, dtype: torch.dtype, kernels: KernelChoice, **kwargs):
+    from unified.models.vision_language import model_auto_class
 
-    if moe:
+    if is_moe_config(config):
         kwargs["experts_implementation"] = kernels.experts
-    return AutoModelForCausalLM.from_pretrained(source, dtype=dtype, attn_implementation=kernels.attention, **kwargs)
+    return model_auto_class(config).from_pretrained(source, dtype=dtype, attn_implementation=kernels.attention,
+                                                    **kwargs)
 
 
 def _load_gguf(path: Path, *, dtype: torch.dtype, kernels: KernelChoice):
@@ -173,8 +176,7 @@ def load_checkpoint(spec: str | os.PathLike[str], *, device: str | torch.device 
 
         path = Path(target)
         config = AutoConfig.from_pretrained(target, trust_remote_code=trust_remote_code)
-        model = _from_pretrained(target, dtype=dtype, kernels=kernels, moe=is_moe_config(config),
-                                 trust_remote_code=trust_remote_code)
+        model = _from_pretrained(target, config, dtype=dtype, kernels=kernels, trust_remote_code=trust_remote_code)
         tokenizer = load_tokenizer(target)
     elif kind == "gguf":
         path = Path(target)
@@ -186,7 +188,7 @@ def load_checkpoint(spec: str | os.PathLike[str], *, device: str | torch.device 
         try:
             config = AutoConfig.from_pretrained(target, trust_remote_code=trust_remote_code)
             tokenizer = load_tokenizer(target)
-            model = _from_pretrained(target, dtype=dtype, kernels=kernels, moe=is_moe_config(config),
+            model = _from_pretrained(target, config, dtype=dtype, kernels=kernels,
                                      trust_remote_code=trust_remote_code)
         except (OSError, ConnectionError, TimeoutError) as exc:
             raise _hub_error(target, exc) from exc

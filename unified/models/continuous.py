@@ -83,12 +83,14 @@ def register_row_attention() -> str:
 
 
 def continuous_batching_supported(model) -> tuple[bool, str]:
-    """``(ok, why_not)``: SDPA attention and a plain per-layer KV cache are required."""
+    """``(ok, why_not)``: SDPA attention and a plain per-layer KV cache are required (the text config's
+    layers: a vision-language config such as Qwen3.5-MoE's keeps them in ``text_config``)."""
     attention = getattr(model.config, "_attn_implementation", None)
     if attention not in ("sdpa", ROW_ATTENTION):
         return False, f"attention implementation {attention!r} (continuous batching needs sdpa)"
+    text = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     for name in ("sliding_window", "layer_types"):
-        value = getattr(model.config, name, None)
+        value = getattr(text, name, None)
         if name == "sliding_window" and value:
             return False, "sliding-window attention"
         if name == "layer_types" and value and any(t != "full_attention" for t in value):

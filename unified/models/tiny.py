@@ -1,10 +1,14 @@
 """Tiny random mixture-of-experts models and a locally trained tokenizer, for fast unit tests.
 
-Two architectures, the two MoE families the library targets:
+Three architectures, the MoE families the library targets:
 
 - ``qwen3_moe``: ``Qwen3MoeForCausalLM`` (full attention, top-k routed experts);
 - ``qwen3_5_moe``: ``Qwen3_5MoeForCausalLM`` (the Qwen3.5-35B-A3B text stack: gated-DeltaNet
-  linear attention interleaved with full attention, routed experts plus a shared expert).
+  linear attention interleaved with full attention, routed experts plus a shared expert);
+- ``qwen3_5_moe_vl``: ``Qwen3_5MoeForConditionalGeneration``, the class and directory layout of the
+  published Qwen3.5-35B-A3B checkpoint (vision tower, text stack with 3 linear-attention layers to
+  one full-attention layer, experts; the published ``config.json`` keys, the vision special tokens
+  and the image/video processor files), see :func:`save_tiny_checkpoint`.
 
 The tokenizer is a byte-level BPE trained in well under a second on a small built-in corpus,
 with the chat special tokens (``<|im_start|>``, ``<|im_end|>``, ``<think>``, ``<tool_call>`` ...)
@@ -21,7 +25,7 @@ import torch
 
 from unified.models.chat_template import CHAT_SPECIAL_TOKENS, qwen35_chat_template
 
-TinyArch = Literal["qwen3_moe", "qwen3_5_moe"]
+TinyArch = Literal["qwen3_moe", "qwen3_5_moe", "qwen3_5_moe_vl"]
 
 _CORPUS = [
     "The agent calls a tool and the environment answers with an observation.",
@@ -93,7 +97,10 @@ def tiny_moe_config(arch: TinyArch = "qwen3_moe", vocab_size: int = 512, *, num_
             layer_types=["linear_attention", "full_attention"] * (max(num_layers, 2) // 2),
             router_aux_loss_coef=0.01, eos_token_id=2, pad_token_id=0,
         ), **overrides})
-    raise ValueError(f"unknown tiny architecture {arch!r}; valid: qwen3_moe, qwen3_5_moe")
+    if arch == "qwen3_5_moe_vl":
+        raise ValueError("qwen3_5_moe_vl is a whole checkpoint directory in the published layout: "
+                         "save_tiny_checkpoint(DIR, 'qwen3_5_moe_vl') (unified.models.tiny_qwen35)")
+    raise ValueError(f"unknown tiny architecture {arch!r}; valid: qwen3_moe, qwen3_5_moe, qwen3_5_moe_vl")
 
 
 def tiny_moe_model(arch: TinyArch = "qwen3_moe", *, seed: int = 0, vocab_size: int = 512,
@@ -113,7 +120,12 @@ def save_tiny_checkpoint(directory: str | Path, arch: TinyArch = "qwen3_moe", *,
                          **config_kwargs) -> Path:
     """Write a tiny MoE model + tokenizer as a HF directory (what ``load_checkpoint`` reads).
 
-    ``config_kwargs`` go to :func:`tiny_moe_config` (sizes, any config field)."""
+    ``config_kwargs`` go to :func:`tiny_moe_config` (sizes, any config field); ``qwen3_5_moe_vl`` is
+    :func:`unified.models.tiny_qwen35.save_tiny_qwen35_checkpoint` (fixed sizes)."""
+    if arch == "qwen3_5_moe_vl":
+        from unified.models.tiny_qwen35 import save_tiny_qwen35_checkpoint
+
+        return save_tiny_qwen35_checkpoint(directory, seed=seed, **config_kwargs)
     directory = Path(directory)
     tokenizer = train_tiny_tokenizer()
     model = tiny_moe_model(arch, seed=seed, vocab_size=len(tokenizer), **config_kwargs)

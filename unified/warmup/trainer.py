@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from unified.config import ConfigError, dump_yaml, to_dict
+from unified.models import vision_language
 from unified.store import write_json_atomic
 from unified.warmup.callbacks import METRICS_FILE, JsonlMetricsCallback, peak_memory_gib
 from unified.warmup.config import WarmupConfig, describe
@@ -380,6 +381,8 @@ def build_trainer(cfg: WarmupConfig, *, train_dataset, reward_funcs: Sequence[Ca
     trainer.generation_cpu_threads = cfg.generation.cpu_threads
     trainer.rollout_bounds = (cfg.monitor.rollout_max_mean_logp_diff, cfg.monitor.rollout_min_mean_weight)
     trainer.extra_logs = {}
+    vision_language.freeze_vision_tower(trainer.model)  # text-only warmup: no gradient, no optimizer state for it
+    vision_language.keep_used_weight_conversions(trainer.model)  # before any save (ZeRO-3 loads record them all)
     if cfg.model.trainable_layers is not None:  # before train() creates the optimizer over trainable parameters
         if trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled:
             raise ValueError("model.trainable_layers is for single-process and DDP training, not DeepSpeed/FSDP")
@@ -517,14 +520,16 @@ class WarmupResult:
     """True when this call found the run finished (checkpoint at ``max_steps``) and trained nothing."""
 
 
-def save_final(trainer, output_dir: str | os.PathLike[str]) -> Path:
-    """Write the trained weights, tokenizer and chat template as a HF dir ``<output_dir>/final``."""
-    final = Path(output_dir) / FINAL_DIR
+def save_final(trainer, output_dir: str | os.PathLike[str], source: str | None = None) -> Path:
+    """Weights, tokenizer, chat template (a vision-language class: ``source``'s processor files and mtp.*) -> final/."""
+    final, model = Path(output_dir) / FINAL_DIR, trainer.accelerator.unwrap_model(trainer.model)
     trainer.save_model(str(final))  # handles ZeRO-3 / FSDP gathering; writes config + safetensors + tokenizer
     if trainer.accelerator.is_main_process:
         tokenizer = trainer.processing_class
         if getattr(tokenizer, "chat_template", None) and not (final / "chat_template.jinja").exists():
             tokenizer.save_pretrained(str(final))
+        if source is not None and vision_language.is_vision_language_config(model.config):
+            vision_language.copy_checkpoint_extras(source, final)
     return final
 
 
@@ -565,7 +570,6 @@ def run_warmup(cfg: WarmupConfig, *, train_dataset=None, reward_funcs: Sequence[
     writes ``final/`` from that checkpoint. Raise ``train.max_steps`` to continue a finished run.
     """
     from unified.warmup.data import load_rewards, load_splits
-
     from unified.warmup.launch import vllm_rollouts_blocker
 
     blocker = vllm_rollouts_blocker(cfg)
@@ -620,7 +624,7 @@ def run_warmup(cfg: WarmupConfig, *, train_dataset=None, reward_funcs: Sequence[
     else:
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     seconds = time.time() - t0
-    final = save_final(trainer, out)
+    final = save_final(trainer, out, source=cfg.model.name_or_path)
     steps_run = trainer.state.global_step - start_step
     logs = [h for h in trainer.state.log_history if "loss" in h]
     result = WarmupResult(
