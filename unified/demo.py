@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
                                      thinking=False)
     ids = tok(prompt, return_tensors="pt", add_special_tokens=False).to(loaded.device)
     start = time.time()
-    from unified.warmup.trainer import torch_threads
+    from unified.warmup.gspo_trainer import torch_threads
 
     with torch.no_grad(), torch_threads(1, loaded.device):  # decoding: 1 thread (generation.cpu_threads)
         out = loaded.model.generate(**ids, max_new_tokens=args.max_new_tokens, do_sample=False,

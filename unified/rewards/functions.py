@@ -25,7 +25,7 @@ in [4.5, 25]. GSPO then normalises R within each group of G completions of one p
 No function reads another's result: each is computed from the batch alone.
 
 A function whose ``drops_sample_on_failure`` is true (the rubric) returns ``None`` for a sample it
-failed to score, and the warmup trainer (:class:`unified.warmup.trainer` ``GSPOTrainer``) then makes
+failed to score, and the warmup trainer (:mod:`unified.warmup.gspo_trainer` ``GSPOTrainer``) then makes
 the whole row of that sample NaN, so TRL treats it as unscorable: left out of its group's mean and
 std, advantage exactly 0, no gradient; a group whose every sample failed gets advantage 0 throughout.
 Scored 0 instead (below the parsed minimum of 5), a judge timeout would be the group's strongest

@@ -61,7 +61,7 @@ def heldout_reward(model, tokenizer, dataset, reward_funcs: Sequence[Callable], 
     """Mean weighted reward of sampled completions on ``dataset`` (TRL reward-function protocol).
 
     ``cpu_threads``: torch threads while generating on a CPU (``generation.cpu_threads``)."""
-    from unified.warmup.trainer import torch_threads
+    from unified.warmup.gspo_trainer import torch_threads
 
     weights = list(weights) if weights is not None else [1.0] * len(reward_funcs)
     model.eval()

@@ -122,7 +122,7 @@ class CollapseGuard(TrainerCallback):
         return torch.log_softmax(logits, dim=-1).cpu()
 
     def _keep_start_logprobs(self, model, completion_ids: list[list[int]]) -> None:
-        from unified.warmup.trainer import torch_threads
+        from unified.warmup.gspo_trainer import torch_threads
 
         with torch_threads(self.cpu_threads, next(model.parameters()).device):
             for ids, row in zip(completion_ids, (self.probe[i] for i in range(len(self.probe)))):
@@ -133,7 +133,7 @@ class CollapseGuard(TrainerCallback):
                 self._start_logprobs.append(self._completion_logprobs(model, inputs, len(ids)))
 
     def _kl_to_start(self, model) -> float:
-        from unified.warmup.trainer import torch_threads
+        from unified.warmup.gspo_trainer import torch_threads
 
         total, tokens = 0.0, 0
         with torch_threads(self.cpu_threads, next(model.parameters()).device):

@@ -1,0 +1,130 @@
+"""The warmup's trainer class: TRL's ``GRPOTrainer`` configured as GSPO, with the additions below.
+
+:func:`unified.warmup.trainer.build_trainer` builds it; what it adds to TRL (per-step memory, sample
+dropping for unscorable judge answers, the vLLM rollout metrics and step-1 parity gate, generation under
+autocast with its own CPU threads, resuming through transformers' loader) is in its docstrings.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+import torch
+
+from unified.warmup.callbacks import peak_memory_gib
+
+
+@contextmanager
+def torch_threads(n: int | None, device: torch.device | str | None = None) -> Iterator[None]:
+    """Run the block with ``n`` torch intra-op threads on a CPU (no-op for ``None`` or another device)."""
+    if n is None or torch.device(device or "cpu").type != "cpu":
+        yield
+        return
+    previous = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def gspo_trainer_class():
+    """The :class:`GSPOTrainer` class (TRL is imported on first use)."""
+    from trl import GRPOTrainer
+
+    class GSPOTrainer(GRPOTrainer):
+        """TRL's GRPOTrainer, configured as GSPO by :func:`build_grpo_config`, plus:
+
+        - ``memory/peak_rss_gib`` (and ``memory/peak_cuda_gib``) in every log record;
+        - in-process (``hf``) generation under the training autocast, so fp32 master weights
+          generate with bf16 kernels (FlashAttention) on CUDA; a no-op on CPU.
+        """
+
+        extra_logs: dict[str, float]
+        """Metrics that callbacks (the collapse guard) add to the next log record."""
+
+        def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+            logs.update(peak_memory_gib())
+            extra = getattr(self, "extra_logs", None)
+            if extra:
+                logs.update(extra)
+                extra.clear()
+            super().log(logs, start_time)
+
+        generation_cpu_threads: int | None = None
+        """``generation.cpu_threads``: torch threads while generating on a CPU."""
+
+        def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+            """TRL's rewards (B_global x K, gathered over ranks), with every sample that a reward function
+            marked by ``drops_sample_on_failure`` (the rubric judge) could not score made NaN across all K
+            functions: TRL then leaves it out of its group's mean and std and gives it advantage 0
+            (:mod:`unified.rewards.functions`). ``rewards/dropped_share`` logs how many."""
+            rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+            columns = [i for i, f in enumerate(self.reward_funcs) if getattr(f, "drops_sample_on_failure", False)]
+            if columns:
+                dropped = torch.isnan(rewards[:, columns]).any(dim=1)
+                rewards[dropped] = float("nan")
+                mode = "train" if self.model.training else "eval"
+                self._metrics[mode]["rewards/dropped_share"].append(dropped.float().mean().item())
+            return rewards
+
+        rollout_bounds: tuple[float | None, float | None] = (None, None)
+        """``monitor.rollout_max_mean_logp_diff`` and ``monitor.rollout_min_mean_weight`` (the step-1 gate)."""
+        rollout_checked: bool = False
+
+        def _generate_and_score_completions(self, inputs):
+            """TRL's generation and scoring, plus, with vLLM rollouts, ``rollout/...`` metrics of every
+            generation batch and the step-1 parity gate on the first (:mod:`unified.warmup.rollout_check`)."""
+            output = super()._generate_and_score_completions(inputs)
+            if self.use_vllm and self.vllm_importance_sampling_correction and self.model.training \
+                    and output.get("sampling_per_token_logps") is not None:
+                self._check_rollouts(output)
+            return output
+
+        def _check_rollouts(self, output: dict) -> None:
+            from unified.warmup.rollout_check import check_rollout_parity, rollout_parity
+
+            mask = output["completion_mask"]
+            if output.get("tool_mask") is not None:
+                mask = mask * output["tool_mask"]
+            parity = rollout_parity(output["old_per_token_logps"], output["sampling_per_token_logps"], mask,
+                                    output.get("importance_sampling_ratio"))
+            for key, value in parity.metrics().items():
+                self._metrics["train"][key].append(value)
+            if self.rollout_checked:
+                return
+            self.rollout_checked = True
+            # every rank decides on the worst rank's figures, so that all of them stop together
+            worst = self.accelerator.gather(torch.tensor([[parity.mean_abs_logp_diff, -parity.mean_weight]],
+                                                         device=self.accelerator.device)).max(dim=0).values
+            parity = type(parity)(**{**parity.__dict__, "mean_abs_logp_diff": float(worst[0]),
+                                     "mean_weight": float(-worst[1])})
+            max_diff, min_weight = self.rollout_bounds
+            check_rollout_parity(parity, max_mean_logp_diff=max_diff, min_mean_weight=min_weight,
+                                 step=self.state.global_step + 1)
+
+        def _generate_single_turn(self, *args, **kwargs):
+            with self.accelerator.autocast(), torch_threads(self.generation_cpu_threads, self.accelerator.device):
+                return super()._generate_single_turn(*args, **kwargs)
+
+        def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
+            """Restore the weights through transformers' own loading path.
+
+            ``save_pretrained`` writes MoE experts in the original per-expert layout (Mixtral's
+            ``block_sparse_moe.experts.N.w1``, Qwen3-MoE's ``experts.N.gate_proj``), which
+            ``from_pretrained`` fuses back into ``experts.gate_up_proj``; the Trainer's plain
+            state-dict load does not, and would resume with the pre-resume experts and router.
+            DeepSpeed and FSDP checkpoints keep the Trainer's own path.
+            """
+            if self.is_deepspeed_enabled or self.is_fsdp_enabled:
+                return super()._load_from_checkpoint(resume_from_checkpoint, model)
+            target = self.accelerator.unwrap_model(model if model is not None else self.model)
+            dtype = next(target.parameters()).dtype
+            restored = type(target).from_pretrained(resume_from_checkpoint, dtype=dtype)
+            target.load_state_dict(restored.state_dict(), strict=True)
+
+    return GSPOTrainer
+
+
+__all__ = ["gspo_trainer_class", "torch_threads"]
