@@ -174,7 +174,8 @@ def test_sbatch_two_cpu_processes_cancelled_after_a_checkpoint_resume_and_finish
     first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
     with SlurmCluster(tmp_path / "slurm") as cluster:
         job = cluster.sbatch(SCRIPT, *args, env=env, cwd=REPO,
-                             sbatch_args=("--nodes=1", "--exclusive", f"--output={first_log}", "--job-name=warm1"))
+                             sbatch_args=("--nodes=1", "--exclusive", "--gpus-per-node=0", f"--output={first_log}",
+                                          "--job-name=warm1"))  # a CPU job (the script asks for GPUs)
         saved = _first_checkpoint(output, cluster, job)
         subprocess.run(["scancel", str(job)], env=cluster.env(), check=True)  # the whole job: srun, accelerate, ranks
         state = cluster.wait(job, timeout_s=120)
