@@ -7,6 +7,10 @@ from pathlib import Path
 
 import pytest
 
+collect_ignore_glob = ["fixtures/*"]
+"""The benchmarks' own tests inside task fixtures (a SWE-bench repository's, a Terminal-Bench task's
+``test_outputs.py``) are what the verifiers run inside their sandboxes, not tests of this suite."""
+
 # Offline by construction: nothing in the suite may reach a hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
