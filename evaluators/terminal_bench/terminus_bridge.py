@@ -85,7 +85,7 @@ class UnifiedEnvironment:
     session_id = "unified"
     default_user = None
 
-    async def exec(self, command: str, cwd: str | None = None, env: dict[str, str] | None = None,
+    async def exec(self, command: str, cwd: str | None = None, env: dict[str, str] | None = None,  # safe: harbor's environment method; the command runs in our sandbox (ExecutionSession.exec), never on the host
                    timeout_sec: int | None = None, user: str | int | None = None, **_: Any) -> ExecResult:
         answer = ask("exec", command=command, cwd=cwd, env=env, timeout_sec=timeout_sec,
                      user=None if user is None else str(user))
