@@ -70,6 +70,12 @@ class GoldReplayer(Replayer):
         return PolicyOutput(text="</think>\n\n" + text, prompt="", finish_reason="stop")
 
 
+def replay_name(model: str) -> str | None:
+    """``"gold"`` when the model spec is the gold replayer's, else None; resolves nothing, so a spec that
+    only a policy object given to ``run_eval`` answers for (a test's replayer) is not an error here."""
+    return "gold" if str(model).strip() == "gold" else None
+
+
 def replayer_for(model: str) -> Replayer | None:
     """The replayer a model spec names (``gold``), or None for a spec that names a model."""
     return GoldReplayer() if parse_spec(model).kind == "gold" else None

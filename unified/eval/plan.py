@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from unified.agent.replay import replayer_for
+from unified.agent.replay import replay_name
 from unified.benchmarks.contract import Adapter, AgentLimits, BenchmarkUnavailable, Task, check_task_ids
 from unified.benchmarks.discovery import load_adapter
 from unified.benchmarks.helpers import limit_runnable, select_task_ids
@@ -153,8 +153,7 @@ def open_adapter(name: str, cfg: EvalConfig) -> Adapter:
     ``tasks()`` call which replayer answers its episodes (``Adapter.replay``: ``"gold"`` for
     ``--model gold``, else None)."""
     adapter = load_adapter(name, **cfg.benchmark_config.get(name, {}))
-    replayer = replayer_for(cfg.model)
-    adapter.replay = replayer.name if replayer is not None else None
+    adapter.replay = replay_name(cfg.model)
     return adapter
 
 
