@@ -11,7 +11,9 @@ The identity is what changes a result of a given (task, trial):
 - ``model``: the checkpoint (an absolute path for a local directory or .gguf, the hub id,
   ``embedded``), the endpoint (``URL#MODEL``) or ``gold``; ``model.files``: a digest of the
   names, sizes and modification times of a local checkpoint's files (a rewritten checkpoint at
-  the same path differs); ``backend``: the engine that ran it (``hf``, ``vllm``, ``openai``, ``gold``;
+  the same path differs); ``model.weights``: a digest of the tensors themselves
+  (:mod:`unified.models.weights_digest`; also for ``embedded`` once built), by which ``--compare`` tells two
+  runs of the same weights under different paths apart from a real comparison; ``backend``: the engine that ran it (``hf``, ``vllm``, ``openai``, ``gold``;
   ``--backend auto`` is recorded as what it chose, :mod:`unified.eval.engine`);
 - ``prompting`` and ``prompting_options``, every ``sampling.*`` and ``limits.*`` key, ``split``;
 - ``benchmarks.NAME``: the settings given to each benchmark (``--set benchmarks.NAME.KEY=...``).
@@ -29,6 +31,7 @@ recorded (``run.json`` only) is compared on the fields its recorded config gives
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -45,8 +48,9 @@ class IdentityMismatch(RunDirError):
     """A rerun on a run directory that holds results of another configuration (one line)."""
 
 
-def model_identity(spec: str, backend: str | None) -> dict[str, Any]:
-    """``model``, ``model.files`` (local checkpoints) and ``backend`` of a model spec."""
+def model_identity(spec: str, backend: str | None, *, weights: bool = True) -> dict[str, Any]:
+    """``model``, ``model.files`` (local checkpoints), ``model.weights`` (unless ``weights=False``: a
+    ``--dry-run`` reads no tensors) and ``backend`` of a model spec."""
     from unified.inference.spec import parse_spec
 
     parsed = parse_spec(spec, backend=backend)
@@ -55,6 +59,15 @@ def model_identity(spec: str, backend: str | None) -> dict[str, Any]:
         path = Path(parsed.target).resolve()
         out["model"] = str(path)
         out["model.files"] = files_fingerprint(path, WEIGHT_FILES)
+        if weights:
+            out["model.weights"] = _digest_or_none(path)
+    elif parsed.kind == "embedded":
+        from unified.models.embedded import BUILD_RECORD, embedded_checkpoint_dir
+
+        out["model"] = parsed.target
+        built = embedded_checkpoint_dir()
+        if weights and (built / BUILD_RECORD).is_file():  # not built yet: the run builds it, nothing to read now
+            out["model.weights"] = _digest_or_none(built)
     elif parsed.is_endpoint:
         out["model"] = f"{parsed.target}#{parsed.served_name}"
     elif parsed.kind == "gold":
@@ -64,14 +77,28 @@ def model_identity(spec: str, backend: str | None) -> dict[str, Any]:
     return out
 
 
-def eval_identity(cfg: Any, benchmarks: list[str], *, policy_given: bool = False) -> dict[str, Any]:
+def _digest_or_none(path: Path) -> str | None:
+    """The weights digest, or None (logged) for weights whose files cannot be read: loading them fails
+    later with its own message; the identity records that the digest is unknown."""
+    from unified.models.weights_digest import WeightsDigestError, weights_digest
+
+    try:
+        return weights_digest(path)
+    except (OSError, WeightsDigestError) as exc:
+        logging.getLogger(__name__).warning("no weights digest for %s: %s", path, exc)
+        return None
+
+
+def eval_identity(cfg: Any, benchmarks: list[str], *, policy_given: bool = False,
+                  weights: bool = True) -> dict[str, Any]:
     """The record of ``cfg`` (an :class:`unified.eval.config.EvalConfig`): ``fields`` (flat, see the
     module docstring) and ``benchmarks`` (name -> settings given). ``policy_given``: the caller passed
     a live model to ``run_eval`` and ``cfg.model`` is only its label (nothing to resolve)."""
     from unified.eval.engine import choose_backend
 
     fields: dict[str, Any] = ({"backend": "given", "model": cfg.model} if policy_given
-                              else dict(model_identity(cfg.model, choose_backend(cfg.model, cfg.backend).backend)))
+                              else dict(model_identity(cfg.model, choose_backend(cfg.model, cfg.backend).backend,
+                                                       weights=weights)))
     fields["prompting"] = cfg.prompting
     fields["prompting_options"] = dict(cfg.prompting_options)
     fields["split"] = cfg.split
@@ -94,6 +121,7 @@ def _recorded(out: Path, cfg_cls: type) -> dict[str, Any] | None:
             old.backend = "hf"  # no backend recorded: such a run ran a bare checkpoint in-process
         record = eval_identity(old, list(old.benchmark_config))
         record["fields"].pop("model.files", None)
+        record["fields"].pop("model.weights", None)  # the old run's weights are not known
         record["benchmarks"] = {}  # settings of benchmarks the old config did not name are unknown
         return record
 
@@ -118,13 +146,33 @@ def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
     return diffs
 
 
+def recorded_weights(run: str | Path) -> str | None:
+    """The ``model.weights`` digest recorded in a run directory's identity (None: not recorded)."""
+    return ((read_identity(Path(run), lambda: None) or {}).get("fields") or {}).get("model.weights")
+
+
+def weights_comparison(run_a: str | Path, run_b: str | Path) -> tuple[bool, str | None]:
+    """``(identical, line)`` for ``--compare``: identical when both runs recorded the same ``model.weights``
+    digest (the same tensors under two names, e.g. a warmup whose guard kept the start); a line saying so,
+    or saying that a run recorded no digest; ``(False, None)`` when both are known and differ."""
+    digests = [recorded_weights(run_a), recorded_weights(run_b)]
+    if all(digests) and digests[0] == digests[1]:
+        return True, (f"IDENTICAL WEIGHTS: A and B evaluated the same tensors (weights digest {digests[0]}); every "
+                      "delta below is sampling, scheduling or numerics, not a difference between models.")
+    unknown = [side for side, digest in zip("AB", digests) if not digest]
+    if unknown:
+        return False, (f"weights digest not recorded for {' and '.join(unknown)} (an endpoint, gold, pickled "
+                       "weights or a run made before digests were recorded): whether the weights differ is not known.")
+    return False, None
+
+
 def dry_run_line(out: str | Path, cfg: Any, benchmarks: list[str]) -> str:
     """What a run of ``cfg`` would do with ``out`` (for ``--dry-run``; writes nothing)."""
     out = Path(out)
     if not _has_results(out):
         return f"# --out {out}: new run directory"
     recorded = _recorded(out, type(cfg))
-    diffs = differences(recorded, eval_identity(cfg, benchmarks)) if recorded else []
+    diffs = differences(recorded, eval_identity(cfg, benchmarks, weights=False)) if recorded else []
     if diffs:
         return f"# --out {out}: would stop: it holds results of another run ({'; '.join(diffs)})"
     return f"# --out {out}: would resume (finished episodes are kept)"

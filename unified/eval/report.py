@@ -361,9 +361,13 @@ def compare(run_a: str | Path, run_b: str | Path) -> str:
 
     The delta is given only when both sides have a score; it is marked ``*`` when either side is
     partial or the two sides ran different numbers of tasks."""
+    from unified.eval.identity import weights_comparison
+
     a, b = load_summary(run_a), load_summary(run_b)
     names = list(dict.fromkeys([*a.benchmarks, *b.benchmarks]))
-    lines = [f"| suite | benchmark | A: {a.model} | B: {b.model} | Δ (B−A) |", "|---|---|---|---|---:|"]
+    identical, weights_line = weights_comparison(run_a, run_b)
+    lines = [weights_line, ""] if identical else []
+    lines += [f"| suite | benchmark | A: {a.model} | B: {b.model} | Δ (B−A) |", "|---|---|---|---|---:|"]
     notes: list[str] = []
     merged = {name: b.benchmarks.get(name) or a.benchmarks[name] for name in names}
     for suite, members in _by_suite(merged).items():
@@ -381,6 +385,8 @@ def compare(run_a: str | Path, run_b: str | Path) -> str:
                     notes.append(f"- {name} ({side}) not comparable: " + "; ".join(entry.not_comparable_because))
     if any(line.rstrip().endswith("* |") for line in lines):
         lines += ["", "\\* a side is partial or the sides ran different tasks: the delta compares different sets."]
+    if weights_line and not identical:
+        notes.append(f"- {weights_line}")
     if notes:
         lines += [""] + notes
     lines += general_compare(a.general, b.general, a.model, b.model)
