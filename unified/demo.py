@@ -186,6 +186,20 @@ def before_after_table(report: dict, summary: Any | None) -> str:
 
 
 REPO = Path(__file__).resolve().parents[1]
+DEMO_RECIPE = REPO / "recipes" / "warmup" / "embedded_cpu.yaml"
+
+
+def demo_warmup_overrides(*, steps: int, heldout: int) -> list[str]:
+    """The ``--set`` overrides that turn :data:`DEMO_RECIPE` into the demo's warmup (one place: the demo and
+    ``measurements/demo_seed_sweep.py``, which measured them over training seeds, both read it)."""
+    return [f"train.max_steps={steps}", f"train.save_steps={steps}",
+            # 2 updates per generation batch of 4 prompts x 4 completions (the recipe: 4 updates per batch of 8)
+            "gspo.steps_per_generation=16",
+            f"data.train=[{REPO / 'data' / 'lwm'}]", f"data.heldout_size={heldout}",
+            "data.max_prompt_tokens=320",  # 64 of the 108 samples; shorter prompts, faster steps than the recipe's 512
+            # the recipe keeps its best step on 24 validation prompts; 8 keep the demo's probe short
+            "data.validation_size=8", "monitor.probe_size=8",
+            "logging.wandb=false"]
 
 
 def _warmup(args, loaded, done: list[str]) -> dict:
@@ -196,13 +210,9 @@ def _warmup(args, loaded, done: list[str]) -> dict:
     from unified.warmup.trainer import TrainablePolicy
 
     out = Path(args.out) / "warmup"
-    overrides = [f"output_dir={out}", f"train.max_steps={args.warmup_steps}", f"train.save_steps={args.warmup_steps}",
-                 f"data.train=[{REPO / 'data' / 'lwm'}]", f"data.heldout_size={args.heldout}",
-                 "data.max_prompt_tokens=320",  # 64 of the 108 samples; shorter prompts, faster steps than the recipe's 512
-                 # the recipe keeps its best step on 24 validation prompts; 8 keep the demo's probe short
-                 "data.validation_size=8", "monitor.probe_size=8",
-                 f"model.name_or_path={args.model}", "logging.wandb=false"]
-    cfg = load_warmup_config(REPO / "recipes" / "warmup" / "embedded_cpu.yaml", overrides)
+    overrides = [f"output_dir={out}", f"model.name_or_path={args.model}",
+                 *demo_warmup_overrides(steps=args.warmup_steps, heldout=args.heldout)]
+    cfg = load_warmup_config(DEMO_RECIPE, overrides)
     print(f"[4] GSPO warmup: {cfg.train.max_steps} steps x {cfg.gspo.num_generations} completions per prompt, "
           f"clip [{1 - cfg.gspo.epsilon:.4f}, {1 + cfg.gspo.epsilon_high:.4f}], no KL, top "
           f"{cfg.model.trainable_layers} layers trained -> {out}; held-out reward on {args.heldout} prompts before "
