@@ -93,7 +93,7 @@ def test_the_digest_is_cached_until_a_file_changes(tiny, tmp_path, monkeypatch):
     assert len(json.loads(cache.read_text())) == 1  # the stale entry of that path is replaced
 
 
-def test_compare_of_two_runs_of_the_same_tensors_says_identical_weights(tiny, tmp_path, capsys):
+def test_compare_of_two_runs_of_the_same_tensors_says_identical_weights(tiny, tmp_path, capsys, monkeypatch):
     resharded = _resave(tiny, tmp_path / "final")  # what a warmup whose guard kept the start writes
     different = _resave(tiny, tmp_path / "trained", change=lambda m: next(m.parameters()).mul_(1.01))
     for name, model in (("a", tiny), ("b", resharded), ("c", different)):
@@ -113,3 +113,10 @@ def test_compare_of_two_runs_of_the_same_tensors_says_identical_weights(tiny, tm
                         benchmark_config={FIXTURE: {"n": 1}}))
     assert main(["--compare", str(tmp_path / "gold"), str(tmp_path / "a")]) == 0
     assert "- weights digest not recorded for A" in capsys.readouterr().out
+    import unified.plot as plot
+
+    titles: list[str] = []
+    monkeypatch.setattr(plot, "_save_png", lambda plt, fig, out, name: titles.append(fig.axes[0].get_title()))
+    plot.plot_compare(tmp_path / "a", tmp_path / "b")
+    plot.plot_compare(tmp_path / "a", tmp_path / "c")
+    assert "IDENTICAL WEIGHTS" in titles[0] and "IDENTICAL" not in titles[1]

@@ -159,7 +159,12 @@ def benchmark_scores(run_dir: str | Path) -> dict[str, tuple[float, float | None
 
 def plot_compare(run_a: str | Path, run_b: str | Path, labels: tuple[str, str] | None = None,
                  out: str | Path | None = None) -> Path:
-    """Per-benchmark bars (mean episode score ± SE) of two runs; returns the PNG's path."""
+    """Per-benchmark bars (mean episode score ± SE) of two runs; returns the PNG's path. When both runs
+    recorded the same weights digest (:func:`unified.eval.identity.weights_comparison`) the title says
+    IDENTICAL WEIGHTS: the bars then differ by sampling and numerics only."""
+    from unified.eval.identity import weights_comparison
+
+    identical, _ = weights_comparison(run_a, run_b)
     labels = labels or (Path(run_a).resolve().name, Path(run_b).resolve().name)
     scores = [benchmark_scores(run_a), benchmark_scores(run_b)]
     names = sorted(set(scores[0]) | set(scores[1]))
@@ -184,7 +189,10 @@ def plot_compare(run_a: str | Path, run_b: str | Path, labels: tuple[str, str] |
     ax.set_ylim(0, top * 1.1)
     ax.set_xticks(range(len(names)), names, fontsize=8)
     ax.set_ylabel("mean episode score (± 1 SE)")
-    ax.set_title("Per-benchmark score")
+    if identical:
+        ax.set_title("Per-benchmark score (IDENTICAL WEIGHTS: A and B are the same tensors)", fontsize=9)
+    else:
+        ax.set_title("Per-benchmark score")
     ax.legend()
     fig.tight_layout()
     return _save_png(plt, fig, Path(out) if out else Path(run_b) / "compare.png", "compare.png")
