@@ -12,7 +12,7 @@ The identity is what changes a result of a given (task, trial):
   ``embedded``), the endpoint (``URL#MODEL``) or ``gold``; ``model.files``: a digest of the
   names, sizes and modification times of a local checkpoint's files (a rewritten checkpoint at
   the same path differs); ``model.weights``: a digest of the tensors themselves
-  (:mod:`unified.models.weights_digest`; also for ``embedded`` once built), by which ``--compare`` tells two
+  (:mod:`unified.models.weights_digest`; also for ``embedded``, built first if it is not yet), by which ``--compare`` tells two
   runs of the same weights under different paths apart from a real comparison; ``backend``: the engine that ran it (``hf``, ``vllm``, ``openai``, ``gold``;
   ``--backend auto`` is recorded as what it chose, :mod:`unified.eval.engine`);
 - ``prompting`` and ``prompting_options``, every ``sampling.*`` and ``limits.*`` key, ``split``;
@@ -62,12 +62,11 @@ def model_identity(spec: str, backend: str | None, *, weights: bool = True) -> d
         if weights:
             out["model.weights"] = _digest_or_none(path)
     elif parsed.kind == "embedded":
-        from unified.models.embedded import BUILD_RECORD, embedded_checkpoint_dir
+        from unified.models.embedded import ensure_embedded_checkpoint
 
         out["model"] = parsed.target
-        built = embedded_checkpoint_dir()
-        if weights and (built / BUILD_RECORD).is_file():  # not built yet: the run builds it, nothing to read now
-            out["model.weights"] = _digest_or_none(built)
+        if weights:  # builds it on first use, as loading the policy would a moment later
+            out["model.weights"] = _digest_or_none(ensure_embedded_checkpoint())
     elif parsed.is_endpoint:
         out["model"] = f"{parsed.target}#{parsed.served_name}"
     elif parsed.kind == "gold":
