@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import shutil
 import subprocess
 import sys
@@ -44,12 +45,17 @@ def seed_row(run: Path, seed: int, seconds: float) -> dict[str, Any]:
 
     report = json.loads((run / "before_after.json").read_text())
     records = read_metrics(run / METRICS_FILE)
-    probe = {int(r["step"]): r["probe/reward"] for r in records if r.get("probe/reward") is not None}
+    collapse = report.get("collapse") or {}
+    start = collapse.get("start_probe_reward")
+    if start is None:  # a run made before the guard recorded it: the line it printed
+        found = re.findall(r"probe at step 0: .*reward (-?[0-9.]+)", (run.parent / f"seed{seed}.log").read_text())
+        start = float(found[-1]) if found else None
+    probe = {0: start, **{int(r["step"]): r["probe/reward"] for r in records if r.get("probe/reward") is not None}}
     clip = [r.get("clip_ratio/region_mean") for r in sorted(records, key=lambda r: r["step"]) if "loss" in r]
-    kept = final_weights_step(report.get("collapse") or {}, report["steps"])
+    kept = final_weights_step(collapse, report["steps"])
     paired = report["paired"]
     return {"seed": seed, "steps": report["steps"], "kept_step": kept,
-            "validation_start": probe.get(0), "validation_kept": probe.get(kept),
+            "validation_start": start, "validation_kept": probe.get(kept),
             "validation_by_step": [probe.get(s) for s in range(report["steps"] + 1)],
             "heldout_diff": paired["mean_diff"], "heldout_se": paired["se_diff"],
             "heldout_up": paired["up"], "heldout_down": paired["down"], "heldout_prompts": paired["prompts"],
@@ -127,7 +133,10 @@ def main(argv: list[str] | None = None) -> int:
             with open(out / RESULTS, "a", encoding="utf-8") as fh:
                 fh.write(json.dumps(row) + "\n")
             print(json.dumps(row), flush=True)
-    print(table(read_rows(out)))
+    rows = [seed_row(out / f"seed{r['seed']}", r["seed"], r["wall_s"])  # re-read: rows of older versions
+            if "error" not in r and (out / f"seed{r['seed']}" / "before_after.json").is_file() else r
+            for r in read_rows(out)]
+    print(table(rows))
     return 0
 
 

@@ -188,6 +188,7 @@ def test_keep_best_ends_with_the_weights_of_the_best_validation_step(tmp_path, s
                         callbacks=[seen])
     assert result.global_step == 3 and result.collapse["best_step"] == best
     assert result.collapse["best_probe_reward"] == max(script)
+    assert result.collapse["start_probe_reward"] == script[0]  # the start's probe has no metrics.jsonl line
     expected = start if best == 0 else seen.steps[best]
     assert any(not torch.equal(seen.steps[3][n], expected[n]) for n in expected) or best == 3
     final = dict(load_checkpoint(result.final_dir, dtype=torch.float32).model.named_parameters())

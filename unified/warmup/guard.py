@@ -184,6 +184,8 @@ class CollapseGuard(TrainerCallback):
         self._keep_good(model, state.global_step)
         if self.probe is not None:
             self.start = self.measure_probe(model)
+            # the start's probe (no metrics.jsonl line: that file holds training steps): run.json's collapse
+            self.outcome["start_probe_reward"] = round(self.start["probe/reward"], 6)
             self._consider_best(model, state.global_step, self.start["probe/reward"])
             if state.is_world_process_zero:
                 print(f"unified.warmup: probe at step {state.global_step}: greedy loops "
