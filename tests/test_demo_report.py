@@ -54,3 +54,17 @@ def test_memory_notice_warns_when_memory_is_short(monkeypatch):
     assert f"needs about {demo.DEMO_NEEDS['peak_rss_gib']:.0f} GiB" in notice and "WARNING" in notice
     monkeypatch.setattr(demo, "available_memory_gib", lambda: 64.0)
     assert "WARNING" not in demo.memory_notice()
+
+
+def test_the_demo_warmup_is_two_updates_of_one_generation_batch_at_the_measured_learning_rate():
+    """The settings docs/warmup_collapse.md measured over seeds (measurements/demo_seed_sweep.py reads the same
+    function, and its own ``--set`` extras come after them and win)."""
+    from unified.warmup.config import load_warmup_config, updates_per_generation
+
+    cfg = load_warmup_config(demo.DEMO_RECIPE, demo.demo_warmup_overrides(steps=2, heldout=8))
+    assert (cfg.train.max_steps, updates_per_generation(cfg), cfg.train.learning_rate) == (2, 2, 1e-4)
+    assert cfg.gspo.steps_per_generation * cfg.train.per_device_train_batch_size // cfg.gspo.num_generations == 4  # prompts
+    assert (cfg.data.heldout_size, cfg.data.validation_size, cfg.monitor.probe_size) == (8, 8, 8)
+    swept = load_warmup_config(demo.DEMO_RECIPE, [*demo.demo_warmup_overrides(steps=2, heldout=8),
+                                                  "train.learning_rate=2e-5"])
+    assert swept.train.learning_rate == 2e-5
