@@ -95,7 +95,8 @@ def _run(tmp_path, *extra: str):
 def test_every_step_logs_degenerate_shares_and_the_probe(tmp_path, capsys):
     start, model, result, records = _run(tmp_path)  # on_collapse: log (the default), no threshold
     steps = [r for r in records if "reward" in r]
-    assert [r["step"] for r in steps] == [1, 2, 3] and result.global_step == 3 and result.collapse == {}
+    assert [r["step"] for r in steps] == [1, 2, 3] and result.global_step == 3
+    assert set(result.collapse) == {"start_probe_reward"}  # no collapse: only the start's probe is recorded
     for r in steps:
         for key in ("degenerate/loop_share", "degenerate/truncated_share", "probe/loop_share", "probe/reward",
                     "probe/kl_to_start", "rewards/degenerate/mean", "grad_norm", "reward_std"):
