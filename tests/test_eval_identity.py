@@ -139,6 +139,14 @@ def test_list_shows_benchmarks_suites_and_prompting_modules(capsys, monkeypatch)
     assert "--list" in capsys.readouterr().out
 
 
+def _sigint_as_in_a_terminal() -> None:
+    """In the child before exec: SIGINT with its default action and not blocked. Both an ignored and a blocked
+    SIGINT survive exec; in the full CI suite the eval started here never saw the test's SIGINT (it ran all
+    its episodes and exited 0), which was not reproduced in this file alone."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 @pytest.mark.slow
 def test_ctrl_c_writes_the_summary_of_what_finished_and_exits_130(tmp_path):
     out = tmp_path / "run"
@@ -146,10 +154,8 @@ def test_ctrl_c_writes_the_summary_of_what_finished_and_exits_130(tmp_path):
            "--max-in-flight", "2", "--set", f"benchmarks.{FIXTURE}.n=12"]
     env = {**os.environ, "PYTHONPATH": f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
            "FIXTURE_STEP_SECONDS": "2"}  # 12 episodes, 2 in flight: ~12 s, room for a busy machine
-    # the child starts with SIGINT's default action, as under a terminal: an ignored SIGINT is inherited
-    # through exec, and something earlier in the full suite (not found yet) leaves this process ignoring it
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            preexec_fn=_sigint_as_in_a_terminal)
     try:
         deadline = time.monotonic() + 120
         while len(_results(out)) < 3 and time.monotonic() < deadline and proc.poll() is None:
