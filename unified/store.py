@@ -105,13 +105,14 @@ def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return rows
 
 
-def read_regular_file(path: str | os.PathLike[str], *, max_bytes: int) -> bytes:
-    """The bytes of ``path``, which must be a regular file of at most ``max_bytes`` bytes.
+def open_regular(path: str | os.PathLike[str]) -> int:
+    """A read-only descriptor of ``path``, which must be a regular file (the caller closes it).
 
-    For readers of files that something untrusted may have placed (a run directory's records):
-    opened with ``O_NOFOLLOW | O_NONBLOCK``, so a symbolic link is refused and a FIFO never blocks
-    the reader, then checked on the open descriptor (``fstat``: a regular file, its size) before a
-    byte is read. FileNotFoundError when it does not exist; ValueError naming the file otherwise."""
+    For readers of files that something untrusted may have placed (a run directory's records, a
+    checkpoint's weights): opened with ``O_NOFOLLOW | O_NONBLOCK``, so a symbolic link is refused and
+    a FIFO never blocks the reader, then checked on the open descriptor (``fstat``) before a byte is
+    read; ``O_NONBLOCK`` is cleared again on a regular file. FileNotFoundError when it does not exist;
+    ValueError naming the file otherwise."""
     path = Path(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -127,9 +128,24 @@ def read_regular_file(path: str | os.PathLike[str], *, max_bytes: int) -> bytes:
         if not stat.S_ISREG(info.st_mode):
             kind = ("a FIFO" if stat.S_ISFIFO(info.st_mode) else "a socket" if stat.S_ISSOCK(info.st_mode)
                     else "a directory" if stat.S_ISDIR(info.st_mode) else "a device")
-            raise ValueError(f"{path}: {kind}, not a regular file; record files are read only as regular files")
-        if info.st_size > max_bytes:
-            raise ValueError(f"{path}: {info.st_size} bytes, more than the {max_bytes} bytes this reader takes")
+            raise ValueError(f"{path}: {kind}, not a regular file; such files are read only as regular files")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular_file(path: str | os.PathLike[str], *, max_bytes: int) -> bytes:
+    """The bytes of ``path``, which must be a regular file (:func:`open_regular`) of at most
+    ``max_bytes`` bytes (checked on the descriptor before a byte is read, and again while reading).
+    FileNotFoundError when it does not exist; ValueError naming the file otherwise."""
+    path = Path(path)
+    fd = open_regular(path)
+    try:
+        size = os.fstat(fd).st_size
+        if size > max_bytes:
+            raise ValueError(f"{path}: {size} bytes, more than the {max_bytes} bytes this reader takes")
         chunks, left = [], max_bytes + 1
         while left > 0:
             chunk = os.read(fd, min(left, 1 << 24))
