@@ -46,7 +46,7 @@ def _work(shard: Path) -> Path:
 
 
 def _merge(shards: list[Path], out: Path) -> int:
-    return main(["--merge", *map(str, shards), "--out", str(out)])
+    return main(["--merge", *map(str, shards), "--out", str(out), "--benchmarks", DEPENDS])
 
 
 def test_a_link_in_one_shard_never_carries_another_shards_file_out_of_the_merge(shards, tmp_path, capsys):
@@ -137,3 +137,24 @@ def test_work_files_past_the_merge_budget_stay_in_their_shard_and_are_listed(sha
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_a_shard_plan_naming_code_never_runs_it_in_the_merge(shards, tmp_path, capsys):
+    """Issue 42, R5: a shard's plan.json naming ``os:system`` with a config ``{"command": ...}`` ran the
+    command as the merging user (the summary loaded the adapter the plan named). A run directory never
+    decides what code runs: the entry is a skip saying how to give the adapter, and nothing runs."""
+    marker = tmp_path / "PWNED"
+    for shard in shards:
+        path = shard / "plan.json"
+        text = path.read_text().replace(DEPENDS, "os:system")
+        plan = json.loads(text)
+        plan["config"]["benchmark_config"] = {"os:system": {"command": f"touch {marker}"}}
+        path.write_text(json.dumps(plan))
+    merged = tmp_path / "merged"
+    assert main(["--merge", *map(str, shards), "--out", str(merged)]) == 0
+    assert not marker.exists()
+    entry = json.loads((merged / "summary.json").read_text())["benchmarks"]["os:system"]
+    assert entry["status"] == "skipped" and "never decides what code runs" in entry["reason"]
+    assert "--benchmarks os:system" in entry["how_to_fix"]
+    # the records are merged all the same: a trusted merge of the real adapter needs no rerun
+    assert (merged / BENCH / "results.jsonl").read_text().count("\n") > 0
