@@ -169,12 +169,12 @@ def _merge_benchmark(bench: str, dirs: list[Path], target: Path) -> None:
         recorded = store.load()  # repairs a torn tail; first record of a pair wins, as in a resume
         by_key = {(e.task_id, e.trial): e for e in store.episodes().values()}
         for key, result in recorded.items():
-            row = to_dict(result)
+            row = result.to_row()
             if key in results and results[key][0] != row:
                 raise ShardError(f"{bench}: {key} has different results in {results[key][1]} and {d}")
             results.setdefault(key, (row, d))
             if key in by_key:
-                episodes.setdefault(key, by_key[key].to_dict())
+                episodes.setdefault(key, by_key[key].to_row())
     dest = BenchmarkStore(target, bench)
     dest.dir.mkdir(parents=True, exist_ok=True)
     for path in (dest.results_path, dest.episodes_path):
