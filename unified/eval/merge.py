@@ -26,7 +26,7 @@ from typing import Any
 from unified.config import to_dict
 from unified.eval.identity import record_run_dir
 from unified.eval.plan import PLAN_FILE, PlannedBenchmark, RunPlan, read_plan, write_plan
-from unified.eval.records import RunSummary
+from unified.eval.records import RunSummary, load_summary
 from unified.eval.rundir import BenchmarkStore, RunDirLock
 from unified.eval.shards import SHARDS_FILE, Shard, parse_shard
 from unified.eval.summarize import summarize
@@ -155,7 +155,22 @@ def merge_runs(shard_dirs: list[str], out: str, *, trusted: frozenset[str] | set
         plan = merged_plan(plans, shards, in_order, target)
         record_run_dir(target, plan.config, [b.name for b in plan.benchmarks], policy_given=plan.policy_given)
         write_plan(target, plan)
-        return summarize(target, plan=plan, trusted=trusted)
+        return summarize(target, plan=plan, trusted=trusted, shard_aggregates=_shard_aggregates(in_order))
+
+
+def _shard_aggregates(dirs: list[Path]) -> dict[str, list[tuple[int, dict[str, Any]]]]:
+    """Per benchmark, each shard's (pairs, aggregate) from its own ``summary.json`` (only benchmarks every
+    shard summarised with a shard part; what a summary without the adapter's code can combine)."""
+    found: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+    for d in dirs:
+        try:
+            summary = load_summary(d)
+        except (OSError, ValueError):
+            return {}
+        for name, entry in summary.benchmarks.items():
+            if entry.shard is not None and entry.aggregate:
+                found.setdefault(name, []).append((entry.shard.pairs, entry.aggregate))
+    return {name: parts for name, parts in found.items() if len(parts) == len(dirs)}
 
 
 def _merge_benchmark(bench: str, dirs: list[Path], target: Path) -> None:
