@@ -203,7 +203,130 @@ def floor_violations(graph: ImportGraph) -> list[tuple[str, str]]:
     return sorted(bad)
 
 
+
+# --- the file-level graph: one node per module, inside and across packages -------------------------
+
+HEAVY = frozenset({"torch", "transformers", "trl", "vllm", "datasets", "accelerate", "peft", "deepspeed",
+                   "safetensors", "gguf", "lm_eval", "bfcl_eval", "tau2", "wandb", "matplotlib"})
+"""Third-party packages whose import costs seconds or may be absent: a function-local import of a module
+that pulls one of them in (and that its importer does not already pull in) is allowed (rule (f))."""
+
+LAZY_LOADS: dict[tuple[str, str], str] = {}
+"""(importing module, imported module) function-local imports of light modules kept on purpose, each with why."""
+
+
+@dataclass
+class ModuleGraph:
+    modules: dict[str, Path] = field(default_factory=dict)
+    edges: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    """module -> the modules it imports anywhere in the file (top level, function, ``TYPE_CHECKING`` excluded)."""
+    eager: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    """module -> the modules it imports when it is imported (top level, not under ``TYPE_CHECKING``)."""
+    third_party: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    """module -> the top-level names of outside packages it imports at top level."""
+    where: dict[tuple[str, str], list[str]] = field(default_factory=lambda: defaultdict(list))
+    local: list[tuple[str, int, str]] = field(default_factory=list)
+    """Function-local imports of ``unified``/``evaluators`` modules: (importer, line, imported module)."""
+
+
+def _type_checking_only(tree: ast.Module) -> set[int]:
+    """ids of the import nodes under ``if TYPE_CHECKING:`` (never run, so no dependency at run time)."""
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            out.update(id(n) for stmt in node.body for n in ast.walk(stmt) if isinstance(n, (ast.Import, ast.ImportFrom)))
+    return out
+
+
+def _module_targets(node: ast.Import | ast.ImportFrom, module: str, is_package: bool, modules) -> set[str]:
+    """The modules an import names: ``from a.b import c`` is ``a.b.c`` when that is a module, else ``a.b``
+    (the parent packages it runs on the way are not counted: they are the package, not this file's choice)."""
+    def resolve(name: str) -> str:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    else:
+        if node.level:
+            base = module.split(".")
+            base = base[:len(base) - node.level + (1 if is_package else 0)]
+            prefix = ".".join(base + ([node.module] if node.module else []))
+        else:
+            prefix = node.module or ""
+        names = [f"{prefix}.{alias.name}" if f"{prefix}.{alias.name}" in modules else prefix for alias in node.names]
+    return {resolve(n) for n in names if n.split(".")[0] in PACKAGES} - {""}
+
+
+def build_module_graph(root: Path = ROOT) -> ModuleGraph:
+    graph = ModuleGraph()
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            graph.modules[module_name(path)] = path
+    for module, path in graph.modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        local, typing_only = _function_local(tree), _type_checking_only(tree)
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)) or id(node) in typing_only:
+                continue
+            targets = _module_targets(node, module, path.name == "__init__.py", graph.modules) - {module}
+            if id(node) not in local:
+                graph.eager[module] |= targets
+                if isinstance(node, ast.Import):
+                    graph.third_party[module] |= {a.name.split(".")[0] for a in node.names} - set(PACKAGES)
+                elif not node.level and node.module and node.module.split(".")[0] not in PACKAGES:
+                    graph.third_party[module].add(node.module.split(".")[0])
+            for target in targets:
+                if id(node) in local:
+                    graph.local.append((module, node.lineno, target))
+                graph.edges[module].add(target)
+                graph.where[(module, target)].append(f"{path.relative_to(root)}:{node.lineno}")
+    return graph
+
+
+def _parents(module: str) -> list[str]:
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def eager_closure(graph: ModuleGraph, module: str) -> set[str]:
+    """Every module that importing ``module`` runs (its parent packages' ``__init__`` included)."""
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        m = todo.pop()
+        if m in seen or m not in graph.modules:
+            continue
+        seen.add(m)
+        todo += list(graph.eager.get(m, ())) + _parents(m)
+    return seen
+
+
+def heavy_imports(graph: ModuleGraph, module: str) -> set[str]:
+    """The :data:`HEAVY` packages that importing ``module`` imports."""
+    return {t for m in eager_closure(graph, module) for t in graph.third_party.get(m, ())} & HEAVY
+
+
+def unlisted_local_imports(graph: ModuleGraph) -> list[tuple[str, int, str]]:
+    """Function-local imports with no listed reason: neither a heavy import the importer does not already
+    pay (:data:`HEAVY`) nor a :data:`LAZY_LOADS` entry."""
+    bad = []
+    for importer, line, target in graph.local:
+        if (importer, target) in LAZY_LOADS:
+            continue
+        if heavy_imports(graph, target) - heavy_imports(graph, importer):
+            continue
+        bad.append((importer, line, target))
+    return bad
+
+
+def file_cycles(graph: ModuleGraph) -> list[list[str]]:
+    """Strongly connected groups of modules (function-local imports included: they are still dependencies)."""
+    return strongly_connected(graph.edges)
+
+
 GRAPH = build_graph()
+MODULES = build_module_graph()
 
 
 def test_the_graph_is_read_from_the_sources():
