@@ -49,8 +49,8 @@ class ImportGraph:
     """Those of them that cross a package boundary."""
 
 
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+def module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts = parts[:-1]
     return ".".join(parts)
@@ -311,7 +311,7 @@ def build_module_graph(root: Path = ROOT) -> ModuleGraph:
     graph = ModuleGraph()
     for package in PACKAGES:
         for path in sorted((root / package).rglob("*.py")):
-            graph.modules[module_name(path)] = path
+            graph.modules[module_name(path, root)] = path
     for module, path in graph.modules.items():
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         local, typing_only = _function_local(tree), _type_checking_only(tree)
