@@ -64,7 +64,7 @@ from typing import Any, ClassVar
 
 from unified.benchmarks.compat import (accept_renamed_fields, renamed_members_meta, signature_takes,
                                        warn_deprecated)
-from unified.config import bounded
+from unified.config import bounded, from_dict
 from unified.types import Episode, EpisodeResult, Message, Observation, Record, ToolCall, ToolSpec
 
 ENTRY_POINT_GROUP = "unified.benchmarks"
@@ -362,8 +362,6 @@ class Adapter:
     without what only a model's actions reach (WideSearch's search backend) and say so."""
 
     def __init__(self, **config: Any) -> None:
-        from unified.config import from_dict  # config imports yaml; keep this module light to import
-
         self.settings = from_dict(self.Config, dict(config), where=f"benchmarks.{self.name or type(self).__name__}")
         self.config = {f.name: getattr(self.settings, f.name) for f in dataclasses.fields(self.settings)}
         """The parsed settings as a plain dict (the run records it in ``summary.json``, ``settings``)."""
