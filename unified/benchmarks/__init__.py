@@ -71,7 +71,8 @@ from unified.benchmarks.discovery import (
     world_model_domain,
 )
 from unified.benchmarks.endpoints import resolve_endpoint
-from unified.benchmarks.failures import AdapterFailure, ToolSpecError, check_tools, classify_adapter_error
+from unified.benchmarks.failures import (AdapterFailure, DetailsNotJSONWarning, ToolSpecError, check_details, check_tools,
+                                         classify_adapter_error)
 from unified.benchmarks.helpers import (config_list, judge_reason, limit_runnable, process_temp_dir,
                                         require_execution_backend, select_task_ids)
 from unified.config import bounded  # a Config field with bounds (unified.config parses the settings)
@@ -93,5 +94,5 @@ __all__ = [
     # the judge's or simulated user's model
     "resolve_endpoint",
     # checks and failures of adapter calls
-    "AdapterFailure", "ToolSpecError", "check_tools", "classify_adapter_error",
+    "AdapterFailure", "DetailsNotJSONWarning", "ToolSpecError", "check_details", "check_tools", "classify_adapter_error",
 ]
