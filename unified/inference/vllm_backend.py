@@ -30,6 +30,7 @@ from unified.inference.base import PolicyOutput, PolicyRequest, SamplingConfig
 from unified.inference.openai_backend import OpenAIPolicy
 from unified.inference.spec import ModelSpec, parse_spec
 from unified.inference.vllm_server import TOOL_PARSERS, VLLMServer, VLLMUnavailable, checkpoint_dir, vllm_server_for
+from unified.models.checkpoint import load_tokenizer
 
 __all__ = ["VLLMPolicy", "VLLMUnavailable", "checkpoint_dir", "server_for_spec"]
 
@@ -54,8 +55,6 @@ class VLLMPolicy(OpenAIPolicy):
         super().__init__(self.server.spec, sampling, timeout_s=timeout_s, max_retries=max_retries,
                          max_concurrency=max_concurrency, logprobs=True, api_key=self.server.token)
         self.model = spec.text
-        from unified.models.checkpoint import load_tokenizer
-
         self.tokenizer = load_tokenizer(self.server.model_dir)
 
     def _payload(self, request: PolicyRequest) -> dict[str, Any]:

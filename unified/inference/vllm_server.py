@@ -47,6 +47,8 @@ from pathlib import Path
 from unified.inference.server import LoopbackAddress, free_port
 from unified.inference.spec import ModelSpec, parse_spec
 from unified.inference.watchdog import group_alive
+from unified.models.embedded import cache_dir
+from unified.models.embedded import ensure_embedded_checkpoint
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WATCHDOG = Path(__file__).resolve().with_name("watchdog.py")
@@ -97,8 +99,6 @@ def vllm_python() -> str:
 
 
 def _log_dir() -> Path:
-    from unified.models.embedded import cache_dir
-
     return cache_dir() / "vllm-logs"
 
 
@@ -287,8 +287,6 @@ def checkpoint_dir(spec: str | ModelSpec) -> tuple[str, str]:
     """``(what vLLM's --model gets, checkpoint kind)`` for a checkpoint spec (``vllm:`` prefix optional)."""
     parsed = parse_spec(spec, backend="vllm")
     if parsed.kind == "embedded":
-        from unified.models.embedded import ensure_embedded_checkpoint
-
         return str(ensure_embedded_checkpoint()), parsed.kind
     return parsed.checkpoint, parsed.kind
 

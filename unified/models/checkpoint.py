@@ -28,6 +28,10 @@ import torch
 
 from unified.models.gguf import is_moe_config, load_gguf, load_tokenizer
 from unified.models.kernel_choice import KernelChoice, select_kernels
+from unified.models.chat_template import install_chat_template
+from unified.models.embedded import ensure_embedded_checkpoint
+from unified.models.linear_attention import apply_linear_attention, gated_deltanet_modules
+from unified.models.vision_language import model_auto_class
 
 log = logging.getLogger(__name__)
 
@@ -102,8 +106,6 @@ def _hub_error(spec: str, exc: BaseException) -> HubUnreachableError:
 
 
 def _from_pretrained(source: str, config: Any, *, dtype: torch.dtype, kernels: KernelChoice, **kwargs):
-    from unified.models.vision_language import model_auto_class
-
     if is_moe_config(config):
         kwargs["experts_implementation"] = kernels.experts
     return model_auto_class(config).from_pretrained(source, dtype=dtype, attn_implementation=kernels.attention,
@@ -112,8 +114,6 @@ def _from_pretrained(source: str, config: Any, *, dtype: torch.dtype, kernels: K
 
 def use_linear_attention(model, kernels: KernelChoice) -> dict[str, str]:
     """Make the model's Gated DeltaNet layers (if any) run ``kernels.linear_attention``."""
-    from unified.models.linear_attention import apply_linear_attention, gated_deltanet_modules
-
     modules = gated_deltanet_modules(model)
     return apply_linear_attention(kernels.linear_attention, modules) if modules else {}
 
@@ -129,8 +129,6 @@ def load_checkpoint(spec: str | os.PathLike[str], *, device: str | torch.device 
     path: Path | None = None
 
     if kind == "embedded":
-        from unified.models.embedded import ensure_embedded_checkpoint
-
         path = ensure_embedded_checkpoint()
         kind_loaded: SpecKind = "embedded"
         target, kind = str(path), "local"
@@ -164,8 +162,6 @@ def load_checkpoint(spec: str | os.PathLike[str], *, device: str | torch.device 
     use_linear_attention(model, kernels)
     if getattr(tokenizer, "chat_template", None) is None:
         log.warning("%s has no chat template; installing unified's Qwen3.5-style template", spec)
-        from unified.models.chat_template import install_chat_template
-
         install_chat_template(tokenizer)
     log.info("loaded %s (%s) on %s as %s; %s", spec, kind_loaded, dev, dtype, kernels.reason)
     return LoadedCheckpoint(model=model, tokenizer=tokenizer, spec=str(spec), kind=kind_loaded, path=path,

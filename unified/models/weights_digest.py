@@ -28,6 +28,7 @@ import struct
 from pathlib import Path
 
 from unified.store import WEIGHT_FILES, files_fingerprint, write_json_atomic
+from unified.models.embedded import cache_dir
 
 CACHE_FILE = "weights-digests.json"
 _BLOCK = 1 << 22
@@ -107,8 +108,6 @@ def weights_digest(path: str | os.PathLike[str], cache: Path | None = None) -> s
 
     ``cache`` defaults to ``cache_dir()/weights-digests.json``; a cache that cannot be read or written
     costs a recomputation, never a wrong answer (the key changes with any file's size or time)."""
-    from unified.models.embedded import cache_dir
-
     root = Path(path).resolve()
     cache = cache or cache_dir() / CACHE_FILE
     key = f"{root}\0{files_fingerprint(root, WEIGHT_FILES)}"
