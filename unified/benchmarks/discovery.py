@@ -43,8 +43,6 @@ def adapter_class(name: str) -> type:
     Raises UnknownNameError for a name nobody registered, BenchmarkUnavailable when its module
     (or a package it needs, or a name of the adapter SDK) is missing, naming the import
     (:func:`unified.benchmarks.failures.import_failure`), or its module raises on import."""
-    if name in _NAMED_BY_PATH or ":" in name:
-        return _class_at(_NAMED_BY_PATH.get(name, name))
     eps = registered_benchmarks()
     if name not in eps:
         raise UnknownNameError("benchmark", name, list(eps))
@@ -59,41 +57,6 @@ def adapter_class(name: str) -> type:
     except Exception as exc:  # an outside package that raises at import: the other benchmarks still run
         raise BenchmarkUnavailable(f"its adapter module {module_name!r} raised {type(exc).__name__} on import: "
                                    f"{exc}", "fix or reinstall the package that provides it") from None
-
-
-_NAMED_BY_PATH: dict[str, str] = {}
-"""Benchmark name -> ``module:Class`` for the adapters this process was given as ``--benchmarks module:Class``
-(:func:`expand_benchmarks` names each by its class's ``name``, so the run, its settings and its records use one
-name per benchmark)."""
-
-
-def _class_at(path: str) -> type:
-    """The object at ``package.module:Factory`` (an adapter no entry point names, yet)."""
-    module_name, _, attr = path.partition(":")
-    try:
-        return getattr(importlib.import_module(module_name), attr)
-    except ImportError as exc:
-        raise import_failure(exc, module_name) from None
-    except AttributeError as exc:
-        raise BenchmarkUnavailable("not yet available", f"cannot import {path!r}: {exc}") from None
-
-
-def benchmark_name(item: str) -> str:
-    """The one name of a ``--benchmarks`` item: a registered name as is; ``module:Class`` the class's ``name``
-    (``unit_converter:UnitConverterAdapter`` -> ``unit_converter``), remembered so that :func:`load_adapter`
-    finds the class and ``--set benchmarks.NAME.KEY=...`` reaches it. An item that does not import, or whose
-    name is another benchmark's, keeps its ``module:Class`` text (the run records why it is skipped)."""
-    if ":" not in item:
-        return item
-    try:
-        cls = _class_at(item)
-    except BenchmarkUnavailable:
-        return item
-    name = str(getattr(cls, "name", "") or "") or item.partition(":")[2]
-    if name in registered_benchmarks() or _NAMED_BY_PATH.get(name, item) != item:
-        return item
-    _NAMED_BY_PATH[name] = item
-    return name
 
 
 def declared_suites() -> tuple[dict[str, list[str]], dict[str, str]]:
@@ -134,7 +97,7 @@ def expand_benchmarks(suite: str | None = None, benchmarks: Iterable[str] | None
     if suite:
         names += suite_members(suite)
     for item in benchmarks or []:
-        names += [benchmark_name(part.strip()) for part in str(item).split(",") if part.strip()]
+        names += [part.strip() for part in str(item).split(",") if part.strip()]
     return list(dict.fromkeys(names))
 
 
@@ -142,7 +105,7 @@ def benchmark_facts(name: str) -> dict[str, Any]:
     """What a summary records about a benchmark from its class: ``suites`` and ``paper_reference``
     (empty when the class cannot be loaded)."""
     try:
-        cls = adapter_class(name)
+        cls = adapter_class(name) if ":" not in name else None
     except Exception:
         cls = None
     if cls is None:
@@ -192,10 +155,17 @@ def load_adapter(name: str, **config: Any) -> Adapter:
     Raises UnknownNameError (listing valid names) for a name nobody registered, and
     BenchmarkUnavailable when the entry point's module is not installed/written yet.
     """
-    if ":" in name:  # "package.module:Factory" that expand_benchmarks could not name (it does not import)
-        adapter = _class_at(name)(**config)
+    if ":" in name:  # "package.module:Factory", an adapter that no entry point names (yet)
+        module_name, _, attr = name.partition(":")
+        try:
+            factory = getattr(importlib.import_module(module_name), attr)
+        except ImportError as exc:
+            raise import_failure(exc, module_name) from None
+        except AttributeError as exc:
+            raise BenchmarkUnavailable("not yet available", f"cannot import {name!r}: {exc}") from None
+        adapter = factory(**config)
         if not getattr(adapter, "name", ""):
-            adapter.name = name.partition(":")[2]  # type: ignore[misc]
+            adapter.name = attr  # type: ignore[misc]
         return adapter
     factory = adapter_class(name)
     adapter = factory(**config)

@@ -203,8 +203,8 @@ def _dry_run(parser: argparse.ArgumentParser, cfg: EvalConfig) -> int:
     """``--dry-run``: the resolved config and the run plan (:func:`unified.eval.plan.plan_run`: the adapters
     list their tasks, ``--out`` is read), printed; nothing is written, not even ``plan.json``."""
     try:
-        names, want_general = benchmarks_to_run(cfg)  # first: names the module:Class items the config may set
         check_benchmark_config(cfg.benchmark_config)
+        names, want_general = benchmarks_to_run(cfg)
         check_unsharded_parts(cfg, want_general)
         choice = engine_for(cfg, names)
         plan = plan_run(cfg, names, want_general, engine=choice, repair=False)
