@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from evaluators.bfcl_v4 import data, gold, scoring
-from evaluators.bfcl_v4.environment import BFCLEnvironment
+from evaluators.bfcl_v4.environment import BFCLEnvironment, import_backend_modules
 from evaluators.bfcl_v4.isolation import import_bfcl
 from unified.benchmarks.contract import Adapter, PaperReference, RunContext, Task
 from unified.types import Episode, EpisodeResult, ToolCall
@@ -81,7 +81,9 @@ class BFCLAdapter(Adapter):
 
     def tasks(self, split: str | None = None, limit: int | None = None) -> list[Task]:
         categories = data.resolve_categories(split) if split else self.categories
-        return data.select_tasks(categories, limit, self.settings.limit_order)
+        tasks = data.select_tasks(categories, limit, self.settings.limit_order)
+        import_backend_modules(tasks)  # on this thread, before episodes open on worker threads
+        return tasks
 
     def open(self, task: Task, *, run: RunContext = RunContext()) -> BFCLEnvironment:
         return BFCLEnvironment(task, run.work_dir, bfcl_inference=self.settings.inference == "bfcl")
