@@ -17,7 +17,7 @@ with ``finish_reason="timeout"`` (the agent loop then ends the episode as ``time
 each generated token's log-probability (``"logprobs": true``); servers that return them
 (vLLM, SGLang, our local server) fill :attr:`PolicyOutput.logprobs`.
 
-``request_fields`` names the sampling fields a request carries besides ``model``, ``messages`` and
+``request_fields`` (of the backend, or of one :class:`PolicyRequest`, which wins) names the sampling fields a request carries besides ``model``, ``messages`` and
 ``tools`` (of :data:`SAMPLING_FIELDS`); None sends them all. A protocol that must send what an
 official client sends (AgentWorldBench's eval.py: ``max_tokens`` and ``temperature`` only) sets it,
 so that neither an unknown field (``chat_template_kwargs``, which some endpoints refuse) nor a
@@ -77,8 +77,9 @@ class OpenAIPolicy(ChatModel):
         s = self.sampling_for(request)
         fields = dict(max_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p, seed=s.seed,
                       chat_template_kwargs={"enable_thinking": s.thinking})
-        if self.request_fields is not None:
-            fields = {k: v for k, v in fields.items() if k in self.request_fields}
+        allowed = request.request_fields if request.request_fields is not None else self.request_fields
+        if allowed is not None:
+            fields = {k: v for k, v in fields.items() if k in allowed}
         payload = dict(messages=to_wire(request.messages), tools=request.tools or None, deadline=request.deadline,
                        **fields)
         if self.logprobs or request.logprobs:

@@ -100,21 +100,22 @@ class WorldModel:
     """Predicts observations with any chat model (:func:`unified.inference.shared_chat_model`: a local
     checkpoint batched on the process's shared copy, or an OpenAI-compatible endpoint).
 
-    ``official_request`` (a loaded checkout): an endpoint gets eval.py's request (``model``, ``messages``, ``max_tokens``,
+    ``official_request``: an endpoint gets eval.py's request (``model``, ``messages``, ``max_tokens``,
     ``temperature``; :data:`unified.rewards.awb_judge.EVAL_PY_REQUEST_FIELDS`) and its client's
-    600 s timeout and 2 retries; ``chat_template_kwargs`` only when ``thinking`` is set (None: the
+    600 s timeout and 2 retries (the body fields read from ``checkout``'s eval.py when given);
+    ``chat_template_kwargs`` only when ``thinking`` is set (None: the
     template's default, what eval.py gets)."""
 
     def __init__(self, spec: str, *, max_new_tokens: int = official.INFER_MAX_TOKENS,
                  temperature: float = official.INFER_TEMPERATURE, batch_size: int = 8, thinking: bool | None = None,
-                 official_request: Any = None) -> None:
+                 official_request: bool = False, checkout: Any = None) -> None:
         self.spec, self.max_new_tokens, self.batch_size = spec, max_new_tokens, batch_size
         self.thinking = True if thinking is None else thinking  # in-process: the Qwen templates' default
         self.temperature = temperature
         self.parsed = parse_spec(spec)
         options: dict[str, Any] = {"max_batch_size": batch_size} if self.parsed.backend == "hf" else {}
-        if official_request is not None and self.parsed.is_endpoint:
-            options.update(official.eval_py_endpoint_options(official_request, send_thinking=thinking is not None))
+        if official_request and self.parsed.is_endpoint:
+            options.update(official.eval_py_endpoint_options(checkout, send_thinking=thinking is not None))
         self.model = shared_chat_model(self.parsed, sampling=SamplingConfig(max_new_tokens=max_new_tokens,
                                                                             temperature=temperature,
                                                                             thinking=self.thinking), **options)
@@ -183,7 +184,7 @@ def _predict(records: list[AWBRecord], predictions: dict[str, dict], pred_path: 
     if not todo:
         return 0.0
     world_model = WorldModel(model, max_new_tokens=max_new_tokens, temperature=temperature, batch_size=batch_size,
-                             thinking=thinking, official_request=checkout)
+                             thinking=thinking, official_request=checkout is not None, checkout=checkout)
     seconds = 0.0
     for start in range(0, len(todo), batch_size):
         chunk = todo[start:start + batch_size]
