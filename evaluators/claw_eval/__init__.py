@@ -22,9 +22,12 @@ Not on PyPI: point the adapter at a checkout with ``$CLAW_EVAL_ROOT`` or
 Tasks needing live web search (``web_real``) are skipped unless ``$SERP_DEV_KEY`` is set;
 tasks whose fixtures are missing from the checkout are skipped with the file named, and so are
 tasks that use a program this machine lacks (ffmpeg, poppler, or Playwright for the web-page tasks
-graded from screenshots that their snapshot commands' recording script takes). The
-snapshot commands of a trial must succeed: one that fails (exit code, timeout) makes the trial an
-error, "snapshot command failed", never a score the grader gave without its output. The
+graded from screenshots that their snapshot commands' recording script takes). A snapshot
+command that fails (an exit code, a timeout: the agent broke the database, the page never
+loaded, no clip was written) is handed to the grader as the benchmark hands it, its exit code and
+output, and the trial is graded as the official grader grades it (``details["snapshot_failed"]``
+lists it). Only a command this sandbox cannot run at all (exit 126/127: a program the official
+image has and ours lacks) makes the trial ``error: infrastructure``, left out of the score. The
 services of a task stay up across its trials and are reset in between (trials running at the
 same time get separate services); they are stopped when another task opens, when an episode
 fails (crash, or a grader error), and at exit. Scoring: :mod:`evaluators.claw_eval.grading`.
@@ -42,6 +45,7 @@ from unified.config import bounded
 from unified.benchmarks.contract import Adapter, BenchmarkUnavailable, Environment, PaperReference, RunContext, Task
 from unified.benchmarks.helpers import config_list, judge_reason, limit_runnable
 from unified.benchmarks.aggregate import scores_by_task
+from unified.execution.infra import infrastructure_error
 from unified.types import Episode, EpisodeResult
 
 from evaluators.claw_eval import official
@@ -60,15 +64,19 @@ OFFICIAL_JUDGE_MAX_TOKENS = 8192
 
 
 
+NOT_RUNNABLE_EXIT_CODES = (126, 127)
+"""A shell's exit codes for a command it could not execute or find: our sandbox's failure, not the agent's."""
+
+
 def failed_snapshot_commands(snapshot: dict[str, Any] | None) -> list[dict[str, str]]:
-    """The task's snapshot commands that failed (non-zero exit or timed out), each ``{command, why}``
-    with the end of its error output: a trial with one is an error, not a score."""
+    """The task's snapshot commands that failed (non-zero exit or timed out), each ``{command, why, exit_code}``
+    with the end of its error output (graded as the benchmark grades them; see the module docstring)."""
     out = []
     for key, value in (snapshot or {}).items():
         if key.startswith("cmd:") and isinstance(value, dict) and value.get("exit_code") != 0:
             tail = (value.get("stderr") or value.get("stdout") or "").strip().splitlines()
-            out.append({"command": key[4:], "why": f"exit {value.get('exit_code')}: "
-                                                   f"{tail[-1][:300] if tail else 'no output'}"})
+            out.append({"command": key[4:], "exit_code": value.get("exit_code"),
+                        "why": f"exit {value.get('exit_code')}: {tail[-1][:300] if tail else 'no output'}"})
     return out
 
 
@@ -253,11 +261,14 @@ class ClawEvalAdapter(Adapter):
                                    "user_model": self.user_spec if env.multi_turn else None,
                                    "n_dispatches": len(env.dispatches), "user_rounds": env.user_rounds}
         failed = failed_snapshot_commands(snapshot)
-        if failed:  # the grader would score the trial without what the command makes (a page's screenshots: 0.2)
+        if failed:  # graded with the command's output, as the official grader is (module docstring)
             details["snapshot_failed"] = failed
-            return EpisodeResult(benchmark=self.name, task_id=task.id, trial=episode.trial, score=0.0, passed=False,
-                                 details=details, error=f"snapshot command failed: {failed[0]['command'][:200]} "
-                                                        f"({failed[0]['why']}); not graded")
+        unrunnable = [f for f in failed if f["exit_code"] in NOT_RUNNABLE_EXIT_CODES]
+        if unrunnable:
+            return EpisodeResult(benchmark=self.name, task_id=task.id, trial=episode.trial, score=0.0, passed=None,
+                                 details=details, error=infrastructure_error(
+                                     f"snapshot command not runnable in this sandbox: {unrunnable[0]['command'][:200]}",
+                                     [unrunnable[0]["why"]]))
         if getattr(env, "snapshot_refused", None):  # files the grader's snapshot left unread (size budget)
             details["snapshot_refused"] = {"files": list(env.snapshot_refused), "budget_mb": env.snapshot_mb}
         try:

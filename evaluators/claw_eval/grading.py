@@ -46,6 +46,8 @@ from unified.types import Episode
 PASS_THRESHOLD = 0.75
 _JUDGE_DATA = Path(__file__).with_name("judge_data.py")
 """Put in the grader's sandbox; wraps the checkout's judge (:mod:`evaluators.claw_eval.judge_data`)."""
+_READ_RULES = Path(__file__).with_name("read_rules.py")
+"""Put in the grader's sandbox; decodes the snapshot's images (:mod:`evaluators.claw_eval.read_rules`)."""
 _MARK = "@@UNIFIED_CLAW_GRADE@@"
 
 
@@ -196,7 +198,12 @@ if args.get("judge_relay"):
     judge_data.wrap_judge(judge, stats)   # the agent's text is data: its score markers neutralised
 env_snapshot = None
 if os.path.exists("/grader/env_snapshot.json"):
-    env_snapshot = json.load(open("/grader/env_snapshot.json"))
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("unified_read_rules", "/grader/read_rules.py")
+    read_rules = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(read_rules)
+    # image files as the benchmark's /read answers them: decoded here, in the sandbox
+    env_snapshot = read_rules.decode_pending_images(json.load(open("/grader/env_snapshot.json")))
 grader = get_grader(task.task_id, tasks_dir=args["tasks_dir"], task_dir=args["task_dir"])
 params = inspect.signature(grader.grade).parameters
 kwargs = {"audit_data": audit, "judge": judge}
@@ -229,6 +236,7 @@ def run_grader(*, checkout: Path, task_dir: Path, trace: list[dict[str, Any]], e
              "trace.jsonl": "\n".join(json.dumps(e, ensure_ascii=False, default=str) for e in trace) + "\n"}
     if env_snapshot is not None:
         files["env_snapshot.json"] = json.dumps(env_snapshot, ensure_ascii=False)
+        files["read_rules.py"] = _READ_RULES.read_text()
     binds = [str(checkout)] + sorted({str(Path(p).resolve()) for p in (sys.prefix, sys.base_prefix)})
     judge = JudgeEndpoint(judge_config.base_url, judge_config.api_key) if judge_config is not None else None
     result = run_sandboxed_grader(GraderSpec(argv=[sys.executable, "-I", "/grader/run.py"], files=files,
