@@ -357,12 +357,13 @@ class ClawEvalAdapter(Adapter):
         stats = [r.details.get("judge_stats") or {} for r in scored]
         neutralised = {"episodes": sum(1 for s in stats if s.get("data_neutralised")),
                        "requests": sum(int(s.get("data_neutralised") or 0) for s in stats),
-                       "of_requests": sum(int(s.get("judge_calls") or 0) for s in stats)}
+                       "of_requests": sum(int(s.get("judge_calls") or 0) for s in stats),
+                       "markers": sum(int(s.get("markers_neutralised") or 0) for s in stats)}
         if neutralised["requests"]:
             reasons.append(f"judge requests: in {neutralised['requests']} of {neutralised['of_requests']} the agent's "
-                           "text (conversation, actions) had its score markers neutralised (braces, quoted \"score\", "
-                           "headings) before the checkout's judge built its prompt; the official wording kept, "
-                           "those bytes differ")
+                           f"text held score markers the checkout's parser reads ({neutralised['markers']} in all: a "
+                           "JSON object with a score, a quoted \"score\": N), neutralised before its judge built the "
+                           "prompt; everything else is the official request byte for byte")
         if trials < self.runs_default:
             reasons.append(f"fewer trials than the protocol's {self.runs_default}: Avg@{trials}")
         if self.settings.judge_max_tokens:

@@ -25,9 +25,10 @@ so retries get fresh answers. A judge that never gives a parseable answer leaves
 without a result: a grader error, recorded as the trial's error.
 
 The agent's text reaches the judge as data: the arguments of the checkout's judge methods that
-carry it have their score markers neutralised before the official prompt is built
-(:mod:`evaluators.claw_eval.judge_data`; the official wording is kept, the bytes of the agent's
-part differ, and ``judge_stats["data_neutralised"]`` counts the requests where they did).
+carry it have only the score markers the checkout's parser would read neutralised before the
+official prompt is built (:mod:`evaluators.claw_eval.judge_data`; a request without one is the
+official one byte for byte; ``judge_stats["data_neutralised"]`` counts the requests that changed,
+``judge_stats["markers_neutralised"]`` the markers).
 """
 
 from __future__ import annotations
