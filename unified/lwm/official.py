@@ -39,7 +39,7 @@ from statistics import mean
 from typing import Any
 
 from unified.chatformat.reasoning import split_reasoning
-from unified.lwm.records import FIELDS, AWBRecord
+from unified.lwm.records import AWBRecord
 from unified.rewards.awb_judge import (EVAL_PY_HTTP_RETRIES, EVAL_PY_REQUEST_FIELDS, EVAL_PY_TIMEOUT_S,
                                        AgentWorldCheckout, judge_with_retries, normalise)
 
@@ -77,8 +77,8 @@ def official_gen(completion: str) -> str:
 
 
 def job_of(record: AWBRecord) -> dict[str, Any]:
-    """The record as an eval.py job (its JSON fields)."""
-    return {name: getattr(record, name) for name in FIELDS}
+    """The record as an eval.py job (its JSON fields as the file has them, extra ones included)."""
+    return record.fields()
 
 
 def judge_records(checkout: AgentWorldCheckout, judge, records: list[AWBRecord], completions: dict[str, str], *,
