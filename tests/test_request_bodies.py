@@ -7,7 +7,9 @@
   eval.py's ``chat.completions.create`` calls (``EVAL_PY_REQUEST_FIELDS``); with a checkout
   (``AGENTWORLD_ROOT``) ``test_lwm_agentworld_official.py`` compares whole bodies with eval.py's own.
 - QwenClawBench: the judge request our grading path sends and the one the checkout's
-  ``_call_llm_judge_api`` sends by itself (the fixture checkout, in the benchmark's format).
+  ``_call_llm_judge_api`` sends by itself (``$QWENCLAWBENCH_ROOT``'s, else the fixture checkout's).
+- Claw-Eval: the checkout's ``LLMJudge.evaluate`` called directly and the same judgement made by a
+  task's grader in our sandbox through the relay (``$CLAW_EVAL_ROOT``'s ``src``, else the fixture's).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class RecordingServer:
 
     def __init__(self) -> None:
         self.bodies: list[dict] = []
+        self.content = "final score: 0.5"
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -45,7 +48,7 @@ class RecordingServer:
                 outer.bodies.append(body)
                 data = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": body.get("model"),
                                    "choices": [{"index": 0, "finish_reason": "stop",
-                                                "message": {"role": "assistant", "content": "final score: 0.5"}}],
+                                                "message": {"role": "assistant", "content": outer.content}}],
                                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
                 self.send_response(200)
                 self.send_header("content-type", "application/json")
@@ -151,7 +154,9 @@ def test_agentworldbench_official_requests_are_eval_pys(server):
 def test_qwenclawbench_judge_request_is_the_checkouts(server):
     from evaluators.qwenclawbench import official
 
-    checkout = REPO / "tests" / "fixtures" / "qwenclawbench" / "fixture_checkout"
+    checkout = Path(os.environ.get("QWENCLAWBENCH_ROOT") or REPO / "tests" / "fixtures" / "qwenclawbench" / "fixture_checkout")
+    if not (checkout / "scripts" / "lib_grading.py").is_file():
+        checkout = REPO / "tests" / "fixtures" / "qwenclawbench" / "fixture_checkout"
     lib = official.load_lib_grading(checkout)
     server.take()
     lib._call_llm_judge_api(prompt="PROMPT", model="judge", base_url=server.url, api_key="k")
@@ -159,3 +164,59 @@ def test_qwenclawbench_judge_request_is_the_checkouts(server):
     verdict = official.judge(lib, "PROMPT", base_url=server.url, model="judge", api_key="k")
     (ours,) = server.take()
     assert verdict["total"] == 0.5 and ours == theirs
+
+
+def _claw_checkout(tmp_path: Path) -> Path:
+    """A real Claw-Eval checkout's ``src`` when ``$CLAW_EVAL_ROOT`` has one, else the fixture checkout's
+    stand-in (our own code with the same module paths), with one judged task of ours added."""
+    import shutil
+
+    from security.test_claw_judge_echo import CLAW_CHECKOUT, JUDGED_GRADER
+
+    root = Path(os.environ.get("CLAW_EVAL_ROOT") or CLAW_CHECKOUT)
+    if not (root / "src" / "claw_eval" / "graders" / "llm_judge.py").is_file():
+        root = CLAW_CHECKOUT
+    checkout = tmp_path / "checkout"
+    shutil.copytree(root / "src", checkout / "src")
+    task_dir = checkout / "tasks" / "fixture_T90_judged"
+    task_dir.mkdir(parents=True)
+    (task_dir / "task.yaml").write_text("task_id: fixture_T90_judged\ntask_name: Fixture judged haiku\n"
+                                        "category: writing\nprompt: {text: 'Write a haiku about rain.', language: en}\n"
+                                        "environment: {timeout_seconds: 60, max_turns: 2}\n")
+    (task_dir / "grader.py").write_text(JUDGED_GRADER)
+    return checkout
+
+
+@pytest.mark.skipif(not Path("/usr/bin/bwrap").exists(), reason="the grader's sandbox needs bubblewrap")
+def test_claw_eval_judge_request_is_the_checkouts(server, tmp_path):
+    """The checkout's ``LLMJudge.evaluate`` called directly (its own OpenAI client) and the same judgement
+    made by the task's grader in our sandbox, through the relay: one body, byte for byte."""
+    import sys
+    import types
+
+    from evaluators.claw_eval.grading import build_trace, run_grader
+    from unified.types import Episode, Message
+
+    checkout = _claw_checkout(tmp_path)
+    answer = "A haiku: rain on the roof"
+    server.take()
+    server.content = '{"score": 0.5, "reasoning": "a haiku"}'  # parsed at once by the checkout's judge
+    code = ("import sys; sys.path.insert(0, sys.argv[1] + '/src')\n"
+            "from claw_eval.graders.llm_judge import LLMJudge\n"
+            "LLMJudge(model_id='judge', api_key='k', base_url=sys.argv[2]).evaluate("
+            "'Write a haiku about rain.', sys.argv[3], '', 'Score 1.0 only for a haiku.')\n")
+    conversation = f"[user] Write a haiku about rain.\n[assistant] {answer}"
+    done = subprocess.run([sys.executable, "-c", code, str(checkout), server.url, conversation], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "NO_PROXY": "127.0.0.1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    official = server.take()[0]
+    episode = Episode(benchmark="claw_eval", task_id="fixture_T90_judged",
+                      messages=[Message("user", "Write a haiku about rain."), Message("assistant", answer)])
+    graded = run_grader(checkout=checkout, task_dir=checkout / "tasks" / "fixture_T90_judged",
+                        trace=build_trace(episode, [], {}), env_snapshot=None, timeout_s=120,
+                        judge_config=types.SimpleNamespace(base_url=server.url, api_key="k", model="judge"))
+    assert "scores" in graded, graded
+    server.content = "final score: 0.5"
+    ours = server.take()[0]
+    assert ours == official
+    assert {"model", "messages", "temperature", "max_tokens"} <= set(ours)
