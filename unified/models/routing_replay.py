@@ -142,6 +142,8 @@ class RoutingReplay:
         self.routers = moe_routers(model)
         self.layout = RouteLayout.of(model)
         self.mode: ReplayMode = "idle"
+        self.force = True
+        """``False``: in ``replay`` mode only count :attr:`agreement`, routing live (``moe.routing_replay: record``)."""
         self.agreement = Agreement()
         self._routes: torch.Tensor | None = None
         self._shape: tuple[int, int] | None = None
@@ -189,6 +191,8 @@ class RoutingReplay:
         with torch.no_grad():
             self.agreement.equal += int((same_sets(indices, forced) & known).sum())
             self.agreement.total += int(known.sum())
+        if not self.force:
+            return None
         chosen = torch.where(known.unsqueeze(-1), forced, indices)
         return logits, replayed_weights(logits, chosen, weights.dtype), chosen.to(indices.dtype)
 
@@ -226,6 +230,10 @@ class RoutingReplay:
         finally:
             self.mode, self._routes = previous
 
+    def recorded_prefill_width(self) -> int:
+        """Positions of the first recorded forward (a ``generate`` call's left-padded prompt width)."""
+        return int(self._recorded[0][0].shape[1])
+
     def recorded_routes(self) -> torch.Tensor:
         """``(B, T_total, L, k)``: the recorded calls' positions concatenated, layers stacked."""
         if not self._recorded or not self._recorded[0]:
@@ -234,14 +242,15 @@ class RoutingReplay:
         return torch.stack(per_layer, dim=2).cpu()
 
 
-def routes_from_generation(recorded: torch.Tensor, prompt_lengths: list[int], completion_lengths: list[int]
-                           ) -> list[torch.Tensor]:
+def routes_from_generation(recorded: torch.Tensor, prompt_lengths: list[int], completion_lengths: list[int],
+                           prompt_width: int | None = None) -> list[torch.Tensor]:
     """Per sample ``(P_i + C_i, L, k)`` routes of prompt + completion from what :class:`RoutingReplay`
     recorded over one left-padded ``generate`` call ``(B, P_max + steps, L, k)`` (prefill of ``P_max``
     positions, then one per decoded token fed back). Completion token ``j`` is the input of decode step
-    ``j``; the last completion token is never fed back, so its row is :data:`NO_ROUTE`."""
+    ``j``; the last completion token is never fed back, so its row is :data:`NO_ROUTE`. ``prompt_width``:
+    ``P_max`` when the prompts were padded wider than the longest (:meth:`RoutingReplay.recorded_prefill_width`)."""
     out = []
-    width = max(prompt_lengths)
+    width = prompt_width or max(prompt_lengths)
     for i, (p, c) in enumerate(zip(prompt_lengths, completion_lengths, strict=True)):
         prompt = recorded[i, width - p:width]
         fed = recorded[i, width:width + max(c - 1, 0)]

@@ -277,6 +277,14 @@ def build_trainer(cfg: WarmupConfig, *, train_dataset, reward_funcs: Sequence[Ca
             raise ValueError("model.trainable_layers is for single-process and DDP training, not DeepSpeed/FSDP")
         freeze_lower_layers(trainer.model, cfg.model.trainable_layers)
     _check_router_loss(cfg, trainer)
+    if cfg.moe.routing_replay != "off":
+        from unified.models.routing_replay import moe_routers
+        from unified.warmup.routing import RoutingState
+
+        if not moe_routers(trainer.model):
+            raise ConfigError(f"moe.routing_replay={cfg.moe.routing_replay}: {type(trainer.model).__name__} has no "
+                              "top-k MoE routers (a dense model): set moe.routing_replay=off")
+        trainer.routing = RoutingState.attach(trainer.model, cfg.moe.routing_replay, cfg.moe.log_mismatch)
     return trainer
 
 
@@ -511,6 +519,10 @@ def run_warmup(cfg: WarmupConfig, *, train_dataset=None, reward_funcs: Sequence[
         trainer._load_from_checkpoint(str(resume))
         trainer.state = TrainerState.load_from_json(str(Path(resume) / "trainer_state.json"))
     else:
+        if resume is None and cfg.parity_probe.sequences > 0:  # before step 1, with the start's weights
+            from unified.warmup.parity_probe import probe_trainer
+
+            probe_trainer(trainer, cfg.parity_probe, train_dataset, backend=cfg.generation.backend, output_dir=out)
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     seconds = time.time() - t0
     final = save_final(trainer, out, source=cfg.model.name_or_path)
