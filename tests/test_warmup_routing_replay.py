@@ -13,7 +13,8 @@ from unified.config import ConfigError
 from unified.models.routing_replay import NO_ROUTE, RouteLayout
 from unified.warmup.callbacks import METRICS_FILE
 from unified.warmup.config import load_warmup_config
-from unified.warmup.routing import ROUTES_KEY, mismatch_kl
+from unified.models.routing_replay import mismatch_kl
+from unified.warmup.routing import ROUTES_KEY
 
 
 def read_metrics(path):

@@ -38,61 +38,14 @@ from typing import Any, Callable
 import torch
 
 from unified.models.routing_replay import (
-    NO_ROUTE, RoutingReplay, pad_routes, routes_from_generation, share_prompt_routes,
+    NO_ROUTE, RolloutLogpRecorder, RoutingReplay, mismatch_kl, pad_routes, routes_from_generation,
+    share_prompt_routes,
 )
 
 ROUTES_KEY = "routed_experts"
 """The generation batch's key of the padded routes ``(B, T, L, k)``."""
 MULTIMODAL_KEYS = ("pixel_values", "image_grid_thw", "pixel_attention_mask", "image_sizes", "token_type_ids",
                    "mm_token_type_ids", "image_position_ids", "spatial_shapes", "num_tiles")
-
-
-class RolloutLogpRecorder:
-    """The log-probs ``log_softmax(z / temperature)`` of the tokens an in-process ``generate`` samples, as
-    the trainer defines them (before top-p/top-k), kept as it decodes: a hook on the output layer keeps the
-    last position's ``(B, V)`` log-probs, and the next forward's input (the token sampled from them) picks
-    one a row; the last step is picked with the completions at the end. Memory: one ``(B, V)`` fp32."""
-
-    def __init__(self, model, temperature: float = 1.0) -> None:
-        self.temperature = temperature
-        self.previous: torch.Tensor | None = None
-        self.steps: list[torch.Tensor] = []
-        head = model.get_output_embeddings()
-        self._handles = [model.register_forward_pre_hook(self._fed, with_kwargs=True),
-                         head.register_forward_hook(self._logits)]
-
-    def _fed(self, module, args, kwargs) -> None:
-        ids = kwargs.get("input_ids", args[0] if args else None)
-        if self.previous is not None and ids is not None:
-            self.steps.append(self.previous.gather(-1, ids[:, -1:].to(self.previous.device)).squeeze(-1).cpu())
-
-    def _logits(self, module, args, output) -> None:
-        self.previous = torch.log_softmax(output[:, -1].detach().float() / self.temperature, dim=-1)
-
-    def remove(self) -> None:
-        for handle in self._handles:
-            handle.remove()
-
-    def padded(self, lengths: list[int], last_tokens: list[int]) -> torch.Tensor:
-        """``(B, max(lengths))``: row i's first ``lengths[i]`` sampled tokens' log-probs, NaN after."""
-        out = torch.full((len(lengths), max(lengths, default=0)), float("nan"))
-        steps = torch.stack(self.steps, dim=1) if self.steps else torch.zeros(len(lengths), 0)
-        for i, n in enumerate(lengths):
-            fed = min(n, steps.shape[1])
-            out[i, :fed] = steps[i, :fed]
-            if n > fed and self.previous is not None:  # the last token, never fed back
-                out[i, fed] = self.previous[i, last_tokens[i]].cpu()
-        return out
-
-
-def mismatch_kl(trainer_logps: torch.Tensor, rollout_logps: torch.Tensor, mask: torch.Tensor) -> float:
-    """k3 estimate of KL(pi_rollout || pi_trainer) per token over ``mask`` (B x T), NaN rollout entries
-    left out: ``mean(r - 1 - log r)``, ``r = exp(logp_trainer - logp_rollout)`` (Schulman's k3, >= 0)."""
-    m = mask.bool() & ~torch.isnan(rollout_logps)
-    if not bool(m.any()):
-        return float("nan")
-    log_r = (trainer_logps.float() - rollout_logps.float())[m]
-    return float((log_r.exp() - 1 - log_r).mean())
 
 
 @dataclass
@@ -275,4 +228,4 @@ def log_generation_metrics(trainer, state: RoutingState, output: dict) -> None:
     metrics["moe/mismatch_kl_live"].append(mismatch_kl(live, rollout, mask))
 
 
-__all__ = ["MULTIMODAL_KEYS", "ROUTES_KEY", "RoutingState", "log_generation_metrics", "mismatch_kl"]
+__all__ = ["MULTIMODAL_KEYS", "ROUTES_KEY", "RoutingState", "log_generation_metrics"]
