@@ -88,6 +88,14 @@ def test_mismatch_kl_is_the_k3_estimate_and_skips_nan():
     assert mismatch_kl(trainer, trainer, torch.ones(1, 3)) == 0.0
 
 
+def test_the_35b_dry_run_prints_routing_replay(capsys):
+    from unified.warmup.__main__ import main
+
+    assert main(["--recipe", "recipes/warmup/qwen35_35b_a3b.yaml", "--dry-run",
+                 "--set", "rewards.rubric.judge_endpoint=openai:http://judge:8001/v1#judge"]) == 0
+    assert '"routing_replay": "replay"' in capsys.readouterr().out
+
+
 def test_recipe_values_and_a_dense_model_is_refused(tmp_path):
     from unified.models.tiny import train_tiny_tokenizer
     from unified.warmup.trainer import build_trainer
