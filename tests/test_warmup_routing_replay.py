@@ -115,3 +115,30 @@ def test_recipe_values_and_a_dense_model_is_refused(tmp_path):
 
     with pytest.raises(ConfigError, match="no top-k MoE routers"):
         build_trainer(cfg, train_dataset=fixture_rl_dataset(), reward_funcs=[token_f1], model=dense, tokenizer=tok)
+
+
+def test_without_rollout_routes_the_old_policy_forward_records_them(tmp_path):
+    """The vLLM paths (TRL returns no routed experts): the trainer's first forward over the generation batch
+    (TRL's old log-probs) records the routes, padding excluded, and later forwards replay them (R2)."""
+    trainer = build_tiny_trainer(tmp_path, "moe.routing_replay=replay", "generation.max_completion_length=6")
+    rows = fixture_rl_rows(2)
+    output = trainer._generate_and_score_completions([rows[0], rows[0], rows[1], rows[1]])
+    ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+    att = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+    keep = output["completion_ids"].size(1)
+    state = trainer.routing
+    state.begin_generation()
+    state.generate(lambda: ([[1]], None), [[1]], records=False)  # a vLLM rollout: ids and log-probs only
+    assert state.source == "old_policy"
+    with torch.no_grad():
+        trainer._get_per_token_logps_and_entropies(trainer.model, ids, att, keep, 2)  # TRL's old log-probs
+    recorded = {"prompt_ids": output["prompt_ids"], "completion_ids": output["completion_ids"]}
+    state.end_generation(recorded)
+    routes = recorded[ROUTES_KEY]
+    assert routes.shape[:2] == ids.shape and (routes[~att.bool()] == NO_ROUTE).all()
+    assert (routes[att.bool()] >= 0).all()  # every real position, the last completion token included
+    state.use_batch(recorded)
+    with torch.no_grad():
+        trainer._get_per_token_logps_and_entropies(trainer.model, ids, att, keep)
+    state.clear()
+    assert state.take_agreement() == 1.0
