@@ -21,7 +21,8 @@ Reported per engine path: ``mean |d|`` and ``max |d|`` of ``d_j = logp_trainer -
 ``sequences x n`` tokens, and the NaN count (either side). The run is refused
 (:class:`ParityProbeError`) when ``mean |d|`` exceeds ``parity_probe.max_mean_abs_logp_diff`` or more
 than ``parity_probe.max_nan`` values are NaN. vLLM engines are scored by
-:func:`vllm_prompt_logps` (``prompt_logprobs`` of the whole sequence, prefix caching on and off).
+:func:`vllm_prompt_logps` (``prompt_logprobs`` of the whole sequence: vLLM reads no prefix cache for those) and
+:func:`vllm_decode_logps` (greedy decoding; a second call reads the prompts from the prefix cache).
 """
 
 from __future__ import annotations
@@ -165,7 +166,9 @@ def check_probe(results: Sequence[ProbeResult], *, max_mean_abs_logp_diff: float
 
 def vllm_prompt_logps(llm, sequences: Sequence[Sequence[int]], from_position: Sequence[int]) -> list[torch.Tensor]:
     """The log-probs vLLM gives each sequence's tokens from ``from_position[i]`` on, scored as a prompt
-    (``SamplingParams(max_tokens=1, prompt_logprobs=0)``: the chosen token's log-prob at every position)."""
+    (``SamplingParams(max_tokens=1, prompt_logprobs=0)``: the chosen token's log-prob at every position).
+    vLLM never reads its prefix cache for a request with ``prompt_logprobs`` (``skip_reading_prefix_cache``):
+    this is the cache-off path; :func:`vllm_decode_logps` exercises a cache hit."""
     from vllm import SamplingParams
 
     params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0)
@@ -178,6 +181,26 @@ def vllm_prompt_logps(llm, sequences: Sequence[Sequence[int]], from_position: Se
             values.append(math.nan if entry is None or seq[pos] not in entry else float(entry[seq[pos]].logprob))
         result.append(torch.tensor(values))
     return result
+
+
+def vllm_decode_logps(llm, prompts: Sequence[Sequence[int]], new_tokens: int
+                      ) -> tuple[list[list[int]], list[torch.Tensor]]:
+    """Greedy decoding of ``new_tokens`` tokens a prompt by vLLM with the chosen tokens' log-probs
+    (``logprobs=0``): ``(tokens, logps)``. Called twice on an engine with prefix caching, the second call's
+    prompts are read from the cache (the path of vLLM 0.28's NaN logits on Gated DeltaNet)."""
+    from vllm import SamplingParams
+
+    params = SamplingParams(max_tokens=new_tokens, min_tokens=new_tokens, temperature=0.0, logprobs=0,
+                            ignore_eos=True)
+    outputs = llm.generate([{"prompt_token_ids": list(p)} for p in prompts], params, use_tqdm=False)
+    tokens, logps = [], []
+    for out in outputs:
+        completion = out.outputs[0]
+        ids = list(completion.token_ids)
+        tokens.append(ids)
+        logps.append(torch.tensor([math.nan if entry is None or t not in entry else float(entry[t].logprob)
+                                   for t, entry in zip(ids, completion.logprobs, strict=True)]))
+    return tokens, logps
 
 
 def results_record(results: Sequence[ProbeResult]) -> list[dict]:
@@ -228,4 +251,4 @@ def probe_trainer(trainer, section, train_dataset, *, backend: str, output_dir=N
 
 
 __all__ = ["PROBE_RECORD", "ParityProbeError", "ProbeResult", "check_probe", "compare", "engine_decode",
-           "probe_in_process", "probe_trainer", "results_record", "supports_prefix_cache", "vllm_prompt_logps"]
+           "probe_in_process", "probe_trainer", "results_record", "supports_prefix_cache", "vllm_decode_logps", "vllm_prompt_logps"]
