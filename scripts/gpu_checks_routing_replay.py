@@ -7,7 +7,8 @@ so the ``unified`` package's other dependencies are not imported. The "rollout e
 ``generate`` (prefill + KV-cache decoding, sampled at temperature 1), the "trainer" one full forward over
 prompt + completion, both in ``--dtype`` on ``--device``. Checks (exit status 1 when one fails):
 
-1. ``identity``: the trainer's own routes recorded and replayed give bitwise-equal log-probs;
+1. ``identity``: the trainer's own routes recorded and replayed give bitwise-equal log-probs (or, where the
+   kernels are not deterministic, within the run-to-run difference of the same forward, reported);
 2. ``forced``: routes recorded from a rollout with perturbed routers, replayed in the trainer, are the
    experts the trainer's forward uses (re-recorded under replay: equal wherever a route was given);
 3. ``agreement``: the share of (token, layer) top-k sets equal between rollout and trainer, in (0, 1]
@@ -132,10 +133,14 @@ def run(device: str, dtype_name: str, *, batch: int, prompt_len: int, new_tokens
         with replay.recording():
             live = completion_logps(trainer, ids, new_tokens)
         own = replay.recorded_routes()
+        noise = float((completion_logps(trainer, ids, new_tokens) - live).abs().max())  # run-to-run, no replay
         with replay.replaying(own):
             again = completion_logps(trainer, ids, new_tokens)
-    checks["identity"] = {"passed": bool(torch.equal(live, again)), "max_abs_diff": float((live - again).abs().max()),
-                          "agreement": replay.agreement.share}
+    diff = float((live - again).abs().max())
+    # bitwise where the kernels are deterministic; else within the run-to-run noise of the same forward
+    # (CUDA's atomic index_add in eager experts sums in a varying order)
+    checks["identity"] = {"passed": diff == 0.0 or diff <= 4 * noise, "max_abs_diff": diff,
+                          "run_to_run_max_abs_diff": noise, "agreement": replay.agreement.share}
     replay.agreement.reset()
 
     # 2-5 against two rollout engines: the same weights, and perturbed routers
