@@ -231,8 +231,14 @@ class RoutingReplay:
             self.mode, self._routes = previous
 
     def recorded_prefill_width(self) -> int:
-        """Positions of the first recorded forward (a ``generate`` call's left-padded prompt width)."""
-        return int(self._recorded[0][0].shape[1])
+        """Positions of the first recorded forward (a ``generate`` call's left-padded prompt width); raises
+        unless every later forward fed one position (KV-cache decoding, what :func:`routes_from_generation`
+        reads)."""
+        widths = [int(c.shape[1]) for c in self._recorded[0]]
+        if any(w != 1 for w in widths[1:]):
+            raise RuntimeError(f"routing replay: generation forwards of {widths} positions; expected a prefill, then "
+                               "one position a step (generate with use_cache=True)")
+        return widths[0]
 
     def recorded_routes(self) -> torch.Tensor:
         """``(B, T_total, L, k)``: the recorded calls' positions concatenated, layers stacked."""
