@@ -23,10 +23,11 @@ def read_metrics(path):
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def test_a_run_with_replay_logs_agreement_and_mismatch_with_and_without_replay(tmp_path):
+@pytest.mark.parametrize("mode", ["replay", "record"])
+def test_a_run_logs_agreement_and_mismatch_with_and_without_replay(tmp_path, mode):
     """Two updates from one generation batch (the second off-policy), gradient checkpointing on (the
     backward recomputes the forward under the same routes)."""
-    trainer = build_tiny_trainer(tmp_path, "moe.routing_replay=replay", "train.max_steps=2",
+    trainer = build_tiny_trainer(tmp_path, f"moe.routing_replay={mode}", "train.max_steps=2",
                                  "gspo.steps_per_generation=2", "model.gradient_checkpointing=true",
                                  "generation.max_completion_length=8", reward_funcs=[completion_length_reward])
     trainer.train()

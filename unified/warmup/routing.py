@@ -173,14 +173,14 @@ class RoutingState:
         return share
 
     def logps_under(self, compute: Callable[[], torch.Tensor], routes: torch.Tensor | None, *,
-                    count: bool = False) -> torch.Tensor:
-        """``compute()`` (a log-prob forward, no grad) with ``routes`` forced, or live for ``None``; the
-        agreement it counts is kept only with ``count``."""
+                    count: bool = False, force: bool = True) -> torch.Tensor:
+        """``compute()`` (a log-prob forward, no grad) with ``routes`` forced (``force``) or only compared,
+        or live for ``None``; the agreement it counts is kept only with ``count``."""
         saved = (self.batch_routes, self.replay.force, self.in_generation, self.recorded_chunks)
         counts = (self.replay.agreement.equal, self.replay.agreement.total)
         try:
             self.in_generation, self.recorded_chunks = False, []
-            self.batch_routes, self.replay.force = routes, True
+            self.batch_routes, self.replay.force = routes, force
             with torch.no_grad():
                 return compute()
         finally:
@@ -209,9 +209,10 @@ def log_generation_metrics(trainer, state: RoutingState, output: dict) -> None:
         return trainer._get_per_token_logps_and_entropies(trainer.model, ids, att, keep,
                                                           trainer.args.per_device_train_batch_size)[0]
 
-    replayed = None
+    replayed = live = None
     if routes is not None and state.source == "rollout" and state.replay.agreement.total == 0:  # no forward yet
-        replayed = state.logps_under(compute, routes, count=True)
+        measured = state.logps_under(compute, routes, count=True, force=state.mode == "replay")
+        replayed, live = (measured, None) if state.mode == "replay" else (None, measured)
     share = state.take_agreement()
     if share is not None:
         metrics["moe/router_agreement"].append(share)
@@ -220,9 +221,12 @@ def log_generation_metrics(trainer, state: RoutingState, output: dict) -> None:
     if not state.log_mismatch or routes is None or rollout is None or state.source != "rollout":
         return
     rollout = rollout.to(ids.device)
+    if rollout.shape[1] < keep:  # completions padded to a multiple (pad_to_multiple_of)
+        rollout = torch.nn.functional.pad(rollout, (0, keep - rollout.shape[1]), value=float("nan"))
     if replayed is None:
         replayed = used if used is not None and state.mode == "replay" else state.logps_under(compute, routes)
-    live = used if used is not None and state.mode == "record" else state.logps_under(compute, None)
+    if live is None:
+        live = used if used is not None and state.mode == "record" else state.logps_under(compute, None)
     mask = output["completion_mask"]
     metrics["moe/mismatch_kl_replay"].append(mismatch_kl(replayed, rollout, mask))
     metrics["moe/mismatch_kl_live"].append(mismatch_kl(live, rollout, mask))
