@@ -221,6 +221,10 @@ def probe_trainer(trainer, section, train_dataset, *, backend: str, output_dir=N
 
     if section.sequences < 1:
         return []
+    if trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled:
+        print("unified.warmup: parity_probe: skipped: the in-process engine decodes with the whole model, which "
+              "ZeRO-3/FSDP shards on every rank", flush=True)
+        return []
     if backend != "hf":
         print(f"unified.warmup: parity_probe: generation.backend={backend} is scored by the step-1 rollout gate, "
               "not by the step-0 probe (in-process engine only)", flush=True)
