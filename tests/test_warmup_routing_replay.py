@@ -4,6 +4,7 @@ the generation batch and decide the trainer's routing; metrics per step. Tiny ra
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +16,8 @@ from unified.warmup.callbacks import METRICS_FILE
 from unified.warmup.config import load_warmup_config
 from unified.models.routing_replay import mismatch_kl
 from unified.warmup.routing import ROUTES_KEY
+
+RECIPE_35B = Path(__file__).resolve().parents[1] / "recipes" / "warmup" / "qwen35_35b_a3b.yaml"
 
 
 def read_metrics(path):
@@ -92,8 +95,7 @@ def test_mismatch_kl_is_the_k3_estimate_and_skips_nan():
 def test_the_35b_dry_run_prints_routing_replay(capsys):
     from unified.warmup.__main__ import main
 
-    assert main(["--recipe", "recipes/warmup/qwen35_35b_a3b.yaml", "--dry-run",
-                 "--set", "rewards.rubric.judge_endpoint=openai:http://judge:8001/v1#judge"]) == 0
+    main(["--recipe", str(RECIPE_35B), "--dry-run", "--set", "rewards.rubric.judge_endpoint=openai:http://judge:8001/v1#judge"])
     assert '"routing_replay": "replay"' in capsys.readouterr().out
 
 
@@ -103,7 +105,7 @@ def test_recipe_values_and_a_dense_model_is_refused(tmp_path):
 
     with pytest.raises(ConfigError, match="routing_replay"):
         load_warmup_config(None, ["moe.routing_replay=always"])
-    cfg = load_warmup_config("recipes/warmup/qwen35_35b_a3b.yaml")
+    cfg = load_warmup_config(RECIPE_35B)
     assert cfg.moe.routing_replay == "replay"
     from transformers import LlamaConfig, LlamaForCausalLM
 
