@@ -90,6 +90,8 @@ def test_mismatch_kl_is_the_k3_estimate_and_skips_nan():
     d = torch.tensor(-0.5)
     assert mismatch_kl(trainer, rollout, torch.ones(1, 3)) == pytest.approx(float((d.exp() - 1 - d) / 2))
     assert mismatch_kl(trainer, trainer, torch.ones(1, 3)) == 0.0
+    tiny = torch.tensor([[-1.0 + 3e-7, -2.0]])  # float32 rounding once made r - 1 - log r negative
+    assert mismatch_kl(tiny, torch.tensor([[-1.0, -2.0]]), torch.ones(1, 2)) >= 0.0
 
 
 def test_the_35b_dry_run_prints_routing_replay(capsys):

@@ -364,11 +364,10 @@ def mismatch_kl(trainer_logps: torch.Tensor, rollout_logps: torch.Tensor, mask: 
     m = mask.bool() & ~torch.isnan(rollout_logps)
     if not bool(m.any()):
         return float("nan")
-    log_r = (trainer_logps.float() - rollout_logps.float())[m]
-    return float((log_r.exp() - 1 - log_r).mean())
+    log_r = (trainer_logps.double() - rollout_logps.double())[m]  # fp64: r - 1 - log r cancels for tiny log r
+    return float(torch.expm1(log_r).sub(log_r).clamp_min(0).mean())
 
 
-__all__ = ["NO_ROUTE", "Agreement", "RolloutLogpRecorder", "RouteLayout", "RoutingReplay", "mismatch_kl", "moe_routers",
-           "pad_routes",
-           "replayed_weights", "route_bytes_per_token", "route_dtype", "routes_from_generation",
+__all__ = ["NO_ROUTE", "Agreement", "RolloutLogpRecorder", "RouteLayout", "RoutingReplay", "mismatch_kl",
+           "moe_routers", "pad_routes", "replayed_weights", "route_bytes_per_token", "route_dtype", "routes_from_generation",
            "routes_from_vllm", "same_sets", "share_prompt_routes"]
