@@ -13,6 +13,7 @@ from typing import Iterator
 import torch
 
 from unified.warmup.callbacks import peak_memory_gib
+from unified.warmup.routing import log_generation_metrics
 from unified.warmup.rollout_check import check_rollout_parity, rollout_parity
 
 
@@ -86,8 +87,6 @@ def gspo_trainer_class():
                 self.routing.begin_generation()
             output = super()._generate_and_score_completions(inputs)
             if self.routing is not None:
-                from unified.warmup.routing import log_generation_metrics
-
                 self.routing.end_generation(output)
                 log_generation_metrics(self, self.routing, output)
             if self.use_vllm and self.vllm_importance_sampling_correction and self.model.training \

@@ -30,9 +30,14 @@ from __future__ import annotations
 import math
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
+
+from unified.models.generation import _cache_kwarg, _output_cache
+from unified.models.prefix_cache import PrefixCache, is_plain_dynamic_cache
+from unified.store import write_json_atomic
 
 
 class ParityProbeError(RuntimeError):
@@ -80,8 +85,6 @@ def engine_decode(model, prompt: torch.Tensor, new_tokens: int, *, temperature: 
     ``(tokens (n,), logps (n,))``. With ``prefix_cache`` (:class:`unified.models.prefix_cache.PrefixCache`)
     the prompt's first ``P - 1`` positions come from the cache (stored first if absent), as a cache hit
     does in generation; the last prompt position is computed on top of them."""
-    from unified.models.generation import _cache_kwarg, _output_cache
-    from unified.models.prefix_cache import is_plain_dynamic_cache
 
     ctx = autocast() if autocast is not None else nullcontext()
     ids = prompt.reshape(1, -1).to(model.device)
@@ -111,9 +114,6 @@ def engine_decode(model, prompt: torch.Tensor, new_tokens: int, *, temperature: 
 
 def supports_prefix_cache(model) -> bool:
     """Whether the model's cache is a plain KV cache that :class:`PrefixCache` can hold."""
-    from unified.models.generation import _output_cache
-    from unified.models.prefix_cache import is_plain_dynamic_cache
-
     with torch.no_grad():
         out = model(input_ids=torch.tensor([[1, 2]], device=model.device), use_cache=True)
     return is_plain_dynamic_cache(_output_cache(out))
@@ -123,7 +123,6 @@ def probe_in_process(model, prompts: Sequence[torch.Tensor], trainer_logps: Call
                      *, new_tokens: int, temperature: float = 1.0, autocast=None) -> list[ProbeResult]:
     """Steps 1-3 of the module docstring with our engine. ``trainer_logps(ids (1, P+n), n)`` returns the
     trainer's ``(n,)`` log-probs of the last ``n`` tokens."""
-    from unified.models.prefix_cache import PrefixCache
 
     was_training = model.training
     model.eval()
@@ -217,8 +216,6 @@ def probe_trainer(trainer, section, train_dataset, *, backend: str, output_dir=N
     autocast against TRL's log-prob forward; results printed, written to ``PROBE_RECORD`` and checked.
     vLLM backends: the engine is another process; not probed here (:func:`vllm_prompt_logps` scores a
     vLLM engine; the step-1 gate of :mod:`unified.warmup.rollout_check` covers the served one)."""
-    from pathlib import Path
-
     if section.sequences < 1:
         return []
     if trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled:
@@ -245,8 +242,6 @@ def probe_trainer(trainer, section, train_dataset, *, backend: str, output_dir=N
     for r in results:
         print(f"unified.warmup: parity_probe: {r.line()}", flush=True)
     if output_dir is not None and trainer.accelerator.is_main_process:
-        from unified.store import write_json_atomic
-
         write_json_atomic(Path(output_dir) / PROBE_RECORD, {
             "results": results_record(results), "bounds": {
                 "max_mean_abs_logp_diff": section.max_mean_abs_logp_diff, "max_nan": section.max_nan}})

@@ -40,6 +40,7 @@ from unified.models.checkpoint import load_tokenizer, resolve_spec
 from unified.models.embedded import ensure_embedded_checkpoint
 from unified.models.linear_attention import (apply_linear_attention, gated_deltanet_modules, linear_attention_in_use,
                                              modeling_module_for)
+from unified.models.routing_replay import moe_routers
 from unified.store import write_json_atomic
 from unified.warmup.callbacks import METRICS_FILE, JsonlMetricsCallback, peak_memory_gib
 from unified.warmup.config import WarmupConfig, describe
@@ -49,6 +50,8 @@ from unified.warmup.gspo_trainer import gspo_trainer_class
 from unified.warmup.guard import CollapseGuard
 from unified.warmup.launch import vllm_rollouts_blocker
 from unified.warmup.model_card import reward_names, write_model_card
+from unified.warmup.parity_probe import probe_trainer
+from unified.warmup.routing import RoutingState
 
 log = logging.getLogger(__name__)
 
@@ -277,9 +280,6 @@ def build_trainer(cfg: WarmupConfig, *, train_dataset, reward_funcs: Sequence[Ca
         freeze_lower_layers(trainer.model, cfg.model.trainable_layers)
     _check_router_loss(cfg, trainer)
     if cfg.moe.routing_replay != "off":
-        from unified.models.routing_replay import moe_routers
-        from unified.warmup.routing import RoutingState
-
         if not moe_routers(trainer.model):
             raise ConfigError(f"moe.routing_replay={cfg.moe.routing_replay}: {type(trainer.model).__name__} has no "
                               "top-k MoE routers (a dense model): set moe.routing_replay=off")
@@ -512,8 +512,6 @@ def run_warmup(cfg: WarmupConfig, *, train_dataset=None, reward_funcs: Sequence[
         trainer.state = TrainerState.load_from_json(str(Path(resume) / "trainer_state.json"))
     else:
         if resume is None and cfg.parity_probe.sequences > 0:  # before step 1, with the start's weights
-            from unified.warmup.parity_probe import probe_trainer
-
             probe_trainer(trainer, cfg.parity_probe, train_dataset, backend=cfg.generation.backend, output_dir=out)
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     seconds = time.time() - t0
