@@ -121,6 +121,8 @@ class TerminalBenchEnvironment(Environment):
         self.oracle_requested = oracle_requested or (lambda: False)
         self.solution_installed = False
         self.verifier_files: PrivateRun | None = None
+        self.prepared_verifier_env: dict[str, str] = {}
+        """The verifier's environment, made by :meth:`start_session` before the agent acts."""
 
     def spec(self) -> EnvironmentSpec:
         t = self.task
@@ -140,6 +142,9 @@ class TerminalBenchEnvironment(Environment):
     def start_session(self) -> None:
         """The task's sandbox or container, with tmux in it, and the run facts in ``metadata``."""
         self.session = self.backend.start(self.spec())
+        # what the private verifier needs is made now, before the agent acts (a mktemp it replaced, a /tmp it made
+        # read-only, cannot stop it later); its HOME becomes a fresh private directory when it runs
+        self.prepared_verifier_env = self.session.verifier_env()
         self._ensure_tmux()
         self.metadata.update({"backend": self.session.backend, "execution": dict(self.session.info),
                               "agent_timeout_s": self.task.agent_timeout_s, "network": self.network,
@@ -248,7 +253,8 @@ class TerminalBenchEnvironment(Environment):
     def _run_verifier(self) -> dict[str, Any]:
         session = self.session
         assert session is not None
-        env = {**session.verifier_env(), **self.task.verifier_env}  # fresh HOME, no user site (see there)
+        # fresh HOME (private to the verifier), no user site (see there); made before the agent acted
+        env = {**(self.prepared_verifier_env or session.verifier_env()), **self.task.verifier_env}
         tests = Path(self.task.path) / "tests"
         private = session.exec_private_verifier(
             ["bash", "-c", "bash /tests/test.sh 2>&1 | tee /logs/verifier/test-stdout.txt; exit ${PIPESTATUS[0]}"],
