@@ -264,8 +264,10 @@ class TerminalBench2Adapter(Adapter):
         checkable = env.session is not None and not details.get("tampered") and "grader_error" not in details  # a changed toolchain's output proves nothing
         infra = verifier_infrastructure_error(env.task.path, env.read_verifier_file, details) if checkable else None
         if infra is not None:  # the output that shows it is the agent's to shape: does it fail without the agent?
+            image = env.session.image_digest() if env.session is not None else ""
+            env.stop()  # closed first: nothing of the episode's (a disk it filled) weighs on the baseline
             evidence, infra = infra, self.infrastructure_baselines.confirm(
-                task.id, infra, lambda: self._verifier_without_agent(task))
+                task.id, infra, lambda: self._verifier_without_agent(task), image=image)
             if infra is None:
                 details["infrastructure_unconfirmed"] = f"{NOT_REPRODUCED}\n{evidence}"
         reward = details.get("reward")

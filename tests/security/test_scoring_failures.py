@@ -44,7 +44,6 @@ def _finished(adapter, task, keys: str, trial: int) -> EpisodeResult:
 def _assert_counted(solved: EpisodeResult, failed: EpisodeResult) -> None:
     assert solved.score == 1.0 and solved.error is None, (solved.error, solved.details)
     assert failed.score == 0.0 and failed.passed is False and failed.error is None, (failed.error, failed.details)
-    assert failed.details.get("status") == SCORING_FAILED_AFTER_AGENT or failed.details.get("stop_reason") == "tampered"
     both = [solved, failed]
     assert len(partition(both).scored) == 2
     assert aggregate_rewards(both)["score"] == pytest.approx(50.0)
@@ -104,4 +103,5 @@ class TestPodman:
         solved = _finished(adapter, task, SERVICE, 0)
         fake = "printf '#!/bin/sh\\nexit 1\\n' > /usr/bin/mktemp && chmod 755 /usr/bin/mktemp"
         failed = _finished(adapter, task, fake, 1)
-        _assert_counted(solved, failed)
+        _assert_counted(solved, failed)  # the verifier's HOME was made before the agent replaced mktemp: it ran
+        assert failed.details.get("reward") == 0.0 or failed.details.get("status") == SCORING_FAILED_AFTER_AGENT

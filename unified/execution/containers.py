@@ -237,6 +237,9 @@ class DockerSession(ExecutionSession):
             raise ExecutionError(f"{self.engine}: cannot start a container: {quote(argv)}: "
                                  f"{proc.stderr.decode(errors='replace').strip()}")
         self.info.update(rebuilt_base_labels(self.engine, self.image))
+        inspected = _run([self.engine, "image", "inspect", "--format", "{{.Id}}", self.image], timeout=60)
+        if inspected.returncode == 0 and inspected.stdout.strip():
+            self.info["image_id"] = inspected.stdout.decode(errors="replace").strip()
         self._verifier_mask = tools if isinstance(tools, str) else self._default_mask()
         probe = self.exec(["sh", "-c", "command -v timeout >/dev/null"], timeout_s=30)
         self._has_timeout = probe.exit_code == 0
