@@ -129,4 +129,4 @@ def test_without_a_static_busybox_the_reason_names_the_package(monkeypatch, tmp_
     monkeypatch.setenv("UNIFIED_VERIFIER_TOOLS_CACHE", str(tmp_path))
     reason = static_busybox()
     assert isinstance(reason, str) and "apt-get install -y busybox-static" in reason and sys.executable in reason
-    assert verifier_tools.__wrapped__() == reason and not any(tmp_path.iterdir())
+    assert verifier_tools() == reason and not any(tmp_path.iterdir())
