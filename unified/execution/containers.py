@@ -41,6 +41,8 @@ from unified.execution.base import (
     quote,
     shell_join,
 )
+from unified.execution.pristine import PRISTINE_POINT, TOOLCHAIN_DIRS, TOOLCHAIN_FILES, pristine_toolchain
+from unified.execution.pristine import toolchain_changes as allowlist_changes
 from unified.execution.probe import probe_apptainer, probe_engine
 from unified.execution.verifier import (
     PRIVATE_VERIFIER_SCRIPT,
@@ -161,16 +163,19 @@ def exec_argv(engine: str, name: str, command: str | list[str], timeout_s: float
 
 
 def private_verifier_argv(engine: str, name: str, command: list[str], *, out_dir: str, dirs: list[str],
-                          timeout_s: float, workdir: str, mask: int, env: dict[str, str] | None = None) -> list[str]:
+                          timeout_s: float, workdir: str, mask: int, env: dict[str, str] | None = None,
+                          pristine: str = "") -> list[str]:
     """The one privileged ``exec``: the host's static busybox (never a program of the container's) sets up the
     private namespace of :data:`~unified.execution.verifier.PRIVATE_VERIFIER_SCRIPT`; ``command`` runs through
-    ``keep-caps MASK``."""
+    ``keep-caps MASK``; with ``pristine`` (:data:`~unified.execution.pristine.PRISTINE_POINT`) it runs on the image's
+    own toolchain (:mod:`unified.execution.pristine`)."""
     bb, kc, mnt = f"{MOUNT_POINT}/busybox", f"{MOUNT_POINT}/keep-caps", f"{MOUNT_POINT}/mnt"
     argv = [engine, "exec", "-i", "--privileged"]
     for key, value in (env or {}).items():
         argv += ["-e", f"{key}={value}"]
     return argv + [name, bb, "unshare", "--mount", "--propagation", "private", bb, "sh", "-c", PRIVATE_VERIFIER_SCRIPT,
-                   "sh", bb, kc, mnt, out_dir, f"{max(timeout_s, 0.1):g}", workdir, ":".join(dirs), f"{mask:x}", *command]
+                   "sh", bb, kc, mnt, out_dir, f"{max(timeout_s, 0.1):g}", workdir, ":".join(dirs), f"{mask:x}", pristine,
+                   ":".join(TOOLCHAIN_DIRS), ":".join(TOOLCHAIN_FILES), *command]
 
 
 def default_caps(status: str) -> int | None:
@@ -227,19 +232,29 @@ class DockerSession(ExecutionSession):
         self._keepalive: list[int] = []
         self._verifier_mask: int | str = "not started"
         """The private verifier's capability mask, or why there is no private verifier here."""
+        self._pristine = ""
+        """:data:`~unified.execution.pristine.PRISTINE_POINT` when the image's toolchain is mounted there."""
 
     def start(self) -> None:
         tools = verifier_tools()
-        argv = run_argv(self.engine, self.spec, self.image, self.name, tools_mount_argv())
+        inspected = _run([self.engine, "image", "inspect", "--format", "{{.Id}}", self.image], timeout=60)
+        if inspected.returncode == 0 and inspected.stdout.strip():
+            self.info["image_id"] = inspected.stdout.decode(errors="replace").strip()
+        mounts = tools_mount_argv()
+        if mounts:  # the private verifier runs on the image's own toolchain (issue 42, R1)
+            pristine = pristine_toolchain(self.engine, self.image, self.info.get("image_id", ""))
+            if isinstance(pristine, str):
+                self.info["pristine_toolchain"] = f"none: {pristine}"
+            else:
+                mounts += ["-v", f"{pristine}:{PRISTINE_POINT}:ro"]
+                self._pristine, self.info["pristine_toolchain"] = PRISTINE_POINT, str(pristine)
+        argv = run_argv(self.engine, self.spec, self.image, self.name, mounts)
         proc = _run(argv, timeout=120)
         self._started = True
         if proc.returncode != 0:
             raise ExecutionError(f"{self.engine}: cannot start a container: {quote(argv)}: "
                                  f"{proc.stderr.decode(errors='replace').strip()}")
         self.info.update(rebuilt_base_labels(self.engine, self.image))
-        inspected = _run([self.engine, "image", "inspect", "--format", "{{.Id}}", self.image], timeout=60)
-        if inspected.returncode == 0 and inspected.stdout.strip():
-            self.info["image_id"] = inspected.stdout.decode(errors="replace").strip()
         self._verifier_mask = tools if isinstance(tools, str) else self._default_mask()
         probe = self.exec(["sh", "-c", "command -v timeout >/dev/null"], timeout_s=30)
         self._has_timeout = probe.exit_code == 0
@@ -266,15 +281,21 @@ class DockerSession(ExecutionSession):
         return self.spec.workdir or self.info.get("workdir") or "/"
 
     def toolchain_changes(self, before_verifier: bool = True) -> list[str] | None:
-        """The verifier's toolchain the agent changed, from the engine's diff of the container against its image
-        (:func:`~unified.execution.verifier.toolchain_tampering`)."""
+        """The verifier's toolchain the agent changed, from the engine's diff of the container against its image:
+        every change under its paths (:func:`unified.execution.pristine.toolchain_changes`). Where the verifier does
+        not run on the image's copy of them, the diff taken after it (``before_verifier=False``) shows its own
+        installs too and is read with the narrower :func:`~unified.execution.verifier.toolchain_tampering`."""
         try:
             proc = _run([self.engine, "diff", self.name], timeout=120)
         except subprocess.TimeoutExpired:
             return [f"? `{self.engine} diff` did not answer within 120 s"]
         if proc.returncode != 0:
             return [f"? `{self.engine} diff` failed: {proc.stderr.decode(errors='replace').strip()[-200:]}"]
-        return toolchain_tampering(proc.stdout.decode(errors="replace"), before_verifier)
+        diff = proc.stdout.decode(errors="replace")
+        if self._pristine or before_verifier:
+            return list(dict.fromkeys([*allowlist_changes(diff, ignore_bytecode=bool(self._pristine)),
+                                       *toolchain_tampering(diff, before_verifier)]))
+        return toolchain_tampering(diff, before_verifier)
 
     def own_pids(self) -> list[int]:
         return list(self._keepalive)
@@ -303,7 +324,7 @@ class DockerSession(ExecutionSession):
         limit = timeout_s + 120  # the command's own limit is inside; this bounds setup and the copy back
         argv = private_verifier_argv(self.engine, self.name, list(command), out_dir=out_dir, dirs=dirs,
                                      timeout_s=timeout_s, workdir=workdir or self.workdir, mask=self._verifier_mask,
-                                     env=env)
+                                     env=env, pristine=self._pristine)
         start = time.monotonic()
         code, out, err, host_timeout = _run_capped(argv, timeout=limit + _HOST_GRACE_S, stdin=files_tar(files))
         seconds = time.monotonic() - start
