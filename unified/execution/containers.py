@@ -41,6 +41,7 @@ from unified.execution.base import (
     quote,
     shell_join,
 )
+from unified.execution.episode_network import CAP_DROP, EpisodeNetwork, NetworkSetupError
 from unified.execution.pristine import PRISTINE_POINT, TOOLCHAIN_DIRS, TOOLCHAIN_FILES, pristine_toolchain
 from unified.execution.pristine import toolchain_changes as allowlist_changes
 from unified.execution.probe import probe_apptainer, probe_engine
@@ -128,11 +129,15 @@ def build_argv(engine: str, spec: EnvironmentSpec, tag: str) -> list[str]:
     return [engine, "build", "-t", tag, "-f", str(ctx / spec.dockerfile), str(ctx)]
 
 
-def run_argv(engine: str, spec: EnvironmentSpec, image: str, name: str, mounts: list[str] = ()) -> list[str]:
-    """``docker run -d`` of a keep-alive container with the spec's limits (``mounts``: extra ``-v`` options)."""
-    argv = [engine, "run", "-d", "--name", name, "--label", f"{LABEL}={name}", "--init", *mounts]
+def run_argv(engine: str, spec: EnvironmentSpec, image: str, name: str, mounts: list[str] = (),
+             network: list[str] = ()) -> list[str]:
+    """``docker run -d`` of a keep-alive container with the spec's limits (``mounts``: extra ``-v`` options;
+    ``network``: the episode's own network, :mod:`unified.execution.episode_network`), without ``CAP_NET_RAW``."""
+    argv = [engine, "run", "-d", "--name", name, "--label", f"{LABEL}={name}", "--init", *CAP_DROP, *mounts]
     if not spec.network:
         argv += ["--network", "none"]
+    else:
+        argv += list(network)
     if spec.cpus:
         argv += ["--cpus", f"{spec.cpus:g}"]
     if spec.memory_mb:
@@ -227,7 +232,8 @@ class DockerSession(ExecutionSession):
         self.image = image
         self.info.update({"image": image, "container": self.name})
         self._started = False
-        self._finalizer = weakref.finalize(self, _force_remove, engine, self.name)
+        self._networks: list[EpisodeNetwork] = []
+        self._finalizer = weakref.finalize(self, _force_remove, engine, self.name, self._networks)
         self._has_timeout = True
         self._keepalive: list[int] = []
         self._verifier_mask: int | str = "not started"
@@ -248,7 +254,16 @@ class DockerSession(ExecutionSession):
             else:
                 mounts += ["-v", f"{pristine}:{PRISTINE_POINT}:ro"]
                 self._pristine, self.info["pristine_toolchain"] = PRISTINE_POINT, str(pristine)
-        argv = run_argv(self.engine, self.spec, self.image, self.name, mounts)
+        network: list[str] = []
+        if self.spec.network:  # its own network, no way to the host or other episodes (issue 42, R3)
+            self._started = True  # from here on, close() removes what was made
+            try:
+                self._networks.append(EpisodeNetwork.create(self.engine))
+            except (NetworkSetupError, OSError, subprocess.TimeoutExpired) as exc:
+                raise ExecutionError(f"{self.engine}: cannot give the episode a network of its own: {exc}") from exc
+            network = self._networks[0].run_options()
+            self.info["network_isolation"] = self._networks[0].info
+        argv = run_argv(self.engine, self.spec, self.image, self.name, mounts, network)
         proc = _run(argv, timeout=120)
         self._started = True
         if proc.returncode != 0:
@@ -354,11 +369,13 @@ class DockerSession(ExecutionSession):
             self._finalizer()
 
 
-def _force_remove(engine: str, name: str) -> None:
+def _force_remove(engine: str, name: str, networks: list[EpisodeNetwork] = ()) -> None:
     try:
         _run(rm_argv(engine, name), timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         pass
+    for net in networks:  # after the container: a network in use cannot be removed
+        net.remove()
 
 
 class DockerBackend(ExecutionBackend):
