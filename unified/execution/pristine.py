@@ -104,6 +104,8 @@ def pristine_toolchain(engine: str, image: str, image_id: str, timeout_s: float 
     if (final / ".complete").is_file():
         return final if _trusted(final) and _trusted(root) else f"{final}: not owned by this user or writable by others"
     root.mkdir(parents=True, exist_ok=True)
+    if root.stat().st_uid == os.geteuid():
+        root.chmod(0o755)  # whatever the umask made it
     if not _trusted(root):
         return f"{root}: not owned by this user or writable by others"
     name = f"unified-pristine-{uuid.uuid4().hex[:12]}"
