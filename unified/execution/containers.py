@@ -42,15 +42,16 @@ from unified.execution.base import (
     shell_join,
 )
 from unified.execution.episode_network import CAP_DROP, EpisodeNetwork, NetworkSetupError
-from unified.execution.pristine import PRISTINE_POINT, TOOLCHAIN_DIRS, TOOLCHAIN_FILES, pristine_toolchain
+from unified.execution.pristine import PRISTINE_POINT, pristine_toolchain
 from unified.execution.pristine import toolchain_changes as allowlist_changes
 from unified.execution.probe import probe_apptainer, probe_engine
 from unified.execution.verifier import (
-    PRIVATE_VERIFIER_SCRIPT,
     SETUP_FAILED,
     PrivateRun,
+    default_caps,
     files_tar,
     parse_private_output,
+    private_verifier_argv,
     toolchain_tampering,
 )
 from unified.execution.verifier_tools import MOUNT_POINT, keep_mask, tools_mount_argv, verifier_tools
@@ -165,33 +166,6 @@ def exec_argv(engine: str, name: str, command: str | list[str], timeout_s: float
     if has_timeout:
         inner = ["timeout", "-k", "5", f"{max(timeout_s, 0.1):g}", *inner]
     return argv + [name, *inner]
-
-
-def private_verifier_argv(engine: str, name: str, command: list[str], *, out_dir: str, dirs: list[str],
-                          timeout_s: float, workdir: str, mask: int, env: dict[str, str] | None = None,
-                          pristine: str = "") -> list[str]:
-    """The one privileged ``exec``: the host's static busybox (never a program of the container's) sets up the
-    private namespace of :data:`~unified.execution.verifier.PRIVATE_VERIFIER_SCRIPT`; ``command`` runs through
-    ``keep-caps MASK``; with ``pristine`` (:data:`~unified.execution.pristine.PRISTINE_POINT`) it runs on the image's
-    own toolchain (:mod:`unified.execution.pristine`)."""
-    bb, kc, mnt = f"{MOUNT_POINT}/busybox", f"{MOUNT_POINT}/keep-caps", f"{MOUNT_POINT}/mnt"
-    argv = [engine, "exec", "-i", "--privileged"]
-    for key, value in (env or {}).items():
-        argv += ["-e", f"{key}={value}"]
-    return argv + [name, bb, "unshare", "--mount", "--propagation", "private", bb, "sh", "-c", PRIVATE_VERIFIER_SCRIPT,
-                   "sh", bb, kc, mnt, out_dir, f"{max(timeout_s, 0.1):g}", workdir, ":".join(dirs), f"{mask:x}", pristine,
-                   ":".join(TOOLCHAIN_DIRS), ":".join(TOOLCHAIN_FILES), *command]
-
-
-def default_caps(status: str) -> int | None:
-    """The ``CapBnd`` mask of a ``/proc/PID/status`` text (None when it has none)."""
-    for line in status.splitlines():
-        if line.startswith("CapBnd:"):
-            try:
-                return int(line.split(":", 1)[1].strip(), 16)
-            except ValueError:
-                return None
-    return None
 
 
 REBUILT_LABEL = "unified.rebuilt-base"

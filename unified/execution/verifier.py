@@ -43,6 +43,9 @@ import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from unified.execution.pristine import TOOLCHAIN_DIRS, TOOLCHAIN_FILES
+from unified.execution.verifier_tools import MOUNT_POINT
+
 PRIVATE_VERIFIER_SCRIPT = r"""
 bb=$1; kc=$2; mnt=$3; out=$4; limit=$5; wd=$6; privs=$7; mask=$8; pristine=$9; shift 9
 tdirs=$1; tfiles=$2; shift 2
@@ -208,6 +211,10 @@ _STDLIB = re.compile(r"/(?:usr/(?:local/)?)?lib/python3(?:\.\d+)?/(?!(?:site|dis
 def toolchain_tampering(diff: str, before_verifier: bool = True) -> list[str]:
     """The lines of an engine's ``diff`` (``C /usr/bin/bash``, ``A /etc/ld.so.preload``) that touch the verifier's toolchain.
 
+    The narrow list of round 3, kept for the diff taken *after* a verifier that ran on the agent's own system
+    (no image copy, :mod:`unified.execution.pristine`), which also shows the verifier's own installs; every other
+    diff is read with the allow-list :func:`unified.execution.pristine.toolchain_changes`.
+
     Flagged in every diff: a changed or deleted ``bash``/``sh``/``dash``/``env``/``tee``/``timeout``/``unshare``,
     or ``base64``/``cat``/``tar`` (what reads the reward back where the verifier runs without the host's tools:
     :meth:`~unified.execution.ExecutionSession.read_file`) in a system ``bin`` directory; one of the shells added
@@ -237,3 +244,30 @@ def toolchain_tampering(diff: str, before_verifier: bool = True) -> list[str]:
                                                      or _LOADER.fullmatch(path) or _STDLIB.fullmatch(path)))):
             found.append(f"{kind} {path}")
     return found
+
+
+def private_verifier_argv(engine: str, name: str, command: list[str], *, out_dir: str, dirs: list[str],
+                          timeout_s: float, workdir: str, mask: int, env: dict[str, str] | None = None,
+                          pristine: str = "") -> list[str]:
+    """The one privileged ``exec``: the host's static busybox (never a program of the container's) sets up the
+    private namespace of :data:`~unified.execution.verifier.PRIVATE_VERIFIER_SCRIPT`; ``command`` runs through
+    ``keep-caps MASK``; with ``pristine`` (:data:`~unified.execution.pristine.PRISTINE_POINT`) it runs on the image's
+    own toolchain (:mod:`unified.execution.pristine`)."""
+    bb, kc, mnt = f"{MOUNT_POINT}/busybox", f"{MOUNT_POINT}/keep-caps", f"{MOUNT_POINT}/mnt"
+    argv = [engine, "exec", "-i", "--privileged"]
+    for key, value in (env or {}).items():
+        argv += ["-e", f"{key}={value}"]
+    return argv + [name, bb, "unshare", "--mount", "--propagation", "private", bb, "sh", "-c", PRIVATE_VERIFIER_SCRIPT,
+                   "sh", bb, kc, mnt, out_dir, f"{max(timeout_s, 0.1):g}", workdir, ":".join(dirs), f"{mask:x}", pristine,
+                   ":".join(TOOLCHAIN_DIRS), ":".join(TOOLCHAIN_FILES), *command]
+
+
+def default_caps(status: str) -> int | None:
+    """The ``CapBnd`` mask of a ``/proc/PID/status`` text (None when it has none)."""
+    for line in status.splitlines():
+        if line.startswith("CapBnd:"):
+            try:
+                return int(line.split(":", 1)[1].strip(), 16)
+            except ValueError:
+                return None
+    return None
