@@ -31,7 +31,7 @@ pytestmark = [*CONTAINER_MARKS, pytest.mark.skipif(shutil.which("unshare") is No
 
 
 def test_two_episodes_reach_neither_each_other_nor_the_host(podman_service_adapter):
-    image = image_tag(EnvironmentSpec(build_context=ROOT / "fixture_container_service" / "environment",
+    image = "localhost/" + image_tag(EnvironmentSpec(build_context=ROOT / "fixture_container_service" / "environment",
                                       name="fixture_container_service"))
     probe = Path(__file__).with_name("_episode_network_probe.py")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]), str(Path(__file__).parents[1]),
