@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from unified.config import bounded
+from unified.benchmarks import bounded
 from unified.benchmarks.contract import Adapter, BenchmarkUnavailable, Environment, PaperReference, RunContext, Task
 from unified.benchmarks.helpers import config_list, judge_reason, limit_runnable
 from unified.benchmarks.aggregate import scores_by_task
@@ -50,7 +50,7 @@ from evaluators.claw_eval.memory import MemoryBudget, default_budget_mb
 from evaluators.claw_eval.grading import aggregate_trials, build_trace, is_pass, run_grader, task_score
 from evaluators.claw_eval.services import ServiceGroup, ServiceSpec
 from evaluators.claw_eval.tasks import SPLITS, ClawTask, load_tasks, resolve_checkout, skip_reason, used_programs
-from unified.inference.endpoints import resolve_endpoint
+from unified.benchmarks import resolve_endpoint
 
 __all__ = ["ClawEvalAdapter"]
 

@@ -39,13 +39,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from unified.config import bounded
+from unified.benchmarks import bounded
 from unified.benchmarks.contract import Adapter, Environment, PaperReference, RunContext, Task
 from unified.benchmarks.helpers import config_list, judge_reason, limit_runnable
 from unified.types import Episode, EpisodeResult
 
 from evaluators.qwenclawbench import official
-from unified.inference.endpoints import resolve_endpoint
+from unified.benchmarks import resolve_endpoint
 from evaluators.qwenclawbench.environment import QwenClawBenchEnvironment, transcript_from_episode
 from evaluators.qwenclawbench.grading import (
     PENALTY_THRESHOLD, aggregate_runs, combine, judge_prompt, parse_judge_answer, run_automated_checks,

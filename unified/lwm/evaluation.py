@@ -62,6 +62,7 @@ from unified.rewards.awb_judge import ROOT_ENV, load_checkout
 from unified.rewards.functions import RubricReward
 from unified.rewards.verifiers import verify
 from unified.store import append_jsonl, write_text_atomic
+from unified.rewards.functions import SimilarityReward
 
 
 def select_records(records: list[AWBRecord], limit: int | None, seed: int) -> list[AWBRecord]:
@@ -148,8 +149,6 @@ REFERENCE_METRICS = ("lcs_f1", "token_f1")
 
 def reference_scores(records: list[AWBRecord], predictions: dict[str, dict]) -> dict[str, Any]:
     """Judge-free scores of the predictions against the true observations (module docstring)."""
-    from unified.rewards.functions import SimilarityReward
-
     rows = [(r, predictions[r.key]["completion"]) for r in records if r.key in predictions]
     out: dict[str, Any] = {}
     for metric in REFERENCE_METRICS:

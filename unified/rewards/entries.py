@@ -62,6 +62,7 @@ from unified.config import bounded, from_dict
 from unified.registry import Registry, UnknownNameError
 from unified.rewards.functions import JudgeSettings, RubricReward, RuleReward, SimilarityReward, build_judge
 from unified.rewards.similarity import SIMILARITY_METRICS
+from unified.rewards.awb_judge import AgentWorldJudgeReward, load_checkout
 
 
 @dataclass
@@ -118,8 +119,6 @@ class AgentWorldRubricEntry(RubricEntry):
     """Judge attempts per completion (eval.py's ``max_retries``)."""
 
     def build(self, judge: Any = None) -> Callable:
-        from unified.rewards.awb_judge import AgentWorldJudgeReward, load_checkout
-
         checkout = load_checkout(self.agentworld_root or None, required=True)
         return AgentWorldJudgeReward(judge if judge is not None else build_judge(self), checkout,
                                      max_retries=self.judge_attempts)

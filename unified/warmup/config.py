@@ -25,6 +25,7 @@ import yaml
 
 from unified.config import ConfigError, bounded, load_config
 from unified.rewards.entries import LEGACY_KEYS, RewardEntry, check_entries, default_rewards, legacy_entries
+from unified.rewards.functions import JudgeSettings, judge_worst_case_s
 
 Precision = Literal["auto", "bf16", "fp32"]
 GenerationBackend = Literal["hf", "vllm_server", "vllm_colocate"]
@@ -374,8 +375,6 @@ class WarmupConfig:
         return completions // self.gspo.num_generations
 
     def _check_judge_against_collective_timeout(self) -> None:
-        from unified.rewards.functions import JudgeSettings, judge_worst_case_s
-
         if self.launch.trainer_processes() < 2:  # one process: no collective to time out
             return
         for entry in self.rewards:

@@ -13,6 +13,7 @@ from typing import Iterator
 import torch
 
 from unified.warmup.callbacks import peak_memory_gib
+from unified.warmup.rollout_check import check_rollout_parity, rollout_parity
 
 
 @contextmanager
@@ -83,8 +84,6 @@ def gspo_trainer_class():
             return output
 
         def _check_rollouts(self, output: dict) -> None:
-            from unified.warmup.rollout_check import check_rollout_parity, rollout_parity
-
             mask = output["completion_mask"]
             if output.get("tool_mask") is not None:
                 mask = mask * output["tool_mask"]
