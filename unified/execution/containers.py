@@ -41,7 +41,7 @@ from unified.execution.base import (
     quote,
     shell_join,
 )
-from unified.execution.container_argv import build_argv, exec_argv, rm_argv, run_argv  # noqa: F401  (build_argv: public name)
+from unified.execution.container_argv import KEEPALIVE, build_argv, exec_argv, rm_argv, run_argv  # noqa: F401  (public names)
 from unified.execution.episode_network import EpisodeNetwork, NetworkSetupError
 from unified.execution.pristine import PRISTINE_POINT, pristine_toolchain
 from unified.execution.pristine import toolchain_changes as allowlist_changes
