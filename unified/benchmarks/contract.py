@@ -69,6 +69,9 @@ from unified.config import bounded, from_dict
 from unified.types import Episode, EpisodeResult, Message, Observation, Record, ToolCall, ToolSpec
 
 ENTRY_POINT_GROUP = "unified.benchmarks"
+SCORING_FAILED_AFTER_AGENT = "scoring_failed_after_agent"
+"""``EpisodeResult.details["status"]`` of an episode whose scoring raised after the agent acted: it scores 0 and
+is counted (never left out of the aggregate; :func:`unified.agent.workers.scoring_failed_result`)."""
 """The entry-point group benchmark packages register their adapter factory under."""
 
 
