@@ -492,7 +492,10 @@ def run_warmup(cfg: WarmupConfig, *, train_dataset=None, reward_funcs: Sequence[
     probe_rewards = probe_rewards or (reward_funcs, reward_weights or [1.0] * len(reward_funcs))
     reward_funcs, reward_weights, guard = _with_collapse_guard(cfg, train_dataset, validation_dataset, tokenizer,
                                                                reward_funcs, reward_weights, probe_rewards)
-    callbacks = [*callbacks, guard]
+    from unified.warmup.preempt import Preempted, PreemptionCallback
+
+    preempt = PreemptionCallback(out)
+    callbacks = [*callbacks, guard, preempt]
     resume = resume_checkpoint(cfg)
     if resume is not None:
         log.info("resuming from %s", resume)
@@ -511,7 +514,14 @@ def run_warmup(cfg: WarmupConfig, *, train_dataset=None, reward_funcs: Sequence[
         trainer._load_from_checkpoint(str(resume))
         trainer.state = TrainerState.load_from_json(str(Path(resume) / "trainer_state.json"))
     else:
-        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+        preempt.install()
+        try:
+            trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+        finally:
+            preempt.uninstall()
+        if preempt.stopped_at is not None and trainer.state.global_step < cfg.train.max_steps:
+            preempt.request.unlink(missing_ok=True)
+            raise Preempted(trainer.state.global_step, out / f"checkpoint-{trainer.state.global_step}")
     seconds = time.time() - t0
     final = save_final(trainer, out, source=cfg.model.name_or_path)
     steps_run = trainer.state.global_step - start_step
