@@ -339,6 +339,16 @@ def check_server_sync(out: Path, device: str = "cuda", max_logp_diff: float = 0.
 
     from unified.models.tiny import save_tiny_checkpoint
 
+    if device == "cuda":  # before anything is built: a machine that cannot run it says why at once
+        torch = _cuda()
+        if torch.cuda.device_count() < 2:
+            raise Skip(f"needs two CUDA devices, this machine has {torch.cuda.device_count()}: server mode not "
+                       "checked")
+        try:
+            import trl  # noqa: F401
+            import vllm  # noqa: F401
+        except ImportError as exc:
+            raise Skip(f"trl / vllm do not import: {exc}") from exc
     work = out / "server_sync"
     work.mkdir(parents=True, exist_ok=True)
     with socket.socket() as s:
@@ -358,14 +368,6 @@ def check_server_sync(out: Path, device: str = "cuda", max_logp_diff: float = 0.
     commands = {"server": server_cmd, "trainer": " ".join(trainer)}
     if device == "cpu":
         raise Skip(f"needs two CUDA devices (the commands were built: {json.dumps(commands)})")
-    torch = _cuda()
-    if torch.cuda.device_count() < 2:
-        raise Skip(f"needs two CUDA devices, this machine has {torch.cuda.device_count()}: server mode not checked")
-    try:
-        import trl  # noqa: F401
-        import vllm  # noqa: F401
-    except ImportError as exc:
-        raise Skip(f"trl / vllm do not import: {exc}") from exc
     server_log = (work / "server.log").open("w")
     server = subprocess.Popen(["bash", "-c", server_cmd], stdout=server_log, stderr=subprocess.STDOUT,
                               env={**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": "1",
