@@ -116,8 +116,9 @@ unified_requeue_on_usr1() {
 }
 
 # The warmup's pre-emption (#SBATCH --signal=B:USR1@SECONDS, with --requeue): on SIGUSR1 the batch shell passes
-# the warning on to the trainer (SIGUSR1 to its srun step, which srun relays to its task, and the file
-# $1/preempt.request, read by the trainer after every step whatever launched it: unified/warmup/preempt.py);
+# the warning on to the trainer (SIGUSR1 to its srun step, which srun relays to its task, unless
+# UNIFIED_SIGNAL_TRAINER=0: a launcher such as accelerate or a `bash -c "a; b"` task would die of it; and the
+# file $1/preempt.request, read by the trainer after every step whatever launched it: unified/warmup/preempt.py);
 # the trainer saves checkpoint-N and exits; then unified_requeue_if_preempted requeues the job, which
 # resumes from checkpoint-N in the same output directory. No step is lost, nothing is killed mid-save.
 unified_preempt_on_usr1() {
@@ -127,7 +128,8 @@ unified_preempt_on_usr1() {
     trap 'UNIFIED_SIGNALLED=1; UNIFIED_PREEMPTED=1
           echo "$(basename "${0:-slurm}"): SIGUSR1 (time limit near): asking the trainer to save a checkpoint and stop" >&2
           mkdir -p "$UNIFIED_PREEMPT_DIR" && : > "$UNIFIED_PREEMPT_DIR/preempt.request"
-          [ -n "${UNIFIED_CHILD_PID:-}" ] && kill -USR1 "$UNIFIED_CHILD_PID" 2>/dev/null; true' USR1
+          [ -n "${UNIFIED_CHILD_PID:-}" ] && [ "${UNIFIED_SIGNAL_TRAINER:-1}" = 1 ] && kill -USR1 "$UNIFIED_CHILD_PID" 2>/dev/null
+          true' USR1
 }
 
 # After the trainer's step ended: when the job was warned (or the trainer stopped on a warning, status 75),

@@ -91,6 +91,9 @@ echo "lwm_warmup: job ${SLURM_JOB_ID:-local}${SLURM_RESTART_COUNT:+ (restart $SL
 echo "lwm_warmup: output ${OUTPUT}"
 # shellcheck disable=SC2207
 STEP_GPUS=($(unified_step_gpus "$GPUS_PER_NODE"))
+# SIGUSR1 goes on to a one-process trainer only (accelerate's launcher, and the multi-node step's bash, would die
+# of it and take the ranks with them); every trainer reads OUTPUT/preempt.request (unified_preempt_on_usr1)
+if [ "$NODES" -gt 1 ] || [[ "$TRAINER_CMD" == *accelerate* ]]; then UNIFIED_SIGNAL_TRAINER=0; fi
 
 if [ "$NODES" -eq 1 ]; then
     TRAIN_STATUS=0
