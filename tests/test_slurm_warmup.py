@@ -123,7 +123,12 @@ def test_sbatch_usr1_saves_requeues_and_resumes_at_the_saved_step(tmp_path, tiny
         deadline = time.time() + 180
         while cluster.job_state(job).get("Restarts", "0") == "0" and time.time() < deadline:
             time.sleep(0.5)
-        # Slurm holds a requeued job back for a while before it may start again: let it start now
+        while cluster.job_state(job).get("JobState") != "PENDING" and time.time() < deadline:
+            time.sleep(0.5)
+        # Slurm holds a requeued job back for a while before it may start again: let it start now, though not
+        # within the second its old credential was revoked in (slurmd compares whole seconds: "Job credential
+        # revoked" would kill the restart)
+        time.sleep(2)
         subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=cluster.env(), check=True)
         state = cluster.wait(job, timeout_s=400)
         text = log.read_text()
