@@ -125,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2 if found else 0
     record_output_dir(cfg, accepted)
 
+    from unified.warmup.preempt import PREEMPTED_EXIT, Preempted
     from unified.warmup.trainer import run_warmup
 
     try:
@@ -139,6 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:  # settings that only the loaded data can check (e.g. the generation batch)
         print(f"unified.warmup: {exc}", file=sys.stderr)
         return 2
+    except Preempted as stop:  # SIGUSR1 / preempt.request: checkpoint saved, not finished (slurm requeues)
+        print(f"unified.warmup: {stop}", file=sys.stderr, flush=True)
+        return PREEMPTED_EXIT
     if result.already_finished:
         return 0
     from unified.warmup.guard import final_weights_note

@@ -51,6 +51,7 @@ from unified.warmup.guard import CollapseGuard
 from unified.warmup.launch import vllm_rollouts_blocker
 from unified.warmup.model_card import reward_names, write_model_card
 from unified.warmup.parity_probe import probe_trainer
+from unified.warmup.preempt import Preempted, PreemptionCallback
 from unified.warmup.routing import RoutingState
 
 log = logging.getLogger(__name__)
@@ -492,7 +493,8 @@ def run_warmup(cfg: WarmupConfig, *, train_dataset=None, reward_funcs: Sequence[
     probe_rewards = probe_rewards or (reward_funcs, reward_weights or [1.0] * len(reward_funcs))
     reward_funcs, reward_weights, guard = _with_collapse_guard(cfg, train_dataset, validation_dataset, tokenizer,
                                                                reward_funcs, reward_weights, probe_rewards)
-    callbacks = [*callbacks, guard]
+    preempt = PreemptionCallback(out)
+    callbacks = [*callbacks, guard, preempt]
     resume = resume_checkpoint(cfg)
     if resume is not None:
         log.info("resuming from %s", resume)
@@ -513,7 +515,14 @@ def run_warmup(cfg: WarmupConfig, *, train_dataset=None, reward_funcs: Sequence[
     else:
         if resume is None and cfg.parity_probe.sequences > 0:  # before step 1, with the start's weights
             probe_trainer(trainer, cfg.parity_probe, train_dataset, backend=cfg.generation.backend, output_dir=out)
-        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+        preempt.install()
+        try:
+            trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+        finally:
+            preempt.uninstall()
+        if preempt.stopped_at is not None and trainer.state.global_step < cfg.train.max_steps:
+            preempt.request.unlink(missing_ok=True)
+            raise Preempted(trainer.state.global_step, out / f"checkpoint-{trainer.state.global_step}")
     seconds = time.time() - t0
     final = save_final(trainer, out, source=cfg.model.name_or_path)
     steps_run = trainer.state.global_step - start_step
