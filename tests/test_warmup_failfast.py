@@ -101,7 +101,7 @@ def test_a_judge_that_dies_mid_run_stops_it_with_a_checkpoint(tmp_path, tiny_che
 
     data, out = write_fixture_awb_dir(tmp_path / "data"), tmp_path / "run"
     with FakeChat(score_block) as chat:
-        sets = [*tiny_cli_overrides(None, None, None, "train.max_steps=6")[1::2], f"model.name_or_path={tiny_checkpoint}",
+        sets = [*tiny_cli_overrides(None, None, None, "train.max_steps=6", "monitor.max_zero_variance_share=1.0")[1::2], f"model.name_or_path={tiny_checkpoint}",
                 f"data.train=[{data}]", f"output_dir={out}", *judged(chat.spec())[1::2]]
         cfg = load_warmup_config(CPU_RECIPE, sets)
         assert (cfg.monitor.max_dropped_share, cfg.monitor.patience_batches) == (0.5, 2)  # the defaults
@@ -127,7 +127,7 @@ def test_rewards_without_variance_stop_the_run(tmp_path):
         return [3.0] * len(completions)
 
     trainer = build_tiny_trainer(tmp_path, "model.router_aux_loss_coef=0", "train.max_steps=4",
-                                 reward_funcs=[constant])
+                                 "monitor.max_zero_variance_share=1.0", reward_funcs=[constant])
     trainer.train()
     assert trainer.state.global_step == 2 and (tmp_path / "checkpoint-2" / "trainer_state.json").is_file()
     assert "rewards/zero_variance_share >= monitor.max_zero_variance_share=1" in trainer.failfast.outcome["reason"]
