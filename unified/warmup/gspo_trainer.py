@@ -14,7 +14,15 @@ import torch
 
 from unified.warmup.callbacks import peak_memory_gib
 from unified.warmup.routing import log_generation_metrics
-from unified.warmup.rollout_check import check_rollout_parity, check_weight_sync, rollout_parity
+from unified.warmup.failfast import zero_variance_share
+from unified.warmup.rollout_check import (
+    check_probe,
+    check_rollout_parity,
+    check_weight_sync,
+    probe_logp_diff,
+    rollout_parity,
+)
+from unified.warmup.sync_probe import engine_logps, probe_token_ids, trainer_logps
 
 
 @contextmanager
@@ -67,8 +75,6 @@ def gspo_trainer_class():
             marked by ``drops_sample_on_failure`` (the rubric judge) could not score made NaN across all K
             functions: TRL then leaves it out of its group's mean and std and gives it advantage 0
             (:mod:`unified.rewards.functions`). ``rewards/dropped_share`` logs how many."""
-            from unified.warmup.failfast import zero_variance_share
-
             rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
             columns = [i for i, f in enumerate(self.reward_funcs) if getattr(f, "drops_sample_on_failure", False)]
             mode = "train" if self.model.training else "eval"
@@ -150,9 +156,6 @@ def gspo_trainer_class():
             return output
 
         def _check_sync_probe(self) -> None:
-            from unified.warmup.rollout_check import check_probe, probe_logp_diff
-            from unified.warmup.sync_probe import engine_logps, probe_token_ids, trainer_logps
-
             if self._probe_ids is None:
                 self._probe_ids = probe_token_ids(self)
             diff, tokens = probe_logp_diff(trainer_logps(self, self._probe_ids), engine_logps(self, self._probe_ids))

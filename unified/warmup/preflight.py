@@ -19,11 +19,13 @@ are not asked.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from unified.registry import UnknownNameError
 from unified.warmup.config import WarmupConfig
 from unified.inference.spec import parse_spec
+from unified.lwm.dataset import rl_rows
 from unified.rewards import CallableEntry, RubricEntry
 
 _SPEC_ERRORS = (ValueError, FileNotFoundError, UnknownNameError)  # SpecError, CheckpointNotFoundError
@@ -79,10 +81,6 @@ def _reward_problems(entry, index: int) -> list[str]:
 
 def judge_problems(cfg: WarmupConfig) -> list[str]:
     """One line per judge-backed reward entry whose endpoint does not answer one real request usably."""
-    import dataclasses
-
-    from unified.rewards import RubricEntry
-
     entries = [e for e in cfg.rewards if isinstance(e, RubricEntry) and e.weight > 0 and e.judge_endpoint]
     if not entries:
         return []
@@ -112,8 +110,6 @@ def judge_problems(cfg: WarmupConfig) -> list[str]:
 
 
 def _first_row(cfg: WarmupConfig) -> dict:
-    from unified.lwm.dataset import rl_rows
-
     paths = cfg.data.train
     rows = rl_rows(paths[0] if len(paths) == 1 else paths, seed=cfg.data.seed, limit=1)
     if not rows:
