@@ -123,6 +123,13 @@ def main(argv: list[str] | None = None) -> int:
         for line in found:
             print(f"unified.warmup: {line}", file=sys.stderr)
         return 2 if found else 0
+    from unified.warmup.preflight import judge_problems
+
+    dead = judge_problems(cfg)  # one real request per judge endpoint, before anything is written or loaded
+    if dead:
+        for line in dead:
+            print(f"unified.warmup: {line}", file=sys.stderr)
+        return 2
     record_output_dir(cfg, accepted)
 
     from unified.warmup.preempt import PREEMPTED_EXIT, Preempted
@@ -145,6 +152,11 @@ def main(argv: list[str] | None = None) -> int:
         return PREEMPTED_EXIT
     if result.already_finished:
         return 0
+    if result.stopped:
+        from unified.warmup.failfast import STOP_EXIT_STATUS, stop_message
+
+        print(stop_message(result.stopped), file=sys.stderr, flush=True)
+        return STOP_EXIT_STATUS
     from unified.warmup.guard import final_weights_note
 
     print(f"unified.warmup: {result.global_step} steps, {result.seconds_per_step:.2f}s/step; "

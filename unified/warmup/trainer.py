@@ -46,6 +46,7 @@ from unified.warmup.callbacks import METRICS_FILE, JsonlMetricsCallback, peak_me
 from unified.warmup.config import WarmupConfig, describe
 from unified.warmup.data import load_rewards, load_splits
 from unified.warmup.degenerate import DegenerateMonitor
+from unified.warmup.failfast import FailFastMonitor
 from unified.warmup.gspo_trainer import gspo_trainer_class
 from unified.warmup.guard import CollapseGuard
 from unified.warmup.launch import vllm_rollouts_blocker
@@ -265,14 +266,19 @@ def build_trainer(cfg: WarmupConfig, *, train_dataset, reward_funcs: Sequence[Ca
     if isinstance(model, str):
         args.model_init_kwargs = init_kwargs
     Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
+    m = cfg.monitor
+    failfast = FailFastMonitor(max_dropped_share=m.max_dropped_share, max_zero_variance_share=m.max_zero_variance_share,
+                               patience=m.patience_batches)
     trainer = gspo_trainer_class()(
         model=model, reward_funcs=list(reward_funcs), args=args, train_dataset=train_dataset,
         processing_class=tokenizer,
-        callbacks=[JsonlMetricsCallback(Path(cfg.output_dir) / METRICS_FILE), *callbacks],
+        callbacks=[JsonlMetricsCallback(Path(cfg.output_dir) / METRICS_FILE), *callbacks, failfast],
     )
     trainer.generation_cpu_threads = cfg.generation.cpu_threads
-    trainer.rollout_bounds = (cfg.monitor.rollout_max_mean_logp_diff, cfg.monitor.rollout_min_mean_weight)
+    trainer.rollout_bounds = (m.rollout_max_mean_logp_diff, m.rollout_min_mean_weight)
+    trainer.sync_bounds = (m.rollout_max_logp_diff_rise, m.rollout_probe_max_logp_diff)
     trainer.extra_logs = {}
+    trainer.failfast, failfast.extra_logs = failfast, trainer.extra_logs
     vision_language.freeze_vision_tower(trainer.model)  # text-only warmup: no gradient, no optimizer state for it
     vision_language.keep_used_weight_conversions(trainer.model)  # before any save (ZeRO-3 loads record them all)
     if cfg.model.trainable_layers is not None:  # before train() creates the optimizer over trainable parameters
@@ -411,6 +417,9 @@ class WarmupResult:
     last_log: dict[str, Any] = field(default_factory=dict)
     collapse: dict[str, Any] = field(default_factory=dict)
     """What the collapse guard saw (``monitor``): ``collapsed_at``, ``action``, ``reason``, ``kept_step``."""
+    stopped: dict[str, Any] = field(default_factory=dict)
+    """Set when a fail-fast monitor (:mod:`unified.warmup.failfast`) stopped the run: ``step``, ``reason``,
+    ``checkpoint`` (saved at that step; a rerun resumes from it)."""
     already_finished: bool = False
     """True when this call found the run finished (checkpoint at ``max_steps``) and trained nothing."""
 
@@ -532,7 +541,7 @@ def run_warmup(cfg: WarmupConfig, *, train_dataset=None, reward_funcs: Sequence[
         resumed_from=str(resume) if resume else None, train_seconds=round(seconds, 3),
         seconds_per_step=round(seconds / steps_run, 3) if steps_run > 0 else 0.0, peak_memory=peak_memory_gib(),
         kernels=kernels,
-        last_log=logs[-1] if logs else {}, collapse=dict(guard.outcome),
+        last_log=logs[-1] if logs else {}, collapse=dict(guard.outcome), stopped=dict(trainer.failfast.outcome),
     )
     if trainer.accelerator.is_main_process:
         weights = list(reward_weights) if reward_weights is not None else [1.0] * len(reward_funcs)
