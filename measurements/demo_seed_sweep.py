@@ -114,7 +114,7 @@ def read_rows(out: Path) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="one directory per setting; seeds go under it")
     parser.add_argument("--seeds", default="0-9", help="e.g. 0-9 or 0,3,5")
     parser.add_argument("--set", action="append", default=[], dest="extra", help="a recipe override, repeatable")

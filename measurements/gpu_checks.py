@@ -249,7 +249,7 @@ def check_colocate(out: Path, arch: str = "qwen3_5_moe") -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m measurements.gpu_checks", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m measurements.gpu_checks", description=__doc__.splitlines()[0])
     parser.add_argument("check", choices=CHECKS)
     parser.add_argument("out", type=Path)
     parser.add_argument("--arch", default=os.environ.get("COLOCATE_ARCH", "qwen3_5_moe"),

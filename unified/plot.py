@@ -199,7 +199,7 @@ def plot_compare(run_a: str | Path, run_b: str | Path, labels: tuple[str, str] |
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m unified.plot", description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m unified.plot", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n".join(__doc__.splitlines()[2:7]))
     parser.add_argument("warmup", nargs="?", help="a warmup --output-dir (or its metrics.jsonl)")

@@ -307,7 +307,7 @@ def render(run_dir: str | Path) -> tuple[str, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m unified.view", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m unified.view", description=__doc__.splitlines()[0])
     parser.add_argument("run", help="an eval run directory (python -m unified.eval --out DIR)")
     parser.add_argument("--out", help="the HTML file to write (default: RUN/view.html)")
     args = parser.parse_args(argv)

@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == [LWM_COMMAND]:
         return _run_lwm(argv[1:])
     parser = build_parser()
-    suite_only = argparse.ArgumentParser(add_help=False)
+    suite_only = argparse.ArgumentParser(allow_abbrev=False, add_help=False)
     suite_only.add_argument("--suite")
     suite = suite_only.parse_known_args(argv)[0].suite
     if suite and LWM_COMMAND in [part.strip() for part in suite.split(",")]:

@@ -227,6 +227,19 @@ def plan_run(cfg: EvalConfig, names: list[str], want_general: bool, *, engine: E
                    general=general_with_limit(cfg.general, cfg.limit) if want_general else None)
 
 
+def recount_recorded(plan: RunPlan) -> RunPlan:
+    """``plan`` (made with ``repair=False`` before the run directory was taken) with each benchmark's ``to_run``
+    recounted from ``--out`` after cutting a torn last record (the writer's job, under the lock)."""
+    out = Path(plan.config.out)
+    benchmarks = []
+    for b in plan.benchmarks:
+        if b.status == "run":
+            recorded = BenchmarkStore(out, b.directory).load(repair=True)
+            b = replace(b, to_run=[p for p in b.pairs if p not in recorded])
+        benchmarks.append(b)
+    return replace(plan, benchmarks=benchmarks)
+
+
 def write_plan(out: str | Path, plan: RunPlan) -> Path:
     """``OUT/plan.json``, atomically."""
     path = Path(out) / PLAN_FILE

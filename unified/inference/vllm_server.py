@@ -283,7 +283,7 @@ def stop_vllm_servers() -> None:
 atexit.register(stop_vllm_servers)
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m unified.inference.vllm_server",
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m unified.inference.vllm_server",
                                      description="Serve a checkpoint with vLLM on loopback until Ctrl-C.")
     parser.add_argument("--model", default="embedded", help="a checkpoint spec (embedded, a directory)")
     parser.add_argument("--max-model-len", type=int, default=DEFAULT_MAX_MODEL_LEN)
