@@ -21,7 +21,12 @@ def test_table_shows_the_rule_based_reward_with_its_se_and_what_the_suite_ran_an
     })
     table = demo.before_after_table(_report(), summary)
     assert "rule-based" in table and "| 2.00 | 3.50 (paired +1.50 +- 0.50 SE; 5 up, 1 down, 2 same) |" in table
-    assert "| mean completion length, tokens | 30.0 | 12.5 |" in table
+    assert "| mean completion length, tokens | 30.0 | 12.5 |" in table  # a report without its settings
+    capped = {**_report(), "settings": {"max_new_tokens": 32}}
+    capped["before"] = {**capped["before"], "completion_ids": [[1] * 32, [1] * 28]}
+    capped["after"] = {**capped["after"], "completion_ids": [[1] * 32, [1] * 32]}
+    assert "| mean completion length, tokens (capped at 32) | 30.0; 1 of 2 hit the cap | 12.5; 2 of 2 hit the cap |" \
+        in demo.before_after_table(capped, summary)
     assert "bfcl_v4 | not run (time) | 0.25 (overall accuracy; tasks run 2/2, skipped 0, errored 0) |" in table
     assert "claw_eval | not run (time) | skipped: no local checkout (set CLAW_EVAL_ROOT) |" in table
 
@@ -68,3 +73,14 @@ def test_the_demo_warmup_is_two_updates_of_one_generation_batch_at_the_measured_
     swept = load_warmup_config(demo.DEMO_RECIPE, [*demo.demo_warmup_overrides(steps=2, heldout=8),
                                                   "train.learning_rate=2e-5"])
     assert swept.train.learning_rate == 2e-5
+
+
+def test_the_demo_turn_is_called_what_it_is():
+    call = '<tool_call>\n<function=list_files>\n<parameter=path>\n/tmp\n</parameter>\n</function>\n</tool_call>'
+    assert demo.tool_turn_verdict(call, 20, 48).startswith('a tool call: list_files({"path": "/tmp"})')
+    echo = '{"type": "function", "function": {"name": "list_files", "description": "List the files'
+    assert demo.tool_turn_verdict(echo, 48, 48) == ("NO tool call: the model answered in text (the embedded 135M "
+                                                   "model is not a reliable tool caller); stopped at the 48-token "
+                                                   "cap (--max-new-tokens)")
+    assert demo.tool_turn_verdict("<tool_call>\n<function=rm_rf>\n</function>\n</tool_call>", 9, 48) \
+        .startswith("NOT a valid tool call (unknown tool 'rm_rf')")

@@ -2,7 +2,8 @@
 
 1. kernel selection and the embedded MoE checkpoint (built once, then reused, with its logit
    parity against the dense source);
-2-3. one tool-calling turn rendered through the Qwen3.5-style chat template and generated;
+2-3. one turn with a tool offered, rendered through the Qwen3.5-style chat template, generated, and read
+   with the eval's parser (a tool call, a malformed one, or none: the 135M model is no reliable tool caller);
 4. a short GSPO world-model warmup of the same weights (``recipes/warmup/embedded_cpu.yaml`` on
    the shipped ``data/lwm`` samples, a few steps), written as a Hugging Face directory, with the
    held-out world-model reward (rule-based: 25 x LCS-F1 against the real next observation,
@@ -21,6 +22,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import shlex
 import subprocess
 import sys
 import time
@@ -100,10 +102,12 @@ def main(argv: list[str] | None = None) -> int:
     completion = tok.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=False)
     n_new = out.shape[1] - ids["input_ids"].shape[1]
     seconds = time.time() - start
-    print(f"[3] one tool-calling turn: prompt {ids['input_ids'].shape[1]} tokens, generated {n_new} tokens in "
+    print(f"[3] one turn with a tool offered: prompt {ids['input_ids'].shape[1]} tokens, generated {n_new} tokens in "
           f"{seconds:.1f}s ({n_new / max(seconds, 1e-9):.1f} tok/s)")
     print("    completion: " + completion.strip().replace("\n", "\n                "))
-    done.append("rendered a tool-use prompt through the Qwen3.5-style chat template and generated one turn")
+    verdict = tool_turn_verdict(completion, n_new, args.max_new_tokens)
+    print(f"    {verdict}")
+    done.append(f"rendered a tool-use prompt through the Qwen3.5-style chat template and generated one turn ({verdict})")
 
     if not args.skip_warmup:
         report = _warmup(args, loaded, done)
@@ -114,6 +118,24 @@ def main(argv: list[str] | None = None) -> int:
 
     print("\nmake demo did:\n" + "\n".join(f"  - {item}" for item in done))
     return 0
+
+
+def tool_turn_verdict(completion: str, generated: int, cap: int) -> str:
+    """What the demo's one turn is, read with the eval's own parser (:func:`unified.chatformat.toolcalls.
+    parse_completion`): a well-formed call of the offered tool, a malformed one, or no call at all (the
+    135M embedded model often answers in text or repeats the tool block), and whether the token cap cut it."""
+    from unified.chatformat.toolcalls import parse_completion
+
+    parsed = parse_completion(completion)
+    offered = {t["function"]["name"] for t in DEMO_TOOLS}
+    good = [c for c in parsed.tool_calls if c.parse_error is None and c.name in offered]
+    cut = f"; stopped at the {cap}-token cap (--max-new-tokens)" if generated >= cap else ""
+    if good:
+        return f"a tool call: {good[0].name}({json.dumps(good[0].arguments)}){cut}"
+    if parsed.tool_calls:
+        why = parsed.tool_calls[0].parse_error or f"unknown tool {parsed.tool_calls[0].name!r}"
+        return f"NOT a valid tool call ({why}){cut}"
+    return f"NO tool call: the model answered in text (the embedded 135M model is not a reliable tool caller){cut}"
 
 
 def available_memory_gib() -> float | None:
@@ -143,6 +165,23 @@ def memory_notice(*, skip_warmup: bool = False) -> str:
     return line
 
 
+def completion_length_row(report: dict) -> str:
+    """The table's completion-length row, with the generation cap it is measured under and how many
+    completions hit it (a mean near the cap says the cap, not the model, set it)."""
+    before, after = report["before"], report["after"]
+    cap = (report.get("settings") or {}).get("max_new_tokens")
+    if not cap:
+        return (f"| mean completion length, tokens | {before['mean_completion_tokens']:.1f} | "
+                f"{after['mean_completion_tokens']:.1f} |")
+
+    def cell(side: dict) -> str:
+        ids = side.get("completion_ids")
+        hit = f"; {sum(len(c) >= cap for c in ids)} of {len(ids)} hit the cap" if ids is not None else ""
+        return f"{side['mean_completion_tokens']:.1f}{hit}"
+
+    return f"| mean completion length, tokens (capped at {cap}) | {cell(before)} | {cell(after)} |"
+
+
 def before_after_table(report: dict, summary: Any | None) -> str:
     """The demo's closing table: held-out world-model reward before/after, and the agent suite's result."""
     from unified.warmup.guard import final_weights_note, final_weights_step
@@ -166,8 +205,7 @@ def before_after_table(report: dict, summary: Any | None) -> str:
         f"| held-out world-model reward, rule-based (25 x LCS-F1 vs the real observation, 0-25; {n} prompts, greedy) "
         f"| {before['mean_reward']:.2f} | {after['mean_reward']:.2f} (paired {paired['mean_diff']:+.2f} +- "
         f"{paired['se_diff']:.2f} SE; {paired['up']} up, {paired['down']} down, {paired['same']} same) |",
-        f"| mean completion length, tokens | {before['mean_completion_tokens']:.1f} | "
-        f"{after['mean_completion_tokens']:.1f} |",
+        completion_length_row(report),
     ]
     if summary is None:
         rows.append("| agent suite (ood) | not run | not run (unified.eval unavailable or failed) |")
@@ -253,7 +291,7 @@ def _eval_ood(args, final: Path, done: list[str]) -> Any | None:
     cmd = [sys.executable, "-m", "unified.eval", "--suite", "ood", "--model", str(final),
            "--limit", str(args.eval_limit), "--max-new-tokens", str(args.max_new_tokens),
            "--max-turns", str(args.eval_max_turns), "--no-thinking", "--out", str(Path(args.out) / "eval-ood")]
-    print("[5] " + " ".join(cmd[1:]), flush=True)
+    print("[5] " + shlex.join(cmd), flush=True)  # the whole command, as it can be pasted into a shell
     rc = subprocess.run(cmd).returncode
     if rc != 0:
         print(f"    the eval exited with status {rc}")
