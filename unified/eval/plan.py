@@ -21,6 +21,7 @@ directory from the shards' plans (:mod:`unified.eval.merge`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 import traceback
@@ -89,6 +90,11 @@ class PlannedBenchmark:
     """Pairs of the unsharded selection (``len(tasks) * runs``)."""
     to_run: list[Pair] = field(default_factory=list)
     """``pairs`` that had no result in ``--out`` when the plan was made (after the resume filter)."""
+    judge: str | None = None
+    """The judge / simulated user spec the adapter resolved (its ``judge_spec``: the setting, else its
+    environment variable, else ``embedded``), None for a benchmark without one."""
+    data_digest: str | None = None
+    """:func:`tasks_digest` of the selected tasks: the data version, compared by ``--compare``."""
 
     def __post_init__(self) -> None:  # JSON has no tuples: [task id, trial] read back as (str, int)
         for name in ("pairs", "to_run"):
@@ -175,6 +181,23 @@ def _tasks_in_benchmark(adapter: Adapter, cfg: EvalConfig) -> int | None:
         return None
 
 
+def tasks_digest(tasks: list[Task]) -> str:
+    """A short sha256 of the selected tasks as the adapter read them (id, split, group, dependencies, payload):
+    two runs with the same digest ran the same data. Absolute paths in a payload count by their last
+    component, so the same data checked out in another directory digests the same."""
+    def strip(value: Any) -> Any:
+        if isinstance(value, str) and value.startswith("/"):
+            return value.rstrip("/").rsplit("/", 1)[-1]
+        if isinstance(value, dict):
+            return {str(k): strip(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [strip(v) for v in value]
+        return value
+
+    rows = [[t.id, t.split, t.group, list(t.depends_on), t.scored, strip(t.payload)] for t in tasks]
+    return hashlib.sha256(json.dumps(rows, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 def plan_benchmark(name: str, cfg: EvalConfig, out: Path, *, repair: bool = True,
                    loaded: dict[str, Loaded] | None = None) -> PlannedBenchmark:
     """One benchmark's plan; every adapter call in it is guarded (a failure is the planned status).
@@ -212,7 +235,16 @@ def plan_benchmark(name: str, cfg: EvalConfig, out: Path, *, repair: bool = True
     return PlannedBenchmark(
         name, directory, settings=settings, limits=limits, runs=runs, runs_protocol=adapter.runs_default,
         tasks=[t.id for t in tasks], not_scored=[t.id for t in tasks if not t.scored], tasks_in_benchmark=in_benchmark,
-        pairs=pairs, pairs_total=len(tasks) * runs, to_run=[p for p in pairs if p not in recorded])
+        pairs=pairs, pairs_total=len(tasks) * runs, to_run=[p for p in pairs if p not in recorded],
+        judge=_judge_spec(adapter), data_digest=tasks_digest(tasks))
+
+
+def _judge_spec(adapter: Adapter) -> str | None:
+    """The adapter's resolved judge (``judge_spec``) and simulated user (``user_spec``, when another)."""
+    judge, user = getattr(adapter, "judge_spec", None), getattr(adapter, "user_spec", None)
+    if not judge:
+        return None
+    return str(judge) + (f" (user {user})" if user and user != judge else "")
 
 
 def plan_run(cfg: EvalConfig, names: list[str], want_general: bool, *, engine: EngineChoice = EngineChoice(None),
