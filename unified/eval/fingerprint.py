@@ -89,12 +89,25 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def setting_differences(run_a: str | Path, run_b: str | Path, benchmarks: list[str]) -> list[SettingDifference]:
+def planned_directories(run_dir: str | Path) -> dict[str, str]:
+    """``{benchmark name as asked for: its records' directory}`` of a run's plan (``{}`` without one): the
+    records (``results.jsonl``) name a benchmark by its directory, the plan and the summary by its name."""
+    try:
+        return {b.name: b.directory for b in read_plan(run_dir).benchmarks}
+    except (FileNotFoundError, ConfigError):
+        return {}
+
+
+def setting_differences(run_a: str | Path, run_b: str | Path,
+                        benchmarks: list[str] | None = None) -> list[SettingDifference]:
     """Every fingerprint key that differs between two runs, run-wide keys first. Per-benchmark keys are
-    compared for ``benchmarks`` that both runs planned (a benchmark on one side only is the table's business)."""
+    compared for ``benchmarks`` (default: every benchmark either plan names) that both runs planned (a
+    benchmark on one side only is the table's business)."""
     fa, fb = run_fingerprint(run_a), run_fingerprint(run_b)
     if not fa or not fb:
         return []
+    if benchmarks is None:
+        benchmarks = list(dict.fromkeys([*planned_directories(run_a), *planned_directories(run_b)]))
     scoped = {name: [k for k in {*fa, *fb} if k.startswith(f"{name}.")] for name in benchmarks}
     owner = {k: name for name, keys in scoped.items() for k in keys}
     both_planned = {name for name in benchmarks if f"{name}.trials" in fa and f"{name}.trials" in fb}
