@@ -56,7 +56,9 @@ def test_final_weights_note_names_the_step_final_holds():
 def test_memory_notice_warns_when_memory_is_short(monkeypatch):
     monkeypatch.setattr(demo, "available_memory_gib", lambda: 3.0)
     notice = demo.memory_notice()
-    assert f"needs about {demo.DEMO_NEEDS['peak_rss_gib']:.0f} GiB" in notice and "WARNING" in notice
+    need, measured = demo.demo_cost()
+    assert f"needs about {need:.0f} GiB" in notice and "WARNING" in notice and measured in notice
+    assert "docs/costs.md" in measured  # the one table of costs, quoted
     monkeypatch.setattr(demo, "available_memory_gib", lambda: 64.0)
     assert "WARNING" not in demo.memory_notice()
 

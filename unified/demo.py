@@ -12,7 +12,8 @@
 6. a before/after table: the held-out reward with its paired standard error, and the agent
    suite's result with what ran, what was skipped and why.
 
-It first prints the memory and time it needs (:data:`DEMO_NEEDS`) and the memory available.
+It first prints the memory and time it needs (the cost table's ``demo`` row: :func:`demo_cost`) and the
+memory available.
 Everything lands under ``--out`` (default ``runs/demo``); rerunning resumes both the warmup and
 the eval where they stopped.
 """
@@ -42,9 +43,22 @@ DEMO_TOOLS = [{
                        "required": ["path"]},
     },
 }]
-DEMO_NEEDS = {"peak_rss_gib": 8.0, "minutes_2_cores": 6}
-"""What ``make demo`` needs on a 2-core CPU: measured 6.5 GiB peak RSS and 5 min 37 s (setup included) on the
-busy 2-core CI machine (docs/warmup_memory.md); memory rounded up for headroom."""
+def demo_cost() -> tuple[float, str]:
+    """(GiB of free memory to ask for, the measured cost in words) of ``make demo``, from the cost table's
+    ``demo`` row (:mod:`unified.eval.costs`, the one source of costs): its peak RSS rounded up to the next
+    GiB; 8 GiB and "not measured" when the table has no such row."""
+    import math
+
+    from unified.eval.costs import cost_rows, duration, read_costs
+
+    table = read_costs()
+    row = cost_rows(table).get("demo")
+    if row is None or row.peak_rss_gib is None:
+        return 8.0, "its cost is not measured (docs/costs.md)"
+    cpus = (table.get("machine") or {}).get("cpus", "?")
+    return float(math.ceil(row.peak_rss_gib)), (f"measured {row.peak_rss_gib:.2f} GiB peak RSS and "
+                                                f"{duration(row.wall_s)} on a shared {cpus}-CPU machine "
+                                                f"({row.measured_at[:10]}, docs/costs.md)")
 
 DEMO_MESSAGES = [
     {"role": "system", "content": "You are a careful assistant that uses tools."},
@@ -152,10 +166,14 @@ def available_memory_gib() -> float | None:
 
 def memory_notice(*, skip_warmup: bool = False) -> str:
     """What the demo needs, what this machine has, and a warning when it is short."""
-    need = 2.0 if skip_warmup else DEMO_NEEDS["peak_rss_gib"]
+    need, measured = demo_cost()
+    if skip_warmup:
+        line = "make demo --skip-warmup needs about 2 GiB of free memory (no warmup); "
+        need = 2.0
+    else:
+        line = (f"make demo needs about {need:.0f} GiB of free memory (its GSPO warmup of a 373M-parameter MoE on "
+                f"CPU; {measured}); ")
     have = available_memory_gib()
-    line = (f"make demo needs about {need:.0f} GiB of free memory (peak RSS of its GSPO warmup of a 373M-parameter "
-            f"MoE on CPU) and about {DEMO_NEEDS['minutes_2_cores']} minutes on 2 CPU cores; ")
     if have is None:
         return line + "available memory: unknown on this system"
     line += f"available now: {have:.1f} GiB"

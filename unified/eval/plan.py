@@ -293,16 +293,37 @@ def read_plan(run_dir: str | Path) -> RunPlan:
 
 
 def plan_lines(plan: RunPlan) -> list[str]:
-    """The plan in words, one line per benchmark (``--dry-run``)."""
+    """The plan in words: one line per benchmark (tasks x trials, what is recorded, the budgets its episodes
+    run under), then the whole run (episodes over benchmarks, sampling, a time estimate from the cost table,
+    :func:`unified.eval.costs.estimate_line`). Printed by ``--dry-run`` and at the start of a run."""
+    from unified.eval.costs import estimate_line
+
     shard = plan.config.shard
+    sampling = plan.config.sampling
     lines = []
+    to_run: dict[str, int] = {}
     for b in plan.benchmarks:
         if b.status != "run":
             lines.append(f"# plan: {b.name}: {b.status}: {b.reason}" + (f" ({b.how_to_fix})" if b.how_to_fix else ""))
             continue
         part = f", shard {shard}: {len(b.pairs)} of them" if shard else ""
-        lines.append(f"# plan: {b.name}: {len(b.tasks)} tasks x {b.runs} run(s) = {b.pairs_total} pairs{part}; "
-                     f"{len(b.pairs) - len(b.to_run)} recorded, {len(b.to_run)} to run")
+        budget = ""
+        if b.limits is not None:
+            turns = ("no turn cap (the benchmark's protocol)" if b.limits.max_turns >= 10**6
+                     else f"<= {b.limits.max_turns} turns")
+            budget = (f"; each episode {turns}, <= {b.limits.max_steps_per_turn} calls a user turn, "
+                      f"<= {b.limits.max_episode_tokens} tokens, <= {b.limits.max_seconds:g} s")
+        lines.append(f"# plan: {b.name}: {len(b.tasks)} tasks x {b.runs} trial(s) = {b.pairs_total} episodes{part}; "
+                     f"{len(b.pairs) - len(b.to_run)} recorded, {len(b.to_run)} to run{budget}")
+        to_run[b.name] = len(b.to_run)
+    running = [b for b in plan.benchmarks if b.status == "run"]
+    if running:
+        turns = max((b.limits.max_turns for b in running if b.limits is not None), default=plan.config.limits.max_turns)
+        lines.append(f"# plan: in all: {sum(to_run.values())} episode(s) of {len(running)} benchmark(s) still to run "
+                     f"({len(plan.benchmarks) - len(running)} benchmark(s) not run); each policy call <= {sampling.max_new_tokens} "
+                     f"tokens, thinking {'on' if sampling.thinking else 'off'}, temperature {sampling.temperature:g}; "
+                     + estimate_line(to_run, model=plan.config.model, max_new_tokens=sampling.max_new_tokens,
+                                     max_turns=turns))
     if plan.general is not None:
         lines.append(f"# plan: general (lm-eval): {', '.join(plan.general.tasks)}")
     return lines

@@ -26,8 +26,8 @@ from unified.eval.config import EvalConfig
 from unified.eval.general import GENERAL_SUITE, run_general, split_suites
 from unified.eval.engine import EngineChoice, choose_backend, fallback_line
 from unified.eval.identity import record_run_dir, recorded_backend
-from unified.eval.plan import (Loaded, PlannedBenchmark, PlannedEngine, RunPlan, open_adapter, plan_run, recount_recorded,
-                               select_tasks, write_plan)
+from unified.eval.plan import (Loaded, PlannedBenchmark, PlannedEngine, RunPlan, open_adapter, plan_lines, plan_run,
+                               recount_recorded, select_tasks, write_plan)
 from unified.eval.records import BenchmarkEntry, RunSummary
 from unified.eval.shards import check_unsharded_parts
 from unified.eval.rundir import BenchmarkStore, RunDirLock
@@ -101,6 +101,8 @@ def run_eval(cfg: EvalConfig, *, policy: ChatModel | Replayer | None = None,
         record_run_dir(cfg.out, cfg, names, resume_anyway=resume_anyway, policy_given=policy is not None)
         plan = recount_recorded(plan)  # under the lock: torn tails cut, what another run added meanwhile counted
         write_plan(cfg.out, plan)
+        for line in plan_lines(plan):  # what will run, its budgets and an estimate, before the first episode
+            _log(line[2:])
         return execute(plan, policy=policy, loaded=loaded, resume_anyway=resume_anyway)
 
 
