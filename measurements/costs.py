@@ -53,10 +53,12 @@ COMMANDS: dict[str, tuple[str, str | None, bool]] = {
                        f"{RUNS}/eval/quick", True),
     "eval_ood_with_checkouts": (f"{PY} -m unified.eval --suite ood --model embedded --limit 1 "
                                 f"--out {RUNS}/eval/ood-checkouts", f"{RUNS}/eval/ood-checkouts", True),
-    "compare": (f"{PY} -m unified.eval --compare {RUNS}/eval/sft {RUNS}/eval/warmup", None, False),
-    "plot_compare": (f"{PY} -m unified.plot --compare {RUNS}/eval/sft {RUNS}/eval/warmup --out {RUNS}/compare.png",
+    # two runs of the same weights under other settings (sft, quick): the cost of a comparison, which reads
+    # records only, does not depend on which two runs it reads
+    "compare": (f"{PY} -m unified.eval --compare {RUNS}/eval/sft {RUNS}/eval/quick", None, False),
+    "plot_compare": (f"{PY} -m unified.plot --compare {RUNS}/eval/sft {RUNS}/eval/quick --out {RUNS}/compare.png",
                      f"{RUNS}/compare.png", False),
-    "view": (f"{PY} -m unified.view {RUNS}/eval/warmup", f"{RUNS}/eval/warmup/view.html", False),
+    "view": (f"{PY} -m unified.view {RUNS}/eval/sft", f"{RUNS}/eval/sft/view.html", False),
     "eval_pta": (f"{PY} -m unified.eval --suite ood --model embedded --prompting predict_then_act --limit 1 "
                  f"--out {RUNS}/eval/pta", f"{RUNS}/eval/pta", True),
     "trace": (f"{PY} -m unified.trace {RUNS}/eval/pta", f"{RUNS}/eval/pta/figures", False),
