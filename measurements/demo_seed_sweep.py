@@ -108,6 +108,20 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def seed_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The share of seeds that keep the start and that raise the held-out reward, and the held-out paired
+    difference's mean with its between-seed standard error ``sd / sqrt(n)`` (``sd`` with ``n - 1``)."""
+    ok = sorted((r for r in rows if "error" not in r), key=lambda r: r["seed"])
+    diffs = [r["heldout_diff"] for r in ok]
+    n = len(diffs)
+    mean = sum(diffs) / n if n else float("nan")
+    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1)) if n > 1 else float("nan")
+    return {"seeds": [r["seed"] for r in ok], "n": n, "kept_start": sum(r["kept_step"] == 0 for r in ok),
+            "heldout_up": sum(d > 0 for d in diffs), "heldout_down": sum(d < 0 for d in diffs),
+            "mean_diff": round(mean, 3), "se_diff": round(sd / math.sqrt(n), 3) if n > 1 else None,
+            "errors": [r["seed"] for r in rows if "error" in r]}
+
+
 def read_rows(out: Path) -> list[dict[str, Any]]:
     path = out / RESULTS
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
@@ -120,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", action="append", default=[], dest="extra", help="a recipe override, repeatable")
     parser.add_argument("--keep-weights", action="store_true")
     parser.add_argument("--table", action="store_true", help="print the table of what ran, run nothing")
+    parser.add_argument("--report", metavar="FILE", help="write the seeds' summary (seed_summary) as JSON: the "
+                        "demo's recap reads recipes/warmup/demo_seed_report.json")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -137,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
             if "error" not in r and (out / f"seed{r['seed']}" / "before_after.json").is_file() else r
             for r in read_rows(out)]
     print(table(rows))
+    if args.report:
+        Path(args.report).write_text(json.dumps(seed_summary(rows), indent=1) + "\n", encoding="utf-8")
     return 0
 
 

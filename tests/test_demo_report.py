@@ -86,3 +86,21 @@ def test_the_demo_turn_is_called_what_it_is():
                                                    "cap (--max-new-tokens)")
     assert demo.tool_turn_verdict("<tool_call>\n<function=rm_rf>\n</function>\n</tool_call>", 9, 48) \
         .startswith("NOT a valid tool call (unknown tool 'rm_rf')")
+
+
+def test_the_recap_gives_the_fresh_seeds_and_leads_with_it_when_the_setting_does_not_learn(tmp_path, monkeypatch):
+    import json
+
+    chosen = {"range": "0-9", "n": 10, "kept_start": 1, "heldout_up": 8, "mean_diff": 0.752, "se_diff": 0.241}
+    learns = {"range": "100-109", "n": 10, "kept_start": 2, "heldout_up": 7, "mean_diff": 0.5, "se_diff": 0.2}
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps({"selection": chosen, "report": learns}))
+    monkeypatch.setattr(demo, "DEMO_SEED_REPORT", path)
+    table = demo.before_after_table(_report(), None)
+    assert table.startswith("Before/after") and "On 10 fresh training seeds (100-109, never used to choose these " \
+        "settings) the warmup kept the start on 2 and raised the held-out reward on 7; mean paired difference " \
+        "+0.50 +- 0.20 SE." in table
+    path.write_text(json.dumps({"selection": chosen, "report": {**learns, "heldout_up": 4, "kept_start": 3}}))
+    table = demo.before_after_table(_report(), None)
+    assert table.startswith("THE DEMO'S WARMUP DOES NOT LEARN ON MOST FRESH SEEDS: of 10 seeds never used to choose "
+                            "its settings, 4 raised the held-out reward and 3 kept the starting weights.")
