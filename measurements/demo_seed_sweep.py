@@ -134,8 +134,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", action="append", default=[], dest="extra", help="a recipe override, repeatable")
     parser.add_argument("--keep-weights", action="store_true")
     parser.add_argument("--table", action="store_true", help="print the table of what ran, run nothing")
-    parser.add_argument("--report", metavar="FILE", help="write the seeds' summary (seed_summary) as JSON: the "
-                        "demo's recap reads recipes/warmup/demo_seed_report.json")
+    parser.add_argument("--report", metavar="FILE", help="merge the seeds' summary (seed_summary) into FILE as its "
+                        "--report-as key: the demo's recap reads recipes/warmup/demo_seed_report.json")
+    parser.add_argument("--report-as", choices=["selection", "report"], default="report",
+                        help="selection: the seeds the settings were chosen on; report: a fresh range never used")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -154,7 +156,15 @@ def main(argv: list[str] | None = None) -> int:
             for r in read_rows(out)]
     print(table(rows))
     if args.report:
-        Path(args.report).write_text(json.dumps(seed_summary(rows), indent=1) + "\n", encoding="utf-8")
+        path = Path(args.report)
+        data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        summary = seed_summary(rows)
+        seeds = summary["seeds"]
+        summary["range"] = f"seeds {min(seeds)}-{max(seeds)}" if seeds else "no seed"
+        summary["settings"] = {"extra": json.loads((out / "settings.json").read_text()).get("extra", [])
+                               if (out / "settings.json").is_file() else [], "out": str(out)}
+        data[args.report_as] = summary
+        path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     return 0
 
 
