@@ -309,8 +309,10 @@ def _warmup(args, loaded, done: list[str]) -> dict:
     loaded.model.train()
     report = run_before_after(cfg, temperature=0, policy=policy)
     del policy
-    print(f"    {report['steps']} steps, {report['mean_step_seconds']:.1f}s/step, peak RSS "
-          f"{report['peak_memory'].get('memory/peak_rss_gib', 0):.1f} GiB")
+    print(f"    {report['steps']} steps: {report['mean_step_seconds']:.1f} s a step (generation + update, metrics.jsonl's "
+          f"step_time), {report['seconds_per_step']:.1f} s a step with the validation probe and saving (run.json); "
+          f"peak RSS of this process {report['peak_memory'].get('memory/peak_rss_gib', 0):.2f} GiB (the whole "
+          "command's, measured from outside, is docs/costs.md's)")
     print(f"    checkpoint: {report['final_dir']} (metrics: {out / 'metrics.jsonl'})")
     from unified.warmup.guard import final_weights_note, final_weights_step
 
