@@ -119,7 +119,7 @@ def measure(name: str, scratch: Path) -> dict[str, Any]:
     row = {"name": name, "command": command.replace(str(scratch), "SCRATCH").replace(f"{PY} ", "python "),
            "wall_s": wall, "cpu_s": None if user is None else round(user + system, 1),
            "peak_rss_gib": None if rss_kb is None else round(rss_kb / 2**20, 2),
-           "disk_mb": None if out is None else (lambda d: None if d is None else round(d, 1))(
+           "disk_mb": None if out is None else (lambda d: None if d is None else round(d, 3))(
                disk_mb(out if out.is_absolute() else REPO / out)),
            "load": [before, after], "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "source": "measurements/costs.py", "note": "" if rc == 0 else f"exit status {rc} (log: {log})",

@@ -43,8 +43,8 @@ def test_compare_names_every_setting_that_differs_and_marks_the_delta(tmp_path, 
     row = next(line for line in out.splitlines() if line.startswith("| ") and FIXTURE in line)
     assert row.rstrip().endswith("+0.00 NOT COMPARABLE |"), row
     assert "- sampling.max_new_tokens: A 512 vs B 48" in out and "- sampling.thinking: A true vs B false" in out
-    assert "- limits.max_turns: A 40 vs B 4" in out
     assert f"- {FIXTURE}.limits.max_turns: A 40 vs B 4" in out  # the budget its episodes ran under
+    assert "- limits.max_turns" not in out  # the run-wide flag is compared where it acts (a protocol may override it)
     # the same settings: no difference named, the delta is plain
     assert main(["--compare", str(tmp_path / "a"), str(tmp_path / "c")]) == 0
     same = capsys.readouterr().out
@@ -56,7 +56,8 @@ def test_other_data_and_other_trials_are_differences_of_that_benchmark(tmp_path)
     assert main(["--benchmarks", FIXTURE, "--model", "gold", "--out", str(tmp_path / "b"), "--runs", "2",
                  "--set", f"benchmarks.{FIXTURE}.n=2"]) == 0
     diffs = {d.key: d for d in setting_differences(tmp_path / "a", tmp_path / "b", [FIXTURE])}
-    assert diffs["runs"].benchmark is None and diffs[f"{FIXTURE}.trials"].a == 1 and diffs[f"{FIXTURE}.trials"].b == 2
+    assert "runs" not in diffs  # compared where it acts: the benchmark's trials
+    assert diffs[f"{FIXTURE}.trials"].benchmark == FIXTURE and (diffs[f"{FIXTURE}.trials"].a, diffs[f"{FIXTURE}.trials"].b) == (1, 2)
     assert diffs[f"{FIXTURE}.data"].benchmark == FIXTURE and diffs[f"{FIXTURE}.data"].a != diffs[f"{FIXTURE}.data"].b
     assert diffs[f"{FIXTURE}.settings.n"].line() == f"{FIXTURE}.settings.n: A 3 vs B 2"
 

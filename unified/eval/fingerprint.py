@@ -31,6 +31,10 @@ from unified.store import flatten_identity, read_identity
 
 MODEL_KEYS = ("model", "model.files", "model.weights")
 SELECTION_KEYS = ("limit", "task_ids", "runs", "shard")
+IMPLIED_KEYS = ("limit", "runs")
+"""Recorded, but not compared as such: what they select is compared per benchmark (``NAME.tasks``, ``NAME.trials``,
+``NAME.data``), so ``--runs`` unset (the protocol's 1) and ``--runs 1`` are no difference. Likewise the run-wide
+``limits.*`` where both plans record each benchmark's limits (a benchmark's protocol may override them)."""
 
 
 def run_fingerprint(run_dir: str | Path) -> dict[str, Any]:
@@ -114,6 +118,8 @@ def setting_differences(run_a: str | Path, run_b: str | Path,
     out = []
     for key in sorted({*fa, *fb}, key=lambda k: (k in owner, owner.get(k, ""), k)):
         name = owner.get(key)
+        if key in IMPLIED_KEYS or (key.startswith("limits.") and both_planned):
+            continue  # compared where they act: each benchmark's own limits (its protocol may override them)
         if name is not None and name not in both_planned:
             continue
         if name is None and "." in key and key.split(".", 1)[0] not in ("sampling", "limits", "prompting_options"):
