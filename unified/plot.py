@@ -377,7 +377,8 @@ def compare_figure(run_a: str | Path, run_b: str | Path, labels: tuple[str, str]
     if differences:
         shown = "; ".join(d.line() for d in differences[:4])
         more = f"; and {len(differences) - 4} more (python -m unified.eval --compare)" if len(differences) > 4 else ""
-        title = (f"NOT COMPARABLE: the runs differ in {len(differences)} setting(s) besides the weights\n"
+        title = (f"NOT COMPARABLE: the runs differ in {len(differences)} setting(s) besides the weights"
+                 + (" (IDENTICAL WEIGHTS: A and B are the same tensors)" if identical else "") + "\n"
                  + _wrap(shown + more, int(fig.get_figwidth() * 13)))
         ax.set_title(title, fontsize=8, color="darkred")
     else:
