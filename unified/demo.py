@@ -283,8 +283,9 @@ def demo_warmup_overrides(*, steps: int, heldout: int) -> list[str]:
     return [f"train.max_steps={steps}", f"train.save_steps={steps}",
             # 2 updates per generation batch of 4 prompts x 4 completions (the recipe: 4 updates per batch of 8)
             "gspo.steps_per_generation=16",
-            # 5x the recipe's 2e-5, for 2 steps instead of 5: over training seeds 0-9 it kept the start on 1
-            # (2e-5: on 6 of 12) and raised the held-out reward on 8 (docs/warmup_collapse.md, the demo's section)
+            # 5x the recipe's 2e-5, for 2 steps instead of 5: chosen on training seeds 0-9, where it kept the start
+            # on 1 (2e-5: on 6 of 12) and raised the held-out reward on 8; on fresh seeds: DEMO_SEED_REPORT
+            # (docs/warmup_collapse.md, the fresh-seed section), which the recap prints
             "train.learning_rate=1e-4",
             f"data.train=[{REPO / 'data' / 'lwm'}]", f"data.heldout_size={heldout}",
             "data.max_prompt_tokens=320",  # 64 of the 108 samples; shorter prompts, faster steps than the recipe's 512
