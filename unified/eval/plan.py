@@ -97,6 +97,11 @@ class PlannedBenchmark:
     environment variable, else ``embedded``), None for a benchmark without one."""
     data_digest: str | None = None
     """:func:`tasks_digest` of the selected tasks: the data version, compared by ``--compare``."""
+    aggregate_rule: Literal["adapter", "mean"] = "adapter"
+    """How its summary number is computed: ``mean``: the adapter keeps the SDK's default aggregate
+    (:func:`unified.benchmarks.aggregate.mean_score`), which a summary recomputes from the records
+    without the adapter's code; ``adapter``: its own ``aggregate`` (its code is needed, or, for a merge
+    without it, the shards' recorded aggregates combined and labelled: :mod:`unified.eval.summarize`)."""
 
     def __post_init__(self) -> None:  # JSON has no tuples: [task id, trial] read back as (str, int)
         for name in ("pairs", "to_run"):
@@ -238,7 +243,8 @@ def plan_benchmark(name: str, cfg: EvalConfig, out: Path, *, repair: bool = True
         name, directory, settings=settings, limits=limits, runs=runs, runs_protocol=adapter.runs_default,
         tasks=[t.id for t in tasks], not_scored=[t.id for t in tasks if not t.scored], tasks_in_benchmark=in_benchmark,
         pairs=pairs, pairs_total=len(tasks) * runs, to_run=[p for p in pairs if p not in recorded],
-        judge=_judge_spec(adapter), data_digest=tasks_digest(tasks))
+        judge=_judge_spec(adapter), data_digest=tasks_digest(tasks),
+        aggregate_rule="mean" if getattr(type(adapter), "aggregate", None) is Adapter.aggregate else "adapter")
 
 
 def _judge_spec(adapter: Adapter) -> str | None:

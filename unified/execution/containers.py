@@ -6,7 +6,7 @@ containers carry the label ``unified.session`` and are always removed (``close``
 finalizer if a caller forgot). Timeouts are enforced twice: ``timeout -k`` inside the container
 (which kills the command itself, not just the client) and a host-side limit on the CLI call.
 
-The argv builders (``run_argv``, ``exec_argv`` ...) are plain functions of the spec, so their
+The argv builders (``run_argv``, ``exec_argv`` ..., in :mod:`unified.execution.container_argv`) are plain functions of the spec, so their
 construction is tested without an engine; a missing engine or daemon, or one that cannot start
 a container here (:mod:`unified.execution.probe`, one tiny real run per engine per process), is
 :class:`BackendUnavailable`, never a crash.
@@ -41,20 +41,23 @@ from unified.execution.base import (
     quote,
     shell_join,
 )
+from unified.execution.container_argv import KEEPALIVE, build_argv, exec_argv, rm_argv, run_argv  # noqa: F401  (public names)
+from unified.execution.episode_network import EpisodeNetwork, NetworkSetupError
+from unified.execution.pristine import PRISTINE_POINT, pristine_toolchain
+from unified.execution.pristine import toolchain_changes as allowlist_changes
 from unified.execution.probe import probe_apptainer, probe_engine
 from unified.execution.verifier import (
-    PRIVATE_VERIFIER_SCRIPT,
     SETUP_FAILED,
     PrivateRun,
+    default_caps,
     files_tar,
     parse_private_output,
+    private_verifier_argv,
     toolchain_tampering,
 )
 from unified.execution.verifier_tools import MOUNT_POINT, keep_mask, tools_mount_argv, verifier_tools
 from unified.sandbox.streams import communicate_capped, cut_text
 
-KEEPALIVE = ["sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"]
-LABEL = "unified.session"
 _HOST_GRACE_S = 30.0
 MAX_OUTPUT_BYTES = 64 << 20
 """A command's stdout/stderr beyond this many bytes are counted and dropped while they stream (``read_file``
@@ -120,68 +123,6 @@ def qualify_image(image: str) -> str:
 # docker / podman
 
 
-def build_argv(engine: str, spec: EnvironmentSpec, tag: str) -> list[str]:
-    """``docker build`` of the spec's context."""
-    ctx = Path(spec.build_context)
-    return [engine, "build", "-t", tag, "-f", str(ctx / spec.dockerfile), str(ctx)]
-
-
-def run_argv(engine: str, spec: EnvironmentSpec, image: str, name: str, mounts: list[str] = ()) -> list[str]:
-    """``docker run -d`` of a keep-alive container with the spec's limits (``mounts``: extra ``-v`` options)."""
-    argv = [engine, "run", "-d", "--name", name, "--label", f"{LABEL}={name}", "--init", *mounts]
-    if not spec.network:
-        argv += ["--network", "none"]
-    if spec.cpus:
-        argv += ["--cpus", f"{spec.cpus:g}"]
-    if spec.memory_mb:
-        argv += ["--memory", f"{int(spec.memory_mb)}m"]
-    if spec.max_processes:
-        argv += ["--pids-limit", str(int(spec.max_processes))]
-    if spec.workdir:
-        argv += ["-w", spec.workdir]
-    for key, value in spec.env.items():
-        argv += ["-e", f"{key}={value}"]
-    return argv + ["--entrypoint", KEEPALIVE[0], image, *KEEPALIVE[1:]]
-
-
-def exec_argv(engine: str, name: str, command: str | list[str], timeout_s: float, workdir: str | None = None,
-              env: dict[str, str] | None = None, interactive: bool = False, has_timeout: bool = True) -> list[str]:
-    """``docker exec`` of ``command``, wrapped in the image's ``timeout -k`` when it has one (default capabilities)."""
-    argv = [engine, "exec"]
-    if interactive:
-        argv.append("-i")
-    if workdir:
-        argv += ["-w", workdir]
-    for key, value in (env or {}).items():
-        argv += ["-e", f"{key}={value}"]
-    inner = shell_join(command)
-    if has_timeout:
-        inner = ["timeout", "-k", "5", f"{max(timeout_s, 0.1):g}", *inner]
-    return argv + [name, *inner]
-
-
-def private_verifier_argv(engine: str, name: str, command: list[str], *, out_dir: str, dirs: list[str],
-                          timeout_s: float, workdir: str, mask: int, env: dict[str, str] | None = None) -> list[str]:
-    """The one privileged ``exec``: the host's static busybox (never a program of the container's) sets up the
-    private namespace of :data:`~unified.execution.verifier.PRIVATE_VERIFIER_SCRIPT`; ``command`` runs through
-    ``keep-caps MASK``."""
-    bb, kc, mnt = f"{MOUNT_POINT}/busybox", f"{MOUNT_POINT}/keep-caps", f"{MOUNT_POINT}/mnt"
-    argv = [engine, "exec", "-i", "--privileged"]
-    for key, value in (env or {}).items():
-        argv += ["-e", f"{key}={value}"]
-    return argv + [name, bb, "unshare", "--mount", "--propagation", "private", bb, "sh", "-c", PRIVATE_VERIFIER_SCRIPT,
-                   "sh", bb, kc, mnt, out_dir, f"{max(timeout_s, 0.1):g}", workdir, ":".join(dirs), f"{mask:x}", *command]
-
-
-def default_caps(status: str) -> int | None:
-    """The ``CapBnd`` mask of a ``/proc/PID/status`` text (None when it has none)."""
-    for line in status.splitlines():
-        if line.startswith("CapBnd:"):
-            try:
-                return int(line.split(":", 1)[1].strip(), 16)
-            except ValueError:
-                return None
-    return None
 
 
 REBUILT_LABEL = "unified.rebuilt-base"
@@ -203,10 +144,6 @@ def rebuilt_base_labels(engine: str, image: str) -> dict[str, str]:
     return out
 
 
-def rm_argv(engine: str, name: str) -> list[str]:
-    return [engine, "rm", "-f", "-v", name]
-
-
 INFO_TIMEOUT_S = 60
 """How long ``ENGINE info`` may take before the backend is called unavailable; 20 s refused a task on a
 2-core machine with a load average of 10."""
@@ -222,15 +159,38 @@ class DockerSession(ExecutionSession):
         self.image = image
         self.info.update({"image": image, "container": self.name})
         self._started = False
-        self._finalizer = weakref.finalize(self, _force_remove, engine, self.name)
+        self._networks: list[EpisodeNetwork] = []
+        self._finalizer = weakref.finalize(self, _force_remove, engine, self.name, self._networks)
         self._has_timeout = True
         self._keepalive: list[int] = []
         self._verifier_mask: int | str = "not started"
         """The private verifier's capability mask, or why there is no private verifier here."""
+        self._pristine = ""
+        """:data:`~unified.execution.pristine.PRISTINE_POINT` when the image's toolchain is mounted there."""
 
     def start(self) -> None:
         tools = verifier_tools()
-        argv = run_argv(self.engine, self.spec, self.image, self.name, tools_mount_argv())
+        inspected = _run([self.engine, "image", "inspect", "--format", "{{.Id}}", self.image], timeout=60)
+        if inspected.returncode == 0 and inspected.stdout.strip():
+            self.info["image_id"] = inspected.stdout.decode(errors="replace").strip()
+        mounts = tools_mount_argv()
+        if mounts:  # the private verifier runs on the image's own toolchain (issue 42, R1)
+            pristine = pristine_toolchain(self.engine, self.image, self.info.get("image_id", ""))
+            if isinstance(pristine, str):
+                self.info["pristine_toolchain"] = f"none: {pristine}"
+            else:
+                mounts += ["-v", f"{pristine}:{PRISTINE_POINT}:ro"]
+                self._pristine, self.info["pristine_toolchain"] = PRISTINE_POINT, str(pristine)
+        network: list[str] = []
+        if self.spec.network:  # its own network, no way to the host or other episodes (issue 42, R3)
+            self._started = True  # from here on, close() removes what was made
+            try:
+                self._networks.append(EpisodeNetwork.create(self.engine))
+            except (NetworkSetupError, OSError, subprocess.TimeoutExpired) as exc:
+                raise ExecutionError(f"{self.engine}: cannot give the episode a network of its own: {exc}") from exc
+            network = self._networks[0].run_options()
+            self.info["network_isolation"] = self._networks[0].info
+        argv = run_argv(self.engine, self.spec, self.image, self.name, mounts, network)
         proc = _run(argv, timeout=120)
         self._started = True
         if proc.returncode != 0:
@@ -263,15 +223,21 @@ class DockerSession(ExecutionSession):
         return self.spec.workdir or self.info.get("workdir") or "/"
 
     def toolchain_changes(self, before_verifier: bool = True) -> list[str] | None:
-        """The verifier's toolchain the agent changed, from the engine's diff of the container against its image
-        (:func:`~unified.execution.verifier.toolchain_tampering`)."""
+        """The verifier's toolchain the agent changed, from the engine's diff of the container against its image:
+        every change under its paths (:func:`unified.execution.pristine.toolchain_changes`). Where the verifier does
+        not run on the image's copy of them, the diff taken after it (``before_verifier=False``) shows its own
+        installs too and is read with the narrower :func:`~unified.execution.verifier.toolchain_tampering`."""
         try:
             proc = _run([self.engine, "diff", self.name], timeout=120)
         except subprocess.TimeoutExpired:
             return [f"? `{self.engine} diff` did not answer within 120 s"]
         if proc.returncode != 0:
             return [f"? `{self.engine} diff` failed: {proc.stderr.decode(errors='replace').strip()[-200:]}"]
-        return toolchain_tampering(proc.stdout.decode(errors="replace"), before_verifier)
+        diff = proc.stdout.decode(errors="replace")
+        if self._pristine or before_verifier:
+            return list(dict.fromkeys([*allowlist_changes(diff, ignore_bytecode=bool(self._pristine)),
+                                       *toolchain_tampering(diff, before_verifier)]))
+        return toolchain_tampering(diff, before_verifier)
 
     def own_pids(self) -> list[int]:
         return list(self._keepalive)
@@ -300,7 +266,7 @@ class DockerSession(ExecutionSession):
         limit = timeout_s + 120  # the command's own limit is inside; this bounds setup and the copy back
         argv = private_verifier_argv(self.engine, self.name, list(command), out_dir=out_dir, dirs=dirs,
                                      timeout_s=timeout_s, workdir=workdir or self.workdir, mask=self._verifier_mask,
-                                     env=env)
+                                     env=env, pristine=self._pristine)
         start = time.monotonic()
         code, out, err, host_timeout = _run_capped(argv, timeout=limit + _HOST_GRACE_S, stdin=files_tar(files))
         seconds = time.monotonic() - start
@@ -330,11 +296,13 @@ class DockerSession(ExecutionSession):
             self._finalizer()
 
 
-def _force_remove(engine: str, name: str) -> None:
+def _force_remove(engine: str, name: str, networks: list[EpisodeNetwork] = ()) -> None:
     try:
         _run(rm_argv(engine, name), timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         pass
+    for net in networks:  # after the container: a network in use cannot be removed
+        net.remove()
 
 
 class DockerBackend(ExecutionBackend):
