@@ -33,6 +33,8 @@ from typing import Any
 import torch
 
 from unified.config import ArgumentParser
+from unified.chatformat.toolcalls import parse_completion
+from unified.eval.costs import cost_rows, duration, read_costs
 
 DEMO_TOOLS = [{
     "type": "function",
@@ -48,8 +50,6 @@ def demo_cost() -> tuple[float, str]:
     ``demo`` row (:mod:`unified.eval.costs`, the one source of costs): its peak RSS rounded up to the next
     GiB; 8 GiB and "not measured" when the table has no such row."""
     import math
-
-    from unified.eval.costs import cost_rows, duration, read_costs
 
     table = read_costs()
     row = cost_rows(table).get("demo")
@@ -138,8 +138,6 @@ def tool_turn_verdict(completion: str, generated: int, cap: int) -> str:
     """What the demo's one turn is, read with the eval's own parser (:func:`unified.chatformat.toolcalls.
     parse_completion`): a well-formed call of the offered tool, a malformed one, or no call at all (the
     135M embedded model often answers in text or repeats the tool block), and whether the token cap cut it."""
-    from unified.chatformat.toolcalls import parse_completion
-
     parsed = parse_completion(completion)
     offered = {t["function"]["name"] for t in DEMO_TOOLS}
     good = [c for c in parsed.tool_calls if c.parse_error is None and c.name in offered]

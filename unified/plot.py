@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from unified.store import read_jsonl
+from unified.eval.records import load_summary
 
 METRICS_FILE = "metrics.jsonl"
 """The warmup's metrics file (``unified.warmup.callbacks.METRICS_FILE``)."""
@@ -290,8 +291,6 @@ def benchmark_statuses(run_dir: str | Path) -> dict[str, str]:
             skipped[result.benchmark] = skipped.get(result.benchmark, 0) + 1
     out = {name: f"all {n} tasks skipped" for name, n in skipped.items() if name not in ran}
     try:
-        from unified.eval.records import load_summary
-
         from unified.eval.fingerprint import planned_directories
 
         directory = planned_directories(run_dir)  # the records name a benchmark by its directory

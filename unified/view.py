@@ -36,6 +36,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable
 
+from unified.eval.identity import recorded_weights
 from unified.types import Episode, EpisodeResult, Message, Step
 
 MAX_CHARS = 20_000
@@ -399,7 +400,6 @@ def render_index(run_dirs: list[str | Path], out: Path) -> str:
     import os
 
     from unified.eval.fingerprint import run_fingerprint
-    from unified.eval.identity import recorded_weights
     from unified.eval.records import load_summary
 
     summaries = {}

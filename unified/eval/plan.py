@@ -35,6 +35,7 @@ from unified.benchmarks.discovery import load_adapter
 from unified.benchmarks.helpers import limit_runnable, select_task_ids
 from unified.config import ConfigError, from_dict, to_dict
 from unified.eval.config import EvalConfig
+from unified.eval.costs import estimate_line
 from unified.eval.engine import EngineChoice
 from unified.eval.general import GeneralConfig, general_with_limit
 from unified.eval.rundir import BenchmarkStore
@@ -309,8 +310,6 @@ def plan_lines(plan: RunPlan) -> list[str]:
     """The plan in words: one line per benchmark (tasks x trials, what is recorded, the budgets its episodes
     run under), then the whole run (episodes over benchmarks, sampling, a time estimate from the cost table,
     :func:`unified.eval.costs.estimate_line`). Printed by ``--dry-run`` and at the start of a run."""
-    from unified.eval.costs import estimate_line
-
     shard = plan.config.shard
     sampling = plan.config.sampling
     lines = []
