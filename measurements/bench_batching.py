@@ -94,7 +94,7 @@ def _line(r: ModeResult) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m measurements.bench_batching", description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m measurements.bench_batching", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("--model", default="embedded", help="checkpoint spec loaded in-process (hf backend)")
     parser.add_argument("--tasks", type=int, default=8, help="N: BFCL v4 tasks (round-robin over categories)")

@@ -296,7 +296,7 @@ def table(rows: list[ScenarioResult]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m measurements.bench_throughput", description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m measurements.bench_throughput", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("--models", default="gold,scripted", help="comma-separated: gold, scripted, or a checkpoint "
                         "spec (embedded ...)")

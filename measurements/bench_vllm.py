@@ -102,7 +102,7 @@ def _raw_vllm(server, prompts: list[list[int]], new_tokens: int) -> dict[str, An
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m measurements.bench_vllm", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m measurements.bench_vllm", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="embedded", help="a checkpoint spec both engines load")
     parser.add_argument("--tasks", type=int, default=16)
     parser.add_argument("--categories", default="multi_turn")

@@ -108,18 +108,36 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def seed_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The share of seeds that keep the start and that raise the held-out reward, and the held-out paired
+    difference's mean with its between-seed standard error ``sd / sqrt(n)`` (``sd`` with ``n - 1``)."""
+    ok = sorted((r for r in rows if "error" not in r), key=lambda r: r["seed"])
+    diffs = [r["heldout_diff"] for r in ok]
+    n = len(diffs)
+    mean = sum(diffs) / n if n else float("nan")
+    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1)) if n > 1 else float("nan")
+    return {"seeds": [r["seed"] for r in ok], "n": n, "kept_start": sum(r["kept_step"] == 0 for r in ok),
+            "heldout_up": sum(d > 0 for d in diffs), "heldout_down": sum(d < 0 for d in diffs),
+            "mean_diff": round(mean, 3), "se_diff": round(sd / math.sqrt(n), 3) if n > 1 else None,
+            "errors": [r["seed"] for r in rows if "error" in r]}
+
+
 def read_rows(out: Path) -> list[dict[str, Any]]:
     path = out / RESULTS
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="one directory per setting; seeds go under it")
     parser.add_argument("--seeds", default="0-9", help="e.g. 0-9 or 0,3,5")
     parser.add_argument("--set", action="append", default=[], dest="extra", help="a recipe override, repeatable")
     parser.add_argument("--keep-weights", action="store_true")
     parser.add_argument("--table", action="store_true", help="print the table of what ran, run nothing")
+    parser.add_argument("--report", metavar="FILE", help="merge the seeds' summary (seed_summary) into FILE as its "
+                        "--report-as key: the demo's recap reads recipes/warmup/demo_seed_report.json")
+    parser.add_argument("--report-as", choices=["selection", "report"], default="report",
+                        help="selection: the seeds the settings were chosen on; report: a fresh range never used")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -137,6 +155,16 @@ def main(argv: list[str] | None = None) -> int:
             if "error" not in r and (out / f"seed{r['seed']}" / "before_after.json").is_file() else r
             for r in read_rows(out)]
     print(table(rows))
+    if args.report:
+        path = Path(args.report)
+        data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        summary = seed_summary(rows)
+        seeds = summary["seeds"]
+        summary["range"] = f"seeds {min(seeds)}-{max(seeds)}" if seeds else "no seed"
+        summary["settings"] = {"extra": json.loads((out / "settings.json").read_text()).get("extra", [])
+                               if (out / "settings.json").is_file() else [], "out": str(out)}
+        data[args.report_as] = summary
+        path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     return 0
 
 

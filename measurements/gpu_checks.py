@@ -401,7 +401,7 @@ def check_server_sync(out: Path, device: str = "cuda", max_logp_diff: float = 0.
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m measurements.gpu_checks", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m measurements.gpu_checks", description=__doc__.splitlines()[0])
     parser.add_argument("check", choices=CHECKS)
     parser.add_argument("out", type=Path)
     parser.add_argument("--arch", default=os.environ.get("COLOCATE_ARCH", "qwen3_5_moe"),

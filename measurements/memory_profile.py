@@ -326,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     from unified.config import add_recipe_arguments
     from unified.warmup.config import load_warmup_config
 
-    parser = argparse.ArgumentParser(prog="python -m measurements.memory_profile", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m measurements.memory_profile", description=__doc__.splitlines()[0])
     add_recipe_arguments(parser)
     parser.add_argument("--steps", type=int, default=2, help="optimizer steps to profile (default 2)")
     parser.add_argument("--interval", type=float, default=0.02, help="RSS sampling period in seconds")

@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from unified.warmup.parity_probe import compare, vllm_decode_logps, vllm_prompt_logps
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     parser.add_argument("checkpoint")
     parser.add_argument("--new-tokens", type=int, default=8)
     args = parser.parse_args(argv)

@@ -57,7 +57,7 @@ class ScaleBenchRow:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m measurements.scale_bench", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m measurements.scale_bench", description=__doc__.split("\n")[0])
     parser.add_argument("--arch", default="qwen3_5_moe", choices=["qwen3_moe", "qwen3_5_moe"])
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--layers", type=int, default=8)

@@ -105,7 +105,7 @@ def summarize(run_dir: Path) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     parser.add_argument("root", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--seed", type=int, default=0)

@@ -139,7 +139,7 @@ def check(root: Path, lock: Path, pins_file: Path) -> tuple[int, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python scripts/gpu_lock.py", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python scripts/gpu_lock.py", description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=["compile", "check"])
     parser.add_argument("--lock", type=Path, default=ROOT / "requirements/gpu-lock.txt")
     parser.add_argument("--pins", type=Path, default=ROOT / "requirements/gpu.in",

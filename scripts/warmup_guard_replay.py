@@ -29,7 +29,7 @@ def first_collapse(records: list[dict], rise: float | None, rollout_share: float
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("run_dir")
     parser.add_argument("--rise", type=float, default=None, help="monitor.max_probe_loop_rise")
     parser.add_argument("--rollout-share", type=float, default=None, help="monitor.max_rollout_loop_share")

@@ -9,6 +9,12 @@ unified_env() {
     export PYTHONUNBUFFERED=1
     export TOKENIZERS_PARALLELISM=${TOKENIZERS_PARALLELISM:-false}
     export WANDB_MODE=${WANDB_MODE:-offline}
+    # Neither VENV nor PYTHON set: the environment `make setup` made in the checkout, said on one line.
+    if [ -z "${VENV:-}" ] && [ -z "${PYTHON:-}" ] && [ -x "$REPO/.venv/bin/python" ]; then
+        VENV="$REPO/.venv"
+        echo "$(basename "${0:-slurm}"): VENV unset: using $VENV (make setup's; set VENV or PYTHON for another)" >&2
+    fi
+    PYTHON=${PYTHON:-python}
     if [ -n "${VENV:-}" ]; then
         # shellcheck disable=SC1091
         source "$VENV/bin/activate"

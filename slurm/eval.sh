@@ -12,7 +12,8 @@
 #SBATCH --output=%x-%j.out
 #
 # Submit from the root of the unified checkout (docs/slurm.md). What it needs: VENV (or PYTHON) = the
-# environment `make setup` made (checked first: torch and unified imported from outside the checkout);
+# environment `make setup` made (unset: the checkout's .venv, said on one line; checked first: torch and
+# unified imported from outside the checkout);
 # MODEL = the checkpoint to evaluate; one node (the script runs on the node it gets).
 #   MODEL=runs/lwm_warmup-1234/final sbatch slurm/eval.sh                   # OOD suite behind vLLM
 #   MODEL=runs/lwm_warmup-1234/final SUITE=in_domain sbatch slurm/eval.sh --limit 50 --runs 3
@@ -68,8 +69,8 @@ MAX_MODEL_LEN=${MAX_MODEL_LEN:-}                 # vLLM context length (default 
 VLLM_PYTHON=${VLLM_PYTHON:-}                     # interpreter with vLLM (default: REPO/.venv-vllm, see make vllm)
 VLLM_ARGS=${VLLM_ARGS:---enable-auto-tool-choice --tool-call-parser qwen3_coder --reasoning-parser qwen3}
 SERVER_TIMEOUT_S=${SERVER_TIMEOUT_S:-1800}       # how long the server may take to load the weights
-VENV=${VENV:-}                                   # virtual environment to activate (make setup: $REPO/.venv)
-PYTHON=${PYTHON:-python}                         # interpreter with torch and unified (or set VENV)
+VENV=${VENV:-}                                   # virtual environment to activate (unset, with PYTHON unset: $REPO/.venv)
+PYTHON=${PYTHON:-}                               # interpreter with torch and unified (unset: VENV's, else python)
 REPO=${REPO:-${SLURM_SUBMIT_DIR:-$PWD}}          # the unified checkout
 DRY_RUN=${DRY_RUN:-0}                            # 1 = print what would run
 # ------------------------------------------------------------------------------------------------------

@@ -16,7 +16,8 @@
 #   ... sbatch --nodes=4 slurm/lwm_warmup.sh --set train.max_steps=50    # extra args go to unified.warmup
 #   VENV=$PWD/.venv RECIPE=recipes/warmup/embedded_cpu.yaml sbatch --nodes=1 --gpus-per-node=0 slurm/lwm_warmup.sh
 #   DRY_RUN=1 UNIFIED_HOSTNAMES="n0 n1 n2 n3" NODES=4 JUDGE=... bash slurm/lwm_warmup.sh   # print, start nothing
-# What it needs: VENV (or PYTHON) = the environment `make setup` made, checked before anything starts
+# What it needs: VENV (or PYTHON) = the environment `make setup` made (unset: the checkout's .venv, said
+# on one line), checked before anything starts
 # (torch and unified imported from outside the checkout); `sbatch --nodes=N` = how many nodes (NODES
 # follows it); JUDGE = the rubric judge, required by the default recipe (its judge_endpoint is empty;
 # the job stops at once without it); MODEL = the SFT checkpoint (default: the recipe's hub id, which
@@ -53,8 +54,8 @@ VLLM_BIND=${VLLM_BIND:-auto}                     # address the rollout server bi
 VLLM_CMD=${VLLM_CMD:-}                           # rollout server command (empty = the launch plan's trl vllm-serve)
 VLLM_TIMEOUT_S=${VLLM_TIMEOUT_S:-1800}           # how long the rollout server may take to load (a server that exits fails at once)
 MAIN_PORT=${MAIN_PORT:-29500}                    # torch.distributed rendezvous port
-VENV=${VENV:-}                                   # virtual environment to activate (make setup: $REPO/.venv)
-PYTHON=${PYTHON:-python}                         # interpreter with torch and unified (or set VENV)
+VENV=${VENV:-}                                   # virtual environment to activate (unset, with PYTHON unset: $REPO/.venv)
+PYTHON=${PYTHON:-}                               # interpreter with torch and unified (unset: VENV's, else python)
 REPO=${REPO:-${SLURM_SUBMIT_DIR:-$PWD}}          # the unified checkout
 DRY_RUN=${DRY_RUN:-0}                            # 1 = print what would run
 # ------------------------------------------------------------------------------------------------------

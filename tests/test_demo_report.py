@@ -21,7 +21,12 @@ def test_table_shows_the_rule_based_reward_with_its_se_and_what_the_suite_ran_an
     })
     table = demo.before_after_table(_report(), summary)
     assert "rule-based" in table and "| 2.00 | 3.50 (paired +1.50 +- 0.50 SE; 5 up, 1 down, 2 same) |" in table
-    assert "| mean completion length, tokens | 30.0 | 12.5 |" in table
+    assert "| mean completion length, tokens | 30.0 | 12.5 |" in table  # a report without its settings
+    capped = {**_report(), "settings": {"max_new_tokens": 32}}
+    capped["before"] = {**capped["before"], "completion_ids": [[1] * 32, [1] * 28]}
+    capped["after"] = {**capped["after"], "completion_ids": [[1] * 32, [1] * 32]}
+    assert "| mean completion length, tokens (capped at 32) | 30.0; 1 of 2 hit the cap | 12.5; 2 of 2 hit the cap |" \
+        in demo.before_after_table(capped, summary)
     assert "bfcl_v4 | not run (time) | 0.25 (overall accuracy; tasks run 2/2, skipped 0, errored 0) |" in table
     assert "claw_eval | not run (time) | skipped: no local checkout (set CLAW_EVAL_ROOT) |" in table
 
@@ -51,7 +56,9 @@ def test_final_weights_note_names_the_step_final_holds():
 def test_memory_notice_warns_when_memory_is_short(monkeypatch):
     monkeypatch.setattr(demo, "available_memory_gib", lambda: 3.0)
     notice = demo.memory_notice()
-    assert f"needs about {demo.DEMO_NEEDS['peak_rss_gib']:.0f} GiB" in notice and "WARNING" in notice
+    need, measured = demo.demo_cost()
+    assert f"needs about {need:.0f} GiB" in notice and "WARNING" in notice and measured in notice
+    assert "docs/costs.md" in measured  # the one table of costs, quoted
     monkeypatch.setattr(demo, "available_memory_gib", lambda: 64.0)
     assert "WARNING" not in demo.memory_notice()
 
@@ -68,3 +75,37 @@ def test_the_demo_warmup_is_two_updates_of_one_generation_batch_at_the_measured_
     swept = load_warmup_config(demo.DEMO_RECIPE, [*demo.demo_warmup_overrides(steps=2, heldout=8),
                                                   "train.learning_rate=2e-5"])
     assert swept.train.learning_rate == 2e-5
+
+
+def test_the_demo_turn_is_called_what_it_is():
+    call = '<tool_call>\n<function=list_files>\n<parameter=path>\n/tmp\n</parameter>\n</function>\n</tool_call>'
+    assert demo.tool_turn_verdict(call, 20, 48).startswith('a tool call: list_files({"path": "/tmp"})')
+    echo = '{"type": "function", "function": {"name": "list_files", "description": "List the files'
+    assert demo.tool_turn_verdict(echo, 48, 48) == ("NO tool call: the model answered in text (the embedded 135M "
+                                                   "model is not a reliable tool caller); stopped at the 48-token "
+                                                   "cap (--max-new-tokens)")
+    assert demo.tool_turn_verdict("<tool_call>\n<function=rm_rf>\n</function>\n</tool_call>", 9, 48) \
+        .startswith("NOT a valid tool call (unknown tool 'rm_rf')")
+
+
+def test_the_recap_gives_the_fresh_seeds_and_leads_with_it_when_the_setting_does_not_learn(tmp_path, monkeypatch):
+    import json
+
+    chosen = {"range": "0-9", "n": 10, "kept_start": 1, "heldout_up": 8, "mean_diff": 0.752, "se_diff": 0.241}
+    learns = {"range": "100-109", "n": 10, "kept_start": 2, "heldout_up": 7, "mean_diff": 0.5, "se_diff": 0.2}
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps({"selection": chosen, "report": learns}))
+    monkeypatch.setattr(demo, "DEMO_SEED_REPORT", path)
+    table = demo.before_after_table(_report(), None)
+    assert table.startswith("Before/after") and "These settings on fresh training seeds, never used to choose them: " \
+        "10 seeds (100-109): kept the start on 2, raised the held-out reward on 7, mean paired difference " \
+        "+0.50 +- 0.20 SE. On the seeds they were chosen on, 10 seeds (0-9): kept the start on 1" in table
+    path.write_text(json.dumps({"selection": chosen, "report": {**learns, "heldout_up": 5, "kept_start": 3}}))
+    table = demo.before_after_table(_report(), None)  # 5 of 10 is not most
+    assert table.startswith("THE DEMO'S WARMUP DOES NOT LEARN ON MOST FRESH SEEDS: of 10 seeds never used to choose "
+                            "its settings, 5 raised the held-out reward and 3 kept the starting weights.")
+    other = {"range": "elsewhere", "n": 5, "kept_start": 2, "heldout_up": 1, "mean_diff": -0.16, "se_diff": None}
+    path.write_text(json.dumps({"selection": chosen, "report": learns, "other_fresh": [other]}))
+    table = demo.before_after_table(_report(), None)  # pooled: 8 of 15 up, 4 kept the start: most learn
+    assert table.startswith("Before/after") and "; 5 seeds (elsewhere): kept the start on 2, raised the held-out " \
+        "reward on 1, mean paired difference -0.16." in table

@@ -5,6 +5,7 @@ The run directories here are written by the test in the warmup's own formats (``
 
 from __future__ import annotations
 
+import math
 import json
 from pathlib import Path
 
@@ -45,3 +46,13 @@ def test_table_counts_the_seeds_that_keep_the_start_and_lists_errors(tmp_path):
     assert "1 of 3 keep the start; held-out up on 1 of 3" in text
     assert "| 1 | 0 | 1.00 -> 1.00 | +0.00 +- 0.50 (3/1) |" in text and "seed 9: exit status 1" in text
     assert parse_seeds("0-2,7") == [0, 1, 2, 7]
+
+
+def test_seed_summary_counts_keep_start_and_heldout_up_with_mean_and_se():
+    from measurements.demo_seed_sweep import seed_summary
+
+    rows = [{"seed": 100, "kept_step": 0, "heldout_diff": 0.0}, {"seed": 101, "kept_step": 2, "heldout_diff": 1.0},
+            {"seed": 102, "kept_step": 1, "heldout_diff": -0.4}, {"seed": 103, "error": "exit status 1"}]
+    got = seed_summary(rows)
+    assert (got["n"], got["kept_start"], got["heldout_up"], got["heldout_down"], got["errors"]) == (3, 1, 1, 1, [103])
+    assert got["mean_diff"] == 0.2 and got["se_diff"] == round(math.sqrt(((-0.2) ** 2 + 0.8 ** 2 + 0.6 ** 2) / 2 / 3), 3)

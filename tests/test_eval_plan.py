@@ -70,7 +70,10 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(gold_argv(out)[:-2] + ["--dry-run", "--shard", "1/2"]) == 0
     text = capsys.readouterr().out
-    assert f"# plan: {ECHO}: 6 tasks x 1 run(s) = 6 pairs, shard 1/2: " in text
+    assert f"# plan: {ECHO}: 6 tasks x 1 trial(s) = 6 episodes, shard 1/2: " in text
+    assert "each episode <= 40 turns, <= 20 calls a user turn, <= 32768 tokens, <= 3600 s" in text
+    total = next(line for line in text.splitlines() if line.startswith("# plan: in all: "))
+    assert "each policy call <= 512 tokens, thinking on" in total and "estimate: " in total
     assert "# plan: gold_run_fixture:FailingTasksGoldFixture: error: ValueError: the task file is corrupt" in text
     assert text.splitlines()[-1] == f"# --out {out}: new run directory"
     assert not out.exists()

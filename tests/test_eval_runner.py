@@ -107,7 +107,8 @@ def test_compare_prints_deltas(tmp_path, capsys):
                             benchmark_config={FIXTURE: {"n": n, "crash": 1}}))
     assert main(["--compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
     table = capsys.readouterr().out
-    assert "| other | fixture_eval_bench:FixtureAdapter | 66.67 (partial;" in table and "| +13.33* |" in table
+    assert "| other | fixture_eval_bench:FixtureAdapter | 66.67 (partial;" in table
+    assert "| +13.33* NOT COMPARABLE |" in table and f"- {FIXTURE}.settings.n: A 2 vs B 4" in table
 
 
 def test_lwm_is_a_subcommand_with_its_own_help(capsys):

@@ -90,3 +90,54 @@ def test_compare_png(tmp_path: Path, capsys):
     assert (out / "compare.png").read_bytes()[:8] == PNG
     assert plot.main(["--compare", str(a), str(tmp_path / "nothing")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def _texts(fig) -> list[str]:
+    ax = fig.axes[0]
+    return [t.get_text() for t in ax.texts] + [t.get_text() for t in ax.get_xticklabels()]
+
+
+def test_compare_draws_zeros_skips_and_percent(tmp_path: Path):
+    a = _fixture_run(tmp_path / "a", {"alpha": [0.0, 0.0], "beta": [0.5, 1.0], "gamma": [None, None]})
+    b = _fixture_run(tmp_path / "b", {"alpha": [1.0, 0.5], "beta": [0.0]})
+    plt, fig = plot.compare_figure(a, b, ("A", "B"))
+    ax = fig.axes[0]
+    assert ax.get_ylabel() == "mean episode score, % (± 1 SE)" and ax.get_ylim()[1] >= 100
+    texts = _texts(fig)
+    assert texts.count("0%\nn=2") == 1 and "0%\nn=1" in texts and "75%\nn=2" in texts  # zeros are written
+    zero_marks = [line for line in ax.lines if list(line.get_ydata()) == [0, 0] and line.get_linewidth() == 4]
+    assert len(zero_marks) == 2  # and drawn as a mark on the axis
+    assert any(t.startswith("A:\nall 2 tasks skipped") for t in texts)  # gamma: skipped on A, absent on B
+    assert "gamma" in texts and "NOT COMPARABLE" not in ax.get_title()  # no fingerprint recorded: nothing claimed
+    plt.close(fig)
+
+
+def test_compare_of_runs_with_other_settings_says_not_comparable(tmp_path: Path):
+    from unified.eval.cli import main
+
+    fixture = "fixture_eval_bench:FixtureAdapter"  # a benchmark in the adapter contract's format (tests/)
+    for name, tokens in (("a", "512"), ("b", "48")):
+        assert main(["--benchmarks", fixture, "--model", "gold", "--out", str(tmp_path / name), "--set",
+                     f"benchmarks.{fixture}.n=2", "--max-new-tokens", tokens]) == 0
+    plt, fig = plot.compare_figure(tmp_path / "a", tmp_path / "b")
+    title = fig.axes[0].get_title()
+    assert title.startswith("NOT COMPARABLE: the runs differ in 1 setting(s) besides the weights")
+    assert "sampling.max_new_tokens: A 512 vs B 48" in title
+    plt.close(fig)
+
+
+def test_training_plot_marks_steps_without_generation_and_shows_probe_kept_step_and_heldout(tmp_path: Path):
+    rows = [{"step": 1, "loss": 0.1, "reward": 0.7, "reward_std": 0.9, "probe/reward": 2.6, "step_time": 200.0,
+             "memory/peak_rss_gib": 6.3, "clip_ratio/region_mean": 0.0},
+            {"step": 2, "loss": 0.08, "probe/reward": 1.1, "step_time": 70.0, "memory/peak_rss_gib": 6.9,
+             "clip_ratio/region_mean": 0.38}]  # step 2 trained on step 1's batch: no reward logged
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    (tmp_path / "before_after.json").write_text(json.dumps({
+        "steps": 2, "collapse": {"start_probe_reward": 1.9, "best_step": 1, "kept_step": 1},
+        "before": {"mean_reward": 1.4, "prompts": 8}, "after": {"mean_reward": 2.1},
+        "paired": {"prompts": 8, "mean_diff": 0.7, "se_diff": 0.4}}), encoding="utf-8")
+    _, records = plot.read_training_metrics(tmp_path)
+    assert plot.generation_steps(records) == {2: 1}
+    assert plot.warmup_outcome(tmp_path)["collapse"]["kept_step"] == 1
+    png = plot.plot_training(tmp_path, tmp_path / "t.png")
+    assert png.read_bytes()[:8] == PNG

@@ -62,3 +62,19 @@ def test_the_variables_a_newcomer_needs_are_documented(script):
         assert all(word in text for word in ("JUDGE", "--nodes", "MODEL"))
     doc = (REPO / "docs" / "slurm.md").read_text()
     assert script.name in doc and "slurmctld" in doc and "VENV" in doc
+
+
+def test_without_venv_or_python_the_checkouts_venv_is_used_and_said(tmp_path):
+    """``MODEL=... sbatch slurm/eval.sh`` with neither VENV nor PYTHON set: the checkout's ``.venv`` (what
+    ``make setup`` made), said on one line, not a bare ``python`` that cannot import torch."""
+    repo = tmp_path / "checkout"
+    repo.mkdir()
+    (repo / "slurm").symlink_to(REPO / "slurm")
+    (repo / ".venv").symlink_to(Path(sys.prefix))  # this interpreter's environment stands for make setup's
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHON", "VENV")}
+    out = subprocess.run(["bash", str(repo / "slurm" / "eval.sh"), "--limit", "1"], capture_output=True, text=True,
+                         cwd=repo, timeout=120, env={**env, "REPO": str(repo), "DRY_RUN": "1", "SERVER": "none",
+                                                     "MODEL": "gold", "UNIFIED_HOSTNAMES": "n0"})
+    assert out.returncode == 0, out.stderr
+    assert f"VENV unset: using {repo}/.venv" in out.stderr
+    assert "dry run: nothing was started" in out.stdout.splitlines()[-1]

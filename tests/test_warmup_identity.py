@@ -63,8 +63,8 @@ def test_usage_errors_are_one_line(capsys):
         main(["--recipe", CPU, "--dryrun"])
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip()
-    assert err == ("python -m unified.warmup: error: unrecognized arguments: --dryrun "
-                   "(see python -m unified.warmup --help)")
+    assert err == ("python -m unified.warmup: error: unrecognized arguments: --dryrun; did you mean --dry-run? "
+                   "(flags are never abbreviated) (see python -m unified.warmup --help)")
 
 
 def test_where_and_how_long_are_not_identity():

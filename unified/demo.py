@@ -2,7 +2,8 @@
 
 1. kernel selection and the embedded MoE checkpoint (built once, then reused, with its logit
    parity against the dense source);
-2-3. one tool-calling turn rendered through the Qwen3.5-style chat template and generated;
+2-3. one turn with a tool offered, rendered through the Qwen3.5-style chat template, generated, and read
+   with the eval's parser (a tool call, a malformed one, or none: the 135M model is no reliable tool caller);
 4. a short GSPO world-model warmup of the same weights (``recipes/warmup/embedded_cpu.yaml`` on
    the shipped ``data/lwm`` samples, a few steps), written as a Hugging Face directory, with the
    held-out world-model reward (rule-based: 25 x LCS-F1 against the real next observation,
@@ -11,7 +12,8 @@
 6. a before/after table: the held-out reward with its paired standard error, and the agent
    suite's result with what ran, what was skipped and why.
 
-It first prints the memory and time it needs (:data:`DEMO_NEEDS`) and the memory available.
+It first prints the memory and time it needs (the cost table's ``demo`` row: :func:`demo_cost`) and the
+memory available.
 Everything lands under ``--out`` (default ``runs/demo``); rerunning resumes both the warmup and
 the eval where they stopped.
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import shlex
 import subprocess
 import sys
 import time
@@ -30,6 +33,8 @@ from typing import Any
 import torch
 
 from unified.config import ArgumentParser
+from unified.chatformat.toolcalls import parse_completion
+from unified.eval.costs import cost_rows, duration, read_costs
 
 DEMO_TOOLS = [{
     "type": "function",
@@ -40,9 +45,20 @@ DEMO_TOOLS = [{
                        "required": ["path"]},
     },
 }]
-DEMO_NEEDS = {"peak_rss_gib": 8.0, "minutes_2_cores": 6}
-"""What ``make demo`` needs on a 2-core CPU: measured 6.5 GiB peak RSS and 5 min 37 s (setup included) on the
-busy 2-core CI machine (docs/warmup_memory.md); memory rounded up for headroom."""
+def demo_cost() -> tuple[float, str]:
+    """(GiB of free memory to ask for, the measured cost in words) of ``make demo``, from the cost table's
+    ``demo`` row (:mod:`unified.eval.costs`, the one source of costs): its peak RSS rounded up to the next
+    GiB; 8 GiB and "not measured" when the table has no such row."""
+    import math
+
+    table = read_costs()
+    row = cost_rows(table).get("demo")
+    if row is None or row.peak_rss_gib is None:
+        return 8.0, "its cost is not measured (docs/costs.md)"
+    cpus = (table.get("machine") or {}).get("cpus", "?")
+    return float(math.ceil(row.peak_rss_gib)), (f"measured {row.peak_rss_gib:.2f} GiB peak RSS and "
+                                                f"{duration(row.wall_s)} on a shared {cpus}-CPU machine "
+                                                f"({row.measured_at[:10]}, docs/costs.md)")
 
 DEMO_MESSAGES = [
     {"role": "system", "content": "You are a careful assistant that uses tools."},
@@ -100,10 +116,12 @@ def main(argv: list[str] | None = None) -> int:
     completion = tok.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=False)
     n_new = out.shape[1] - ids["input_ids"].shape[1]
     seconds = time.time() - start
-    print(f"[3] one tool-calling turn: prompt {ids['input_ids'].shape[1]} tokens, generated {n_new} tokens in "
+    print(f"[3] one turn with a tool offered: prompt {ids['input_ids'].shape[1]} tokens, generated {n_new} tokens in "
           f"{seconds:.1f}s ({n_new / max(seconds, 1e-9):.1f} tok/s)")
     print("    completion: " + completion.strip().replace("\n", "\n                "))
-    done.append("rendered a tool-use prompt through the Qwen3.5-style chat template and generated one turn")
+    verdict = tool_turn_verdict(completion, n_new, args.max_new_tokens)
+    print(f"    {verdict}")
+    done.append(f"rendered a tool-use prompt through the Qwen3.5-style chat template and generated one turn ({verdict})")
 
     if not args.skip_warmup:
         report = _warmup(args, loaded, done)
@@ -114,6 +132,22 @@ def main(argv: list[str] | None = None) -> int:
 
     print("\nmake demo did:\n" + "\n".join(f"  - {item}" for item in done))
     return 0
+
+
+def tool_turn_verdict(completion: str, generated: int, cap: int) -> str:
+    """What the demo's one turn is, read with the eval's own parser (:func:`unified.chatformat.toolcalls.
+    parse_completion`): a well-formed call of the offered tool, a malformed one, or no call at all (the
+    135M embedded model often answers in text or repeats the tool block), and whether the token cap cut it."""
+    parsed = parse_completion(completion)
+    offered = {t["function"]["name"] for t in DEMO_TOOLS}
+    good = [c for c in parsed.tool_calls if c.parse_error is None and c.name in offered]
+    cut = f"; stopped at the {cap}-token cap (--max-new-tokens)" if generated >= cap else ""
+    if good:
+        return f"a tool call: {good[0].name}({json.dumps(good[0].arguments)}){cut}"
+    if parsed.tool_calls:
+        why = parsed.tool_calls[0].parse_error or f"unknown tool {parsed.tool_calls[0].name!r}"
+        return f"NOT a valid tool call ({why}){cut}"
+    return f"NO tool call: the model answered in text (the embedded 135M model is not a reliable tool caller){cut}"
 
 
 def available_memory_gib() -> float | None:
@@ -130,10 +164,14 @@ def available_memory_gib() -> float | None:
 
 def memory_notice(*, skip_warmup: bool = False) -> str:
     """What the demo needs, what this machine has, and a warning when it is short."""
-    need = 2.0 if skip_warmup else DEMO_NEEDS["peak_rss_gib"]
+    need, measured = demo_cost()
+    if skip_warmup:
+        line = "make demo --skip-warmup needs about 2 GiB of free memory (no warmup); "
+        need = 2.0
+    else:
+        line = (f"make demo needs about {need:.0f} GiB of free memory (its GSPO warmup of a 373M-parameter MoE on "
+                f"CPU; {measured}); ")
     have = available_memory_gib()
-    line = (f"make demo needs about {need:.0f} GiB of free memory (peak RSS of its GSPO warmup of a 373M-parameter "
-            f"MoE on CPU) and about {DEMO_NEEDS['minutes_2_cores']} minutes on 2 CPU cores; ")
     if have is None:
         return line + "available memory: unknown on this system"
     line += f"available now: {have:.1f} GiB"
@@ -141,6 +179,23 @@ def memory_notice(*, skip_warmup: bool = False) -> str:
         line += (f"\nWARNING: less than {need:.0f} GiB available; the warmup may be killed for memory "
                  "(--skip-warmup runs only steps 1-3)")
     return line
+
+
+def completion_length_row(report: dict) -> str:
+    """The table's completion-length row, with the generation cap it is measured under and how many
+    completions hit it (a mean near the cap says the cap, not the model, set it)."""
+    before, after = report["before"], report["after"]
+    cap = (report.get("settings") or {}).get("max_new_tokens")
+    if not cap:
+        return (f"| mean completion length, tokens | {before['mean_completion_tokens']:.1f} | "
+                f"{after['mean_completion_tokens']:.1f} |")
+
+    def cell(side: dict) -> str:
+        ids = side.get("completion_ids")
+        hit = f"; {sum(len(c) >= cap for c in ids)} of {len(ids)} hit the cap" if ids is not None else ""
+        return f"{side['mean_completion_tokens']:.1f}{hit}"
+
+    return f"| mean completion length, tokens (capped at {cap}) | {cell(before)} | {cell(after)} |"
 
 
 def before_after_table(report: dict, summary: Any | None) -> str:
@@ -166,8 +221,7 @@ def before_after_table(report: dict, summary: Any | None) -> str:
         f"| held-out world-model reward, rule-based (25 x LCS-F1 vs the real observation, 0-25; {n} prompts, greedy) "
         f"| {before['mean_reward']:.2f} | {after['mean_reward']:.2f} (paired {paired['mean_diff']:+.2f} +- "
         f"{paired['se_diff']:.2f} SE; {paired['up']} up, {paired['down']} down, {paired['same']} same) |",
-        f"| mean completion length, tokens | {before['mean_completion_tokens']:.1f} | "
-        f"{after['mean_completion_tokens']:.1f} |",
+        completion_length_row(report),
     ]
     if summary is None:
         rows.append("| agent suite (ood) | not run | not run (unified.eval unavailable or failed) |")
@@ -180,14 +234,45 @@ def before_after_table(report: dict, summary: Any | None) -> str:
                     f"{ran}, skipped {skipped}, errored {errored})" if entry.status in ("ok", "partial")
                     else status_cell(entry))
             rows.append(f"| agent suite ood: {name} | not run (time) | {cell} |")
+    lead, seeds = seed_report_lines()
     rows += ["", "The reward is a rule (token LCS F1), not the paper's LLM judge; with a few prompts and steps the "
-             "SE is wide. These settings over 10 training seeds, and the recipe's over 8 on 24 prompts: "
-             "docs/warmup_collapse.md."]
-    return "\n".join(rows)
+             "SE is wide.", seeds]
+    return "\n".join(([lead, ""] if lead else []) + rows)
+
+
+def seed_report_lines(path: Path | None = None) -> tuple[str | None, str]:
+    """``(lead, line)`` for the recap: the fresh seeds' share that keeps the start and that raises the held-out
+    reward with the mean paired difference and its SE; ``lead`` (else None) says plainly that the setting does
+    not learn on most fresh seeds when fewer than half raise the held-out reward or half or more keep the start."""
+    try:
+        data = json.loads((path or DEMO_SEED_REPORT).read_text(encoding="utf-8"))
+        fresh, chosen = data["report"], data["selection"]
+    except (OSError, ValueError, KeyError):
+        return None, "These settings over seeds: docs/warmup_collapse.md."
+    def part(s: dict) -> str:
+        se = f" +- {s['se_diff']:.2f} SE" if s.get("se_diff") is not None else ""
+        return (f"{s['n']} seeds ({s['range']}): kept the start on {s['kept_start']}, raised the held-out reward on "
+                f"{s['heldout_up']}, mean paired difference {s['mean_diff']:+.2f}{se}")
+
+    others = list(data.get("other_fresh") or [])
+    line = ("These settings on fresh training seeds, never used to choose them: "
+            + "; ".join(part(s) for s in [fresh, *others])
+            + f". On the seeds they were chosen on, {part(chosen)} (docs/warmup_collapse.md).")
+    n = sum(s["n"] for s in [fresh, *others])
+    up = sum(s["heldout_up"] for s in [fresh, *others])
+    kept = sum(s["kept_start"] for s in [fresh, *others])
+    if n and (2 * up <= n or 2 * kept >= n):
+        return (f"THE DEMO'S WARMUP DOES NOT LEARN ON MOST FRESH SEEDS: of {n} seeds never used to choose its "
+                f"settings, {up} raised the held-out reward and {kept} kept the starting weights. Read the table "
+                "below as one draw, not as the effect of the method."), line
+    return None, line
 
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO_RECIPE = REPO / "recipes" / "warmup" / "embedded_cpu.yaml"
+DEMO_SEED_REPORT = REPO / "recipes" / "warmup" / "demo_seed_report.json"
+"""The demo's settings over seeds (``measurements/demo_seed_sweep.py --report``): the range they were chosen on
+(``selection``) and a fresh range never used for choosing (``report``)."""
 
 
 def demo_warmup_overrides(*, steps: int, heldout: int) -> list[str]:
@@ -196,8 +281,9 @@ def demo_warmup_overrides(*, steps: int, heldout: int) -> list[str]:
     return [f"train.max_steps={steps}", f"train.save_steps={steps}",
             # 2 updates per generation batch of 4 prompts x 4 completions (the recipe: 4 updates per batch of 8)
             "gspo.steps_per_generation=16",
-            # 5x the recipe's 2e-5, for 2 steps instead of 5: over training seeds 0-9 it kept the start on 1
-            # (2e-5: on 6 of 12) and raised the held-out reward on 8 (docs/warmup_collapse.md, the demo's section)
+            # 5x the recipe's 2e-5, for 2 steps instead of 5: chosen on training seeds 0-9, where it kept the start
+            # on 1 (2e-5: on 6 of 12) and raised the held-out reward on 8; on fresh seeds: DEMO_SEED_REPORT
+            # (docs/warmup_collapse.md, the fresh-seed section), which the recap prints
             "train.learning_rate=1e-4",
             f"data.train=[{REPO / 'data' / 'lwm'}]", f"data.heldout_size={heldout}",
             "data.max_prompt_tokens=320",  # 64 of the 108 samples; shorter prompts, faster steps than the recipe's 512
@@ -227,8 +313,10 @@ def _warmup(args, loaded, done: list[str]) -> dict:
     loaded.model.train()
     report = run_before_after(cfg, temperature=0, policy=policy)
     del policy
-    print(f"    {report['steps']} steps, {report['mean_step_seconds']:.1f}s/step, peak RSS "
-          f"{report['peak_memory'].get('memory/peak_rss_gib', 0):.1f} GiB")
+    print(f"    {report['steps']} steps: {report['mean_step_seconds']:.1f} s a step (generation + update, metrics.jsonl's "
+          f"step_time), {report['seconds_per_step']:.1f} s a step with the validation probe and saving (run.json); "
+          f"peak RSS of this process {report['peak_memory'].get('memory/peak_rss_gib', 0):.2f} GiB (the whole "
+          "command's, measured from outside, is docs/costs.md's)")
     print(f"    checkpoint: {report['final_dir']} (metrics: {out / 'metrics.jsonl'})")
     from unified.warmup.guard import final_weights_note, final_weights_step
 
@@ -253,7 +341,7 @@ def _eval_ood(args, final: Path, done: list[str]) -> Any | None:
     cmd = [sys.executable, "-m", "unified.eval", "--suite", "ood", "--model", str(final),
            "--limit", str(args.eval_limit), "--max-new-tokens", str(args.max_new_tokens),
            "--max-turns", str(args.eval_max_turns), "--no-thinking", "--out", str(Path(args.out) / "eval-ood")]
-    print("[5] " + " ".join(cmd[1:]), flush=True)
+    print("[5] " + shlex.join(cmd), flush=True)  # the whole command, as it can be pasted into a shell
     rc = subprocess.run(cmd).returncode
     if rc != 0:
         print(f"    the eval exited with status {rc}")

@@ -22,7 +22,7 @@ Modules (import the names below from ``unified.config``):
 
 Typical CLI use::
 
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(allow_abbrev=False)
     add_recipe_arguments(parser)
     args = parser.parse_args()
     cfg = load_config(WarmupConfig, args.recipe, args.set)

@@ -53,8 +53,31 @@ def add_recipe_arguments(parser: argparse.ArgumentParser, *, recipe_required: bo
 
 class ArgumentParser(argparse.ArgumentParser):
     """``argparse.ArgumentParser`` whose usage errors are one line and a pointer to ``--help``
-    (not the whole usage block before the one useful line)."""
+    (not the whole usage block before the one useful line), that takes no abbreviation of a long flag
+    (``--suit ood`` is refused, not read as ``--suite ood``) and says "did you mean" for an unknown one."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # type: ignore[override]
         message = " ".join(str(message).split("\n"))
+        if message.startswith("unrecognized arguments:"):
+            message += unknown_flag_hint(self, message.split(":", 1)[1].split())
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def unknown_flag_hint(parser: argparse.ArgumentParser, words: list[str]) -> str:
+    """``"; did you mean --suite?"`` for the first unknown ``--flag`` among ``words`` that is close to one of
+    ``parser``'s (a prefix of it, or a near spelling), else ``""``."""
+    import difflib
+
+    known = [s for action in parser._actions for s in action.option_strings if s.startswith("--")]
+    for word in words:
+        flag = word.split("=", 1)[0]
+        if not flag.startswith("--"):
+            continue
+        close = [k for k in known if k.startswith(flag)] or difflib.get_close_matches(flag, known, n=1)
+        if close:
+            return f"; did you mean {close[0]}? (flags are never abbreviated)"
+    return ""

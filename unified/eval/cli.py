@@ -55,6 +55,13 @@ _FLAG_KEYS = {
 }
 
 
+PRESETS: dict[str, dict[str, object]] = {
+    # a quick look on a laptop: one task per benchmark, one trial, short turns, no <think> block, few turns
+    "quick": {"limit": 1, "runs": 1, "max_new_tokens": 128, "thinking": False, "max_turns": 4},
+}
+"""``--preset NAME``: flag values over the recipe's; ``--set`` and the command's own flags win over them."""
+
+
 def _flag(flag: str, kind: type = int):
     """The argparse type of a numeric flag: the bounds of the config field it sets (``--limit 0``,
     ``--runs -3`` are usage errors naming the flag and the value)."""
@@ -66,6 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
                             epilog="python -m unified.eval --list: the benchmarks (suites, what each needs), "
                                    "suites and prompting modules",
                             formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", choices=sorted(PRESETS),
+                        help="quick: a laptop look (--limit 1 --runs 1 --max-new-tokens 128 --no-thinking "
+                             "--max-turns 4); any flag given as well wins; recorded like the flags")
     parser.add_argument("--list", action="store_true",
                         help="list the benchmarks (their suites and what each needs), suites and prompting "
                              "modules, then exit")
@@ -120,6 +130,12 @@ def load_eval_config(args: argparse.Namespace) -> EvalConfig:
     if args.recipe:
         data, lines = read_yaml(args.recipe)
         source = str(args.recipe)
+    for flag, value in PRESETS.get(getattr(args, "preset", None) or "", {}).items():  # over the recipe, under
+        node = data                                                                      # --set and the flags
+        *parents, last = _FLAG_KEYS[flag].split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
     flags = []
     for flag, key in _FLAG_KEYS.items():
         value = getattr(args, flag, None)
@@ -147,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == [LWM_COMMAND]:
         return _run_lwm(argv[1:])
     parser = build_parser()
-    suite_only = argparse.ArgumentParser(add_help=False)
+    suite_only = argparse.ArgumentParser(allow_abbrev=False, add_help=False)
     suite_only.add_argument("--suite")
     suite = suite_only.parse_known_args(argv)[0].suite
     if suite and LWM_COMMAND in [part.strip() for part in suite.split(",")]:

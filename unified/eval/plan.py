@@ -21,6 +21,7 @@ directory from the shards' plans (:mod:`unified.eval.merge`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 import traceback
@@ -34,6 +35,7 @@ from unified.benchmarks.discovery import load_adapter
 from unified.benchmarks.helpers import limit_runnable, select_task_ids
 from unified.config import ConfigError, from_dict, to_dict
 from unified.eval.config import EvalConfig
+from unified.eval.costs import estimate_line
 from unified.eval.engine import EngineChoice
 from unified.eval.general import GeneralConfig, general_with_limit
 from unified.eval.rundir import BenchmarkStore
@@ -91,6 +93,11 @@ class PlannedBenchmark:
     """Pairs of the unsharded selection (``len(tasks) * runs``)."""
     to_run: list[Pair] = field(default_factory=list)
     """``pairs`` that had no result in ``--out`` when the plan was made (after the resume filter)."""
+    judge: str | None = None
+    """The judge / simulated user spec the adapter resolved (its ``judge_spec``: the setting, else its
+    environment variable, else ``embedded``), None for a benchmark without one."""
+    data_digest: str | None = None
+    """:func:`tasks_digest` of the selected tasks: the data version, compared by ``--compare``."""
     aggregate_rule: Literal["adapter", "mean"] = "adapter"
     """How its summary number is computed: ``mean``: the adapter keeps the SDK's default aggregate
     (:func:`unified.benchmarks.aggregate.mean_score`), which a summary recomputes from the records
@@ -182,6 +189,23 @@ def _tasks_in_benchmark(adapter: Adapter, cfg: EvalConfig) -> int | None:
         return None
 
 
+def tasks_digest(tasks: list[Task]) -> str:
+    """A short sha256 of the selected tasks as the adapter read them (id, split, group, dependencies, payload):
+    two runs with the same digest ran the same data. Absolute paths in a payload count by their last
+    component, so the same data checked out in another directory digests the same."""
+    def strip(value: Any) -> Any:
+        if isinstance(value, str) and value.startswith("/"):
+            return value.rstrip("/").rsplit("/", 1)[-1]
+        if isinstance(value, dict):
+            return {str(k): strip(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [strip(v) for v in value]
+        return value
+
+    rows = [[t.id, t.split, t.group, list(t.depends_on), t.scored, strip(t.payload)] for t in tasks]
+    return hashlib.sha256(json.dumps(rows, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 def plan_benchmark(name: str, cfg: EvalConfig, out: Path, *, repair: bool = True,
                    loaded: dict[str, Loaded] | None = None) -> PlannedBenchmark:
     """One benchmark's plan; every adapter call in it is guarded (a failure is the planned status).
@@ -220,7 +244,16 @@ def plan_benchmark(name: str, cfg: EvalConfig, out: Path, *, repair: bool = True
         name, directory, settings=settings, limits=limits, runs=runs, runs_protocol=adapter.runs_default,
         tasks=[t.id for t in tasks], not_scored=[t.id for t in tasks if not t.scored], tasks_in_benchmark=in_benchmark,
         pairs=pairs, pairs_total=len(tasks) * runs, to_run=[p for p in pairs if p not in recorded],
+        judge=_judge_spec(adapter), data_digest=tasks_digest(tasks),
         aggregate_rule="mean" if getattr(type(adapter), "aggregate", None) is Adapter.aggregate else "adapter")
+
+
+def _judge_spec(adapter: Adapter) -> str | None:
+    """The adapter's resolved judge (``judge_spec``) and simulated user (``user_spec``, when another)."""
+    judge, user = getattr(adapter, "judge_spec", None), getattr(adapter, "user_spec", None)
+    if not judge:
+        return None
+    return str(judge) + (f" (user {user})" if user and user != judge else "")
 
 
 def plan_run(cfg: EvalConfig, names: list[str], want_general: bool, *, engine: EngineChoice = EngineChoice(None),
@@ -233,6 +266,19 @@ def plan_run(cfg: EvalConfig, names: list[str], want_general: bool, *, engine: E
     return RunPlan(config=cfg, engine=PlannedEngine(engine.backend, engine.auto, engine.line), policy_given=policy_given,
                    benchmarks=[plan_benchmark(n, cfg, out, repair=repair, loaded=loaded) for n in names],
                    general=general_with_limit(cfg.general, cfg.limit) if want_general else None)
+
+
+def recount_recorded(plan: RunPlan) -> RunPlan:
+    """``plan`` (made with ``repair=False`` before the run directory was taken) with each benchmark's ``to_run``
+    recounted from ``--out`` after cutting a torn last record (the writer's job, under the lock)."""
+    out = Path(plan.config.out)
+    benchmarks = []
+    for b in plan.benchmarks:
+        if b.status == "run":
+            recorded = BenchmarkStore(out, b.directory).load(repair=True)
+            b = replace(b, to_run=[p for p in b.pairs if p not in recorded])
+        benchmarks.append(b)
+    return replace(plan, benchmarks=benchmarks)
 
 
 def write_plan(out: str | Path, plan: RunPlan) -> Path:
@@ -261,16 +307,35 @@ def read_plan(run_dir: str | Path) -> RunPlan:
 
 
 def plan_lines(plan: RunPlan) -> list[str]:
-    """The plan in words, one line per benchmark (``--dry-run``)."""
+    """The plan in words: one line per benchmark (tasks x trials, what is recorded, the budgets its episodes
+    run under), then the whole run (episodes over benchmarks, sampling, a time estimate from the cost table,
+    :func:`unified.eval.costs.estimate_line`). Printed by ``--dry-run`` and at the start of a run."""
     shard = plan.config.shard
+    sampling = plan.config.sampling
     lines = []
+    to_run: dict[str, int] = {}
     for b in plan.benchmarks:
         if b.status != "run":
             lines.append(f"# plan: {b.name}: {b.status}: {b.reason}" + (f" ({b.how_to_fix})" if b.how_to_fix else ""))
             continue
         part = f", shard {shard}: {len(b.pairs)} of them" if shard else ""
-        lines.append(f"# plan: {b.name}: {len(b.tasks)} tasks x {b.runs} run(s) = {b.pairs_total} pairs{part}; "
-                     f"{len(b.pairs) - len(b.to_run)} recorded, {len(b.to_run)} to run")
+        budget = ""
+        if b.limits is not None:
+            turns = ("no turn cap (the benchmark's protocol)" if b.limits.max_turns >= 10**6
+                     else f"<= {b.limits.max_turns} turns")
+            budget = (f"; each episode {turns}, <= {b.limits.max_steps_per_turn} calls a user turn, "
+                      f"<= {b.limits.max_episode_tokens} tokens, <= {b.limits.max_seconds:g} s")
+        lines.append(f"# plan: {b.name}: {len(b.tasks)} tasks x {b.runs} trial(s) = {b.pairs_total} episodes{part}; "
+                     f"{len(b.pairs) - len(b.to_run)} recorded, {len(b.to_run)} to run{budget}")
+        to_run[b.name] = len(b.to_run)
+    running = [b for b in plan.benchmarks if b.status == "run"]
+    if running:
+        turns = max((b.limits.max_turns for b in running if b.limits is not None), default=plan.config.limits.max_turns)
+        lines.append(f"# plan: in all: {sum(to_run.values())} episode(s) of {len(running)} benchmark(s) still to run "
+                     f"({len(plan.benchmarks) - len(running)} benchmark(s) not run); each policy call <= {sampling.max_new_tokens} "
+                     f"tokens, thinking {'on' if sampling.thinking else 'off'}, temperature {sampling.temperature:g}; "
+                     + estimate_line(to_run, model=plan.config.model, max_new_tokens=sampling.max_new_tokens,
+                                     max_turns=turns))
     if plan.general is not None:
         lines.append(f"# plan: general (lm-eval): {', '.join(plan.general.tasks)}")
     return lines

@@ -392,13 +392,21 @@ def compare(run_a: str | Path, run_b: str | Path) -> str:
     """Markdown delta table of two runs (B - A), per benchmark, with each side's status and counts.
 
     The delta is given only when both sides have a score; it is marked ``*`` when either side is
-    partial or the two sides ran different numbers of tasks."""
+    partial or the two sides ran different numbers of tasks, and ``NOT COMPARABLE`` when the runs differ
+    in a setting besides the weights (:func:`unified.eval.fingerprint.setting_differences`: sampling,
+    budgets, thinking, turns, trials, judge, prompting, backend, data), every difference named below it."""
+    from unified.eval.fingerprint import setting_differences
     from unified.eval.identity import weights_comparison
 
     a, b = load_summary(run_a), load_summary(run_b)
     names = list(dict.fromkeys([*a.benchmarks, *b.benchmarks]))
     identical, weights_line = weights_comparison(run_a, run_b)
+    differences = setting_differences(run_a, run_b, names)
+    run_wide = [d for d in differences if d.benchmark is None]
     lines = [weights_line, ""] if identical else []
+    if differences:
+        lines += [f"NOT COMPARABLE: A and B ran with {len(differences)} different setting(s) besides the weights "
+                  "(listed below the table); a delta marked NOT COMPARABLE is not the effect of the weights alone.", ""]
     lines += [f"| suite | benchmark | A: {a.model} | B: {b.model} | Δ (B−A) |", "|---|---|---|---|---:|"]
     notes: list[str] = []
     merged = {name: b.benchmarks.get(name) or a.benchmarks[name] for name in names}
@@ -411,12 +419,16 @@ def compare(run_a: str | Path, run_b: str | Path) -> str:
                 delta = f"{sb - sa:+.2f}"
                 if "partial" in (ea.status, eb.status) or ea.tasks_run != eb.tasks_run:
                     delta += "*"
+                if run_wide or any(d.benchmark == name for d in differences):
+                    delta += " NOT COMPARABLE"
             lines.append(f"| {suite} | {name} | {_compare_cell(ea)} | {_compare_cell(eb)} | {delta} |")
             for side, entry in (("A", ea), ("B", eb)):
                 if entry and entry.not_comparable_because and entry.status in ("ok", "partial"):
                     notes.append(f"- {name} ({side}) not comparable: " + "; ".join(entry.not_comparable_because))
-    if any(line.rstrip().endswith("* |") for line in lines):
+    if any("* |" in line or "* NOT COMPARABLE |" in line for line in lines):
         lines += ["", "\\* a side is partial or the sides ran different tasks: the delta compares different sets."]
+    if differences:
+        lines += ["", "Settings that differ (A vs B):"] + [f"- {d.line()}" for d in differences]
     if weights_line and not identical:
         notes.append(f"- {weights_line}")
     if notes:

@@ -1,11 +1,12 @@
 """The eval runner: the run plan's (task, trial) pairs through the agent loop, into a run directory.
 
-:func:`run_eval` is the whole command: check the selection, choose the engine, take the run directory
-(:class:`unified.eval.rundir.RunDirLock`), record its identity, make the plan
-(:func:`unified.eval.plan.plan_run`: every adapter call of planning guarded per benchmark) and write it as
-``OUT/plan.json``, then :func:`execute` it. :func:`execute` only runs episodes: for each planned benchmark
-the pairs without a result go through :class:`unified.agent.loop.AgentLoop` with a progress bar in
-episodes/s, each result appended as it comes; after each benchmark the summary is rewritten by
+:func:`run_eval` is the whole command: check the selection, choose the engine, make the plan
+(:func:`unified.eval.plan.plan_run`: every adapter call of planning guarded per benchmark; a misspelt name
+or setting is refused before ``--out`` is touched), take the run directory
+(:class:`unified.eval.rundir.RunDirLock`), record its identity, write the plan as ``OUT/plan.json``, then
+:func:`execute` it. :func:`execute` only runs episodes: for each planned benchmark the pairs without a
+result go through :class:`unified.agent.loop.AgentLoop` with a progress bar in episodes/s, each result
+appended as it comes; after each benchmark the summary is rewritten by
 :func:`unified.eval.summarize.summarize`, which reads the plan and the records on disk.
 """
 
@@ -25,8 +26,8 @@ from unified.eval.config import EvalConfig
 from unified.eval.general import GENERAL_SUITE, run_general, split_suites
 from unified.eval.engine import EngineChoice, choose_backend, fallback_line
 from unified.eval.identity import record_run_dir, recorded_backend
-from unified.eval.plan import (Loaded, PlannedBenchmark, PlannedEngine, RunPlan, open_adapter, plan_run, select_tasks,
-                               write_plan)
+from unified.eval.plan import (Loaded, PlannedBenchmark, PlannedEngine, RunPlan, open_adapter, plan_lines, plan_run,
+                               recount_recorded, select_tasks, write_plan)
 from unified.eval.records import BenchmarkEntry, RunSummary
 from unified.eval.shards import check_unsharded_parts
 from unified.eval.rundir import BenchmarkStore, RunDirLock
@@ -90,14 +91,18 @@ def run_eval(cfg: EvalConfig, *, policy: ChatModel | Replayer | None = None,
     check_benchmark_config(cfg.benchmark_config)  # a mistyped key fails now, not after hours of other benchmarks
     choice = engine_for(cfg, names, policy_given=policy is not None)
     cfg = replace(cfg, backend=choice.backend)
+    loaded: dict[str, Loaded] = {}
+    try:  # planned before --out is touched: a misspelt benchmark or setting refuses the command, writing nothing
+        plan = plan_run(cfg, names, want_general, engine=choice, policy_given=policy is not None, loaded=loaded,
+                        repair=False)
+    except KeyboardInterrupt:  # while the adapters listed their tasks: nothing new was run
+        raise EvalInterrupted(_saved_results(Path(cfg.out))) from None
     with RunDirLock(cfg.out):
         record_run_dir(cfg.out, cfg, names, resume_anyway=resume_anyway, policy_given=policy is not None)
-        loaded: dict[str, Loaded] = {}
-        try:
-            plan = plan_run(cfg, names, want_general, engine=choice, policy_given=policy is not None, loaded=loaded)
-        except KeyboardInterrupt:  # while the adapters listed their tasks: nothing new was run
-            raise EvalInterrupted(_saved_results(Path(cfg.out))) from None
+        plan = recount_recorded(plan)  # under the lock: torn tails cut, what another run added meanwhile counted
         write_plan(cfg.out, plan)
+        for line in plan_lines(plan):  # what will run, its budgets and an estimate, before the first episode
+            _log(line[2:])
         return execute(plan, policy=policy, loaded=loaded, resume_anyway=resume_anyway)
 
 

@@ -292,7 +292,7 @@ def checkpoint_dir(spec: str | ModelSpec) -> tuple[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m unified.inference.vllm_server",
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m unified.inference.vllm_server",
                                      description="Serve a checkpoint with vLLM on loopback until Ctrl-C.")
     parser.add_argument("--model", default="embedded", help="a checkpoint spec (embedded, a directory)")
     parser.add_argument("--max-model-len", type=int, default=DEFAULT_MAX_MODEL_LEN)

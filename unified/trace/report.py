@@ -133,7 +133,7 @@ def write_compare_report(run_a: str | Path, run_b: str | Path, out: str | Path |
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m unified.trace", description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m unified.trace", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n".join(__doc__.splitlines()[1:12]))
     parser.add_argument("run", nargs="?", help="an eval run directory (python -m unified.eval --out DIR)")

@@ -30,7 +30,7 @@ def result_line(result: BuildResult) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m unified.execution.images", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m unified.execution.images", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     build = sub.add_parser("build", help="rebuild each task's Debian/Ubuntu base, then build its Dockerfile")
     build.add_argument("tasks", nargs="+", type=Path, help="task folders (holding environment/Dockerfile)")
