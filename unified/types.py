@@ -328,6 +328,40 @@ class EpisodeResult(Record):
     episode_path: str | None = None
     """Where the full Episode is stored."""
 
+    @property
+    def reward(self) -> float | None:
+        """This result as an RL reward: the one scorer of eval and training (``reward_of``).
+
+        ``r = score`` for a scored episode; ``r = 0`` when the scorer failed after the agent acted
+        (error text starting with :data:`SCORING_FAILED`: the agent's episode stands and earned
+        nothing, as the eval counts it); ``r = None`` for a skipped task or an episode that crashed
+        before it could be scored (environment, policy, sandbox: infrastructure), which TRL's
+        reward mix drops (``nansum`` over a None) instead of teaching the policy that it scored 0.
+        """
+        if self.skipped is not None:
+            return None
+        if self.error is not None:
+            return 0.0 if self.error.startswith(SCORING_FAILED) else None
+        return float(self.score)
+
+    @property
+    def reward_breakdown(self) -> dict[str, float]:
+        """The reward's parts: ``score`` and every numeric sub-score the benchmark put in ``details``."""
+        parts = {"score": float(self.score)} if self.reward is not None else {}
+        parts.update({k: float(v) for k, v in self.details.items()
+                      if isinstance(v, (int, float)) and not isinstance(v, bool)})
+        return parts
+
+
+SCORING_FAILED = "scoring failed:"
+"""How an :class:`EpisodeResult`'s ``error`` starts when the adapter's ``score`` raised (or returned
+something else) after the episode ran: the agent loop writes it, :attr:`EpisodeResult.reward` reads it."""
+
+
+def reward_of(result: EpisodeResult) -> float | None:
+    """The RL reward of a scored episode (:attr:`EpisodeResult.reward`): score, 0 or None."""
+    return result.reward
+
 
 # ToolSpec.from_function: a JSON schema from a function's signature ---------------------------------
 

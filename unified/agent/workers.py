@@ -23,7 +23,7 @@ from unified.agent.prompting import PromptingModule, make_prompting
 from unified.benchmarks.contract import Adapter, Environment, RunContext, with_run
 from unified.benchmarks.failures import check_details, check_tools
 from unified.sandbox.hostenv import redact_host_secrets
-from unified.types import Episode, EpisodeResult, Message, Observation, ToolCall
+from unified.types import SCORING_FAILED, Episode, EpisodeResult, Message, Observation, ToolCall
 
 OPEN, STEP, USER, FINISH = "open", "step", "user", "finish"
 """Kinds of worker call: start the environment, run tool calls, ask for the next user turn,
@@ -169,7 +169,7 @@ def finish_episode(adapter: Adapter, state: EpisodeState) -> EpisodeResult:
             result.trial = job.trial
             return check_details(result)
         except Exception:
-            return crash_result(adapter.name, job, "scoring failed:\n" + traceback.format_exc())
+            return crash_result(adapter.name, job, SCORING_FAILED + "\n" + traceback.format_exc())
     finally:
         close_environment(state)
 
