@@ -101,12 +101,20 @@ class Rollout:
         """The episode's training samples: its whole trajectory (observations and user turns masked
         out), or one per policy call when the chat template rewrote an earlier turn; none when the
         episode made no policy call."""
-        if not self.episode.steps:
+        steps = self.episode.steps
+        if not steps:
             return []
+        if not any(step.prompt_token_ids for step in steps):
+            raise ValueError(f"{self.episode.benchmark}/{self.episode.task_id}: the policy's backend returned no token "
+                             "ids; agentic training needs an in-process backend (hf) or vLLM's return_token_ids")
         try:
             return [self.episode.token_trajectory()]
-        except ValueError:
-            return self.episode.turn_samples()
+        except ValueError:  # a template that rewrote an earlier turn, or a call that generated nothing
+            return [TokenTrajectory(prompt_ids=list(step.prompt_token_ids), response_ids=list(step.completion_token_ids),
+                                    response_mask=[1] * len(step.completion_token_ids),
+                                    response_logprobs=list(step.completion_logprobs)
+                                    if step.completion_logprobs is not None else None)
+                    for step in steps if step.prompt_token_ids and step.completion_token_ids]
 
 
 class BenchmarkEnvironment:

@@ -106,7 +106,7 @@ def train_step(model, optimizer, rollouts: list[Rollout], cfg: WarmupConfig, ste
             loss, was_clipped = gspo_sequence_loss(new, old, torch.tensor(sample.response_mask), advantage,
                                                    epsilon=cfg.gspo.epsilon, epsilon_high=cfg.gspo.epsilon_high)
             (loss / len(work)).backward()
-            loss_sum += float(loss) / len(work)
+            loss_sum += float(loss.detach()) / len(work)
             clipped, total = clipped + was_clipped, total + 1
         if work:
             torch.nn.utils.clip_grad_norm_(params, cfg.train.max_grad_norm)
@@ -194,7 +194,7 @@ def run_agentic(cfg: WarmupConfig, *, loaded=None) -> dict[str, Any]:
     sampler = HFPolicy(cfg.model.name_or_path, SamplingConfig(temperature=cfg.generation.temperature,
                                                               top_p=cfg.generation.top_p,
                                                               max_new_tokens=cfg.generation.max_completion_length,
-                                                              thinking=cfg.generation.thinking, seed=cfg.train.seed),
+                                                              thinking=cfg.generation.thinking),  # no per-request seed: a group would repeat one episode
                        loaded=loaded, max_batch_size=cfg.agentic.max_in_flight, prefix_cache_mb=0)
     params = [p for p in loaded.model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.train.learning_rate, weight_decay=cfg.train.weight_decay)
