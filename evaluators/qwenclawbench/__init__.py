@@ -256,10 +256,12 @@ class QwenClawBenchAdapter(Adapter):
         if "ours" in protocols:
             reasons.append("judge prompt/parser: ours (the checkout has no scripts/lib_grading.py)")
         neutralised = sum(1 for r in scored if r.details.get("llm_judge", {}).get("judge_data_neutralised"))
+        markers = sum(int(r.details.get("llm_judge", {}).get("judge_data_neutralised") or 0) for r in scored)
         if neutralised:
-            reasons.append(f"judge prompt: in {neutralised} episodes the agent's transcript summary had its answer "
-                           "markers neutralised (braces, code fences, headings) before the checkout built its prompt; "
-                           "the official wording kept, those bytes differ")
+            reasons.append(f"judge prompt: in {neutralised} episodes the agent's transcript summary held score markers "
+                           f"the checkout's parser would read ({markers} in all: a code block or {{...}} with a score, "
+                           "a prose total), neutralised before the checkout built its prompt; everything else is "
+                           "the official prompt byte for byte")
         if judged := judge_reason(self.judge_spec, OFFICIAL_JUDGES):
             reasons.append(judged)
         grader_errors = sum(1 for r in scored if r.details.get("grader_error"))

@@ -311,6 +311,10 @@ class RunContext:
     (and survive a resume), e.g. BFCL memory snapshots; None outside a run."""
     runs: int | None = None
     """Trials per task this run asked for (``--runs``, else ``runs_default``); None outside a run."""
+    sampling: Any = None
+    """The run's policy decoding (a :class:`unified.inference.base.SamplingConfig`); None outside a run."""
+    policy_backend: str | None = None
+    """The policy's backend name (``openai``, ``vllm``, ``hf``, ``gold``); None outside a run."""
 
     def trials(self, adapter: "Adapter") -> int:
         """The trials per task to aggregate over: the run's, else the adapter's protocol."""

@@ -40,6 +40,7 @@ from unified.models.checkpoint import load_tokenizer, resolve_spec
 from unified.models.embedded import ensure_embedded_checkpoint
 from unified.models.linear_attention import (apply_linear_attention, gated_deltanet_modules, linear_attention_in_use,
                                              modeling_module_for)
+from unified.models.routing_replay import moe_routers
 from unified.store import write_json_atomic
 from unified.warmup.callbacks import METRICS_FILE, JsonlMetricsCallback, peak_memory_gib
 from unified.warmup.config import WarmupConfig, describe
@@ -49,6 +50,8 @@ from unified.warmup.gspo_trainer import gspo_trainer_class
 from unified.warmup.guard import CollapseGuard
 from unified.warmup.launch import vllm_rollouts_blocker
 from unified.warmup.model_card import reward_names, write_model_card
+from unified.warmup.parity_probe import probe_trainer
+from unified.warmup.routing import RoutingState
 
 log = logging.getLogger(__name__)
 
@@ -276,6 +279,11 @@ def build_trainer(cfg: WarmupConfig, *, train_dataset, reward_funcs: Sequence[Ca
             raise ValueError("model.trainable_layers is for single-process and DDP training, not DeepSpeed/FSDP")
         freeze_lower_layers(trainer.model, cfg.model.trainable_layers)
     _check_router_loss(cfg, trainer)
+    if cfg.moe.routing_replay != "off":
+        if not moe_routers(trainer.model):
+            raise ConfigError(f"moe.routing_replay={cfg.moe.routing_replay}: {type(trainer.model).__name__} has no "
+                              "top-k MoE routers (a dense model): set moe.routing_replay=off")
+        trainer.routing = RoutingState.attach(trainer.model, cfg.moe.routing_replay, cfg.moe.log_mismatch)
     return trainer
 
 
@@ -503,6 +511,8 @@ def run_warmup(cfg: WarmupConfig, *, train_dataset=None, reward_funcs: Sequence[
         trainer._load_from_checkpoint(str(resume))
         trainer.state = TrainerState.load_from_json(str(Path(resume) / "trainer_state.json"))
     else:
+        if resume is None and cfg.parity_probe.sequences > 0:  # before step 1, with the start's weights
+            probe_trainer(trainer, cfg.parity_probe, train_dataset, backend=cfg.generation.backend, output_dir=out)
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     seconds = time.time() - t0
     final = save_final(trainer, out, source=cfg.model.name_or_path)
