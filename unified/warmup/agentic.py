@@ -149,11 +149,13 @@ def mean_se(values: list[float]) -> dict[str, float | None]:
     return {"mean": mean, "se": sd / math.sqrt(n)}
 
 
-def held_out_eval(cfg: WarmupConfig, entry: BenchmarkEntry, env: BenchmarkEnvironment, loaded, name: str
-                  ) -> dict[str, Any]:
-    """The eval's own runner on the held-out tasks with the weights as they are now."""
+def held_out_eval(cfg: WarmupConfig, entry: BenchmarkEntry, env: BenchmarkEnvironment, loaded, name: str,
+                  steps_done: int = 0) -> dict[str, Any]:
+    """The eval's own runner on the held-out tasks with the weights as they are now (the episodes' ``model``
+    says how many agentic steps the in-memory weights had; run.json records the backend as ``given``)."""
     ecfg = eval_config(cfg, entry, env, Path(cfg.output_dir) / name)
-    policy = HFPolicy(cfg.model.name_or_path, ecfg.sampling, loaded=loaded, max_batch_size=cfg.agentic.max_in_flight,
+    label = cfg.model.name_or_path + (f" after {steps_done} agentic GSPO steps" if steps_done else "")
+    policy = HFPolicy(label, ecfg.sampling, loaded=loaded, max_batch_size=cfg.agentic.max_in_flight,
                       prefix_cache_mb=0)
     loaded.model.eval()
     run_eval(ecfg, policy=policy, resume_anyway=True)
@@ -217,7 +219,7 @@ def run_agentic(cfg: WarmupConfig, *, loaded=None) -> dict[str, Any]:
         loaded.tokenizer.save_pretrained(final)
         report["final"] = str(final)
     if cfg.agentic.eval_before_after and env.heldout_tasks:
-        report["after"] = held_out_eval(cfg, entry, env, loaded, "eval_after")
+        report["after"] = held_out_eval(cfg, entry, env, loaded, "eval_after", steps_done=len(steps))
         report["difference"] = paired_difference(report["before"], report["after"])
     write_json_atomic(out / "agentic_report.json", report)
     return report
