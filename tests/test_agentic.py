@@ -4,7 +4,6 @@ for these tests in the adapter format (tests/fixture_eval_bench.py) and a tiny r
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -12,8 +11,10 @@ import torch
 
 from fixture_eval_bench import FixtureAdapter
 from unified.agent.replay import GoldReplayer
-from unified.benchmarks import SCORING_FAILED, reward_of
+from unified.benchmarks import reward_of
+from unified.benchmarks.contract import SCORING_FAILED_AFTER_AGENT
 from unified.eval.config import EvalConfig
+from unified.eval.reader import read_run
 from unified.models.tiny import tiny_moe_model
 from unified.eval.runner import run_eval
 from unified.rewards.environment import BenchmarkEnvironment, EpisodeReward
@@ -29,12 +30,21 @@ ROOT = Path(__file__).resolve().parents[1]
 
 class GradedFixture(FixtureAdapter):
     """echo_N scores (N + 1) / 10 when the agent echoed N (graded, so equal rewards cannot hide a mix-up);
-    crash_N's environment raises in ``step``; task ``echo_2``'s scorer raises."""
+    crash_N's environment raises on opening; task ``echo_2``'s scorer raises."""
 
     name = "fixture_graded"
 
     def __init__(self, **config) -> None:
         super().__init__(n=5, crash=1, **config)
+
+    def tasks(self, split=None, limit=None):
+        tasks = super().tasks(split, limit)
+        return tasks[-1:] + tasks[:-1]  # crash_0 first: a training task
+
+    def open(self, task, *, run=None):
+        if task.id.startswith("crash"):  # whatever the policy does: the environment cannot start
+            raise RuntimeError("the fixture environment failed to start")
+        return super().open(task, run=run)
 
     def score(self, task, episode, env):
         if task.id == "echo_2":
@@ -60,7 +70,9 @@ def test_reward_of_a_result():
     assert reward_of(ok) == ok.reward == 0.75 and ok.reward_breakdown == {"score": 0.75, "sub": 0.5}
     assert EpisodeResult(benchmark="b", task_id="t", trial=0, score=0.0, skipped="no key").reward is None
     assert EpisodeResult(benchmark="b", task_id="t", trial=0, score=0.0, error="Traceback: env died").reward is None
-    assert EpisodeResult(benchmark="b", task_id="t", trial=0, score=0.0, error=SCORING_FAILED + "\nboom").reward == 0.0
+    failed = EpisodeResult(benchmark="b", task_id="t", trial=0, score=0.0,
+                           details={"status": SCORING_FAILED_AFTER_AGENT, "grader_error": "boom"})
+    assert failed.reward == 0.0 and failed.reward_breakdown == {"score": 0.0}
     assert EpisodeReward()([1, 2], ["a", "b"], episode_reward=[1.0, None]) == [1.0, None]
     with pytest.raises(ValueError, match="agentic rollout"):
         EpisodeReward()([1], ["a"])
@@ -85,15 +97,14 @@ def test_gold_policy_reward_equals_its_eval_score(tmp_path):
     env = BenchmarkEnvironment(GradedFixture())
     rollouts = env.rollouts(GoldReplayer(), env.train_tasks)
     run_eval(EvalConfig(benchmarks=["test_agentic:GradedFixture"], model="gold", out=str(tmp_path / "eval")))
-    rows = {r["task_id"]: r for p in (tmp_path / "eval").glob("*/results.jsonl")
-            for r in map(json.loads, p.read_text().splitlines())}
+    rows = {r.task_id: r for bench in read_run(tmp_path / "eval").benchmarks.values() for r in bench.results}
     assert set(rows) == {t.id for t in env.train_tasks}
     rewards = {r.task.id: r.reward for r in rollouts}
     for task_id, row in rows.items():
-        assert rewards[task_id] == EpisodeResult.from_dict(row).reward, task_id
+        assert rewards[task_id] == row.reward, task_id
     assert rewards["echo_4"] == pytest.approx(0.5) and rewards["echo_0"] == pytest.approx(0.1)
-    assert rewards["echo_2"] == 0.0 and rows["echo_2"]["error"].startswith(SCORING_FAILED)  # the agent acted
-    assert rewards["crash_0"] is None and rows["crash_0"]["error"]  # the environment crashed: no reward
+    assert rewards["echo_2"] == 0.0 and rows["echo_2"].details["status"] == SCORING_FAILED_AFTER_AGENT  # acted
+    assert rewards["crash_0"] is None and rows["crash_0"].error  # the environment crashed: no reward
 
 
 def test_masked_tokens_get_no_gradient():
@@ -118,12 +129,13 @@ def test_agentic_run_trains_and_contains_a_raising_scorer(tmp_path, tiny_checkpo
     sets = [f"output_dir={tmp_path / 'run'}", f"model.name_or_path={tiny_checkpoint}", "logging.wandb=false",
             "rewards=[]", "rewards.benchmark.weight=1", "rewards.benchmark.adapter=test_agentic:GradedFixture",
             "rewards.benchmark.heldout_size=2", "train.max_steps=1", "gspo.num_generations=2",
-            "generation.max_completion_length=6", "agentic.tasks_per_step=3", "agentic.save_final=false"]
+            "generation.max_completion_length=6", "agentic.tasks_per_step=4", "agentic.save_final=false"]
     report = run_agentic(load_warmup_config(None, sets))
-    assert report["heldout_tasks"] == ["echo_4", "crash_0"]  # the last two, never trained on
-    assert report["train_tasks"] == ["echo_0", "echo_1", "echo_2", "echo_3"]
+    assert report["heldout_tasks"] == ["echo_3", "echo_4"]  # the last two, never trained on
+    assert report["train_tasks"] == ["crash_0", "echo_0", "echo_1", "echo_2"]
     step = report["steps"][0]
-    assert step["episodes"] == 6 and any("scoring failed" in e for e in step["errors"])
+    assert step["episodes"] == 8 and step["scoring_failed"] == 2 and step["no_reward"] == 2  # echo_2, crash_0 x 2
+    assert len(step["errors"]) == 2 and all(e.startswith("crash_0/") for e in step["errors"])
     assert report["before"]["n"] == report["after"]["n"] == 2 and report["difference"]["n"] == 2
     assert (tmp_path / "run" / "eval_before" / "run.json").exists() and (tmp_path / "run" / "metrics.jsonl").exists()
 

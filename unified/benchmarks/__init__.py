@@ -78,7 +78,7 @@ from unified.benchmarks.failures import (AdapterFailure, DetailsNotJSONWarning, 
                                          classify_adapter_error)
 from unified.benchmarks.helpers import (config_list, judge_reason, limit_runnable, process_temp_dir,
                                         require_execution_backend, select_task_ids)
-from unified.types import SCORING_FAILED, reward_of  # the RL reward of a result (EpisodeResult.reward)
+from unified.types import reward_of  # the RL reward of a result (EpisodeResult.reward)
 from unified.config import bounded  # a Config field with bounds (unified.config parses the settings)
 
 __all__ = [
@@ -98,7 +98,7 @@ __all__ = [
     # the judge's or simulated user's model
     "resolve_endpoint",
     # the RL reward of a scored episode (the one scorer of eval and training)
-    "SCORING_FAILED", "reward_of",
+    "reward_of",
     # checks and failures of adapter calls
     "AdapterFailure", "DetailsNotJSONWarning", "ToolSpecError", "check_details", "check_tools", "classify_adapter_error",
 ]

@@ -42,7 +42,7 @@ Registered names (:data:`REWARDS`; a package may register more from above):
   benchmark adapter as a training environment (:mod:`unified.rewards.environment`): its tasks, tools,
   user simulator, limits and scorer, the objects the eval uses; a rollout is a whole agent episode
   (the agent loop of :mod:`unified.agent`) and its reward is the adapter's ``score`` as
-  :attr:`unified.types.EpisodeResult.reward` (score; 0 when scoring failed after the agent acted;
+  :attr:`unified.types.EpisodeResult.reward` (score, 0 when scoring failed after the agent acted;
   None, dropped, for skipped and crashed episodes). It trains through the agentic trainer
   (:mod:`unified.warmup.agentic`, ``recipes/warmup/agentic_cpu.yaml``).
 

@@ -32,9 +32,10 @@ from typing import Any
 
 import torch
 
-from unified.benchmarks.contract import RunContext
+from unified.benchmarks.contract import SCORING_FAILED_AFTER_AGENT, RunContext
 from unified.config import to_dict
 from unified.eval.config import EvalConfig
+from unified.eval.reader import read_run
 from unified.eval.runner import run_eval
 from unified.inference.base import SamplingConfig
 from unified.inference.hf import HFPolicy
@@ -42,7 +43,7 @@ from unified.kernels import select_kernels
 from unified.models import load_checkpoint
 from unified.rewards.entries import BenchmarkEntry, benchmark_entries
 from unified.rewards.environment import BenchmarkEnvironment, Rollout
-from unified.store import append_jsonl, read_jsonl, write_json_atomic
+from unified.store import append_jsonl, write_json_atomic
 from unified.warmup.agentic_loss import group_advantages, gspo_sequence_loss, masked_token_logprobs
 from unified.warmup.config import WarmupConfig
 from unified.warmup.trainer import freeze_lower_layers, training_device
@@ -62,6 +63,8 @@ class StepStats:
     """Episodes left out (skipped or crashed: reward None)."""
     errors: list[str] = field(default_factory=list)
     """``task_id/trial: first line of the error`` of every episode that errored (contained)."""
+    scoring_failed: int = 0
+    """Episodes whose scorer raised after the agent acted (reward 0, ``details["status"]``)."""
     samples: int = 0
     """Token trajectories the loss was taken over."""
     loss: float = 0.0
@@ -92,7 +95,8 @@ def train_step(model, optimizer, rollouts: list[Rollout], cfg: WarmupConfig, ste
     valid = [x for x in rewards if x is not None]
     stats = StepStats(step=step, episodes=len(rollouts), reward_mean=sum(valid) / len(valid) if valid else None,
                       no_reward=len(rewards) - len(valid), samples=len(work),
-                      errors=[f"{r.task.id}/{r.trial}: {first_line(r.result.error)}" for r in rollouts if r.result.error])
+                      errors=[f"{r.task.id}/{r.trial}: {first_line(r.result.error)}" for r in rollouts if r.result.error],
+                      scoring_failed=sum(r.result.details.get("status") == SCORING_FAILED_AFTER_AGENT for r in rollouts))
     clipped = total = 0
     params = [p for p in model.parameters() if p.requires_grad]
     model.train()
@@ -132,10 +136,10 @@ def scores_with_se(run_dir: Path) -> dict[str, Any]:
     """Per-task scores of a run directory's results (a crashed episode counts 0, as in the eval; skipped
     ones are left out), their mean and standard error ``sd / sqrt(n)``."""
     by_task: dict[str, list[float]] = {}
-    for path in sorted(run_dir.glob("*/results.jsonl")):
-        for row in read_jsonl(path):
-            if row.get("skipped") is None:
-                by_task.setdefault(row["task_id"], []).append(float(row.get("score") or 0.0))
+    for bench in read_run(run_dir).benchmarks.values():
+        for result in bench.results:
+            if result.skipped is None:
+                by_task.setdefault(result.task_id, []).append(float(result.score or 0.0))
     per_task = {k: sum(v) / len(v) for k, v in sorted(by_task.items())}
     return {"n": len(per_task), **mean_se(list(per_task.values())), "per_task": per_task}
 
