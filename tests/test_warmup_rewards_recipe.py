@@ -88,9 +88,14 @@ def _mixed(funcs, weights) -> list[float]:
     return [sum(w * values[i] for w, values in zip(weights, per_func)) for i in range(len(completions))]
 
 
+NO_OLD_FORM = {"agentic_cpu.yaml"}
+"""Shipped recipes the older form cannot express (a ``benchmark`` entry came after it)."""
+
+
 @pytest.mark.parametrize("recipe", [CPU, PAPER], ids=lambda p: p.name)
 def test_old_and_new_form_of_each_shipped_recipe_are_the_same_rewards(recipe, tmp_path, capsys):
-    assert set(OLD_FORM) == {p.name for p in (REPO / "recipes/warmup").glob("*.yaml")}  # every shipped recipe
+    shipped = {p.name for p in (REPO / "recipes/warmup").glob("*.yaml")} - NO_OLD_FORM
+    assert set(OLD_FORM) == shipped  # every shipped recipe that the older form can express
     old_path = _old_form_recipe(recipe, tmp_path)
     new, old = load_warmup_config(recipe), load_warmup_config(old_path)
     err = capsys.readouterr().err

@@ -355,6 +355,34 @@ class EpisodeResult(Record):
     episode_path: str | None = None
     """Where the full Episode is stored."""
 
+    @property
+    def reward(self) -> float | None:
+        """This result as an RL reward: the one scorer of eval and training (``reward_of``).
+
+        ``r = score`` for a scored episode, which includes an episode whose scorer failed after the
+        agent acted (the agent loop records it as score 0, counted, ``details["status"] =
+        "scoring_failed_after_agent"``: the agent's episode stands and earned nothing, as the eval
+        counts it); ``r = None`` for a skipped task or an episode that crashed before it could be
+        scored (``error`` set: environment, policy, sandbox, infrastructure), which TRL's reward mix
+        drops (``nansum`` over a None) instead of teaching the policy that it scored 0.
+        """
+        if self.skipped is not None or self.error is not None:
+            return None
+        return float(self.score)
+
+    @property
+    def reward_breakdown(self) -> dict[str, float]:
+        """The reward's parts: ``score`` and every numeric sub-score the benchmark put in ``details``."""
+        parts = {"score": float(self.score)} if self.reward is not None else {}
+        parts.update({k: float(v) for k, v in self.details.items()
+                      if isinstance(v, (int, float)) and not isinstance(v, bool)})
+        return parts
+
+
+def reward_of(result: EpisodeResult) -> float | None:
+    """The RL reward of a scored episode (:attr:`EpisodeResult.reward`): score, 0 or None."""
+    return result.reward
+
 
 # ToolSpec.from_function: a JSON schema from a function's signature ---------------------------------
 

@@ -19,6 +19,9 @@ Modules:
 - :mod:`~unified.benchmarks.failures`: ``check_tools`` (an environment's tools are ToolSpecs, else a
   ``ToolSpecError`` naming benchmark, task and tool), ``import_failure`` / ``classify_adapter_error``
   (an exception from an adapter call as a skip naming the missing import, or an error);
+- ``reward_of`` / :attr:`unified.types.EpisodeResult.reward`: a scored result as an RL reward (score;
+  0 when the scorer failed after the agent acted; None, dropped by TRL, for skipped and crashed
+  episodes), so ``score`` is the one scorer of eval and training (the ``benchmark`` reward entry);
 - :mod:`~unified.benchmarks.endpoints`: ``resolve_endpoint``, the URL of a judge or simulated-user model
   spec (imports the inference stack on first use only);
 - :mod:`~unified.benchmarks.compat`: ``SDK_VERSION``, the shims of SDK 0.1's names and their
@@ -75,6 +78,7 @@ from unified.benchmarks.failures import (AdapterFailure, DetailsNotJSONWarning, 
                                          classify_adapter_error)
 from unified.benchmarks.helpers import (config_list, judge_reason, limit_runnable, process_temp_dir,
                                         require_execution_backend, select_task_ids)
+from unified.types import reward_of  # the RL reward of a result (EpisodeResult.reward)
 from unified.config import bounded  # a Config field with bounds (unified.config parses the settings)
 
 __all__ = [
@@ -93,6 +97,8 @@ __all__ = [
     "select_task_ids",
     # the judge's or simulated user's model
     "resolve_endpoint",
+    # the RL reward of a scored episode (the one scorer of eval and training)
+    "reward_of",
     # checks and failures of adapter calls
     "AdapterFailure", "DetailsNotJSONWarning", "ToolSpecError", "check_details", "check_tools", "classify_adapter_error",
 ]

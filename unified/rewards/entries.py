@@ -38,6 +38,14 @@ Registered names (:data:`REWARDS`; a package may register more from above):
   reward (about 0) is no lower than any other wrong answer's, so GSPO's group advantage gives it
   no push down of its own: hence a training-only term.
 
+- ``benchmark`` (:class:`BenchmarkEntry`, ``adapter`` and the adapter's own ``settings``): any installed
+  benchmark adapter as a training environment (:mod:`unified.rewards.environment`): its tasks, tools,
+  user simulator, limits and scorer, the objects the eval uses; a rollout is a whole agent episode
+  (the agent loop of :mod:`unified.agent`) and its reward is the adapter's ``score`` as
+  :attr:`unified.types.EpisodeResult.reward` (score, 0 when scoring failed after the agent acted;
+  None, dropped, for skipped and crashed episodes). It trains through the agentic trainer
+  (:mod:`unified.warmup.agentic`, ``recipes/warmup/agentic_cpu.yaml``).
+
 A name with ``:`` or ``.`` is a dotted path ``package.module:function`` (or
 ``package.module.function``) to a callable with TRL's reward-function signature ``fn(prompts,
 completions, **columns) -> list[float | None]`` and a ``__name__`` (TRL's metric name); with
@@ -63,6 +71,8 @@ from unified.registry import Registry, UnknownNameError
 from unified.rewards.functions import JudgeSettings, RubricReward, RuleReward, SimilarityReward, build_judge
 from unified.rewards.similarity import SIMILARITY_METRICS
 from unified.rewards.awb_judge import AgentWorldJudgeReward, load_checkout
+from unified.rewards.environment import EpisodeReward, check_adapter_settings
+from unified.benchmarks.contract import AgentLimits
 
 
 @dataclass
@@ -196,6 +206,48 @@ class CallableEntry(RewardEntry):
         return func
 
 
+@dataclass
+class BenchmarkEntry(RewardEntry):
+    """``benchmark``: a benchmark adapter's environment and scorer (:mod:`unified.rewards.environment`).
+
+    ``--set rewards.benchmark.adapter=bfcl_v4 --set rewards.benchmark.weight=1``. The adapter is
+    looked up and its ``settings`` parsed by its own ``Config`` when the recipe loads (strict: an
+    unknown setting is an error naming it), so a recipe that cannot build its environment fails
+    before anything loads. The tasks of ``split`` (at most ``limit``) are split in two, in the
+    adapter's order: the last ``heldout_size`` are never trained on and are what the eval runs
+    before and after training; the others are the training tasks."""
+
+    adapter: str = ""
+    """A registered benchmark (``python -m unified.eval --list``) or ``package.module:Factory``."""
+    settings: dict[str, Any] = field(default_factory=dict)
+    """The adapter's own settings (its ``Config``; ``benchmarks.NAME`` in an eval)."""
+    split: str | None = None
+    """The adapter's split (None: its default)."""
+    limit: int | None = bounded(None, ge=1)
+    """At most this many tasks of the split (training and held-out together)."""
+    heldout_size: int = bounded(0, ge=0)
+    """The last tasks of the list, kept out of training for the before/after eval."""
+    prompting: str = "act"
+    """The agent loop's prompting module (as ``--prompting`` of the eval)."""
+    limits: AgentLimits = field(default_factory=AgentLimits)
+    """Per-episode limits (the adapter's ``agent_limits`` may fix its own, as in the eval)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.adapter:
+            raise ValueError("rewards.benchmark: adapter: name the benchmark (e.g. adapter: bfcl_v4; "
+                             "python -m unified.eval --list lists them)")
+        check_adapter_settings(self.adapter, self.settings)
+
+    def build(self, judge: Any = None) -> Callable:
+        return EpisodeReward(self.name)
+
+    def describe(self) -> str:
+        held = f", {self.heldout_size} held out" if self.heldout_size else ""
+        return (f"benchmark {self.adapter} (split {self.split or 'default'}, limit {self.limit}{held}) "
+                f"weight {self.weight:g}")
+
+
 REWARDS: Registry[type[RewardEntry]] = Registry("reward")
 """Reward name -> its entry class (options and ``build``)."""
 REWARDS.register("rubric", RubricEntry)
@@ -203,6 +255,7 @@ REWARDS.register("agentworld_rubric", AgentWorldRubricEntry)
 REWARDS.register("rule", RuleEntry)
 REWARDS.register("similarity", SimilarityEntry)
 REWARDS.register("repetition", RepetitionEntry)
+REWARDS.register("benchmark", BenchmarkEntry)
 
 
 def is_dotted_path(name: str) -> bool:
@@ -303,6 +356,11 @@ def legacy_entries(rewards: dict[str, Any] | None, shaping: dict[str, Any] | Non
     return out
 
 
-__all__ = ["REWARDS", "AgentWorldRubricEntry", "CallableEntry", "LEGACY_KEYS", "RepetitionEntry", "RewardEntry", "RubricEntry", "RuleEntry",
+def benchmark_entries(entries: list[RewardEntry]) -> list[BenchmarkEntry]:
+    """The ``benchmark`` entries of weight > 0: when there is one, the warmup's rollouts are agent episodes."""
+    return [e for e in entries if isinstance(e, BenchmarkEntry) and e.weight > 0]
+
+
+__all__ = ["REWARDS", "AgentWorldRubricEntry", "BenchmarkEntry", "benchmark_entries", "CallableEntry", "LEGACY_KEYS", "RepetitionEntry", "RewardEntry", "RubricEntry", "RuleEntry",
            "SimilarityEntry", "build_rewards", "check_entries", "default_rewards", "entry_class", "find_entry",
            "legacy_entries"]

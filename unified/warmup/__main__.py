@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.WARNING),
                         format="%(levelname)s %(name)s: %(message)s")
-    from unified.warmup.config import describe, load_warmup_config
+    from unified.warmup.config import describe, is_agentic, load_warmup_config
 
     overrides = _overrides(args)
     try:
@@ -132,6 +132,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     record_output_dir(cfg, accepted)
 
+    if is_agentic(cfg):  # the rollouts are agent episodes of the benchmark's environment
+        from unified.warmup.agentic import run_agentic
+
+        report = run_agentic(cfg)
+        print(json.dumps({k: report[k] for k in ("benchmark", "before", "after", "difference") if k in report},
+                         indent=2))
+        return 0
     from unified.warmup.preempt import PREEMPTED_EXIT, Preempted
     from unified.warmup.trainer import run_warmup
 

@@ -24,7 +24,8 @@ from typing import Any, Literal
 import yaml
 
 from unified.config import ConfigError, bounded, load_config
-from unified.rewards.entries import LEGACY_KEYS, RewardEntry, check_entries, default_rewards, legacy_entries
+from unified.rewards.entries import (LEGACY_KEYS, RewardEntry, benchmark_entries, check_entries, default_rewards,
+                                     legacy_entries)
 from unified.rewards.functions import JudgeSettings, judge_worst_case_s
 
 Precision = Literal["auto", "bf16", "fp32"]
@@ -334,6 +335,25 @@ class ParityProbeSection:
 
 
 @dataclass
+class AgenticSection:
+    """Agentic GSPO (:mod:`unified.warmup.agentic`): used when ``rewards`` holds a ``benchmark`` entry.
+
+    Each step runs ``gspo.num_generations`` episodes of each of ``tasks_per_step`` training tasks of
+    the benchmark (cycling through them), through the eval's agent loop, sampled with ``generation``'s
+    temperature/top-p and at most ``generation.max_completion_length`` tokens a policy call."""
+
+    tasks_per_step: int = bounded(2, ge=1)
+    """Training tasks (GSPO groups) a step."""
+    max_in_flight: int = bounded(4, ge=1)
+    """Episodes generating or stepping at once (the eval's ``--max-in-flight``)."""
+    eval_before_after: bool = True
+    """Run the eval's own runner on the held-out tasks before and after training (greedy), into
+    ``<output_dir>/eval_before`` and ``eval_after``; the report gives both scores with their SE."""
+    save_final: bool = True
+    """Save the trained weights to ``<output_dir>/final`` (a Hugging Face directory the eval loads)."""
+
+
+@dataclass
 class WarmupConfig:
     """A whole warmup recipe."""
 
@@ -354,6 +374,8 @@ class WarmupConfig:
     launch: LaunchSection = field(default_factory=LaunchSection)
     moe: MoESection = field(default_factory=MoESection)
     parity_probe: ParityProbeSection = field(default_factory=ParityProbeSection)
+    agentic: AgenticSection = field(default_factory=AgenticSection)
+    """Agentic GSPO on a benchmark's environment (only with a ``benchmark`` reward entry)."""
 
     UPGRADE = staticmethod(lambda data: upgrade_rewards(data))  # unified.config: the older rewards form
     RENAMED_PATHS = LEGACY_KEYS  # its --set keys
@@ -497,7 +519,14 @@ def load_warmup_config(path: str | os.PathLike[str] | None = None,
 def describe(cfg: WarmupConfig) -> dict[str, Any]:
     """A short human summary of the objective, for logs and ``--dry-run``."""
     g = cfg.gspo
+    environments = benchmark_entries(cfg.rewards)
+    rollouts: dict[str, Any] = {"rollouts": "single-turn world-model completions (data.train)"}
+    if environments:
+        rollouts = {"rollouts": "agent episodes (unified.warmup.agentic) of " + ", ".join(e.describe() for e in environments),
+                    "rewards_not_applied_to_episodes": [e.name for e in cfg.rewards
+                                                        if e.weight > 0 and e not in environments]}
     return {
+        **rollouts,
         "objective": "GSPO" if g.importance_sampling_level == "sequence" else "GRPO (token-level ratio)",
         "clip_range": [1 - g.epsilon, 1 + g.epsilon_high],
         "kl_beta": g.beta,
@@ -507,6 +536,12 @@ def describe(cfg: WarmupConfig) -> dict[str, Any]:
         "vllm_importance_sampling": {"mode": g.vllm_importance_sampling_mode,
                                      "clip": [g.vllm_importance_sampling_clip_min, g.vllm_importance_sampling_clip_max]},
     }
+
+
+def is_agentic(cfg: WarmupConfig) -> bool:
+    """True when ``rewards`` hold a ``benchmark`` entry of weight > 0: the rollouts are agent episodes of that
+    benchmark's environment (:mod:`unified.warmup.agentic`), not single-turn world-model completions."""
+    return bool(benchmark_entries(cfg.rewards))
 
 
 def updates_per_generation(cfg: WarmupConfig) -> int:

@@ -1,0 +1,149 @@
+"""One scorer for eval and RL (EpisodeResult.reward, the ``benchmark`` reward entry) and agentic GSPO on an
+adapter's environment (unified.rewards.environment, unified.warmup.agentic), with fixture adapters written
+for these tests in the adapter format (tests/fixture_eval_bench.py) and a tiny random MoE."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from fixture_eval_bench import FixtureAdapter
+from unified.agent.replay import GoldReplayer
+from unified.benchmarks import reward_of
+from unified.benchmarks.contract import SCORING_FAILED_AFTER_AGENT
+from unified.eval.config import EvalConfig
+from unified.eval.reader import read_run
+from unified.models.tiny import tiny_moe_model
+from unified.eval.runner import run_eval
+from unified.rewards.environment import BenchmarkEnvironment, EpisodeReward
+from unified.types import EpisodeResult
+from unified.warmup.__main__ import main as warmup_main
+from unified.warmup.agentic import load_trainable, run_agentic
+from unified.warmup.agentic_loss import group_advantages, gspo_sequence_loss, masked_token_logprobs
+from unified.warmup.config import describe, is_agentic, load_warmup_config
+
+RECIPE = "recipes/warmup/embedded_cpu.yaml"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class GradedFixture(FixtureAdapter):
+    """echo_N scores (N + 1) / 10 when the agent echoed N (graded, so equal rewards cannot hide a mix-up);
+    crash_N's environment raises on opening; task ``echo_2``'s scorer raises."""
+
+    name = "fixture_graded"
+
+    def __init__(self, **config) -> None:
+        super().__init__(n=5, crash=1, **config)
+
+    def tasks(self, split=None, limit=None):
+        tasks = super().tasks(split, limit)
+        return tasks[-1:] + tasks[:-1]  # crash_0 first: a training task
+
+    def open(self, task, *, run=None):
+        if task.id.startswith("crash"):  # whatever the policy does: the environment cannot start
+            raise RuntimeError("the fixture environment failed to start")
+        return super().open(task, run=run)
+
+    def score(self, task, episode, env):
+        if task.id == "echo_2":
+            raise RuntimeError("the fixture scorer failed")
+        result = super().score(task, episode, env)
+        result.score *= (task.payload["n"] + 1) / 10
+        return result
+
+
+class TokenScoredFixture(FixtureAdapter):
+    """Scores the share of even token ids in the policy's first turn (a random tiny model gets varied rewards)."""
+
+    name = "fixture_token_scored"
+
+    def score(self, task, episode, env):
+        ids = episode.steps[0].completion_token_ids if episode.steps else []
+        return EpisodeResult(benchmark=self.name, task_id=task.id, trial=episode.trial,
+                             score=sum(1 for i in ids if i % 2 == 0) / max(1, len(ids)))
+
+
+def test_reward_of_a_result():
+    ok = EpisodeResult(benchmark="b", task_id="t", trial=0, score=0.75, details={"sub": 0.5, "note": "x", "flag": True})
+    assert reward_of(ok) == ok.reward == 0.75 and ok.reward_breakdown == {"score": 0.75, "sub": 0.5}
+    assert EpisodeResult(benchmark="b", task_id="t", trial=0, score=0.0, skipped="no key").reward is None
+    assert EpisodeResult(benchmark="b", task_id="t", trial=0, score=0.0, error="Traceback: env died").reward is None
+    failed = EpisodeResult(benchmark="b", task_id="t", trial=0, score=0.0,
+                           details={"status": SCORING_FAILED_AFTER_AGENT, "grader_error": "boom"})
+    assert failed.reward == 0.0 and failed.reward_breakdown == {"score": 0.0}
+    assert EpisodeReward()([1, 2], ["a", "b"], episode_reward=[1.0, None]) == [1.0, None]
+    with pytest.raises(ValueError, match="agentic rollout"):
+        EpisodeReward()([1], ["a"])
+
+
+def test_benchmark_entry_names_the_adapter_and_checks_its_settings(capsys):
+    sets = ["rewards.benchmark.weight=1", "rewards.benchmark.adapter=bfcl_v4"]
+    cfg = load_warmup_config(ROOT / RECIPE, sets)
+    assert is_agentic(cfg) and "bfcl_v4" in describe(cfg)["rollouts"]
+    argv = ["--recipe", str(ROOT / RECIPE), *[a for s in sets for a in ("--set", s)], "--dry-run"]
+    assert warmup_main(argv) == 0
+    assert "agent episodes (unified.warmup.agentic) of benchmark bfcl_v4" in capsys.readouterr().out
+    assert warmup_main([*argv[:-1], "--set", "rewards.benchmark.settings.categoriez=simple", "--dry-run"]) == 2
+    assert "unknown key 'categoriez'" in capsys.readouterr().err
+    assert warmup_main([*argv[:-1], "--set", "rewards.benchmark.adapter=bfcl_v5", "--dry-run"]) == 2
+    assert "unknown benchmark 'bfcl_v5'" in capsys.readouterr().err
+    assert not is_agentic(load_warmup_config(ROOT / RECIPE, []))
+
+
+def test_gold_policy_reward_equals_its_eval_score(tmp_path):
+    """The reward of a rollout is the number the eval records for the same task, errors included."""
+    env = BenchmarkEnvironment(GradedFixture())
+    rollouts = env.rollouts(GoldReplayer(), env.train_tasks)
+    run_eval(EvalConfig(benchmarks=["test_agentic:GradedFixture"], model="gold", out=str(tmp_path / "eval")))
+    rows = {r.task_id: r for bench in read_run(tmp_path / "eval").benchmarks.values() for r in bench.results}
+    assert set(rows) == {t.id for t in env.train_tasks}
+    rewards = {r.task.id: r.reward for r in rollouts}
+    for task_id, row in rows.items():
+        assert rewards[task_id] == row.reward, task_id
+    assert rewards["echo_4"] == pytest.approx(0.5) and rewards["echo_0"] == pytest.approx(0.1)
+    assert rewards["echo_2"] == 0.0 and rows["echo_2"].details["status"] == SCORING_FAILED_AFTER_AGENT  # acted
+    assert rewards["crash_0"] is None and rows["crash_0"].error  # the environment crashed: no reward
+
+
+def test_masked_tokens_get_no_gradient():
+    model = tiny_moe_model("qwen3_moe", seed=0, vocab_size=64)
+    prompt, response = [5, 6, 7, 8], [9, 10, 11, 12, 13, 14, 15]
+    mask = torch.tensor([1, 1, 0, 0, 0, 1, 1])  # three tokens of a tool observation in the middle
+    new = masked_token_logprobs(model, prompt, response)
+    new.retain_grad()
+    old = new.detach() + torch.linspace(-0.2, 0.2, len(response))
+    loss, _ = gspo_sequence_loss(new, old, mask, 1.5, epsilon=10.0, epsilon_high=10.0)
+    loss.backward()
+    assert torch.all(new.grad[mask == 0] == 0) and torch.all(new.grad[mask == 1] != 0)
+    changed_old = old.clone()
+    changed_old[mask == 0] += 5.0  # the sampler's numbers at masked positions do not enter the loss either
+    again, _ = gspo_sequence_loss(new.detach(), changed_old, mask, 1.5, epsilon=10.0, epsilon_high=10.0)
+    assert float(again) == pytest.approx(float(loss.detach()))
+    assert group_advantages([1.0, 0.0, None, 0.5, 0.5], ["a", "a", "a", "b", "b"])[2] is None
+
+
+def test_agentic_run_trains_and_contains_a_raising_scorer(tmp_path, tiny_checkpoint):
+    """A step over a raising scorer and a crashing environment goes on; the eval runs before and after."""
+    sets = [f"output_dir={tmp_path / 'run'}", f"model.name_or_path={tiny_checkpoint}", "logging.wandb=false",
+            "rewards=[]", "rewards.benchmark.weight=1", "rewards.benchmark.adapter=test_agentic:GradedFixture",
+            "rewards.benchmark.heldout_size=2", "train.max_steps=1", "gspo.num_generations=2",
+            "generation.max_completion_length=6", "agentic.tasks_per_step=4", "agentic.save_final=false"]
+    report = run_agentic(load_warmup_config(None, sets))
+    assert report["heldout_tasks"] == ["echo_3", "echo_4"]  # the last two, never trained on
+    assert report["train_tasks"] == ["crash_0", "echo_0", "echo_1", "echo_2"]
+    step = report["steps"][0]
+    assert step["episodes"] == 8 and step["scoring_failed"] == 2 and step["no_reward"] == 2  # echo_2, crash_0 x 2
+    assert len(step["errors"]) == 2 and all(e.startswith("crash_0/") for e in step["errors"])
+    assert report["before"]["n"] == report["after"]["n"] == 2 and report["difference"]["n"] == 2
+    assert (tmp_path / "run" / "eval_before" / "run.json").exists() and (tmp_path / "run" / "metrics.jsonl").exists()
+
+    sets[5] = "rewards.benchmark.adapter=test_agentic:TokenScoredFixture"
+    sets += [f"output_dir={tmp_path / 'len'}", "agentic.eval_before_after=false", "train.learning_rate=1e-2"]
+    cfg = load_warmup_config(None, sets)
+    loaded = load_trainable(cfg)
+    start = [p.detach().clone() for p in loaded.model.parameters()]
+    report = run_agentic(cfg, loaded=loaded)
+    assert report["steps"][0]["samples"] > 0  # varied rewards: nonzero advantages, trajectories in the loss
+    assert any(not torch.equal(a, p) for a, p in zip(start, loaded.model.parameters()))  # and an update
