@@ -211,6 +211,23 @@ def test_rerun_resumes_finished_tasks(tiny_runs, tiny_checkpoint, monkeypatch):
     assert json.loads((a / "summary.json").read_text())["general"]["tasks"][MC_GROUP]["status"] == "ok"
 
 
+def test_general_is_planned_like_a_benchmark(tiny_runs, tiny_checkpoint, capsys):
+    """The dry run's plan line counts recorded / to-run tasks as for a benchmark's pairs, from ``--out``'s
+    records; plan.json carries that part, and its ``section`` is the summary's ``general`` entry."""
+    from unified.eval.plan import read_plan
+
+    a, _ = tiny_runs
+    _cli(*_general_args(a, str(tiny_checkpoint), [MC_GROUP, GEN, ABSENT], "--dry-run"))
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("# plan: general"))
+    assert line == (f"# plan: general (lm-eval): 3 tasks x 1 run(s) = 3 pairs; 2 recorded, 1 to run "
+                    f"({MC_GROUP}, {GEN}, {ABSENT})")  # the skipped task (no data) is tried again
+    plan = read_plan(a)
+    assert plan.general is not None and plan.general.tasks == [MC_GROUP, GEN, ABSENT]
+    assert plan.general.model == str(tiny_checkpoint) and ABSENT in plan.general.to_run
+    summary = json.loads((a / "summary.json").read_text())["general"]
+    assert json.loads(json.dumps(plan.general.section(a).tasks)) == summary["tasks"]
+
+
 def test_compare_shows_general_deltas_with_stderr(tiny_runs, capsys):
     a, b = tiny_runs
     # general.num_fewshot reached lm-eval: B's prompts carry one solved example before the question

@@ -207,11 +207,11 @@ def _dry_run(parser: argparse.ArgumentParser, cfg: EvalConfig) -> int:
         names, want_general = benchmarks_to_run(cfg)
         check_unsharded_parts(cfg, want_general)
         choice = engine_for(cfg, names)
-        plan = plan_run(cfg, names, want_general, engine=choice, repair=False)
+        plan = plan_run(cfg, names, engine=choice, repair=False)
     except (ConfigError, UnknownNameError) as exc:
         parser.error(str(exc))
     print(dump_yaml(cfg))
-    names += [f"general (lm-eval: {', '.join(cfg.general.tasks)})"] if want_general else []
+    names += [f"general (lm-eval: {', '.join(plan.general.tasks)})"] if plan.general is not None else []
     print(f"# would evaluate: {', '.join(dict.fromkeys(names))}")
     if choice.line:
         print(f"# {choice.line}")

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from unified.config import ConfigError, from_dict
+from unified.eval.records import GeneralSection
 from unified.store import append_jsonl, read_jsonl, repair_tail
 
 log = logging.getLogger(__name__)
@@ -136,6 +137,70 @@ def split_suites(suite: str | None) -> tuple[list[str], bool]:
     """``--suite general,ood`` -> (``["ood"]``, True): the agent suites and whether ``general`` is asked."""
     names = [p.strip() for p in (suite or "").split(",") if p.strip()]
     return [n for n in names if n != GENERAL_SUITE], GENERAL_SUITE in names
+
+
+@dataclass
+class PlannedGeneral:
+    """The general suite's part of a run plan (``plan.json``'s ``general``), planned like a benchmark:
+    its tasks, which of them are already recorded in ``--out`` under the same model and settings
+    (resume), and which will run. :meth:`run` and :meth:`section` are all the runner and the summary
+    call, so neither needs lm-eval's options or records."""
+
+    config: GeneralConfig
+    """lm-eval's options (``--limit`` applied, :func:`general_with_limit`)."""
+    model: str
+    recorded: list[str] = field(default_factory=list)
+    """Tasks with an ``ok`` record of this model and these settings when the plan was made."""
+    to_run: list[str] = field(default_factory=list)
+
+    @property
+    def tasks(self) -> list[str]:
+        return list(self.config.tasks)
+
+    def lines(self) -> list[str]:
+        """The ``--dry-run`` plan line, in the benchmarks' form."""
+        return [f"# plan: {GENERAL_SUITE} (lm-eval): {len(self.config.tasks)} tasks x 1 run(s) = "
+                f"{len(self.config.tasks)} pairs; {len(self.recorded)} recorded, {len(self.to_run)} to run "
+                f"({', '.join(self.config.tasks)})"]
+
+    def run(self, out: str | os.PathLike[str], *, backend: str | None = None, loaded: Any = None) -> None:
+        """Run (or resume) the planned tasks into ``out`` (:func:`run_general`)."""
+        run_general(self.config, self.model, out, backend=backend, loaded=loaded)
+
+    def section(self, out: str | os.PathLike[str]) -> GeneralSection:
+        """The summary's ``general`` section from the records in ``out`` (its shape:
+        :mod:`unified.eval.general_report`), read after lm-eval ran and at the start of a resumed run."""
+        entries = general_entries(GeneralStore(out), self.config, self.model)
+        for entry in entries.values():
+            for key in ("model", "fingerprint", "settings", "finished_at"):
+                entry.pop(key, None)
+        return GeneralSection(model=self.model, settings=self.config.settings(), tasks=entries)
+
+
+def plan_general(cfg: Any, *, repair: bool = True) -> PlannedGeneral | None:
+    """The general suite's plan for an :class:`unified.eval.config.EvalConfig` (None when ``--suite`` does
+    not name ``general``; a sharded command naming it was refused before, by
+    :func:`unified.eval.shards.check_unsharded_parts`). ``repair``: cut a torn last record before reading (False for ``--dry-run``)."""
+    if not split_suites(cfg.suite)[1]:
+        return None
+    general = general_with_limit(cfg.general, cfg.limit)
+    store = GeneralStore(cfg.out)
+    if repair:
+        repair_tail(store.path)
+    recorded = {t for t, r in _latest_readonly(store, fingerprint(cfg.model, general)).items() if r.status == "ok"}
+    return PlannedGeneral(general, cfg.model, recorded=[t for t in general.tasks if t in recorded],
+                          to_run=[t for t in general.tasks if t not in recorded])
+
+
+def _latest_readonly(store: "GeneralStore", fp: str) -> dict[str, "TaskRecord"]:
+    """:meth:`GeneralStore.latest` without repairing the file (a cut last line is not a record)."""
+    rows = []
+    if store.path.is_file():
+        with open(store.path, encoding="utf-8") as handle:
+            for number, line in enumerate(handle, 1):
+                if line.endswith("\n") and line.strip():
+                    rows.append(from_dict(TaskRecord, json.loads(line), source=f"{store.path}:{number}"))
+    return {r.task: r for r in rows if r.fingerprint == fp}
 
 
 # --------------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@
 
     plan_run(cfg)      -> RunPlan     which benchmarks, their resolved settings and limits, the engine,
                                       the (task, trial) pairs after the --shard and resume filters,
-                                      the general suite's lm-eval section (unified.eval.plan)
+                                      the general suite's lm-eval tasks (unified.eval.general.PlannedGeneral)
     execute(plan)                     runs those pairs and appends their records (unified.eval.runner)
     summarize(run_dir) -> RunSummary  summary.json / summary.md from plan.json and the records on disk
                                       (unified.eval.summarize)
@@ -35,7 +35,7 @@ from unified.benchmarks.helpers import limit_runnable, select_task_ids
 from unified.config import ConfigError, from_dict, to_dict
 from unified.eval.config import EvalConfig
 from unified.eval.engine import EngineChoice
-from unified.eval.general import GeneralConfig, general_with_limit
+from unified.eval.general import PlannedGeneral, plan_general
 from unified.eval.rundir import BenchmarkStore
 from unified.eval.shards import parse_shard, shard_pairs
 from unified.registry import UnknownNameError
@@ -44,7 +44,8 @@ from unified.store import read_regular_file, write_json_atomic
 PLAN_FILE = "plan.json"
 PLAN_MAX_BYTES = 256 << 20
 """Most bytes of a ``plan.json`` that are read (it lists every (task, trial) pair)."""
-PLAN_VERSION = 1
+PLAN_VERSION = 2
+"""2: ``general`` is a :class:`unified.eval.general.PlannedGeneral` (was lm-eval's options alone)."""
 
 Pair = tuple[str, int]
 """(task id, trial)."""
@@ -111,8 +112,9 @@ class RunPlan:
     policy_given: bool = False
     """The caller passed a live model (``config.model`` is its label)."""
     benchmarks: list[PlannedBenchmark] = field(default_factory=list)
-    general: GeneralConfig | None = None
-    """The general suite's lm-eval section (``--limit`` applied), None when it was not asked for."""
+    general: PlannedGeneral | None = None
+    """The general suite's part (lm-eval options with ``--limit`` applied, recorded and to-run tasks),
+    None when it was not asked for."""
 
     def benchmark(self, name: str) -> PlannedBenchmark:
         return next(b for b in self.benchmarks if b.name == name)
@@ -217,16 +219,16 @@ def plan_benchmark(name: str, cfg: EvalConfig, out: Path, *, repair: bool = True
         pairs=pairs, pairs_total=len(tasks) * runs, to_run=[p for p in pairs if p not in recorded])
 
 
-def plan_run(cfg: EvalConfig, names: list[str], want_general: bool, *, engine: EngineChoice = EngineChoice(None),
+def plan_run(cfg: EvalConfig, names: list[str], *, engine: EngineChoice = EngineChoice(None),
              policy_given: bool = False, repair: bool = True, loaded: dict[str, Loaded] | None = None) -> RunPlan:
     """The plan of ``cfg`` for the benchmarks ``names`` (:func:`unified.eval.runner.benchmarks_to_run`) and,
-    when ``want_general``, the general suite. ``engine``: the engine chosen for the policy
+    when ``--suite`` names it, the general suite (:func:`unified.eval.general.plan_general`). ``engine``: the engine chosen for the policy
     (``cfg.backend`` is set to it). ``loaded`` (optional) is filled with the adapters and tasks listed."""
     cfg = replace(cfg, backend=engine.backend)
     out = Path(cfg.out)
     return RunPlan(config=cfg, engine=PlannedEngine(engine.backend, engine.auto, engine.line), policy_given=policy_given,
                    benchmarks=[plan_benchmark(n, cfg, out, repair=repair, loaded=loaded) for n in names],
-                   general=general_with_limit(cfg.general, cfg.limit) if want_general else None)
+                   general=plan_general(cfg, repair=repair))
 
 
 def write_plan(out: str | Path, plan: RunPlan) -> Path:
@@ -265,6 +267,4 @@ def plan_lines(plan: RunPlan) -> list[str]:
         part = f", shard {shard}: {len(b.pairs)} of them" if shard else ""
         lines.append(f"# plan: {b.name}: {len(b.tasks)} tasks x {b.runs} run(s) = {b.pairs_total} pairs{part}; "
                      f"{len(b.pairs) - len(b.to_run)} recorded, {len(b.to_run)} to run")
-    if plan.general is not None:
-        lines.append(f"# plan: general (lm-eval): {', '.join(plan.general.tasks)}")
-    return lines
+    return lines + (plan.general.lines() if plan.general is not None else [])

@@ -22,7 +22,7 @@ from unified.agent.replay import Replayer, replayer_for
 from unified.benchmarks.contract import RunContext
 from unified.benchmarks.discovery import ALL_SUITE, check_benchmark_config, declared_suites, expand_benchmarks
 from unified.eval.config import EvalConfig
-from unified.eval.general import GENERAL_SUITE, run_general, split_suites
+from unified.eval.general import GENERAL_SUITE, split_suites
 from unified.eval.engine import EngineChoice, choose_backend, fallback_line
 from unified.eval.identity import record_run_dir, recorded_backend
 from unified.eval.plan import (Loaded, PlannedBenchmark, PlannedEngine, RunPlan, open_adapter, plan_run, select_tasks,
@@ -94,7 +94,7 @@ def run_eval(cfg: EvalConfig, *, policy: ChatModel | Replayer | None = None,
         record_run_dir(cfg.out, cfg, names, resume_anyway=resume_anyway, policy_given=policy is not None)
         loaded: dict[str, Loaded] = {}
         try:
-            plan = plan_run(cfg, names, want_general, engine=choice, policy_given=policy is not None, loaded=loaded)
+            plan = plan_run(cfg, names, engine=choice, policy_given=policy is not None, loaded=loaded)
         except KeyboardInterrupt:  # while the adapters listed their tasks: nothing new was run
             raise EvalInterrupted(_saved_results(Path(cfg.out))) from None
         write_plan(cfg.out, plan)
@@ -217,9 +217,8 @@ def execute(plan: RunPlan, *, policy: ChatModel | Replayer | None = None, loaded
             # an auto-chosen vLLM server is for the agent suites: lm-eval's vllm class runs vLLM in this
             # process (the gpu extra), so the general suite runs in-process unless --backend vllm says so
             cfg = plan.config
-            run_general(plan.general, cfg.model, out,
-                        backend="hf" if engine.auto and cfg.backend == "vllm" else cfg.backend,
-                        loaded=getattr(holder.model, "loaded", None))
+            plan.general.run(out, backend="hf" if engine.auto and cfg.backend == "vllm" else cfg.backend,
+                             loaded=getattr(holder.model, "loaded", None))
     except KeyboardInterrupt:
         summarize(out, benchmarks=done, plan=plan, loaded=loaded, finished=entries)
         raise EvalInterrupted(_saved_results(out)) from None
