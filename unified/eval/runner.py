@@ -83,7 +83,6 @@ def run_eval(cfg: EvalConfig, *, policy: ChatModel | Replayer | None = None,
     policy loads); the run directory, ``run.json`` and ``plan.json`` record the engine chosen.
     """
     names, want_general = benchmarks_to_run(cfg)
-    check_unsharded_parts(cfg, want_general)
     if not names and not want_general:
         suites = sorted({*declared_suites()[0], ALL_SUITE, GENERAL_SUITE})
         raise ValueError(f"nothing to evaluate: give --suite or --benchmarks (suites: {', '.join(suites)})")
@@ -168,10 +167,12 @@ class _Policy:
 def benchmarks_to_run(cfg: EvalConfig) -> tuple[list[str], bool]:
     """(benchmark names from ``--suite`` and ``--benchmarks``, whether ``general`` was asked for).
 
+    A ``--shard`` command naming ``general`` is a ConfigError (:func:`unified.eval.shards.check_unsharded_parts`).
     An unknown suite is an UnknownNameError listing every suite (the adapters', ``all``, ``general``);
     the world-model eval is the ``lwm`` subcommand of the CLI, not a suite. An installed adapter whose module does not import cannot say which suites it joins,
     so it gets one line saying so when suites are asked for."""
     agent_suites, want_general = split_suites(cfg.suite)
+    check_unsharded_parts(cfg, want_general)  # a sharded command naming `general` is refused before anything
     try:
         names = [n for s in agent_suites for n in expand_benchmarks(s)]
     except UnknownNameError as exc:
