@@ -125,6 +125,32 @@ def test_default_tasks_are_lm_eval_tasks_and_their_dependencies_import():
     assert result.returncode == 0, result.stderr[-2000:]
 
 
+def test_general_plan_counts_recorded_tasks_and_summarizes_from_records(tmp_path, capsys):
+    """No model: a task record written in our TaskRecord format (a fixture) under the run's fingerprint is
+    'recorded' in the plan, one under other settings is not; the run's summary reads the part from plan.json."""
+    from unified.eval.config import EvalConfig
+    from unified.eval.general import Metric, TaskRecord, fingerprint, general_with_limit
+    from unified.eval.plan import plan_run, read_plan, write_plan
+    from unified.eval.summarize import summarize
+
+    out = tmp_path / "run"
+    cfg = EvalConfig(suite="general", out=str(out), limit=3, general=GeneralConfig(tasks=[MC, GEN]))
+    store = GeneralStore(out)
+    fixture = {"model": cfg.model, "metrics": [Metric("acc", "none", 0.5, 0.1)], "status": "ok"}
+    store.append(TaskRecord(task=MC, fingerprint=fingerprint(cfg.model, general_with_limit(cfg.general, 3)), **fixture))
+    store.append(TaskRecord(task=GEN, fingerprint=fingerprint(cfg.model, cfg.general), **fixture))  # no --limit: other
+    _cli("--suite", "general", "--out", str(out), "--limit", "3", "--set", f"general.tasks={MC},{GEN}", "--dry-run")
+    assert "# plan: general (lm-eval): 2 tasks x 1 run(s) = 2 pairs; 1 recorded, 1 to run " \
+           f"({MC}, {GEN})" in capsys.readouterr().out.splitlines()
+    assert not (out / "plan.json").exists()  # a dry run writes nothing
+    write_plan(out, plan_run(cfg, []))
+    assert read_plan(out).general.to_run == [GEN] and read_plan(out).general.config.limit == 3
+    tasks = summarize(out).general.tasks
+    assert tasks[MC]["status"] == "ok" and tasks[MC]["metrics"][0]["value"] == 0.5
+    assert tasks[GEN] == {"task": GEN, "status": "not run"}
+    assert json.loads((out / "summary.json").read_text())["general"]["tasks"][MC]["status"] == "ok"
+
+
 # ------------------------------------------------------------------------------------------ missing data
 
 

@@ -185,23 +185,10 @@ def plan_general(cfg: Any, *, repair: bool = True) -> PlannedGeneral | None:
     if not split_suites(cfg.suite)[1]:
         return None
     general = general_with_limit(cfg.general, cfg.limit)
-    store = GeneralStore(cfg.out)
-    if repair:
-        repair_tail(store.path)
-    recorded = {t for t, r in _latest_readonly(store, fingerprint(cfg.model, general)).items() if r.status == "ok"}
+    latest = GeneralStore(cfg.out).latest(fingerprint(cfg.model, general), repair=repair)
+    recorded = {t for t, r in latest.items() if r.status == "ok"}
     return PlannedGeneral(general, cfg.model, recorded=[t for t in general.tasks if t in recorded],
                           to_run=[t for t in general.tasks if t not in recorded])
-
-
-def _latest_readonly(store: "GeneralStore", fp: str) -> dict[str, "TaskRecord"]:
-    """:meth:`GeneralStore.latest` without repairing the file (a cut last line is not a record)."""
-    rows = []
-    if store.path.is_file():
-        with open(store.path, encoding="utf-8") as handle:
-            for number, line in enumerate(handle, 1):
-                if line.endswith("\n") and line.strip():
-                    rows.append(from_dict(TaskRecord, json.loads(line), source=f"{store.path}:{number}"))
-    return {r.task: r for r in rows if r.fingerprint == fp}
 
 
 # --------------------------------------------------------------------------------------------
@@ -254,16 +241,18 @@ class GeneralStore:
         self.dir = self.run_dir / GENERAL_SUITE
         self.path = self.dir / "results.jsonl"
 
-    def records(self) -> list[TaskRecord]:
+    def records(self, *, repair: bool = True) -> list[TaskRecord]:
         """Every record, in order, read strictly (:func:`unified.config.from_dict`): a line that is not a
-        task record is a ConfigError naming the file, the line and the field."""
-        repair_tail(self.path)
+        task record is a ConfigError naming the file, the line and the field. ``repair``: cut a torn last
+        line first (else it is only left unread, as ``--dry-run`` does)."""
+        if repair:
+            repair_tail(self.path)
         return [from_dict(TaskRecord, row_fields(row, f"{self.path}:{number}"), source=f"{self.path}:{number}")
                 for number, row in enumerate(read_jsonl(self.path), 1)]
 
-    def latest(self, fingerprint: str | None = None) -> dict[str, TaskRecord]:
+    def latest(self, fingerprint: str | None = None, *, repair: bool = True) -> dict[str, TaskRecord]:
         """The last record of each task (of ``fingerprint`` only, when given)."""
-        return {r.task: r for r in self.records() if fingerprint is None or r.fingerprint == fingerprint}
+        return {r.task: r for r in self.records(repair=repair) if fingerprint is None or r.fingerprint == fingerprint}
 
     def append(self, record: TaskRecord) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
