@@ -145,6 +145,11 @@ def test_general_plan_counts_recorded_tasks_and_summarizes_from_records(tmp_path
     assert not (out / "plan.json").exists()  # a dry run writes nothing
     write_plan(out, plan_run(cfg, []))
     assert read_plan(out).general.to_run == [GEN] and read_plan(out).general.config.limit == 3
+    # a plan.json of version 1 (general = lm-eval's options alone) still reads, and summarises the same
+    legacy = json.loads((out / "plan.json").read_text())
+    legacy["version"], legacy["general"] = 1, legacy["general"]["config"]
+    (out / "plan.json").write_text(json.dumps(legacy))
+    assert read_plan(out).general.config == read_plan(out).general.config.__class__(**legacy["general"])
     tasks = summarize(out).general.tasks
     assert tasks[MC]["status"] == "ok" and tasks[MC]["metrics"][0]["value"] == 0.5
     assert tasks[GEN] == {"task": GEN, "status": "not run"}

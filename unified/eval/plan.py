@@ -259,6 +259,9 @@ def read_plan(run_dir: str | Path) -> RunPlan:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"{path}: not JSON ({exc})") from None
+    general = data.get("general") if isinstance(data, dict) else None
+    if isinstance(general, dict) and "config" not in general:  # version 1: lm-eval's options alone
+        data["general"] = {"config": general, "model": (data.get("config") or {}).get("model", "")}
     return from_dict(RunPlan, data, source=str(path))
 
 
