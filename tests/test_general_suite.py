@@ -125,6 +125,37 @@ def test_default_tasks_are_lm_eval_tasks_and_their_dependencies_import():
     assert result.returncode == 0, result.stderr[-2000:]
 
 
+def test_general_plan_counts_recorded_tasks_and_summarizes_from_records(tmp_path, capsys):
+    """No model: a task record written in our TaskRecord format (a fixture) under the run's fingerprint is
+    'recorded' in the plan, one under other settings is not; the run's summary reads the part from plan.json."""
+    from unified.eval.config import EvalConfig
+    from unified.eval.general import Metric, TaskRecord, fingerprint, general_with_limit
+    from unified.eval.plan import plan_run, read_plan, write_plan
+    from unified.eval.summarize import summarize
+
+    out = tmp_path / "run"
+    cfg = EvalConfig(suite="general", out=str(out), limit=3, general=GeneralConfig(tasks=[MC, GEN]))
+    store = GeneralStore(out)
+    fixture = {"model": cfg.model, "metrics": [Metric("acc", "none", 0.5, 0.1)], "status": "ok"}
+    store.append(TaskRecord(task=MC, fingerprint=fingerprint(cfg.model, general_with_limit(cfg.general, 3)), **fixture))
+    store.append(TaskRecord(task=GEN, fingerprint=fingerprint(cfg.model, cfg.general), **fixture))  # no --limit: other
+    _cli("--suite", "general", "--out", str(out), "--limit", "3", "--set", f"general.tasks={MC},{GEN}", "--dry-run")
+    assert "# plan: general (lm-eval): 2 tasks x 1 run(s) = 2 pairs; 1 recorded, 1 to run " \
+           f"({MC}, {GEN})" in capsys.readouterr().out.splitlines()
+    assert not (out / "plan.json").exists()  # a dry run writes nothing
+    write_plan(out, plan_run(cfg, []))
+    assert read_plan(out).general.to_run == [GEN] and read_plan(out).general.config.limit == 3
+    # a plan.json of version 1 (general = lm-eval's options alone) still reads, and summarises the same
+    legacy = json.loads((out / "plan.json").read_text())
+    legacy["version"], legacy["general"] = 1, legacy["general"]["config"]
+    (out / "plan.json").write_text(json.dumps(legacy))
+    assert read_plan(out).general.config == read_plan(out).general.config.__class__(**legacy["general"])
+    tasks = summarize(out).general.tasks
+    assert tasks[MC]["status"] == "ok" and tasks[MC]["metrics"][0]["value"] == 0.5
+    assert tasks[GEN] == {"task": GEN, "status": "not run"}
+    assert json.loads((out / "summary.json").read_text())["general"]["tasks"][MC]["status"] == "ok"
+
+
 # ------------------------------------------------------------------------------------------ missing data
 
 
@@ -209,6 +240,23 @@ def test_rerun_resumes_finished_tasks(tiny_runs, tiny_checkpoint, monkeypatch):
     after = [(r.task, r.status) for r in store.records()]
     assert after == before + [(ABSENT, "skipped")]  # only the skipped task is tried again
     assert json.loads((a / "summary.json").read_text())["general"]["tasks"][MC_GROUP]["status"] == "ok"
+
+
+def test_general_is_planned_like_a_benchmark(tiny_runs, tiny_checkpoint, capsys):
+    """The dry run's plan line counts recorded / to-run tasks as for a benchmark's pairs, from ``--out``'s
+    records; plan.json carries that part, and its ``section`` is the summary's ``general`` entry."""
+    from unified.eval.plan import read_plan
+
+    a, _ = tiny_runs
+    _cli(*_general_args(a, str(tiny_checkpoint), [MC_GROUP, GEN, ABSENT], "--dry-run"))
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("# plan: general"))
+    assert line == (f"# plan: general (lm-eval): 3 tasks x 1 run(s) = 3 pairs; 2 recorded, 1 to run "
+                    f"({MC_GROUP}, {GEN}, {ABSENT})")  # the skipped task (no data) is tried again
+    plan = read_plan(a)
+    assert plan.general is not None and plan.general.tasks == [MC_GROUP, GEN, ABSENT]
+    assert plan.general.model == str(tiny_checkpoint) and ABSENT in plan.general.to_run
+    summary = json.loads((a / "summary.json").read_text())["general"]
+    assert json.loads(json.dumps(plan.general.section(a).tasks)) == summary["tasks"]
 
 
 def test_compare_shows_general_deltas_with_stderr(tiny_runs, capsys):

@@ -234,7 +234,7 @@ UNREVIEWED_LOCAL_IMPORTS: frozenset[str] = frozenset({
     "unified.eval.cli -> unified.eval.preflight", "unified.eval.cli -> unified.eval.report",
     "unified.eval.cli -> unified.eval.wandb_log", "unified.eval.cli -> unified.lwm.evaluation",
     "unified.eval.engine -> unified.inference.vllm_server", "unified.eval.general -> unified.registry",
-    "unified.eval.general_report -> unified.eval.general", "unified.eval.preflight -> unified.agent.prompting",
+    "unified.eval.preflight -> unified.agent.prompting",
     "unified.eval.preflight -> unified.benchmarks.contract", "unified.eval.preflight -> unified.benchmarks.discovery",
     "unified.eval.preflight -> unified.eval.general", "unified.eval.records -> unified.benchmarks.discovery",
     "unified.eval.report -> unified.eval.identity", "unified.eval.runner -> unified.inference.routes",

@@ -38,7 +38,7 @@ from unified.eval.identity import RESUME_ANYWAY_FLAG, dry_run_line
 from unified.eval.preflight import PreflightError, check_names
 from unified.eval.merge import ShardError, merge_runs
 from unified.eval.plan import plan_lines, plan_run
-from unified.eval.shards import check_unsharded_parts, shard_type
+from unified.eval.shards import shard_type
 from unified.eval.rundir import RunDirError
 from unified.eval.runner import EvalInterrupted, benchmarks_to_run, engine_for, run_eval
 from unified.registry import UnknownNameError
@@ -220,14 +220,13 @@ def _dry_run(parser: argparse.ArgumentParser, cfg: EvalConfig) -> int:
     list their tasks, ``--out`` is read), printed; nothing is written, not even ``plan.json``."""
     try:
         check_benchmark_config(cfg.benchmark_config)
-        names, want_general = benchmarks_to_run(cfg)
-        check_unsharded_parts(cfg, want_general)
+        names, _ = benchmarks_to_run(cfg)
         choice = engine_for(cfg, names)
-        plan = plan_run(cfg, names, want_general, engine=choice, repair=False)
+        plan = plan_run(cfg, names, engine=choice, repair=False)
     except (ConfigError, UnknownNameError) as exc:
         parser.error(str(exc))
     print(dump_yaml(cfg))
-    names += [f"general (lm-eval: {', '.join(cfg.general.tasks)})"] if want_general else []
+    names += [f"general (lm-eval: {', '.join(plan.general.tasks)})"] if plan.general is not None else []
     print(f"# would evaluate: {', '.join(dict.fromkeys(names))}")
     if choice.line:
         print(f"# {choice.line}")

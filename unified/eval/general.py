@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from unified.config import ConfigError, from_dict
+from unified.eval.records import GeneralSection
 from unified.store import append_jsonl, read_jsonl, repair_tail
 from unified.types import ROW_SCHEMA, row_fields
 
@@ -139,6 +140,57 @@ def split_suites(suite: str | None) -> tuple[list[str], bool]:
     return [n for n in names if n != GENERAL_SUITE], GENERAL_SUITE in names
 
 
+@dataclass
+class PlannedGeneral:
+    """The general suite's part of a run plan (``plan.json``'s ``general``), planned like a benchmark:
+    its tasks, which of them are already recorded in ``--out`` under the same model and settings
+    (resume), and which will run. :meth:`run` and :meth:`section` are all the runner and the summary
+    call, so neither needs lm-eval's options or records."""
+
+    config: GeneralConfig
+    """lm-eval's options (``--limit`` applied, :func:`general_with_limit`)."""
+    model: str
+    recorded: list[str] = field(default_factory=list)
+    """Tasks with an ``ok`` record of this model and these settings when the plan was made."""
+    to_run: list[str] = field(default_factory=list)
+
+    @property
+    def tasks(self) -> list[str]:
+        return list(self.config.tasks)
+
+    def lines(self) -> list[str]:
+        """The ``--dry-run`` plan line, in the benchmarks' form."""
+        return [f"# plan: {GENERAL_SUITE} (lm-eval): {len(self.config.tasks)} tasks x 1 run(s) = "
+                f"{len(self.config.tasks)} pairs; {len(self.recorded)} recorded, {len(self.to_run)} to run "
+                f"({', '.join(self.config.tasks)})"]
+
+    def run(self, out: str | os.PathLike[str], *, backend: str | None = None, loaded: Any = None) -> None:
+        """Run (or resume) the planned tasks into ``out`` (:func:`run_general`)."""
+        run_general(self.config, self.model, out, backend=backend, loaded=loaded)
+
+    def section(self, out: str | os.PathLike[str]) -> GeneralSection:
+        """The summary's ``general`` section from the records in ``out`` (its shape:
+        :mod:`unified.eval.general_report`), read after lm-eval ran and at the start of a resumed run."""
+        entries = general_entries(GeneralStore(out), self.config, self.model)
+        for entry in entries.values():
+            for key in ("model", "fingerprint", "settings", "finished_at"):
+                entry.pop(key, None)
+        return GeneralSection(model=self.model, settings=self.config.settings(), tasks=entries)
+
+
+def plan_general(cfg: Any, *, repair: bool = True) -> PlannedGeneral | None:
+    """The general suite's plan for an :class:`unified.eval.config.EvalConfig` (None when ``--suite`` does
+    not name ``general``; a sharded command naming it was refused before, by
+    :func:`unified.eval.shards.check_unsharded_parts`). ``repair``: cut a torn last record before reading (False for ``--dry-run``)."""
+    if not split_suites(cfg.suite)[1]:
+        return None
+    general = general_with_limit(cfg.general, cfg.limit)
+    latest = GeneralStore(cfg.out).latest(fingerprint(cfg.model, general), repair=repair)
+    recorded = {t for t, r in latest.items() if r.status == "ok"}
+    return PlannedGeneral(general, cfg.model, recorded=[t for t in general.tasks if t in recorded],
+                          to_run=[t for t in general.tasks if t not in recorded])
+
+
 # --------------------------------------------------------------------------------------------
 # records
 
@@ -189,16 +241,18 @@ class GeneralStore:
         self.dir = self.run_dir / GENERAL_SUITE
         self.path = self.dir / "results.jsonl"
 
-    def records(self) -> list[TaskRecord]:
+    def records(self, *, repair: bool = True) -> list[TaskRecord]:
         """Every record, in order, read strictly (:func:`unified.config.from_dict`): a line that is not a
-        task record is a ConfigError naming the file, the line and the field."""
-        repair_tail(self.path)
+        task record is a ConfigError naming the file, the line and the field. ``repair``: cut a torn last
+        line first (else it is only left unread, as ``--dry-run`` does)."""
+        if repair:
+            repair_tail(self.path)
         return [from_dict(TaskRecord, row_fields(row, f"{self.path}:{number}"), source=f"{self.path}:{number}")
                 for number, row in enumerate(read_jsonl(self.path), 1)]
 
-    def latest(self, fingerprint: str | None = None) -> dict[str, TaskRecord]:
+    def latest(self, fingerprint: str | None = None, *, repair: bool = True) -> dict[str, TaskRecord]:
         """The last record of each task (of ``fingerprint`` only, when given)."""
-        return {r.task: r for r in self.records() if fingerprint is None or r.fingerprint == fingerprint}
+        return {r.task: r for r in self.records(repair=repair) if fingerprint is None or r.fingerprint == fingerprint}
 
     def append(self, record: TaskRecord) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)

@@ -17,22 +17,9 @@ samples; both runs score the same documents, so the paired standard error is usu
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 from unified.eval.records import GeneralSection
-
-
-def general_section(out: str | Path, general_cfg: Any, model: str) -> GeneralSection:
-    """The ``general`` section of a run that asked for the general suite, from its records in ``out``
-    (read once after lm-eval ran, and once at the start of a resumed run)."""
-    from unified.eval.general import GeneralStore, general_entries
-
-    entries = general_entries(GeneralStore(out), general_cfg, model)
-    for entry in entries.values():
-        for key in ("model", "fingerprint", "settings", "finished_at"):
-            entry.pop(key, None)
-    return GeneralSection(model=model, settings=general_cfg.settings(), tasks=entries)
 
 
 def _num(value: Any, digits: int = 4) -> str:

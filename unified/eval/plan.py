@@ -4,7 +4,7 @@
 
     plan_run(cfg)      -> RunPlan     which benchmarks, their resolved settings and limits, the engine,
                                       the (task, trial) pairs after the --shard and resume filters,
-                                      the general suite's lm-eval section (unified.eval.plan)
+                                      the general suite's lm-eval tasks (unified.eval.general.PlannedGeneral)
     execute(plan)                     runs those pairs and appends their records (unified.eval.runner)
     summarize(run_dir) -> RunSummary  summary.json / summary.md from plan.json and the records on disk
                                       (unified.eval.summarize)
@@ -37,7 +37,7 @@ from unified.config import ConfigError, from_dict, to_dict
 from unified.eval.config import EvalConfig
 from unified.eval.costs import estimate_line
 from unified.eval.engine import EngineChoice
-from unified.eval.general import GeneralConfig, general_with_limit
+from unified.eval.general import PlannedGeneral, plan_general
 from unified.eval.rundir import BenchmarkStore
 from unified.eval.shards import parse_shard, shard_pairs
 from unified.registry import UnknownNameError
@@ -46,7 +46,8 @@ from unified.store import read_regular_file, write_json_atomic
 PLAN_FILE = "plan.json"
 PLAN_MAX_BYTES = 256 << 20
 """Most bytes of a ``plan.json`` that are read (it lists every (task, trial) pair)."""
-PLAN_VERSION = 1
+PLAN_VERSION = 2
+"""2: ``general`` is a :class:`unified.eval.general.PlannedGeneral` (was lm-eval's options alone)."""
 
 Pair = tuple[str, int]
 """(task id, trial)."""
@@ -123,8 +124,9 @@ class RunPlan:
     policy_given: bool = False
     """The caller passed a live model (``config.model`` is its label)."""
     benchmarks: list[PlannedBenchmark] = field(default_factory=list)
-    general: GeneralConfig | None = None
-    """The general suite's lm-eval section (``--limit`` applied), None when it was not asked for."""
+    general: PlannedGeneral | None = None
+    """The general suite's part (lm-eval options with ``--limit`` applied, recorded and to-run tasks),
+    None when it was not asked for."""
 
     def benchmark(self, name: str) -> PlannedBenchmark:
         return next(b for b in self.benchmarks if b.name == name)
@@ -256,16 +258,16 @@ def _judge_spec(adapter: Adapter) -> str | None:
     return str(judge) + (f" (user {user})" if user and user != judge else "")
 
 
-def plan_run(cfg: EvalConfig, names: list[str], want_general: bool, *, engine: EngineChoice = EngineChoice(None),
+def plan_run(cfg: EvalConfig, names: list[str], *, engine: EngineChoice = EngineChoice(None),
              policy_given: bool = False, repair: bool = True, loaded: dict[str, Loaded] | None = None) -> RunPlan:
     """The plan of ``cfg`` for the benchmarks ``names`` (:func:`unified.eval.runner.benchmarks_to_run`) and,
-    when ``want_general``, the general suite. ``engine``: the engine chosen for the policy
+    when ``--suite`` names it, the general suite (:func:`unified.eval.general.plan_general`). ``engine``: the engine chosen for the policy
     (``cfg.backend`` is set to it). ``loaded`` (optional) is filled with the adapters and tasks listed."""
     cfg = replace(cfg, backend=engine.backend)
     out = Path(cfg.out)
     return RunPlan(config=cfg, engine=PlannedEngine(engine.backend, engine.auto, engine.line), policy_given=policy_given,
                    benchmarks=[plan_benchmark(n, cfg, out, repair=repair, loaded=loaded) for n in names],
-                   general=general_with_limit(cfg.general, cfg.limit) if want_general else None)
+                   general=plan_general(cfg, repair=repair))
 
 
 def recount_recorded(plan: RunPlan) -> RunPlan:
@@ -303,6 +305,9 @@ def read_plan(run_dir: str | Path) -> RunPlan:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"{path}: not JSON ({exc})") from None
+    general = data.get("general") if isinstance(data, dict) else None
+    if isinstance(general, dict) and "config" not in general:  # version 1: lm-eval's options alone
+        data["general"] = {"config": general, "model": (data.get("config") or {}).get("model", "")}
     return from_dict(RunPlan, data, source=str(path))
 
 
@@ -336,6 +341,4 @@ def plan_lines(plan: RunPlan) -> list[str]:
                      f"tokens, thinking {'on' if sampling.thinking else 'off'}, temperature {sampling.temperature:g}; "
                      + estimate_line(to_run, model=plan.config.model, max_new_tokens=sampling.max_new_tokens,
                                      max_turns=turns))
-    if plan.general is not None:
-        lines.append(f"# plan: general (lm-eval): {', '.join(plan.general.tasks)}")
-    return lines
+    return lines + (plan.general.lines() if plan.general is not None else [])

@@ -23,7 +23,7 @@ from unified.agent.replay import Replayer, replayer_for
 from unified.benchmarks.contract import RunContext
 from unified.benchmarks.discovery import ALL_SUITE, check_benchmark_config, declared_suites, expand_benchmarks
 from unified.eval.config import EvalConfig
-from unified.eval.general import GENERAL_SUITE, run_general, split_suites
+from unified.eval.general import GENERAL_SUITE, split_suites
 from unified.eval.engine import EngineChoice, choose_backend, fallback_line
 from unified.eval.identity import record_run_dir, recorded_backend
 from unified.eval.plan import (Loaded, PlannedBenchmark, PlannedEngine, RunPlan, open_adapter, plan_lines, plan_run,
@@ -84,7 +84,6 @@ def run_eval(cfg: EvalConfig, *, policy: ChatModel | Replayer | None = None,
     policy loads); the run directory, ``run.json`` and ``plan.json`` record the engine chosen.
     """
     names, want_general = benchmarks_to_run(cfg)
-    check_unsharded_parts(cfg, want_general)
     if not names and not want_general:
         suites = sorted({*declared_suites()[0], ALL_SUITE, GENERAL_SUITE})
         raise ValueError(f"nothing to evaluate: give --suite or --benchmarks (suites: {', '.join(suites)})")
@@ -93,7 +92,7 @@ def run_eval(cfg: EvalConfig, *, policy: ChatModel | Replayer | None = None,
     cfg = replace(cfg, backend=choice.backend)
     loaded: dict[str, Loaded] = {}
     try:  # planned before --out is touched: a misspelt benchmark or setting refuses the command, writing nothing
-        plan = plan_run(cfg, names, want_general, engine=choice, policy_given=policy is not None, loaded=loaded,
+        plan = plan_run(cfg, names, engine=choice, policy_given=policy is not None, loaded=loaded,
                         repair=False)
     except KeyboardInterrupt:  # while the adapters listed their tasks: nothing new was run
         raise EvalInterrupted(_saved_results(Path(cfg.out))) from None
@@ -173,10 +172,12 @@ class _Policy:
 def benchmarks_to_run(cfg: EvalConfig) -> tuple[list[str], bool]:
     """(benchmark names from ``--suite`` and ``--benchmarks``, whether ``general`` was asked for).
 
+    A ``--shard`` command naming ``general`` is a ConfigError (:func:`unified.eval.shards.check_unsharded_parts`).
     An unknown suite is an UnknownNameError listing every suite (the adapters', ``all``, ``general``);
     the world-model eval is the ``lwm`` subcommand of the CLI, not a suite. An installed adapter whose module does not import cannot say which suites it joins,
     so it gets one line saying so when suites are asked for."""
     agent_suites, want_general = split_suites(cfg.suite)
+    check_unsharded_parts(cfg, want_general)  # a sharded command naming `general` is refused before anything
     try:
         names = [n for s in agent_suites for n in expand_benchmarks(s)]
     except UnknownNameError as exc:
@@ -222,9 +223,8 @@ def execute(plan: RunPlan, *, policy: ChatModel | Replayer | None = None, loaded
             # an auto-chosen vLLM server is for the agent suites: lm-eval's vllm class runs vLLM in this
             # process (the gpu extra), so the general suite runs in-process unless --backend vllm says so
             cfg = plan.config
-            run_general(plan.general, cfg.model, out,
-                        backend="hf" if engine.auto and cfg.backend == "vllm" else cfg.backend,
-                        loaded=getattr(holder.model, "loaded", None))
+            plan.general.run(out, backend="hf" if engine.auto and cfg.backend == "vllm" else cfg.backend,
+                             loaded=getattr(holder.model, "loaded", None))
     except KeyboardInterrupt:
         summarize(out, benchmarks=done, plan=plan, loaded=loaded, finished=entries)
         raise EvalInterrupted(_saved_results(out)) from None

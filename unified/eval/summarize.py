@@ -23,7 +23,6 @@ from typing import Any
 from unified.benchmarks.aggregate import mean_score
 from unified.benchmarks.contract import BenchmarkUnavailable, RunContext, Task, with_run
 from unified.config import to_dict
-from unified.eval.general_report import general_section
 from unified.eval.plan import Loaded, PlannedBenchmark, RunPlan, adapter_failure, open_adapter, read_plan
 from unified.eval.records import BenchmarkEntry, RunSummary, ShardRun, fill_facts
 from unified.eval.report import benchmark_entry, build_summary, write_summary
@@ -181,7 +180,7 @@ def summarize(run_dir: str | Path, *, benchmarks: list[str] | None = None, plan:
             finished[name] = benchmark_summary(plan, plan.benchmark(name), out, loaded, trusted, shard_aggregates)
     entries = {name: finished[name] for name in names}
     cfg = plan.config
-    general = general_section(out, plan.general, cfg.model) if plan.general is not None else None
+    general = plan.general.section(out) if plan.general is not None else None
     shard, merged_from = run_kind(plan, out, entries)
     return write_summary(out, build_summary(model=cfg.model, prompting=cfg.prompting, benchmarks=entries,
                                             general=general, shard=shard, merged_from=merged_from))
