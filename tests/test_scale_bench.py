@@ -26,7 +26,11 @@ def test_scale_bench_builds_the_shape_and_reports_each_kernel(tmp_path, capsys):
                "--heads", "4", "--head-dim", "16", "--moe-intermediate", "48", "--steps", "2",
                "--experts-impl", "eager", "--out", str(out), "--set", "gspo.num_generations=2",
                "--set", "train.per_device_train_batch_size=4", "--set", "generation.max_completion_length=6",
-               "--set", "data.max_prompt_tokens=null"])
+               "--set", "data.max_prompt_tokens=null",
+               # the tiny-run settings of tests/_warmup_support.py: no validation probe (24 greedy decodes before
+               # and after every step) and one generation batch of 8 completions, not the recipe's 4 x 32
+               "--set", "data.validation_size=0", "--set", "monitor.probe_size=0", "--set", "monitor.keep_best=false",
+               "--set", "train.gradient_accumulation_steps=2", "--set", "gspo.steps_per_generation=2"])
     report = json.loads((out / "scale_bench.json").read_text())
     assert rc == 0, report
     config = json.loads((out / "checkpoint" / "config.json").read_text())
