@@ -14,6 +14,7 @@ from pathlib import Path
 
 from unified.registry import UnknownNameError
 from unified.warmup.config import WarmupConfig
+from unified.warmup.plan import plan_problems
 
 _SPEC_ERRORS = (ValueError, FileNotFoundError, UnknownNameError)  # SpecError, CheckpointNotFoundError
 
@@ -37,6 +38,7 @@ def problems(cfg: WarmupConfig) -> list[str]:
         for item in getattr(cfg.data, name):
             if not Path(item).exists():
                 out.append(f"data.{name}: {item} does not exist (relative paths are read from {Path.cwd()})")
+    out.extend(plan_problems(cfg))  # memory/time plan of the layout (unified/warmup/plan.py)
     return out
 
 
