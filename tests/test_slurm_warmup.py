@@ -40,7 +40,9 @@ def test_script_conventions():
 
 
 def test_multi_node_layout_is_the_python_launch_plan():
-    out = dry_run("--set", "train.max_steps=7", UNIFIED_HOSTNAMES="n0 n1 n2", NODES="3", GPUS_PER_NODE="4")
+    # 8 trainer GPUs: the 35B's states (64.7 GiB a GPU) fit an H200 at short prompts, not an H100
+    out = dry_run("--set", "train.max_steps=7", "--set", "data.max_prompt_tokens=16384", UNIFIED_HOSTNAMES="n0 n1 n2",
+                  NODES="3", GPUS_PER_NODE="4", GPU="h200")
     srun = [line for line in out.splitlines() if line.startswith("srun ")]
     assert len(srun) == 2
     vllm, trainer = srun
