@@ -106,3 +106,21 @@ def test_sbatch_trains_and_writes_the_checkpoint(tmp_path, tiny_checkpoint):
     loaded = load_checkpoint(output / "final", device="cpu")
     assert loaded.model.config.model_type == "qwen3_moe"
     assert (output / "checkpoint-2" / "trainer_state.json").is_file()
+
+
+def test_image_wraps_every_step(tmp_path):
+    """IMAGE=...: host-side Python and each srun step run in `apptainer exec --nv` (a stand-in apptainer on PATH
+    drops its options and runs the command, so the script's own checks still run)."""
+    shim = tmp_path / "apptainer"
+    shim.write_text("#!/bin/bash\nshift\nwhile [[ \"$1\" == --* ]]; do case $1 in --nv) shift;; "
+                    "--env) export \"$2\"; shift 2;; *) shift 2;; esac; done\nshift\n"
+                    f"[ \"$1\" = python ] && {{ shift; exec {PYTHON} \"$@\"; }}\nexec \"$@\"\n")
+    shim.chmod(0o755)
+    out = dry_run(UNIFIED_HOSTNAMES="n0 n1 n2 n3", NODES="4", GPUS_PER_NODE="8", IMAGE="/images/u.sif",
+                  PATH=f"{tmp_path}:{os.environ['PATH']}")
+    srun = [line for line in out.splitlines() if line.startswith("srun ")]
+    assert len(srun) == 2
+    for line in srun:
+        assert "apptainer exec --nv --bind " in line and "/images/u.sif bash -c" in line
+    assert r"PYTHON=python\;" in srun[1]  # inside the image its own python finds the weight-sync address
+    assert "# memory/time plan (qwen3.5-35b-a3b" in out and "(fits)" in out

@@ -52,6 +52,7 @@ def test_paper_recipe_matches_the_paper_setting(capsys):
     out = capsys.readouterr().out
     assert "vllm-serve --model Qwen/Qwen3.5-35B-A3B --tensor-parallel-size 8" in out
     assert "--config_file recipes/accelerate/deepspeed_zero3.yaml --num_machines 3 --num_processes 24" in out
+    assert "# memory/time plan (qwen3.5-35b-a3b" in out and "vs collective timeout 1,800 s" in out
 
 
 def test_dry_run_follows_overrides_and_shortcuts(capsys, tmp_path):
