@@ -59,7 +59,8 @@ def test_shards_then_merge_give_the_gold_run_and_the_merge_never_enters_the_runn
     monkeypatch.setattr(runner, "run_eval", refuse)
     monkeypatch.setattr(runner, "execute", refuse)
     merged = tmp_path / "merged"
-    assert main(["--merge", *map(str, shards), "--out", str(merged)]) == 0
+    benchmarks = gold_argv(merged)[gold_argv(merged).index("--benchmarks"):][:7]  # the code paths, from this command line
+    assert main(["--merge", *map(str, shards), "--out", str(merged), *benchmarks]) == 0
     assert normalised(merged) == expected()
     assert read_plan(merged).config.shard is None and all(not b.to_run for b in read_plan(merged).benchmarks)
     assert json.loads((merged / "summary.json").read_text())["merged_from"]["shards"][0]["dir"] == str(shards[0])

@@ -114,7 +114,7 @@ def test_a_merge_of_shards_still_reads_its_summary(tmp_path):
         part = shard.benchmarks[FIXTURE].shard
         assert isinstance(part, ShardPart) and part.pairs_total == 4 and part.pairs == shard.shard.pairs
         assert shard.merged_from is None
-    merged = merge_runs([str(tmp_path / "s0"), str(tmp_path / "s1")], str(tmp_path / "m"))
+    merged = merge_runs([str(tmp_path / "s0"), str(tmp_path / "s1")], str(tmp_path / "m"), trusted={FIXTURE})
     assert merged.benchmarks[FIXTURE].tasks_run == 4 and load_summary(tmp_path / "m") == merged
     assert merged.shard is None and merged.benchmarks[FIXTURE].shard is None
     assert [s["shard"] for s in merged.merged_from["shards"]] == ["0/2", "1/2"]

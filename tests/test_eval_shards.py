@@ -142,7 +142,7 @@ def test_merged_shards_equal_the_unsharded_run(tmp_path, capsys):
     assert eval_cli(*common, "--out", str(shards[1]), "--shard", "1/3") == 0
     assert f"{len(kept) - 1} episodes to run ({1} already recorded)" in capsys.readouterr().err
 
-    assert main(["--merge", *map(str, shards), "--out", str(tmp_path / "merged")]) == 0
+    assert main(["--merge", *map(str, shards), "--out", str(tmp_path / "merged"), "--benchmarks", ECHO, DEPENDS]) == 0
     for bench in ("fixture_echo", "fixture_depends"):
         whole, merged = records(tmp_path / "whole", bench), records(tmp_path / "merged", bench)
         assert merged == whole and all(r["passed"] for r, _ in whole.values())  # gold: every pair passes
@@ -172,7 +172,7 @@ def test_merge_keeps_one_copy_of_a_work_file_two_shards_hold_and_lists_the_other
         (work / "notes" / "same.txt").write_text("same bytes")
         (work / "notes" / "state.json").write_text(f'{{"from": {i}}}')
     merged = tmp_path / "m"
-    assert main(["--merge", str(shards[1]), str(shards[0]), "--out", str(merged)]) == 0
+    assert main(["--merge", str(shards[1]), str(shards[0]), "--out", str(merged), "--benchmarks", DEPENDS]) == 0
     work = merged / "fixture_depends" / "work"
     assert (work / "notes" / "state.json").read_text() == '{"from": 0}' and (work / "notes" / "same.txt").exists()
     summary = json.loads((merged / "summary.json").read_text())
@@ -182,7 +182,7 @@ def test_merge_keeps_one_copy_of_a_work_file_two_shards_hold_and_lists_the_other
     # merging again replaces the work dir too (a file gone from the shards is gone from the merge)
     (shards[1] / "fixture_depends" / "work" / "notes" / "state.json").unlink()
     (shards[0] / "fixture_depends" / "work" / "notes" / "state.json").unlink()
-    assert main(["--merge", *map(str, shards), "--out", str(merged)]) == 0
+    assert main(["--merge", *map(str, shards), "--out", str(merged), "--benchmarks", DEPENDS]) == 0
     assert not (work / "notes" / "state.json").exists()
     assert json.loads((merged / "summary.json").read_text())["merged_from"]["work_conflicts"] == []
 

@@ -49,9 +49,9 @@ def test_parser_accepts_well_formed_answers():
     scores, why = parse_judge_answer(_block([5, 4, 3, 2, 1]))
     assert why == "" and scores.scores == dict(zip(CRITERIA, [5.0, 4.0, 3.0, 2.0, 1.0]))
     assert scores.reward == pytest.approx(15.0) and scores.normalised == pytest.approx(50.0)
-    json_answer = "ok " + json.dumps({c.capitalize(): 5 for c in CRITERIA})
+    json_answer = "ok <scores>" + json.dumps({c.capitalize(): 5 for c in CRITERIA}) + "</scores>"
     assert parse_judge_answer(json_answer)[0].reward == 25.0
-    md = "\n".join(f"**{c.title()}**: 4/5" for c in CRITERIA)
+    md = "<scores>\n" + "\n".join(f"**{c.title()}**: 4/5" for c in CRITERIA) + "\n</scores>"
     assert parse_judge_answer(md)[0].reward == 20.0
     # the last block wins, reasoning is ignored
     text = "<think>" + _block([1] * 5) + "</think>" + _block([2] * 5) + "\n" + _block([3] * 5)
@@ -63,6 +63,8 @@ def test_parser_accepts_well_formed_answers():
     _block([6, 5, 5, 5, 5]), _block([-1, 5, 5, 5, 5]), _block(["nan"] * 5), "<scores>format: five</scores>",
     "{" * 10000, "<scores>" * 500, "<think>" + _block([5] * 5), json.dumps({c: "5" for c in CRITERIA}),
     json.dumps({c: True for c in CRITERIA}), "format: 5 factuality: 5 consistency: 5 realism: 5",
+    # well-formed scores outside a <scores> block are never read (issue 42, R7)
+    json.dumps({c: 5 for c in CRITERIA}), "\n".join(f"{c}: 5" for c in CRITERIA),
 ])
 def test_parser_rejects_junk_without_raising(junk):
     scores, why = parse_judge_answer(junk)

@@ -76,7 +76,14 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
 def repair_tail(path: str | os.PathLike[str]) -> None:
     """Cut a partial last line (a write interrupted by a kill)."""
     path = Path(path)
-    if not path.exists() or path.stat().st_size == 0:
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError(f"{path}: not a regular file (a link, FIFO or device); record files are only "
+                         "repaired and appended to as regular files")
+    if info.st_size == 0:
         return
     with open(path, "rb+") as handle:
         handle.seek(-1, os.SEEK_END)
@@ -86,14 +93,24 @@ def repair_tail(path: str | os.PathLike[str]) -> None:
         handle.truncate(data.rfind(b"\n") + 1)
 
 
-def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Every complete JSON line of ``path``; a bad line is an error naming file and line."""
+JSONL_MAX_BYTES = 8 << 30
+"""Most bytes :func:`read_jsonl` reads from one file (a larger one is an error naming it, not a hang)."""
+
+
+def read_jsonl(path: str | os.PathLike[str], *, max_bytes: int = JSONL_MAX_BYTES) -> list[dict[str, Any]]:
+    """Every complete JSON line of ``path``; a bad line is an error naming file and line. The file is
+    read only as a regular file (:func:`read_regular_file`: a FIFO or a link in a run directory is an
+    error naming it, never a wait)."""
     rows: list[dict[str, Any]] = []
     path = Path(path)
-    if not path.exists():
+    try:
+        data = read_regular_file(path, max_bytes=max_bytes)
+    except FileNotFoundError:
         return rows
-    with open(path, encoding="utf-8") as handle:
-        lines = handle.read().split("\n")
+    try:
+        lines = data.decode("utf-8").split("\n")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 ({exc})") from None
     complete = lines[:-1]  # the last element is "" or a partial line
     for number, line in enumerate(complete, 1):
         if not line.strip():
@@ -105,13 +122,14 @@ def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return rows
 
 
-def read_regular_file(path: str | os.PathLike[str], *, max_bytes: int) -> bytes:
-    """The bytes of ``path``, which must be a regular file of at most ``max_bytes`` bytes.
+def open_regular(path: str | os.PathLike[str]) -> int:
+    """A read-only descriptor of ``path``, which must be a regular file (the caller closes it).
 
-    For readers of files that something untrusted may have placed (a run directory's records):
-    opened with ``O_NOFOLLOW | O_NONBLOCK``, so a symbolic link is refused and a FIFO never blocks
-    the reader, then checked on the open descriptor (``fstat``: a regular file, its size) before a
-    byte is read. FileNotFoundError when it does not exist; ValueError naming the file otherwise."""
+    For readers of files that something untrusted may have placed (a run directory's records, a
+    checkpoint's weights): opened with ``O_NOFOLLOW | O_NONBLOCK``, so a symbolic link is refused and
+    a FIFO never blocks the reader, then checked on the open descriptor (``fstat``) before a byte is
+    read; ``O_NONBLOCK`` is cleared again on a regular file. FileNotFoundError when it does not exist;
+    ValueError naming the file otherwise."""
     path = Path(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -127,9 +145,24 @@ def read_regular_file(path: str | os.PathLike[str], *, max_bytes: int) -> bytes:
         if not stat.S_ISREG(info.st_mode):
             kind = ("a FIFO" if stat.S_ISFIFO(info.st_mode) else "a socket" if stat.S_ISSOCK(info.st_mode)
                     else "a directory" if stat.S_ISDIR(info.st_mode) else "a device")
-            raise ValueError(f"{path}: {kind}, not a regular file; record files are read only as regular files")
-        if info.st_size > max_bytes:
-            raise ValueError(f"{path}: {info.st_size} bytes, more than the {max_bytes} bytes this reader takes")
+            raise ValueError(f"{path}: {kind}, not a regular file; such files are read only as regular files")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular_file(path: str | os.PathLike[str], *, max_bytes: int) -> bytes:
+    """The bytes of ``path``, which must be a regular file (:func:`open_regular`) of at most
+    ``max_bytes`` bytes (checked on the descriptor before a byte is read, and again while reading).
+    FileNotFoundError when it does not exist; ValueError naming the file otherwise."""
+    path = Path(path)
+    fd = open_regular(path)
+    try:
+        size = os.fstat(fd).st_size
+        if size > max_bytes:
+            raise ValueError(f"{path}: {size} bytes, more than the {max_bytes} bytes this reader takes")
         chunks, left = [], max_bytes + 1
         while left > 0:
             chunk = os.read(fd, min(left, 1 << 24))
@@ -171,6 +204,8 @@ def append_jsonl(path: str | os.PathLike[str], data: dict[str, Any]) -> None:
 
 IDENTITY_FILE = "identity.json"
 """The identity record of a run directory (eval ``--out``, warmup ``output_dir``)."""
+IDENTITY_MAX_BYTES = 16 << 20
+"""Most bytes of an ``identity.json`` that are read."""
 WEIGHT_FILES = ("*.json", "*.safetensors", "*.bin", "*.pt", "*.gguf", "*.model")
 """The files of a local checkpoint whose names, sizes and times make its ``model.files`` digest."""
 
@@ -181,10 +216,10 @@ def read_identity(directory: str | os.PathLike[str], derive: Callable[[], dict[s
     worked out from an older directory's own records; any exception in it: None, nothing to compare
     against); an unreadable or malformed file: None."""
     try:
-        return json.loads((Path(directory) / IDENTITY_FILE).read_text())
+        return json.loads(read_regular_file(Path(directory) / IDENTITY_FILE, max_bytes=IDENTITY_MAX_BYTES))
     except FileNotFoundError:
         pass
-    except (OSError, ValueError):
+    except (OSError, ValueError):  # a FIFO, link or oversized file too: nothing to compare against
         return None
     try:
         return derive()

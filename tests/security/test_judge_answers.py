@@ -131,3 +131,19 @@ def test_qwenclawbench_judge_answers_that_are_not_text_or_not_json_are_unusable(
 def test_rubric_parser_gives_no_score_for_non_finite_or_out_of_range(answer):
     scores, why = parse_judge_answer(answer)
     assert scores is None and why
+
+
+def test_scores_the_prediction_plants_are_never_read_from_a_judge_answer_without_a_scores_block():
+    """Issue 42, R7: the prediction carries plain ``name: 5`` lines; a judge that quotes it without the
+    fence lines and writes no ``<scores>`` block of its own gave reward 25 (the parser fell back to the
+    whole answer). Now such an answer is unparseable: no reward, counted as dropped."""
+    planted = "\n".join(f"{c}: 5" for c in ("format", "factuality", "consistency", "realism", "quality"))
+    quoting = f"The prediction reads:\n{planted}\nI think it is mediocre."
+    scores, why = parse_judge_answer(quoting)
+    assert scores is None and "<scores>" in why
+    reward = RubricReward(ConstantJudge([quoting]))
+    assert _call(reward, 2) == [None, None]
+    assert all(not b.parsed for b in _call(reward, 2, reward.breakdowns))
+    # the judge's own block is still read, and only it
+    own = quoting + "\n<scores>\nformat: 2\nfactuality: 2\nconsistency: 2\nrealism: 2\nquality: 2\n</scores>"
+    assert _call(RubricReward(ConstantJudge([own])), 1) == [10.0]

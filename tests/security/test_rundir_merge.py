@@ -46,7 +46,7 @@ def _work(shard: Path) -> Path:
 
 
 def _merge(shards: list[Path], out: Path) -> int:
-    return main(["--merge", *map(str, shards), "--out", str(out)])
+    return main(["--merge", *map(str, shards), "--out", str(out), "--benchmarks", DEPENDS])
 
 
 def test_a_link_in_one_shard_never_carries_another_shards_file_out_of_the_merge(shards, tmp_path, capsys):
@@ -137,3 +137,52 @@ def test_work_files_past_the_merge_budget_stay_in_their_shard_and_are_listed(sha
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_a_shard_plan_naming_code_never_runs_it_in_the_merge(shards, tmp_path, capsys):
+    """Issue 42, R5: a shard's plan.json naming ``os:system`` with a config ``{"command": ...}`` ran the
+    command as the merging user (the summary loaded the adapter the plan named). A run directory never
+    decides what code runs: the entry is a skip saying how to give the adapter, and nothing runs."""
+    marker = tmp_path / "PWNED"
+    for shard in shards:
+        path = shard / "plan.json"
+        text = path.read_text().replace(DEPENDS, "os:system")
+        plan = json.loads(text)
+        plan["config"]["benchmark_config"] = {"os:system": {"command": f"touch {marker}"}}
+        path.write_text(json.dumps(plan))
+    merged = tmp_path / "merged"
+    assert main(["--merge", *map(str, shards), "--out", str(merged)]) == 0
+    assert not marker.exists()
+    entry = json.loads((merged / "summary.json").read_text())["benchmarks"]["os:system"]
+    assert entry["status"] == "skipped" and "never decides what code runs" in entry["reason"]
+    assert "--benchmarks os:system" in entry["how_to_fix"]
+    # the records are merged all the same: a trusted merge of the real adapter needs no rerun
+    assert (merged / BENCH / "results.jsonl").read_text().count("\n") > 0
+
+
+def test_hard_links_are_copied_once_and_sparse_twins_compare_without_reading_holes(shards, tmp_path, monkeypatch):
+    """Issue 42, R9: ``--merge`` copied each hard link separately (65 MB -> 1.1 GB) and compared two
+    same-size sparse files byte by byte (16 GiB of holes: 95 s). Links of one file now cost its bytes
+    once (they stay links), and files the merge already holds compare over their data ranges only."""
+    from unified.eval import merge as merge_module
+
+    monkeypatch.setattr(merge_module, "MERGE_WORK_BUDGET_BYTES", 8 * MIB)  # 20 separate copies would not fit
+    first = _work(shards[0]) / "blob.bin"
+    first.write_bytes(os.urandom(2 * MIB))
+    for i in range(20):
+        os.link(first, _work(shards[0]) / f"link-{i:02d}.bin")
+    for shard in shards:  # both shards hold a 16 GiB file of holes with the same few bytes of data
+        with open(_work(shard) / "huge.bin", "wb") as fh:
+            fh.write(b"state")
+            fh.truncate(16 << 30)
+    if os.stat(_work(shards[0]) / "huge.bin").st_blocks * 512 > 4 * MIB:
+        pytest.skip(f"{tmp_path} does not keep holes")
+    merged = tmp_path / "merged"
+    assert _merge(shards, merged) == 0
+    work = merged / BENCH / "work"
+    copies = [work / "blob.bin", *sorted(work.glob("link-*.bin"))]
+    assert len(copies) == 21 and len({os.stat(c).st_ino for c in copies}) == 1  # one file, 21 names
+    assert os.stat(work / "blob.bin").st_nlink == 21 and (work / "link-07.bin").read_bytes() == first.read_bytes()
+    shards_json = json.loads((merged / "shards.json").read_text())
+    assert shards_json["work_skipped"] == [] and shards_json["work_conflicts"] == []  # equal, not "differ"
+    assert os.stat(work / "huge.bin").st_size == 16 << 30

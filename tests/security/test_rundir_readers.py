@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import threading
 from pathlib import Path
 
@@ -125,3 +126,29 @@ def test_a_record_file_past_the_readers_cap_is_an_error_naming_it(run, monkeypat
         fh.truncate(8 << 20)  # a hole: 8 MiB apparent, no disk
     with pytest.raises(ValueError, match=r"episodes\.jsonl: .*8388608 bytes.*1048576"):
         load_run(run)
+
+
+@pytest.mark.parametrize("record", ["identity.json", f"{BENCH}/results.jsonl", "plan.json"])
+def test_a_fifo_in_place_of_a_record_never_hangs_a_resume(run, record, capsys):
+    """Issue 42, R9: a FIFO ``identity.json`` or ``results.jsonl`` hung the rerun (resume) of a run
+    directory in ``open()``. The resume reads records only as regular files: it finishes, and a FIFO
+    results file is refused naming it (nothing is appended to, or read through, the FIFO)."""
+    path = run / record
+    path.unlink()
+    os.mkfifo(path)
+    argv = ["--model", "gold", "--benchmarks", FIXTURE, "--set", f"benchmarks.{FIXTURE}.n=3", "--out", str(run)]
+
+    def rerun() -> int:
+        try:
+            return eval_main(argv)
+        except SystemExit as exc:
+            return int(exc.code or 0)
+
+    box = _finishes(rerun, [path])
+    if record.endswith("results.jsonl"):  # the records cannot be read: refused, naming the file
+        assert box.get("value", 0) != 0 or "FIFO" in str(box.get("error")), box
+        assert "results.jsonl" in capsys.readouterr().err + str(box.get("error", ""))
+        assert stat.S_ISFIFO(os.lstat(path).st_mode)  # never appended to or replaced
+    else:  # a record the rerun rewrites: replaced atomically by a regular file, never read through
+        assert box.get("value") == 0, box
+        assert stat.S_ISREG(os.lstat(path).st_mode)

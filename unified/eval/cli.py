@@ -220,12 +220,19 @@ def _dry_run(parser: argparse.ArgumentParser, cfg: EvalConfig) -> int:
     return 0
 
 
+def _merge_trusted(args: argparse.Namespace) -> list[str]:
+    """The ``module:Factory`` adapters this ``--merge`` command line names itself (``--benchmarks``)."""
+    given = getattr(args, "benchmarks", None) or []
+    names = [n for item in ([given] if isinstance(given, str) else given) for n in str(item).split(",")]
+    return [n.strip() for n in names if ":" in n]
+
+
 def _merge(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """``--merge SHARD_DIR... --out OUT`` (:func:`unified.eval.merge.merge_runs`)."""
     if not args.out:
         parser.error("--merge needs --out (the merged run directory)")
     try:
-        summary = merge_runs(args.merge, args.out)
+        summary = merge_runs(args.merge, args.out, trusted=frozenset(_merge_trusted(args)))
     except (ShardError, ConfigError, RunDirError) as exc:  # RunDirError: a shard still running, or --out in use
         parser.exit(2, f"{parser.prog}: error: --merge: {exc}\n")
     from unified.eval.report import render_markdown

@@ -112,13 +112,15 @@ def merged_plan(plans: list[RunPlan], shards: list[Shard], dirs: list[Path], tar
     return replace(first, config=replace(first.config, out=str(target), shard=None), benchmarks=benchmarks)
 
 
-def merge_runs(shard_dirs: list[str], out: str) -> RunSummary:
+def merge_runs(shard_dirs: list[str], out: str, *, trusted: frozenset[str] | set[str] = frozenset()) -> RunSummary:
     """Merge the shard run directories ``shard_dirs`` into the run directory ``out``; returns its summary.
 
     Raises :class:`ShardError` (one line) when they are not all the shards of one command, when
     one is still running, when two hold different results for one pair, or when a pair has no
     result in its shard (naming the shard to rerun). ``out`` must be new or a previous merge of
-    the same shards (merging again replaces its records)."""
+    the same shards (merging again replaces its records). ``trusted``: ``module:Factory`` adapter paths the
+    user's command line gave (``--benchmarks``); any other adapter is loaded only from the installed
+    registry, never because a shard's plan.json names it."""
     dirs = [Path(d) for d in shard_dirs]
     target = Path(out)
     if any(d.resolve() == target.resolve() for d in dirs):
@@ -153,7 +155,7 @@ def merge_runs(shard_dirs: list[str], out: str) -> RunSummary:
         plan = merged_plan(plans, shards, in_order, target)
         record_run_dir(target, plan.config, [b.name for b in plan.benchmarks], policy_given=plan.policy_given)
         write_plan(target, plan)
-        return summarize(target, plan=plan)
+        return summarize(target, plan=plan, trusted=trusted)
 
 
 def _merge_benchmark(bench: str, dirs: list[Path], target: Path) -> None:

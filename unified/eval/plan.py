@@ -39,9 +39,11 @@ from unified.eval.general import GeneralConfig, general_with_limit
 from unified.eval.rundir import BenchmarkStore
 from unified.eval.shards import parse_shard, shard_pairs
 from unified.registry import UnknownNameError
-from unified.store import write_json_atomic
+from unified.store import read_regular_file, write_json_atomic
 
 PLAN_FILE = "plan.json"
+PLAN_MAX_BYTES = 256 << 20
+"""Most bytes of a ``plan.json`` that are read (it lists every (task, trial) pair)."""
 PLAN_VERSION = 1
 
 Pair = tuple[str, int]
@@ -238,10 +240,15 @@ def read_plan(run_dir: str | Path) -> RunPlan:
     """The :class:`RunPlan` of a run directory, read strictly (ConfigError naming the file and field);
     FileNotFoundError when it has none (a run directory of a version before plans)."""
     path = Path(run_dir) / PLAN_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no run plan (not an eval run directory, or one written before plans)")
+    try:  # only a regular file, never through a link, never a wait on a FIFO
+        raw = read_regular_file(path, max_bytes=PLAN_MAX_BYTES)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no run plan (not an eval run directory, or one written before plans)") \
+            from None
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"{path}: not JSON ({exc})") from None
     return from_dict(RunPlan, data, source=str(path))

@@ -9,6 +9,8 @@ once on the joined records, and calling it again on a finished run rewrites the 
 
 An ``aggregate`` that raises (or an adapter that no longer loads here) makes that benchmark's entry an
 ``error`` (an ImportError a ``skipped``) naming the call; the other entries and the summary are written.
+What code runs is never read from the run directory: a ``module:Factory`` adapter that only ``plan.json``
+names is a ``skipped`` entry saying how to give it (:func:`adapter_for_summary`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from unified.benchmarks.contract import RunContext, Task, with_run
+from unified.benchmarks.contract import BenchmarkUnavailable, RunContext, Task, with_run
 from unified.config import to_dict
 from unified.eval.general_report import general_section
 from unified.eval.plan import Loaded, PlannedBenchmark, RunPlan, adapter_failure, open_adapter, read_plan
@@ -33,9 +35,31 @@ def _not_run(planned: PlannedBenchmark) -> BenchmarkEntry:
                           how_to_fix=planned.how_to_fix, traceback=planned.traceback, comparable=False)
 
 
+class UntrustedAdapterPath(BenchmarkUnavailable):
+    """A ``module:Factory`` adapter named only by a run directory's ``plan.json`` (never imported)."""
+
+
+def adapter_for_summary(name: str, cfg: Any, loaded: dict[str, Loaded] | None,
+                        trusted: frozenset[str] | set[str]) -> Any:
+    """The adapter whose ``aggregate`` summarises ``name``: the one this process loaded, an installed
+    adapter (a registered entry-point name), or a ``module:Factory`` path the user gave on this command
+    line (``trusted``). A code path that only a run directory names is never imported (issue 42, R5:
+    a shard's plan.json naming ``os:system`` ran it as the merging user): UntrustedAdapterPath."""
+    if loaded and name in loaded:
+        return loaded[name].adapter
+    if ":" in name and name not in trusted:
+        raise UntrustedAdapterPath(
+            f"its adapter {name!r} is a code path named by the run directory's plan.json, and a run directory "
+            "never decides what code runs", f"give `--benchmarks {name}` on this command line to load it, or "
+            "install the package that registers it as a benchmark")
+    return open_adapter(name, cfg)
+
+
 def benchmark_summary(plan: RunPlan, planned: PlannedBenchmark, out: Path,
-                      loaded: dict[str, Loaded] | None = None) -> BenchmarkEntry:
-    """One benchmark's summary entry from its plan and its records in ``out``."""
+                      loaded: dict[str, Loaded] | None = None,
+                      trusted: frozenset[str] | set[str] = frozenset()) -> BenchmarkEntry:
+    """One benchmark's summary entry from its plan and its records in ``out`` (``loaded``, ``trusted``:
+    :func:`adapter_for_summary`)."""
     if planned.status != "run":
         return fill_facts(planned.name, _not_run(planned))
     cfg = plan.config
@@ -50,8 +74,7 @@ def benchmark_summary(plan: RunPlan, planned: PlannedBenchmark, out: Path,
     failure = None
     call = "load"
     try:
-        adapter = (loaded[planned.name].adapter if loaded and planned.name in loaded
-                   else open_adapter(planned.name, cfg))
+        adapter = adapter_for_summary(planned.name, cfg, loaded, trusted)
         call = "aggregate"
         aggregate = with_run(adapter, "aggregate",
                              [r for r in results if r.task_id in scored_ids or r.details.get("prereq")],
@@ -98,12 +121,15 @@ def run_kind(plan: RunPlan, out: str | Path,
 
 
 def summarize(run_dir: str | Path, *, benchmarks: list[str] | None = None, plan: RunPlan | None = None,
-              loaded: dict[str, Loaded] | None = None, finished: dict[str, BenchmarkEntry] | None = None) -> RunSummary:
+              loaded: dict[str, Loaded] | None = None, finished: dict[str, BenchmarkEntry] | None = None,
+              trusted: frozenset[str] | set[str] = frozenset()) -> RunSummary:
     """Write ``run_dir``'s summary from its plan and records; returns it.
 
     ``benchmarks``: only these planned benchmarks (the runner's summary after each one; default all).
     ``plan``: the plan already in memory (default: ``run_dir/plan.json``); ``loaded``: the adapters the
-    planner loaded in this process (default: loaded again from the plan's settings). ``finished``: the
+    planner loaded in this process (default: installed adapters loaded again with the plan's settings; a
+    ``module:Factory`` path only when it is in ``trusted``, the names the user's own command line gave,
+    never because plan.json names it). ``finished``: the
     runner's entries of benchmarks whose records no longer change, reused (each ``aggregate`` is asked
     once per run); the entries computed here are added to it."""
     out = Path(run_dir)
@@ -112,7 +138,7 @@ def summarize(run_dir: str | Path, *, benchmarks: list[str] | None = None, plan:
     finished = {} if finished is None else finished
     for name in names:
         if name not in finished:
-            finished[name] = benchmark_summary(plan, plan.benchmark(name), out, loaded)
+            finished[name] = benchmark_summary(plan, plan.benchmark(name), out, loaded, trusted)
     entries = {name: finished[name] for name in names}
     cfg = plan.config
     general = general_section(out, plan.general, cfg.model) if plan.general is not None else None

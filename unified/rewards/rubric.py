@@ -18,7 +18,8 @@ Only the parsed answer (:func:`unified.chatformat.parse_observation`: no ``<thin
 ``<predicted_observation>`` block) reaches the judge, so nothing the policy writes outside
 its answer can move the score; inside it, fence markers and ``<scores>`` tags are escaped, and
 fenced data a judge echoes is dropped before its answer is read. The judge answers in a
-``<scores>`` block (parsed by :func:`parse_judge_answer`, which never raises).
+``<scores>`` block (parsed by :func:`parse_judge_answer`, which never raises); an answer without one
+scores nothing (dropped and counted by the reward, never read from the rest of the answer).
 """
 
 from __future__ import annotations
@@ -140,17 +141,20 @@ def parse_judge_answer(text: object) -> tuple[JudgeScores | None, str]:
 
     Reads the answer without its reasoning and without any fenced data it echoed
     (:func:`unified.text.strip_fenced_data`: a judge that copies the prediction into its answer
-    copies no score), then its last ``<scores>`` block (or all of it when there is none); within
-    that, each criterion's last ``name: N`` (``=``, ``**``, ``N/5`` tolerated) or a JSON object.
-    Every criterion must be present with 1 <= N <= 5.
+    copies no score), then its last ``<scores>`` block; within that block only, each criterion's last
+    ``name: N`` (``=``, ``**``, ``N/5`` tolerated) or a JSON object. An answer without a ``<scores>``
+    block is unparseable (None): reading ``name: N`` lines anywhere else would read scores the judge
+    only quoted, e.g. a prediction echoed without its fence lines (issue 42, R7). Every criterion must
+    be present with 1 <= N <= 5.
     """
     try:
         if not isinstance(text, str):
             return None, f"judge answer is {type(text).__name__}, not text"
         body = strip_fenced_data(strip_reasoning(text))  # an unclosed <think> means the judge never answered
         blocks = tag_blocks(body, "<scores>", "</scores>", re.IGNORECASE)  # linear, unlike a lazy regex
-        if blocks:
-            body = body[blocks[-1].body_start:blocks[-1].body_end]
+        if not blocks:
+            return None, "no <scores> block in the judge's answer (scores outside one are never read)"
+        body = body[blocks[-1].body_start:blocks[-1].body_end]
         found: dict[str, float] = {}
         obj = _json_object(body)
         if obj is not None:
