@@ -29,7 +29,7 @@ the shared expert and the LM head (the embedding is a lookup, no matmul).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -119,8 +119,8 @@ class ModelDims:
         return (self.full_attention_layers * self.full_attention_params()
                 + self.linear_attention_layers * self.linear_attention_params())
 
-    def layer_params(self, index: int | None = None) -> int:
-        """One decoder layer's parameters (the largest kind when ``index`` is None)."""
+    def layer_params(self) -> int:
+        """The largest decoder layer's parameters (its token mixer, MLP/MoE block and norms)."""
         mixer = max(self.full_attention_params(), self.linear_attention_params() if self.linear_attention_layers else 0)
         return mixer + self.mlp_params() + 2 * self.hidden_size
 
@@ -160,7 +160,8 @@ def preset_for(name_or_path: str) -> ModelDims | None:
 
 
 def _vision_params(vision: dict) -> int:
-    """Approximate parameters of a Qwen-VL-style vision tower (within ~0.5% for Qwen3.5's 446.6M):
+    """Approximate parameters of a Qwen-VL-style vision tower (biases left out: 453.24M vs 453.65M built
+    from transformers' default ``Qwen3_5MoeVisionConfig``):
     ``depth x (4 w^2 + 2 w I)`` blocks + patch embedding + position table + the 2x2 merger MLP."""
     w = int(vision.get("hidden_size", 0))
     if not w:
@@ -234,6 +235,3 @@ def dims_from_checkpoint(directory: str | Path) -> ModelDims:
         raise ValueError(f"{path}: cannot read the model config for the memory plan ({exc})") from exc
     return dims_from_config(config, name=str(directory))
 
-
-def with_name(dims: ModelDims, name: str) -> ModelDims:
-    return replace(dims, name=name)
