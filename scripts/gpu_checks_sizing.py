@@ -172,9 +172,17 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"skipped": "no CUDA device"}))
         return 0
     measure = measure_cuda if device == "cuda" else measure_cpu
-    rows = [measure(name, spec) for name, spec in _configs(device).items()]
+    rows = []
+    for name, spec in _configs(device).items():
+        try:
+            rows.append(measure(name, spec))
+        except (ImportError, AttributeError, TypeError) as exc:  # a transformers without this model class
+            rows.append({"model": name, "passed": False, "error": f"{type(exc).__name__}: {exc}"})
+    import transformers
+
     result = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "torch": torch.__version__,
-              "tolerance": TOLERANCE, "rows": rows, "passed": all(r["passed"] for r in rows)}
+              "transformers": transformers.__version__, "tolerance": TOLERANCE, "rows": rows,
+              "passed": all(r["passed"] for r in rows)}
     text = json.dumps(result, indent=1)
     print(text)
     if args.out:
