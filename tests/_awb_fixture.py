@@ -105,8 +105,7 @@ class ScriptedServer:
     def answer(self, body: dict) -> dict:
         messages = body.get("messages", [])
         with self.lock:
-            self.requests.append({"model": body.get("model"), "messages": messages,
-                                  "max_tokens": body.get("max_tokens"), "temperature": body.get("temperature")})
+            self.requests.append(body)  # the whole body: every field a client sends is compared
             if body.get("model") == "wm":
                 reply = SAMPLES[self.actions[messages[-1]["content"]]][4]
                 out = {"role": "assistant", "content": reply["content"]}

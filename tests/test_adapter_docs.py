@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from unified.benchmarks import AgentLimits, RunContext, Task
+from unified.benchmarks import AgentLimits, Environment, RunContext, Task
 from unified.types import Episode, EpisodeResult, Message, Observation, ToolCall, ToolSpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,12 +31,16 @@ def test_the_listing_in_the_docs_is_the_example_file():
 def test_the_example_runs_end_to_end_through_the_eval_cli(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLE.parent), str(ROOT)])}
     proc = subprocess.run([sys.executable, "-m", "unified.eval", "--benchmarks", "unit_converter:UnitConverterAdapter",
+                           "--set", "benchmarks.unit_converter:UnitConverterAdapter.tolerance=0.05",
                            "--model", "gold", "--out", str(tmp_path / "run")], capture_output=True, text=True,
                           cwd=tmp_path, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "SDKDeprecationWarning" not in proc.stderr  # the example uses today's names only
-    entry = json.loads((tmp_path / "run" / "summary.json").read_text())["benchmarks"]["unit_converter:UnitConverterAdapter"]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    # the names the docs give a module:Class benchmark: its settings and summary row under that text
+    entry = summary["benchmarks"]["unit_converter:UnitConverterAdapter"]
     assert entry["status"] == "ok" and entry["aggregate"]["score"] == 100.0 and entry["results"] == 3, entry
+    assert entry["settings"] == {"tolerance": 0.05}
     episodes = [json.loads(line) for line in (tmp_path / "run" / "unit_converter" / "episodes.jsonl").open()]
     assert all(e["stop_reason"] == "answer" and e["tools"][0]["name"] == "convert" for e in episodes)
 
@@ -70,3 +74,28 @@ def test_every_relative_link_of_the_docs_resolves():
     assert links
     broken = [link for link in links if not (DOC.parent / link.split("#")[0]).exists()]
     assert not broken, broken
+
+
+def test_the_docs_put_the_environments_init_in_the_environment_and_say_what_gold_answers_between_turns():
+    """Issue 44's doc fixes, as a reader following the text would meet them."""
+    text = DOC.read_text()
+    open_section = text[text.index("`open` only builds the environment"):text.index("`step(tool_calls, message)`")]
+    assert "class RefundDeskEnvironment(Environment):" in open_section and "Adapter.__init__ ran a second time" \
+        in open_section
+    assert '"Done."' in text and "next_user_turn(self, episode: Episode) -> str | None" in text
+    assert "ToolSpec.from_function(self.lookup)" in text and "DetailsNotJSONWarning" in text
+    assert "--set benchmarks.module:Class.KEY=VALUE" in text
+
+
+def test_the_docs_bound_method_tool_example_runs():
+    """The docs' ``ToolSpec.from_function(self.lookup)`` example, executed as written (our own doc's code)."""
+    text = DOC.read_text()
+    start = text.index("```python\nclass OrdersEnvironment(Environment):") + len("```python\n")
+    namespace = {"json": json, "Environment": Environment,
+                 "ToolSpec": ToolSpec, "Observation": Observation}
+    exec(text[start:text.index("```", start)], namespace)  # noqa: S102 (the docs' own listing)
+    env = namespace["OrdersEnvironment"]({"A1": {"status": "delivered"}})
+    (tool,) = env.tools
+    assert (tool.name, list(tool.parameters["properties"])) == ("lookup", ["order_id"])
+    (obs,) = env.step([ToolCall(name="lookup", arguments={"order_id": "A1"}, id="c1")])
+    assert json.loads(obs.content) == {"status": "delivered"} and obs.call_id == "c1"

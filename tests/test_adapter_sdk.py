@@ -5,6 +5,8 @@ missing import or the wrong tool, and tools declared from a function signature."
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -21,7 +23,7 @@ from fixture_eval_bench import EchoModel, FixtureAdapter, FixtureEnv
 from unified.agent.loop import AgentLoop, Job
 from unified.benchmarks import compat
 from unified.benchmarks.failures import import_failure
-from unified.types import ToolSpec
+from unified.types import EpisodeResult, ToolSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -221,3 +223,70 @@ def test_tool_spec_from_function_rejects_what_json_schema_cannot_say(signature, 
     with pytest.raises(TypeError, match="^ToolSpec.from_function") as info:
         ToolSpec.from_function(namespace["tool"])
     assert message in str(info.value)
+
+
+def test_the_sdk_names_bounded_settings_and_judge_endpoints_without_importing_torch(tmp_path):
+    """Issue 44: what adapters with a judge or a simulated user need has an SDK name, and importing the SDK
+    stays light (resolve_endpoint imports the inference stack on its first call)."""
+    import unified.config
+
+    assert sdk.bounded is unified.config.bounded and {"bounded", "resolve_endpoint"} <= set(sdk.__all__)
+    probe = subprocess.run([sys.executable, "-c", "import sys, unified.benchmarks; print('torch' in sys.modules)"],
+                           capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert probe.stdout.strip() == "False", probe.stderr[-2000:]
+    endpoint = sdk.resolve_endpoint("openai:http://127.0.0.1:9/v1#judge-model")  # an endpoint spec: used as is
+    assert (endpoint.config.base_url, endpoint.config.model, endpoint.local) == ("http://127.0.0.1:9/v1", "judge-model",
+                                                                               False)
+    outside_sdk = [f"{path.relative_to(ROOT)}:{n}" for path in sorted((ROOT / "evaluators").rglob("*.py"))
+                   for n, line in enumerate(path.read_text().splitlines(), 1)
+                   if re.match(r"\s*from unified\.(config|inference\.endpoints) import .*\b(bounded|resolve_endpoint)\b",
+                               line)]
+    assert not outside_sdk, outside_sdk
+
+
+def test_calling_the_adapters_init_again_is_an_error_not_a_silent_reset():
+    """The docs' old ``open`` example: ``super().__init__()`` inside ``open`` is the Adapter's, which put every
+    setting back to its default."""
+
+    @dataclasses.dataclass
+    class Settings:
+        tolerance: float = 0.01
+
+    class ResetsInOpen(FixtureAdapter):
+        Config = Settings
+
+        def open(self, task, *, run=None):
+            super(FixtureAdapter, self).__init__()  # what `super().__init__()` in an Adapter's open runs
+            return FixtureEnv(task)
+
+    adapter = ResetsInOpen(n=1, tolerance=0.5)
+    with pytest.raises(TypeError, match=r"Adapter.__init__ ran a second time .* reset its settings"):
+        adapter.open(adapter.tasks()[0])
+    assert adapter.settings.tolerance == 0.5 and adapter.config == {"tolerance": 0.5}
+
+
+class ObjectDetailsAdapter(FixtureAdapter):
+    name = "object_details_fixture"
+
+    def score(self, task, episode, env):
+        result = super().score(task, episode, env)
+        result.details = {"checker": object(), "ok": [1, {"tags": {"a"}}], "note": "fine"}
+        return result
+
+
+def test_details_that_json_cannot_hold_are_recorded_as_text_with_a_warning_naming_task_key_and_type():
+    adapter, results = ObjectDetailsAdapter(n=2), []
+    with pytest.warns(sdk.DetailsNotJSONWarning) as caught:
+        AgentLoop(adapter, EchoModel(), on_result=lambda r, e: results.append(r)).run(
+            [Job(task) for task in adapter.tasks()])
+    lines = sorted(str(w.message) for w in caught if w.category is sdk.DetailsNotJSONWarning)
+    assert len(lines) == 2, lines  # once per benchmark, key and type, not once per task
+    assert "object_details_fixture: task echo_" in lines[0] and "EpisodeResult.details['checker'] is a object" in lines[0]
+    assert "EpisodeResult.details['ok'][1]['tags'] is a set" in lines[1]
+    for result in results:
+        json.dumps(result.details)  # what results.jsonl gets is JSON, with nothing silently repr'd
+        assert result.details["checker"].startswith("<object object at") and result.details["note"] == "fine"
+    clean = EpisodeResult(benchmark="b", task_id="t", trial=0, score=1.0, details={"x": [1, 2.5, None, {"y": "z"}]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert sdk.check_details(clean).details == {"x": [1, 2.5, None, {"y": "z"}]}

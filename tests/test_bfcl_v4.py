@@ -244,3 +244,19 @@ def test_memory_vector_loads_offline(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().endswith("384")
+
+
+def test_fresh_interpreter_multi_turn_gold_has_no_import_race(tmp_path):
+    """A fresh ``python -m unified.eval`` (nothing imported yet, the production ``--max-in-flight``
+    default) replays multi-turn gold: episodes that load MathAPI (which imports mpmath) run beside
+    episodes already calling tools. Before the fix the guard read ``sys.modules["mpmath"]`` while
+    another thread was still importing it and 2-15 of these 24 episodes errored."""
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run([sys.executable, "-m", "unified.eval", "--benchmarks", "bfcl_v4", "--model", "gold",
+                           "--set", "benchmarks.bfcl_v4.categories=multi_turn_base", "--limit", "24",
+                           "--out", str(out)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())["benchmarks"]["bfcl_v4"]
+    assert summary["tasks_errored"] == 0, summary["error_reasons"]
+    assert summary["tasks_run"] == 24 and summary["aggregate"]["score"] == 100.0

@@ -15,7 +15,7 @@ from unified.benchmarks.discovery import load_adapter  # noqa: E402
 from unified.types import Episode, Message  # noqa: E402
 
 from evaluators.bfcl_v4 import scoring  # noqa: E402
-from evaluators.bfcl_v4.gold import java_argument  # noqa: E402
+from evaluators.bfcl_v4.gold import java_argument, unpassable_reason  # noqa: E402
 
 
 def test_typed_values_are_written_as_java_text_that_bfcl_reads_back():
@@ -28,27 +28,6 @@ def test_typed_values_are_written_as_java_text_that_bfcl_reads_back():
     assert java_argument({"limit": 50, "schemaFilter": "public"}, "HashMap") == (
         'new HashMap<String, Object>() {{ put("limit", 50); put("schemaFilter", "public"); }}')
     assert java_argument("TimeUnit.MINUTES", "any") == "TimeUnit.MINUTES"
-
-
-def _unreachable(task) -> str | None:
-    """Why no Java text at all can pass this case under bfcl's checker (None: some text can):
-    a collection of ``any`` elements is read back as strings only, so a possible answer holding a
-    number or a boolean there cannot be met; a HashMap possible answer whose values are bare
-    strings, not option lists, is compared character by character."""
-    docs = {f["name"]: f for f in task.payload["checker_function"]}
-    for call in task.payload["ground_truth"]:
-        (name, params), = call.items()
-        properties = docs[name]["parameters"]["properties"]
-        for param, options in params.items():
-            spec = properties.get(param, {})
-            for option in options:
-                if (spec.get("type") in ("Array", "ArrayList") and spec.get("items", {}).get("type") == "any"
-                        and isinstance(option, list) and any(not isinstance(x, str) for x in option)):
-                    return f"{param}: a list of `any` holding non-strings"
-                if spec.get("type") == "HashMap" and isinstance(option, dict) and any(
-                        not isinstance(v, list) for v in option.values()):
-                    return f"{param}: HashMap values not option lists"
-    return None
 
 
 TYPED = ("long", "float", "Array", "ArrayList", "HashMap")
@@ -86,7 +65,7 @@ def test_gold_passes_every_typed_java_case_that_any_output_can_pass():
     adapter, tasks = _typed_tasks()
     assert len(tasks) >= 26
     verdicts = {task.id: _gold_verdict(adapter, task) for task in tasks}
-    unreachable = {t.id: why for t in tasks if (why := _unreachable(t))}
+    unreachable = {t.id: why for t in tasks if (why := unpassable_reason(t.payload))}
     failed = [(tid, v.get("error")) for tid, v in verdicts.items() if not v["valid"] and tid not in unreachable]
     assert not failed, failed[:3]
     assert sorted(unreachable) == ["simple_java_36", "simple_java_64", "simple_java_65"]  # the shipped data's three
@@ -102,3 +81,15 @@ def test_gold_java_text_survives_the_agent_loop(tmp_path):
     AgentLoop(adapter, GoldReplayer(), max_in_flight=8, on_result=lambda r, e: results.append(r),
               run=RunContext(work_dir=tmp_path)).run([Job(t) for t in chosen])
     assert len(results) == 4 and all(r.passed for r in results), [(r.task_id, r.details.get("error")) for r in results]
+
+
+def test_the_summary_names_the_tasks_no_faithful_answer_passes(tmp_path):
+    """Gold on all of simple_java: 97 of 100, and the aggregate says the 3 are unpassable (ceiling 97%)."""
+    adapter = load_adapter("bfcl_v4", categories="simple_java", limit_order="per_category")
+    results = []
+    AgentLoop(adapter, GoldReplayer(), max_in_flight=16, on_result=lambda r, e: results.append(r),
+              run=RunContext(work_dir=tmp_path)).run([Job(t) for t in adapter.tasks()])
+    agg = adapter.aggregate(results)
+    failed = sorted(r.task_id for r in results if not r.passed)
+    assert failed == sorted(agg["unpassable"]["tasks"]) == ["simple_java_36", "simple_java_64", "simple_java_65"]
+    assert agg["score"] == 97.0 and "ceiling 97.00%" in agg["metric"] and "3 of the 100" in agg["unpassable"]["note"]

@@ -286,3 +286,17 @@ def test_mock_services_listen_on_loopback_only():
     with ServiceGroup([spec], CHECKOUT) as group:
         assert group.healthy(spec)
         assert _listening_addresses(group.port(spec)) == {"0100007F"}  # 127.0.0.1, nothing else
+
+
+def test_aggregate_shows_pass_3_beside_avg_3_and_names_the_papers_metric():
+    from unified.types import EpisodeResult
+
+    adapter = ClawEvalAdapter(root=str(CHECKOUT), judge="openai:http://127.0.0.1:9/v1#judge")
+    scores = {"a": [1.0, 0.9, 0.8], "b": [1.0, 0.5, 1.0]}
+    results = [EpisodeResult(benchmark="claw_eval", task_id=t, trial=i, score=s, passed=s >= 0.75,
+                             details={"split": "general", "prompts": "checkout"})
+               for t, row in scores.items() for i, s in enumerate(row)]
+    out = adapter.aggregate(results)
+    assert out["score"] == pytest.approx(100 * (0.9 + 2.5 / 3) / 2) and out["pass^3"] == 50.0
+    assert "Pass^3 50.00" in out["metric"] and out["metric"].startswith("Avg@3 (%)")
+    assert out["headline"]["paper_table"].startswith("Avg@3") and "Pass^3" in out["headline"]["official_headline"]

@@ -130,7 +130,7 @@ def test_playwrights_own_browser_folder_is_visible_inside_the_sandbox(tmp_path):
 
 
 @needs_bwrap
-def test_a_failed_snapshot_command_is_an_error_not_a_score(tmp_path):
+def test_a_failed_snapshot_command_is_graded_with_its_output_as_the_official_grader_is(tmp_path):
     import shutil
 
     from evaluators.claw_eval import ClawEvalAdapter
@@ -150,6 +150,7 @@ def test_a_failed_snapshot_command_is_an_error_not_a_score(tmp_path):
             result = adapter.score(task, episode, env)
     finally:
         adapter.stop_services()
-    assert result.error.startswith("snapshot command failed: python -c 'import no_such_module' (exit 1:")
-    assert "No module named" in result.error and result.score == 0.0
-    assert result.details["snapshot_failed"][0]["command"] == "python -c 'import no_such_module'"
+    assert result.error is None and result.details["completion"] is not None  # graded, not an error worth 0
+    (failed,) = result.details["snapshot_failed"]
+    assert failed["command"] == "python -c 'import no_such_module'" and failed["exit_code"] == 1
+    assert "No module named" in failed["why"]

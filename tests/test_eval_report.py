@@ -186,3 +186,20 @@ def test_nothing_ran_is_never_comparable_in_summary_json_or_compare(tmp_path, ca
     assert main(["--compare", str(tmp_path / "b"), str(tmp_path / "b")]) == 0
     row = [line for line in capsys.readouterr().out.splitlines() if "| x |" in line][0]
     assert "not comparable" in row and "; comparable)" not in row
+
+
+def test_every_score_has_pass_agent_fail_and_infrastructure_fail_counts_beside_it():
+    def result(task, **kw):
+        return EpisodeResult(benchmark="b", task_id=task, trial=0, **{"score": 0.0, **kw})
+
+    results = [result("t1", score=1.0, passed=True), result("t2", score=0.0, passed=False),
+               result("t3", score=1.0),  # no pass flag: a full score passes
+               result("t4", score=0.5),  # partial credit without a pass flag: judged, not passed
+               result("t5", error="infrastructure: the verifier's download failed"),
+               result("t6", error="RuntimeError: endpoint refused"), result("t7", skipped="needs ffmpeg"),
+               result("t8", score=0.0, passed=False, details={"grader_error": "judge timed out"})]
+    entry = benchmark_entry(tasks=[Task(id=f"t{i}", benchmark="b") for i in range(1, 9)], results=results,
+                            runs=1, runs_protocol=1, aggregate={"score": 40.0, "comparable": False})
+    assert entry.outcomes == {"pass": 2, "agent_fail": 2, "infrastructure_fail": 3, "episodes": 7}
+    summary = RunSummary(model="m", prompting="act", benchmarks={"b": entry}, suites={"ood": {"b": 40.0}})
+    assert "| b | 40.00* | 2 / 2 / 3 of 7 |" in render_markdown(summary)

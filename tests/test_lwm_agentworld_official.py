@@ -118,3 +118,4 @@ def test_reward_with_the_official_judge_matches_the_judged_total(tmp_path):
     assert system["role"] == "system"
     assert system["content"] == (Path(ROOT) / "prompts" / "mcp" / "judge_system_prompt.txt").read_text()
     assert judged[0]["max_tokens"] == 32768 and judged[0]["temperature"] == 0.6
+    assert all(set(r) == {"model", "messages", "max_tokens", "temperature"} for r in judged)  # eval.py's body

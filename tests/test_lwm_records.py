@@ -59,19 +59,18 @@ def test_round_trip(tmp_path):
 
 
 def _good() -> dict:
-    return fixture_trajectory(turns=3)[1].to_dict()
+    return fixture_trajectory(turns=3)[1].fields()
 
 
 @pytest.mark.parametrize("mutate, field, words", [
     (lambda d: d.pop("response"), "response", "missing"),
-    (lambda d: d.update(extra=1), "extra", "unknown field"),
     (lambda d: d.update(task="chess"), "task", "unknown domain"),
     (lambda d: d.update(turn_idx=0), "turn_idx", ">= 1"),
     (lambda d: d.update(turn_idx="2"), "turn_idx", "integer"),
     (lambda d: d.update(total_turns=1), "total_turns", "smaller"),
     (lambda d: d.update(prompt=["a", "b", "c", "d"]), "prompt", "expected 1 to 3 actions"),
     (lambda d: d.update(prompt=[]), "prompt", "expected 1 to 3 actions"),
-    (lambda d: d.update(response=["only one"]), "response", "expected 2 to 3 observations"),
+    (lambda d: d.update(response=["a", "b", "c", "d"]), "response", "at most 3 observations"),
     (lambda d: d.update(id=1.5), "id", "a string or an integer"),
     (lambda d: d.update(id=True), "id", "a string or an integer"),
     (lambda d: d.update(response=["x", 3]), "response[1]", "string"),
@@ -90,14 +89,37 @@ def test_validation_names_file_line_and_field(tmp_path, mutate, field, words):
     assert err.value.line == 3 and err.value.field == field
 
 
-def test_invalid_json_and_duplicates_are_reported(tmp_path):
+def test_invalid_json_is_reported(tmp_path):
     path = tmp_path / "x.jsonl"
     path.write_text(json.dumps(_good()) + "\n{not json\n")
     with pytest.raises(RecordError, match=r"x.jsonl:2: <json>: invalid JSON"):
         read_records(path)
-    path.write_text(json.dumps(_good()) + "\n" + json.dumps(_good()) + "\n")
-    with pytest.raises(RecordError, match=r"x.jsonl:2: turn_idx: duplicate sample terminal/t1/2 \(first on line 1\)"):
-        read_records(path)
+
+
+def test_what_eval_py_reads_is_read(tmp_path):
+    """eval.py (json.loads + .get) reads these four shapes; so does the reader, as eval.py indexes them:
+    an extra field (kept and written back), the same sample twice (both scored), a ``lwm/mcp`` task
+    (domain mcp, the file's task kept for eval.py's files), a response list shorter than turn_idx
+    (ground truth "")."""
+    from unified.lwm.official import job_of, subtask_of
+    from unified.lwm.records import load_records, write_records
+
+    extra = {**_good(), "source": "crawl-7", "id": "t1"}
+    prefixed = {**_good(), "task": "lwm/mcp", "id": 9, "system_str": "You simulate MCP."}
+    short = {**_good(), "id": "t2", "response": ["only one"]}
+    (tmp_path / "a_test.jsonl").write_text("\n".join(json.dumps(d) for d in (extra, extra, prefixed, short)) + "\n")
+    (tmp_path / "b_test.jsonl").write_text(json.dumps(extra) + "\n")  # eval.py reads every file: a third time
+    records = load_records(tmp_path)
+    assert [r.key for r in records] == ["terminal/t1/2", "terminal/t1/2#2", "mcp/9/2", "terminal/t2/2",
+                                        "terminal/t1/2#3"]
+    first, _, mcp, cut, _ = records
+    assert first.extra == {"source": "crawl-7"} and job_of(first)["source"] == "crawl-7"
+    assert mcp.task == "mcp" and job_of(mcp)["task"] == "lwm/mcp" and subtask_of(job_of(mcp)) == "mcp"
+    assert cut.target == "" and cut.history == [("echo step1", "only one")]  # turn 1 is there, turn 2 is not
+    out = tmp_path / "out.jsonl"
+    write_records(out, records[:3])
+    again = [json.loads(line) for line in out.read_text().splitlines()]
+    assert again[0]["source"] == "crawl-7" and again[2]["task"] == "lwm/mcp"
 
 
 def test_prompt_that_already_holds_the_current_action_is_read_as_eval_py_indexes_it(tmp_path):

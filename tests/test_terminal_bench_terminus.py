@@ -115,6 +115,24 @@ def test_the_aggregate_names_the_agent_and_every_terminus_difference():
     assert f"harbor 0.26.0 instead of {HARBOR_VERSION}" in " | ".join(other["not_comparable_because"])
 
 
+def test_terminus_2_runs_under_harbors_limits_unless_the_user_sets_caps():
+    from unified.benchmarks.contract import AgentLimits
+    from evaluators.terminal_bench import NO_LOOP_CAP
+
+    adapter = TerminalBench2Adapter(root=str(FIXTURES), agent="terminus_2")
+    lifted = adapter.agent_limits(AgentLimits())  # the library's defaults (40 turns, 32,768 tokens, 3,600 s)
+    assert {k: getattr(lifted, k) for k in NO_LOOP_CAP} == NO_LOOP_CAP and adapter.loop_caps == {}
+    capped = adapter.agent_limits(AgentLimits(max_turns=12, max_seconds=600.0))
+    assert (capped.max_turns, capped.max_seconds, capped.max_episode_tokens) == (12, 600.0, NO_LOOP_CAP["max_episode_tokens"])
+    assert adapter.loop_caps == {"max_turns": 12, "max_seconds": 600.0}
+    reasons = aggregate_rewards([EpisodeResult(benchmark="terminal_bench_2", task_id="t", trial=0, score=1.0, passed=True,
+                                               details={"backend": "docker", "agent": "terminus_2",
+                                                        "loop_caps": adapter.loop_caps})])["not_comparable_because"]
+    assert any('"max_seconds": 600.0' in r and '"max_turns": 12' in r for r in reasons), reasons
+    tool = TerminalBench2Adapter(root=str(FIXTURES), agent="tool_calling")
+    assert tool.agent_limits(AgentLimits()) == AgentLimits()  # our own agent keeps the run's limits
+
+
 @needs_local
 @needs_tmux
 @needs_harbor

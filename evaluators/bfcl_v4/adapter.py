@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from evaluators.bfcl_v4 import data, gold, scoring
-from evaluators.bfcl_v4.environment import BFCLEnvironment
+from evaluators.bfcl_v4.environment import BFCLEnvironment, import_backend_modules
 from evaluators.bfcl_v4.isolation import import_bfcl
 from unified.benchmarks.contract import Adapter, PaperReference, RunContext, Task
 from unified.types import Episode, EpisodeResult, ToolCall
@@ -81,7 +81,9 @@ class BFCLAdapter(Adapter):
 
     def tasks(self, split: str | None = None, limit: int | None = None) -> list[Task]:
         categories = data.resolve_categories(split) if split else self.categories
-        return data.select_tasks(categories, limit, self.settings.limit_order)
+        tasks = data.select_tasks(categories, limit, self.settings.limit_order)
+        import_backend_modules(tasks)  # on this thread, before episodes open on worker threads
+        return tasks
 
     def open(self, task: Task, *, run: RunContext = RunContext()) -> BFCLEnvironment:
         return BFCLEnvironment(task, run.work_dir, bfcl_inference=self.settings.inference == "bfcl")
@@ -96,6 +98,8 @@ class BFCLAdapter(Adapter):
         verdict = scoring.score_entry(category, task.payload, episode, allowed)
         details = {"category": category, "group": task.group, "stop_reason": episode.stop_reason,
                    **{k: v for k, v in verdict.items() if k != "valid" and v is not None}}
+        if why := gold.unpassable_reason(task.payload):
+            details["unpassable"] = why
         return EpisodeResult(benchmark=self.name, task_id=task.id, trial=episode.trial,
                              score=1.0 if verdict["valid"] else 0.0, passed=bool(verdict["valid"]),
                              details=_jsonable(details))
@@ -129,12 +133,15 @@ class BFCLAdapter(Adapter):
             reasons.append(f"key missing: web search (SERPAPI_API_KEY), {skipped_web} tasks skipped")
         if self.settings.inference != "bfcl":
             reasons.append("inference=unified: our loop's turn/step limits and parse-error rule, not bfcl's")
+        unpassable = {r.task_id: r.details["unpassable"] for r in results if r.details.get("unpassable")}
         if official["complete"]:
             score, metric = official["overall"], "BFCL v4 overall (%), official weights"
         else:
             score = 100.0 * sum(a * k for a, k in per_category.values()) / n if n else 0.0
             metric = (f"accuracy over the {n} tasks run (%); not BFCL's overall, which needs every category "
                       "(N/A here)")
+        if unpassable and n:
+            metric += f"; {len(unpassable)} task(s) no faithful answer passes (ceiling {100.0 * (n - len(unpassable)) / n:.2f}%)"
         return {
             "score": score,
             "metric": metric,
@@ -150,6 +157,10 @@ class BFCLAdapter(Adapter):
             "n": n,
             "errors": errors,
             "skipped": skipped,
+            "unpassable": {"tasks": unpassable, "note": (
+                f"{len(unpassable)} of the {n} tasks run have a ground truth bfcl's checker rejects (no faithful "
+                "answer passes them; gold scores 0 there, as any model does): the best reachable accuracy on this "
+                f"selection is {100.0 * (n - len(unpassable)) / n:.2f}%") if unpassable and n else None},
         }
 
     # ----------------------------------------------------------------------------------

@@ -62,6 +62,18 @@ BFCL_REFUSED_NAMES = ("kill", "exit", "quit", "remove", "unlink", "popen", "Pope
 """Names ``multi_turn_utils.execute_multi_turn_func_call`` refuses before evaluating a call."""
 
 
+def import_backend_modules(tasks: list[Task]) -> None:
+    """Import the backend modules the tasks' involved classes live in (and what they import, e.g.
+    mpmath for MathAPI) on the calling thread, before the agent loop's worker threads open
+    environments. The vector memory backend (an encoder) stays lazy: :func:`import_memory_vector`."""
+    backend_config = import_bfcl("bfcl_eval.constants.executable_backend_config")
+    names = {c for t in tasks for c in (t.payload.get("entry") or {}).get("involved_classes") or ()}
+    for class_name in sorted(names - {"MemoryAPI_vector"}):
+        module_name = backend_config.CLASS_FILE_PATH_MAPPING.get(class_name)
+        if module_name:
+            importlib.import_module(module_name)
+
+
 class BFCLEnvironment(Environment):
     def __init__(self, task: Task, work_dir: Path | None, bfcl_inference: bool = True) -> None:
         super().__init__()

@@ -111,3 +111,29 @@ def java_arguments(function: dict[str, Any], arguments: dict[str, Any]) -> dict[
         nested = (spec.get("items") or {}).get("type") if java_type in NESTED else None
         out[name] = java_argument(value, java_type, nested)
     return out
+
+
+def unpassable_reason(payload: dict[str, Any]) -> str | None:
+    """Why no faithful answer can pass this task under bfcl's checker (None: the ground truth can),
+    read from the task's own data: a Java ``Array``/``ArrayList`` of ``any`` elements is read back as
+    strings only, so a possible answer holding a number or a boolean there is never met; a
+    ``HashMap`` possible answer whose values are bare strings, not option lists, is compared
+    character by character (only a one-character value would match). Gold fails exactly these
+    (3 of bfcl-eval's 100 ``simple_java`` tasks: 36, 64, 65)."""
+    docs = {f.get("name"): f for f in payload.get("checker_function") or []}
+    for call in payload.get("ground_truth") or []:
+        if not isinstance(call, dict) or len(call) != 1:
+            continue
+        (name, params), = call.items()
+        properties = ((docs.get(name) or {}).get("parameters") or {}).get("properties") or {}
+        for param, options in (params or {}).items():
+            spec = properties.get(param) or {}
+            for option in options if isinstance(options, list) else []:
+                if (spec.get("type") in NESTED and (spec.get("items") or {}).get("type") == "any"
+                        and isinstance(option, list) and any(not isinstance(x, str) for x in option)):
+                    return f"{name}({param}): a list of `any` holding non-strings, which bfcl's Java reader never yields"
+                if spec.get("type") == "HashMap" and isinstance(option, dict) and any(
+                        not isinstance(v, list) for v in option.values()):
+                    return (f"{name}({param}): HashMap values given as bare strings, compared character by character "
+                            "by bfcl's checker")
+    return None

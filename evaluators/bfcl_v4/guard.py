@@ -13,7 +13,10 @@ replays the calls for scoring. Three things a call could do there are stopped he
   inside these bounds, so scores on the gold path do not change.
 - **process-wide state**: ``square_root`` sets the calling thread's ``decimal`` precision and
   ``logarithm`` mpmath's global ``mp.dps`` to the model's value; :func:`guarded_calls` puts
-  both back after every call (and serialises the MathAPI calls that touch mpmath).
+  both back after every call (and serialises the MathAPI calls that touch mpmath). mpmath is
+  reached through the import system (:func:`_loaded_mpmath`), never read from ``sys.modules``
+  directly: another episode's thread may be importing it at that moment, and a partially
+  initialised module has no ``mp`` yet.
 - **the host's network**: ``WebSearchAPI.fetch_url_content`` fetches any URL with redirects
   followed. Inside :func:`guarded_calls`, every request ``requests`` sends from this thread,
   each redirect hop included, must go to a host whose every address is global
@@ -115,13 +118,24 @@ def _install_request_guard() -> None:
         _installed = True
 
 
+def _loaded_mpmath() -> Any:
+    """mpmath when some module has imported it (None otherwise), fully initialised: ``import``
+    waits on the module's import lock while another thread is still executing it, where a
+    plain ``sys.modules`` read would return the half-built module."""
+    if "mpmath" not in sys.modules:
+        return None
+    import mpmath
+
+    return mpmath
+
+
 @contextlib.contextmanager
 def guarded_calls() -> Iterator[None]:
     """Run bfcl backend calls under the guards of the module docstring: the thread's ``decimal``
     context and mpmath's precision restored on exit, requests to non-global addresses refused."""
     _install_request_guard()
     saved_decimal = decimal.getcontext().copy()
-    mpmath = sys.modules.get("mpmath")
+    mpmath = _loaded_mpmath()
     saved_dps = mpmath.mp.dps if mpmath is not None else None
     _STATE.active = getattr(_STATE, "active", 0) + 1
     try:
@@ -129,7 +143,7 @@ def guarded_calls() -> Iterator[None]:
     finally:
         _STATE.active -= 1
         decimal.setcontext(saved_decimal)
-        mpmath = sys.modules.get("mpmath")
+        mpmath = _loaded_mpmath()
         if mpmath is not None:
             mpmath.mp.dps = saved_dps if saved_dps is not None else 15
 

@@ -22,9 +22,12 @@ Not on PyPI: point the adapter at a checkout with ``$CLAW_EVAL_ROOT`` or
 Tasks needing live web search (``web_real``) are skipped unless ``$SERP_DEV_KEY`` is set;
 tasks whose fixtures are missing from the checkout are skipped with the file named, and so are
 tasks that use a program this machine lacks (ffmpeg, poppler, or Playwright for the web-page tasks
-graded from screenshots that their snapshot commands' recording script takes). The
-snapshot commands of a trial must succeed: one that fails (exit code, timeout) makes the trial an
-error, "snapshot command failed", never a score the grader gave without its output. The
+graded from screenshots that their snapshot commands' recording script takes). A snapshot
+command that fails (an exit code, a timeout: the agent broke the database, the page never
+loaded, no clip was written) is handed to the grader as the benchmark hands it, its exit code and
+output, and the trial is graded as the official grader grades it (``details["snapshot_failed"]``
+lists it). Only a command this sandbox cannot run at all (exit 126/127: a program the official
+image has and ours lacks) makes the trial ``error: infrastructure``, left out of the score. The
 services of a task stay up across its trials and are reset in between (trials running at the
 same time get separate services); they are stopped when another task opens, when an episode
 fails (crash, or a grader error), and at exit. Scoring: :mod:`evaluators.claw_eval.grading`.
@@ -38,10 +41,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from unified.config import bounded
+from unified.benchmarks import bounded
 from unified.benchmarks.contract import Adapter, BenchmarkUnavailable, Environment, PaperReference, RunContext, Task
 from unified.benchmarks.helpers import config_list, judge_reason, limit_runnable
 from unified.benchmarks.aggregate import scores_by_task
+from unified.execution.infra import infrastructure_error
 from unified.types import Episode, EpisodeResult
 
 from evaluators.claw_eval import official
@@ -50,7 +54,7 @@ from evaluators.claw_eval.memory import MemoryBudget, default_budget_mb
 from evaluators.claw_eval.grading import aggregate_trials, build_trace, is_pass, run_grader, task_score
 from evaluators.claw_eval.services import ServiceGroup, ServiceSpec
 from evaluators.claw_eval.tasks import SPLITS, ClawTask, load_tasks, resolve_checkout, skip_reason, used_programs
-from unified.inference.endpoints import resolve_endpoint
+from unified.benchmarks import resolve_endpoint
 
 __all__ = ["ClawEvalAdapter"]
 
@@ -60,15 +64,19 @@ OFFICIAL_JUDGE_MAX_TOKENS = 8192
 
 
 
+NOT_RUNNABLE_EXIT_CODES = (126, 127)
+"""A shell's exit codes for a command it could not execute or find: our sandbox's failure, not the agent's."""
+
+
 def failed_snapshot_commands(snapshot: dict[str, Any] | None) -> list[dict[str, str]]:
-    """The task's snapshot commands that failed (non-zero exit or timed out), each ``{command, why}``
-    with the end of its error output: a trial with one is an error, not a score."""
+    """The task's snapshot commands that failed (non-zero exit or timed out), each ``{command, why, exit_code}``
+    with the end of its error output (graded as the benchmark grades them; see the module docstring)."""
     out = []
     for key, value in (snapshot or {}).items():
         if key.startswith("cmd:") and isinstance(value, dict) and value.get("exit_code") != 0:
             tail = (value.get("stderr") or value.get("stdout") or "").strip().splitlines()
-            out.append({"command": key[4:], "why": f"exit {value.get('exit_code')}: "
-                                                   f"{tail[-1][:300] if tail else 'no output'}"})
+            out.append({"command": key[4:], "exit_code": value.get("exit_code"),
+                        "why": f"exit {value.get('exit_code')}: {tail[-1][:300] if tail else 'no output'}"})
     return out
 
 
@@ -134,6 +142,13 @@ class ClawEvalConfig:
 
     def __post_init__(self) -> None:
         self.splits, self.categories = config_list(self.splits), config_list(self.categories)
+
+
+PAPER_METRIC = "Avg@3: the paper's table reports Claw-Eval as 'Claw-Eval (Avg@3)' (53.60 -> 64.88), the mean score"
+"""Which of the two the study's numbers are (our ``score``)."""
+OFFICIAL_HEADLINE = ("Pass^3 (a task passes when all 3 trials score >= 0.75): Claw-Eval's leaderboard headline since "
+                     "2026-03, shown beside Avg@3 and not the paper's number")
+"""What the benchmark itself ranks by today."""
 
 
 class ClawEvalAdapter(Adapter):
@@ -253,11 +268,14 @@ class ClawEvalAdapter(Adapter):
                                    "user_model": self.user_spec if env.multi_turn else None,
                                    "n_dispatches": len(env.dispatches), "user_rounds": env.user_rounds}
         failed = failed_snapshot_commands(snapshot)
-        if failed:  # the grader would score the trial without what the command makes (a page's screenshots: 0.2)
+        if failed:  # graded with the command's output, as the official grader is (module docstring)
             details["snapshot_failed"] = failed
-            return EpisodeResult(benchmark=self.name, task_id=task.id, trial=episode.trial, score=0.0, passed=False,
-                                 details=details, error=f"snapshot command failed: {failed[0]['command'][:200]} "
-                                                        f"({failed[0]['why']}); not graded")
+        unrunnable = [f for f in failed if f["exit_code"] in NOT_RUNNABLE_EXIT_CODES]
+        if unrunnable:
+            return EpisodeResult(benchmark=self.name, task_id=task.id, trial=episode.trial, score=0.0, passed=None,
+                                 details=details, error=infrastructure_error(
+                                     f"snapshot command not runnable in this sandbox: {unrunnable[0]['command'][:200]}",
+                                     [unrunnable[0]["why"]]))
         if getattr(env, "snapshot_refused", None):  # files the grader's snapshot left unread (size budget)
             details["snapshot_refused"] = {"files": list(env.snapshot_refused), "budget_mb": env.snapshot_mb}
         try:
@@ -329,8 +347,12 @@ class ClawEvalAdapter(Adapter):
                 skipped[key] = skipped.get(key, 0) + 1
         n_tasks, n_skipped_tasks = len(grouped), len({r.task_id for r in results if r.skipped is not None})
         metric = f"Avg@{trials} (%)" + ("" if trials >= self.runs_default else f", protocol Avg@{self.runs_default}")
+        pass_k = out.get(f"pass^{trials}")
         out["metric"] = (f"{metric} over {n_tasks} tasks run" +
-                         (f" ({n_skipped_tasks} skipped, not in the mean)" if n_skipped_tasks else ""))
+                         (f" ({n_skipped_tasks} skipped, not in the mean)" if n_skipped_tasks else "") +
+                         (f"; Pass^{trials} {pass_k:.2f}" if pass_k is not None else ""))
+        out["headline"] = {"score": f"Avg@{trials}", f"pass^{trials}": pass_k,
+                           "paper_table": PAPER_METRIC, "official_headline": OFFICIAL_HEADLINE}
         reasons = ["local bubblewrap sandbox instead of the official Docker agent image (Dockerfile.agent)",
                    "media tools of the official image (BrowserScreenshot, ReadMedia, Download) are not offered; "
                    "tasks with prompt attachments are skipped (text-only agent loop)"]
@@ -346,12 +368,13 @@ class ClawEvalAdapter(Adapter):
         stats = [r.details.get("judge_stats") or {} for r in scored]
         neutralised = {"episodes": sum(1 for s in stats if s.get("data_neutralised")),
                        "requests": sum(int(s.get("data_neutralised") or 0) for s in stats),
-                       "of_requests": sum(int(s.get("judge_calls") or 0) for s in stats)}
+                       "of_requests": sum(int(s.get("judge_calls") or 0) for s in stats),
+                       "markers": sum(int(s.get("markers_neutralised") or 0) for s in stats)}
         if neutralised["requests"]:
             reasons.append(f"judge requests: in {neutralised['requests']} of {neutralised['of_requests']} the agent's "
-                           "text (conversation, actions) had its score markers neutralised (braces, quoted \"score\", "
-                           "headings) before the checkout's judge built its prompt; the official wording kept, "
-                           "those bytes differ")
+                           f"text held score markers the checkout's parser reads ({neutralised['markers']} in all: a "
+                           "JSON object with a score, a quoted \"score\": N), neutralised before its judge built the "
+                           "prompt; everything else is the official request byte for byte")
         if trials < self.runs_default:
             reasons.append(f"fewer trials than the protocol's {self.runs_default}: Avg@{trials}")
         if self.settings.judge_max_tokens:

@@ -30,6 +30,7 @@ from evaluators.claw_eval import official
 from evaluators.claw_eval.services import ServiceGroup, ServiceSpec
 from evaluators.claw_eval.browser import playwright_setup, sandbox_spec
 from evaluators.claw_eval.memory import MemoryBudget, Reservation
+from evaluators.claw_eval.read_rules import read_entry
 from evaluators.claw_eval.tasks import ClawTask, fixture_source, used_programs
 
 WORKSPACE = "/workspace"
@@ -308,7 +309,8 @@ class ClawEvalEnvironment(Environment):
 
         Grader-only files (``sandbox_grader_files``) are put in first, as the benchmark does
         after the agent finished. Keys and values follow the benchmark: ``cmd:<command>`` ->
-        ``{exit_code, stdout, stderr}``, ``file:<path>`` -> ``{content, encoding, mime_type}``,
+        ``{exit_code, stdout, stderr}`` (a failed command's too: the grader reads it), ``file:<path>`` ->
+        what the benchmark's ``/read`` answers (:mod:`evaluators.claw_eval.read_rules`),
         ``local_file:<path>`` -> base64 of a grader file read on the host.
 
         Files are read into this process up to ``snapshot_mb`` in all (apparent size: a sparse file
@@ -324,9 +326,11 @@ class ClawEvalEnvironment(Environment):
             timeout = float(self.task.env_snapshot_timeout)
             for cmd in self.task.env_snapshot_commands:
                 result = self._ws.exec(cmd, timeout_s=timeout)
-                snapshot[f"cmd:{cmd}"] = {"exit_code": -1 if result.timed_out else result.exit_code,
-                                          "stdout": result.stdout,
-                                          "stderr": result.stderr or (f"Timed out after {timeout:.0f}s" if result.timed_out else "")}
+                if result.timed_out:  # the benchmark's /exec answer to a timeout
+                    snapshot[f"cmd:{cmd}"] = {"exit_code": -1, "stdout": "", "stderr": f"Timed out after {timeout:.0f}s"}
+                else:
+                    snapshot[f"cmd:{cmd}"] = {"exit_code": result.exit_code, "stdout": result.stdout,
+                                              "stderr": result.stderr}
             for pattern in self.task.env_snapshot_files:
                 paths = [pattern]
                 if any(ch in pattern for ch in "*?"):
@@ -357,9 +361,5 @@ class ClawEvalEnvironment(Environment):
         except CopyBudgetExceeded as exc:
             self.snapshot_refused.append(path)
             return {"error": f"not read: {exc}"}
-        try:
-            return {"content": data.decode("utf-8"), "encoding": "utf-8", "mime_type": "text/plain"}
-        except UnicodeDecodeError:
-            return {"content": base64.b64encode(data).decode(), "encoding": "base64",
-                    "mime_type": "application/octet-stream", "size_bytes": len(data)}
+        return read_entry(path, data)  # the benchmark's /read rules (images decoded in the grader's sandbox)
 

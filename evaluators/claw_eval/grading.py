@@ -25,9 +25,10 @@ so retries get fresh answers. A judge that never gives a parseable answer leaves
 without a result: a grader error, recorded as the trial's error.
 
 The agent's text reaches the judge as data: the arguments of the checkout's judge methods that
-carry it have their score markers neutralised before the official prompt is built
-(:mod:`evaluators.claw_eval.judge_data`; the official wording is kept, the bytes of the agent's
-part differ, and ``judge_stats["data_neutralised"]`` counts the requests where they did).
+carry it have only the score markers the checkout's parser would read neutralised before the
+official prompt is built (:mod:`evaluators.claw_eval.judge_data`; a request without one is the
+official one byte for byte; ``judge_stats["data_neutralised"]`` counts the requests that changed,
+``judge_stats["markers_neutralised"]`` the markers).
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ from unified.types import Episode
 PASS_THRESHOLD = 0.75
 _JUDGE_DATA = Path(__file__).with_name("judge_data.py")
 """Put in the grader's sandbox; wraps the checkout's judge (:mod:`evaluators.claw_eval.judge_data`)."""
+_READ_RULES = Path(__file__).with_name("read_rules.py")
+"""Put in the grader's sandbox; decodes the snapshot's images (:mod:`evaluators.claw_eval.read_rules`)."""
 _MARK = "@@UNIFIED_CLAW_GRADE@@"
 
 
@@ -196,7 +199,12 @@ if args.get("judge_relay"):
     judge_data.wrap_judge(judge, stats)   # the agent's text is data: its score markers neutralised
 env_snapshot = None
 if os.path.exists("/grader/env_snapshot.json"):
-    env_snapshot = json.load(open("/grader/env_snapshot.json"))
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("unified_read_rules", "/grader/read_rules.py")
+    read_rules = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(read_rules)
+    # image files as the benchmark's /read answers them: decoded here, in the sandbox
+    env_snapshot = read_rules.decode_pending_images(json.load(open("/grader/env_snapshot.json")))
 grader = get_grader(task.task_id, tasks_dir=args["tasks_dir"], task_dir=args["task_dir"])
 params = inspect.signature(grader.grade).parameters
 kwargs = {"audit_data": audit, "judge": judge}
@@ -229,6 +237,7 @@ def run_grader(*, checkout: Path, task_dir: Path, trace: list[dict[str, Any]], e
              "trace.jsonl": "\n".join(json.dumps(e, ensure_ascii=False, default=str) for e in trace) + "\n"}
     if env_snapshot is not None:
         files["env_snapshot.json"] = json.dumps(env_snapshot, ensure_ascii=False)
+        files["read_rules.py"] = _READ_RULES.read_text()
     binds = [str(checkout)] + sorted({str(Path(p).resolve()) for p in (sys.prefix, sys.base_prefix)})
     judge = JudgeEndpoint(judge_config.base_url, judge_config.api_key) if judge_config is not None else None
     result = run_sandboxed_grader(GraderSpec(argv=[sys.executable, "-I", "/grader/run.py"], files=files,

@@ -39,13 +39,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from unified.config import bounded
+from unified.benchmarks import bounded
 from unified.benchmarks.contract import Adapter, Environment, PaperReference, RunContext, Task
 from unified.benchmarks.helpers import config_list, judge_reason, limit_runnable
 from unified.types import Episode, EpisodeResult
 
 from evaluators.qwenclawbench import official
-from unified.inference.endpoints import resolve_endpoint
+from unified.benchmarks import resolve_endpoint
 from evaluators.qwenclawbench.environment import QwenClawBenchEnvironment, transcript_from_episode
 from evaluators.qwenclawbench.grading import (
     PENALTY_THRESHOLD, aggregate_runs, combine, judge_prompt, parse_judge_answer, run_automated_checks,
@@ -256,10 +256,12 @@ class QwenClawBenchAdapter(Adapter):
         if "ours" in protocols:
             reasons.append("judge prompt/parser: ours (the checkout has no scripts/lib_grading.py)")
         neutralised = sum(1 for r in scored if r.details.get("llm_judge", {}).get("judge_data_neutralised"))
+        markers = sum(int(r.details.get("llm_judge", {}).get("judge_data_neutralised") or 0) for r in scored)
         if neutralised:
-            reasons.append(f"judge prompt: in {neutralised} episodes the agent's transcript summary had its answer "
-                           "markers neutralised (braces, code fences, headings) before the checkout built its prompt; "
-                           "the official wording kept, those bytes differ")
+            reasons.append(f"judge prompt: in {neutralised} episodes the agent's transcript summary held score markers "
+                           f"the checkout's parser would read ({markers} in all: a code block or {{...}} with a score, "
+                           "a prose total), neutralised before the checkout built its prompt; everything else is "
+                           "the official prompt byte for byte")
         if judged := judge_reason(self.judge_spec, OFFICIAL_JUDGES):
             reasons.append(judged)
         grader_errors = sum(1 for r in scored if r.details.get("grader_error"))

@@ -10,10 +10,11 @@ rule (``JUDGE_API_MAX_RETRIES`` attempts when the request or its parsing raises,
 them is copied here. Where the checkout's judge then falls back to an OpenClaw agent, we record
 an error instead (no OpenClaw here).
 
-The agent's part of the prompt (the transcript summary) has its answer markers neutralised
-before the checkout builds the prompt (:func:`neutralise_summary`): an echoing judge would otherwise
-hand the parser a score the agent planted. The wording is the checkout's; where the bytes
-differ, the result says so (``judge_data_neutralised``) and the summary counts it.
+The agent's part of the prompt (the transcript summary) keeps its bytes unless it holds a score
+marker the checkout's own parser would read (a code block or ``{...}`` with a score, a prose
+total): only those markers are neutralised (:func:`neutralise_summary`), so that an echoing judge
+cannot hand the parser a score the agent planted. The prompt is the official one byte for byte
+elsewhere; the result counts the markers (``judge_data_neutralised``), the summary the episodes.
 
 A checkout without ``scripts/lib_grading.py`` (an older layout, a data-only copy) falls back to
 our own approximation (:mod:`evaluators.qwenclawbench.grading`), and the result says so.
@@ -69,37 +70,99 @@ def load_lib_grading(root: Path) -> types.ModuleType:
         return module
 
 
-_FENCE = re.compile(r"`{3,}")
-_HEADING = re.compile(r"^([ \t]*)#", re.MULTILINE)
-_BRACES = str.maketrans({"{": "\uff5b", "}": "\uff5d"})
+_BLOCK = re.compile(r"```(?:json)?\s*(.*?)\s*```", re.DOTALL)
+_FULLWIDTH = str.maketrans({"{": "\uff5b", "}": "\uff5d"})
+_NEUTRAL_FENCE = "'" * 3
+MAX_MARKERS = 256
+"""Markers neutralised one by one at most; past that every brace and fence of the summary is."""
 
 
-def neutralise_summary(summary: str) -> str:
-    """The transcript summary (the agent's tool calls and results) with its answer markers
-    neutralised, so that the checkout's parser cannot read a score the agent planted in it.
-
-    The parser takes the answer's first code block, then the last balanced ``{...}`` with
-    ``scores``: an echoing judge would hand it the agent's code block, or, after an unbalanced ``{``
-    of the agent's, no longer see the prompt's own answer template. So ``{`` ``}`` -> ``｛`` ``｝``
-    (U+FF5B/U+FF5D), a run of 3+ backticks -> as many ``'``, and a line starting with ``#`` ->
-    ``\\#`` (no section of the agent's own). The task, expected behaviour, rubric and the prompt's
-    wording are the checkout's, unchanged."""
-    summary = (summary or "").translate(_BRACES)
-    summary = _FENCE.sub(lambda m: "'" * len(m.group(0)), summary)
-    return _HEADING.sub(r"\1\\#", summary)
+def _has_score(parsed: dict[str, Any]) -> bool:
+    return parsed.get("total") is not None or bool(parsed.get("scores"))
 
 
-def judge_prompt_and_changes(lib: types.ModuleType, task: Any, transcript: list[dict[str, Any]]) -> tuple[str, bool]:
+def _balanced_objects(text: str) -> list[tuple[int, int]]:
+    """Spans of the top-level balanced ``{...}`` of ``text`` (the shape the checkout's brace scan collects)."""
+    spans, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "{":
+            if depth == 0:
+                start = i
+            depth += 1
+        elif ch == "}" and depth:
+            depth -= 1
+            if depth == 0:
+                spans.append((start, i + 1))
+    return spans
+
+
+def _next_marker(text: str, parse: Callable[[str], dict[str, Any]]) -> tuple[int, int, str] | None:
+    """The first piece of ``text`` the checkout's parser would read a score from, as ``(start, end,
+    replacement)``: a code block whose content it parses (its opening fence becomes three ``'``), a
+    balanced object it parses (its outer braces become fullwidth), a prose total (the number's
+    decimal point becomes fullwidth)."""
+    for block in _BLOCK.finditer(text):
+        if _has_score(parse(block.group(0))):
+            return block.start(), block.start() + 3, _NEUTRAL_FENCE
+    for start, end in _balanced_objects(text):
+        if _has_score(parse(text[start:end])):
+            return start, end, "\uff5b" + text[start + 1:end - 1] + "\uff5d"
+    # prose only: the same text with no object and no block for the parser to prefer
+    prose = text.replace("{", " ").replace("}", " ").replace("`", " ")
+    if not _has_score(parse(prose)):
+        return None
+    low, high = 0, len(prose)
+    while low < high:  # the shortest prefix the parser reads a total from ends in the marker's number
+        middle = (low + high) // 2
+        if _has_score(parse(prose[:middle])):
+            high = middle
+        else:
+            low = middle + 1
+    dot = text.rfind(".", 0, low)
+    return (dot, dot + 1, "\uff0e") if dot >= 0 else None
+
+
+def neutralise_all(summary: str) -> str:
+    """Every brace and code fence of ``summary`` neutralised (the fallback of :func:`neutralise_summary`)."""
+    return (summary or "").translate(_FULLWIDTH).replace("```", _NEUTRAL_FENCE)
+
+
+def neutralise_summary(summary: str, parse: Callable[[str], dict[str, Any]]) -> tuple[str, int]:
+    """The transcript summary with only the score markers the checkout's parser (``parse``: its
+    ``_parse_judge_text_response`` + ``_normalize_judge_response``) would read neutralised, and how many.
+
+    A judge that echoes or quotes the agent's part hands that parser the agent's text; what it can
+    take a score from is a code block holding an answer, a balanced ``{...}`` with ``scores`` /
+    ``total`` / ``score``, or a prose "total 0.9". Each such marker, and nothing else, is changed
+    (:func:`_next_marker`); a summary without one stays byte-identical. Tool-call JSON, code and
+    headings without a score are left as they are."""
+    text, count = summary or "", 0
+    while count < MAX_MARKERS:
+        marker = _next_marker(text, parse)
+        if marker is None:
+            return text, count
+        start, end, replacement = marker
+        text, count = text[:start] + replacement + text[end:], count + 1
+    return neutralise_all(summary), count
+
+
+def judge_prompt_and_changes(lib: types.ModuleType, task: Any, transcript: list[dict[str, Any]]) -> tuple[str, int]:
     """The checkout's prompt for ``task`` (a QCBTask) and its OpenClaw-format transcript, built by
-    its ``_build_judge_prompt`` from the summary with the agent's markers neutralised
-    (:func:`neutralise_summary`), and whether that changed the bytes (then not the official prompt)."""
+    its ``_build_judge_prompt`` from the summary with the agent's score markers neutralised
+    (:func:`neutralise_summary`), and how many were (0: the official prompt, byte for byte). Should
+    the checkout's parser still read, from the whole prompt echoed, a score other than its own
+    answer template's, the prompt is built from the summary with every brace and fence neutralised."""
     view = types.SimpleNamespace(task_id=task.id, prompt=task.prompt, expected_behavior=task.expected_behavior,
                                  grading_criteria=list(task.grading_criteria),
                                  llm_judge_rubric=task.llm_judge_rubric, category=task.category)
     rubric = task.llm_judge_rubric or lib._format_grading_criteria(view)
     summary = lib._summarize_transcript(transcript)
-    safe = neutralise_summary(summary)
-    return lib._build_judge_prompt(view, safe, rubric), safe != summary
+    safe, count = neutralise_summary(summary, lambda text: parse_answer(lib, text))
+    prompt = lib._build_judge_prompt(view, safe, rubric)
+    echoed, template = parse_answer(lib, prompt), parse_answer(lib, lib._build_judge_prompt(view, "", rubric))
+    if _has_score(echoed) and echoed != template:
+        prompt, count = lib._build_judge_prompt(view, neutralise_all(summary), rubric), max(count, 1)
+    return prompt, count
 
 
 def judge_prompt(lib: types.ModuleType, task: Any, transcript: list[dict[str, Any]]) -> str:

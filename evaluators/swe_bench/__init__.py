@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from unified.config import bounded
+from unified.benchmarks import bounded
 from unified.benchmarks.contract import Adapter, BenchmarkUnavailable, Environment, PaperReference, RunContext, Task
 from unified.benchmarks.helpers import config_list, limit_runnable, require_execution_backend
 from unified.benchmarks.aggregate import avg_at_k, partition, per_trial, scores_by_task

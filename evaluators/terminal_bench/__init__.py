@@ -43,6 +43,7 @@ task and run; the output that shows the failure is the agent's to shape).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import shlex
 import statistics
@@ -50,8 +51,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from unified.config import bounded
-from unified.benchmarks.contract import Adapter, BenchmarkUnavailable, Environment, PaperReference, RunContext, Task
+from unified.benchmarks import bounded
+from unified.benchmarks.contract import (Adapter, AgentLimits, BenchmarkUnavailable, Environment, PaperReference,
+                                         RunContext, Task)
 from unified.benchmarks.helpers import config_list, limit_runnable, require_execution_backend
 from unified.benchmarks.aggregate import avg_at_k, partition, per_trial, scores_by_task
 from unified.execution.infra import NOT_REPRODUCED, InfrastructureBaselines
@@ -64,6 +66,13 @@ from evaluators.terminal_bench.tasks import TBTask, load_tasks, resolve_root
 from evaluators.terminal_bench.terminus import TerminusEnvironment, differences, logs_dir_for, require_harbor_python
 
 __all__ = ["TerminalBench2Adapter", "aggregate_rewards"]
+
+NO_LOOP_CAP = {"max_turns": 10**9, "max_episode_tokens": 10**12, "max_seconds": 10.0**9}
+"""Harbor's Terminus-2 has no cap on episodes (its ``max_turns`` defaults to 1,000,000), tokens or wall
+time besides the task's agent timeout (watched by the environment): the loop's own limits are lifted
+to these unreachable values unless the user set them."""
+PAPER_AGENT_TIMEOUT_S = 10800.0
+"""The paper's Terminal-Bench 2.0 agent timeout, 3 h a task (``agent_timeout_s=10800``)."""
 
 
 
@@ -165,6 +174,8 @@ class TerminalBench2Adapter(Adapter):
         super().__init__(**config)
         self.oracle_tasks: set[str] = set()
         """Tasks whose gold solution was asked for: their environments get ``solution/`` copied in."""
+        self.loop_caps: dict[str, Any] = {}
+        """The loop limits a user set on a Terminus-2 run (:meth:`agent_limits`), recorded per result."""
         self.infrastructure_baselines = InfrastructureBaselines()
         """Each task's verifier on a fresh environment without the agent, once per run (:mod:`unified.execution.infra`)."""
 
@@ -223,6 +234,18 @@ class TerminalBench2Adapter(Adapter):
             return t.docker_image, None
         return None, t.build_context
 
+    def agent_limits(self, limits: AgentLimits) -> AgentLimits:
+        """Harbor's limits for Terminus-2: the task's agent timeout and no turn, token or wall-time cap of
+        the loop (:data:`NO_LOOP_CAP`). A limit the user set (any value other than the library's default)
+        is kept, recorded in every result (``loop_caps``) and named in ``not_comparable_because``; the
+        tool-calling agent keeps the run's limits."""
+        if self.settings.agent != "terminus_2":
+            return limits
+        default = AgentLimits()
+        kept = {k: getattr(limits, k) for k in NO_LOOP_CAP if getattr(limits, k) != getattr(default, k)}
+        self.loop_caps = kept
+        return dataclasses.replace(limits, **{k: v for k, v in NO_LOOP_CAP.items() if k not in kept})
+
     def open(self, task: Task, *, run: RunContext = RunContext()) -> Environment:
         return self._environment(task, run, self.settings.agent)
 
@@ -241,7 +264,7 @@ class TerminalBench2Adapter(Adapter):
                                    logs_dir=logs_dir_for(run.work_dir, task.id), parser_name=s.terminus_parser,
                                    model_name=s.terminus_model, enable_summarize=s.terminus_summarize,
                                    context_limit=s.terminus_context_limit, output_limit=s.terminus_output_limit,
-                                   **common)
+                                   sampling=run.sampling, policy_backend=run.policy_backend, **common)
 
     def score(self, task: Task, episode: Episode, env: Environment) -> EpisodeResult:
         assert isinstance(env, TerminalBenchEnvironment)
@@ -253,6 +276,8 @@ class TerminalBench2Adapter(Adapter):
         details["agent"] = "terminus_2" if isinstance(env, TerminusEnvironment) else "tool_calling"
         if isinstance(env, TerminusEnvironment):
             details.update({k: v for k, v in env.terminus.items() if k != "agent"})
+            if self.loop_caps:
+                details["loop_caps"] = dict(self.loop_caps)
         if episode.metadata.get("limit_hit"):
             details["loop_limit"] = episode.metadata["limit_hit"]
         details.update({k: v for k, v in env.metadata.get("execution", {}).items() if k.startswith("rebuilt_base")})

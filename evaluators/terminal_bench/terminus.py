@@ -89,6 +89,25 @@ def require_harbor_python(setting: str | None = None) -> Path:
     return found
 
 
+ENDPOINT_BACKENDS = ("openai", "vllm")
+"""Policy backends whose requests are HTTP bodies (:class:`unified.inference.openai_backend.OpenAIPolicy`)."""
+
+
+def user_sampling(sampling: Any) -> dict[str, Any]:
+    """The request fields (name -> value) of the run's sampling that differ from the library's defaults
+    (``SamplingConfig()``): what a run whose official client sends none sends, because the user set
+    them. A value set equal to the default cannot be told from an unset one and is not sent."""
+    if sampling is None:
+        return {}
+    default = type(sampling)()
+    names = {"max_new_tokens": "max_tokens", "temperature": "temperature", "top_p": "top_p", "seed": "seed"}
+    out = {wire: getattr(sampling, key) for key, wire in names.items()
+           if getattr(sampling, key) != getattr(default, key)}
+    if sampling.thinking != default.thinking:
+        out["chat_template_kwargs"] = {"enable_thinking": sampling.thinking}
+    return out
+
+
 class BridgeError(RuntimeError):
     """The bridge process died, broke the protocol, or reported an error of harbor's."""
 
@@ -167,9 +186,14 @@ class TerminusEnvironment(TerminalBenchEnvironment):
 
     def __init__(self, *args: Any, harbor_python: Path, logs_dir: Path, parser_name: str = "json",
                  model_name: str = "openai/policy", enable_summarize: bool = True, context_limit: int | None = None,
-                 output_limit: int | None = None, **kwargs: Any) -> None:
+                 output_limit: int | None = None, sampling: Any = None, policy_backend: str | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.tools, self.system_prompt = [], ""  # Terminus-2 sends one user prompt, no system message, no tools
+        sent = user_sampling(sampling)
+        self.request_fields: tuple[str, ...] = tuple(sent)
+        """What a policy request carries besides model and messages: harbor's LiteLLM client sends no sampling
+        field (temperature, reasoning_effort, max_tokens unset by default), so only those the user set."""
         self.harbor_python, self.logs_dir = harbor_python, logs_dir
         self.bridge_config = {"instruction": self.task.instruction, "model_name": model_name,
                               "parser_name": parser_name, "logs_dir": str(logs_dir),
@@ -179,7 +203,12 @@ class TerminusEnvironment(TerminalBenchEnvironment):
         self.bridge: HarborBridge | None = None
         self._pending: dict[str, Any] | None = None
         """Terminus-2's model call the loop is answering: ``{"id", "prompt", "history"}``."""
-        self.terminus: dict[str, Any] = {"agent": "terminus_2", "parser": parser_name, "logs_dir": str(logs_dir)}
+        self.terminus: dict[str, Any] = {"agent": "terminus_2", "parser": parser_name, "logs_dir": str(logs_dir),
+                                         "policy_backend": policy_backend, "request_extras": sent}
+        if policy_backend not in (None, *ENDPOINT_BACKENDS, "gold") and sampling is not None:
+            self.terminus["in_process_sampling"] = {"max_new_tokens": sampling.max_new_tokens,
+                                                    "temperature": sampling.temperature, "top_p": sampling.top_p,
+                                                    "thinking": sampling.thinking}
         """What the bridge reported: harbor's version, model calls, summarisations, completion, errors."""
 
     # -- start: the session, then harbor's setup up to its first model call ---------------
@@ -298,17 +327,29 @@ def differences(results_details: list[dict[str, Any]]) -> list[str]:
     terminus = [d for d in results_details if d.get("agent") == "terminus_2"]
     if not terminus:
         return []
-    out = ["Terminus-2's model calls go through unified's agent loop (its chat template and sampling settings), "
-           "not harbor's LiteLLM client",
+    out = ["Terminus-2's model calls go through unified's agent loop, not harbor's LiteLLM client",
            "Terminus-2's commands run through unified's ExecutionSession.exec (harbor's per-command `user` is not "
            "switched); no asciinema recording",
            "the agent timeout is watched while Terminus-2 works and between model calls, not during one (harbor "
            "cancels the agent at once)",
            "a failed model call (a context overflow included) ends the episode instead of harbor's overflow "
            "summarisation"]
+    extras = sorted({json.dumps(d["request_extras"], sort_keys=True) for d in terminus if d.get("request_extras")})
+    if extras:
+        out.append("model requests carry " + " / ".join(extras) + " (set by the user; harbor's client sends model "
+                   "and messages only)")
+    local = sorted({json.dumps(d["in_process_sampling"], sort_keys=True) for d in terminus
+                    if d.get("in_process_sampling")})
+    if local:
+        out.append("an in-process policy decodes with the run's sampling " + " / ".join(local) + " and its own "
+                   "chat template (harbor's client sends no sampling field to a served model)")
     versions = sorted({str(d.get("harbor_version")) for d in terminus if d.get("harbor_version")} - {HARBOR_VERSION})
     if versions:
         out.append(f"harbor {', '.join(versions)} instead of {HARBOR_VERSION}")
+    caps = sorted({json.dumps(d["loop_caps"], sort_keys=True) for d in terminus if d.get("loop_caps")})
+    if caps:
+        out.append("the agent loop's caps " + " / ".join(caps) + " (set by the user; harbor's Terminus-2 stops only "
+                   "at the task's agent timeout)")
     limited = sorted({str(d["loop_limit"]) for d in terminus if d.get("loop_limit")})
     if limited:
         n = sum(1 for d in terminus if d.get("loop_limit"))

@@ -42,10 +42,10 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from unified.config import bounded
+from unified.benchmarks import bounded
 from unified.benchmarks.contract import Adapter, BenchmarkUnavailable, Environment, PaperReference, RunContext, Task
 from unified.benchmarks.helpers import config_list, judge_reason, limit_runnable
-from unified.inference.endpoints import resolve_endpoint
+from unified.benchmarks import resolve_endpoint
 from unified.types import Episode, EpisodeResult, Message, Observation, ToolCall, ToolSpec
 
 from evaluators.widesearch.metrics import evaluate_table

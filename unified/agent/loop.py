@@ -346,6 +346,7 @@ class AgentLoop:
         view = state.prompting.before_policy(policy_messages(conversation) if policy_messages else conversation)
         return PolicyRequest(messages=[m.to_chat() for m in view], tools=[t.to_openai() for t in state.env.tools],
                              prefix=getattr(state.prompting, "response_prefix", str)(),
+                             request_fields=getattr(state.env, "request_fields", None),
                              deadline=state.started + self.limits.max_seconds)
 
     @staticmethod

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from unified.agent.prompting import PromptingModule, make_prompting
 from unified.benchmarks.contract import Adapter, Environment, RunContext, with_run
-from unified.benchmarks.failures import check_tools
+from unified.benchmarks.failures import check_details, check_tools
 from unified.sandbox.hostenv import redact_host_secrets
 from unified.types import Episode, EpisodeResult, Message, Observation, ToolCall
 
@@ -167,7 +167,7 @@ def finish_episode(adapter: Adapter, state: EpisodeState) -> EpisodeResult:
                 raise TypeError(f"{type(adapter).__name__}.score returned {type(result).__name__}, "
                                 "not an EpisodeResult")
             result.trial = job.trial
-            return result
+            return check_details(result)
         except Exception:
             return crash_result(adapter.name, job, "scoring failed:\n" + traceback.format_exc())
     finally:

@@ -13,11 +13,14 @@ Modules:
 - :mod:`~unified.benchmarks.discovery`: entry points, suites, ``world_model_domain``, loading an
   adapter by name and checking its ``Config``;
 - :mod:`~unified.benchmarks.aggregate`: Avg@k, pass@k, pass^k and the scored/skipped/errored split;
+- ``bounded`` (from :mod:`unified.config`): a ``Config`` field with bounds, ``x: int = bounded(3, ge=1)``;
 - :mod:`~unified.benchmarks.helpers`: ``config_list``, ``limit_runnable``, ``select_task_ids``, ``judge_reason``,
   ``require_execution_backend``, ``process_temp_dir``;
 - :mod:`~unified.benchmarks.failures`: ``check_tools`` (an environment's tools are ToolSpecs, else a
   ``ToolSpecError`` naming benchmark, task and tool), ``import_failure`` / ``classify_adapter_error``
   (an exception from an adapter call as a skip naming the missing import, or an error);
+- :mod:`~unified.benchmarks.endpoints`: ``resolve_endpoint``, the URL of a judge or simulated-user model
+  spec (imports the inference stack on first use only);
 - :mod:`~unified.benchmarks.compat`: ``SDK_VERSION``, the shims of SDK 0.1's names and their
   deprecation line (``SDKDeprecationWarning``).
 
@@ -67,9 +70,12 @@ from unified.benchmarks.discovery import (
     registered_benchmarks,
     world_model_domain,
 )
-from unified.benchmarks.failures import AdapterFailure, ToolSpecError, check_tools, classify_adapter_error
+from unified.benchmarks.endpoints import resolve_endpoint
+from unified.benchmarks.failures import (AdapterFailure, DetailsNotJSONWarning, ToolSpecError, check_details, check_tools,
+                                         classify_adapter_error)
 from unified.benchmarks.helpers import (config_list, judge_reason, limit_runnable, process_temp_dir,
                                         require_execution_backend, select_task_ids)
+from unified.config import bounded  # a Config field with bounds (unified.config parses the settings)
 
 __all__ = [
     # the version
@@ -83,7 +89,10 @@ __all__ = [
     # aggregates
     "Partition", "avg_at_k", "partition", "pass_at_k", "pass_pow_k", "per_trial", "scores_by_task",
     # adapter helpers
-    "config_list", "judge_reason", "limit_runnable", "process_temp_dir", "require_execution_backend", "select_task_ids",
+    "bounded", "config_list", "judge_reason", "limit_runnable", "process_temp_dir", "require_execution_backend",
+    "select_task_ids",
+    # the judge's or simulated user's model
+    "resolve_endpoint",
     # checks and failures of adapter calls
-    "AdapterFailure", "ToolSpecError", "check_tools", "classify_adapter_error",
+    "AdapterFailure", "DetailsNotJSONWarning", "ToolSpecError", "check_details", "check_tools", "classify_adapter_error",
 ]

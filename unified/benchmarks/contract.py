@@ -64,7 +64,7 @@ from typing import Any, ClassVar
 
 from unified.benchmarks.compat import (accept_renamed_fields, renamed_members_meta, signature_takes,
                                        warn_deprecated)
-from unified.config import bounded
+from unified.config import bounded, from_dict
 from unified.types import Episode, EpisodeResult, Message, Observation, Record, ToolCall, ToolSpec
 
 ENTRY_POINT_GROUP = "unified.benchmarks"
@@ -311,6 +311,10 @@ class RunContext:
     (and survive a resume), e.g. BFCL memory snapshots; None outside a run."""
     runs: int | None = None
     """Trials per task this run asked for (``--runs``, else ``runs_default``); None outside a run."""
+    sampling: Any = None
+    """The run's policy decoding (a :class:`unified.inference.base.SamplingConfig`); None outside a run."""
+    policy_backend: str | None = None
+    """The policy's backend name (``openai``, ``vllm``, ``hf``, ``gold``); None outside a run."""
 
     def trials(self, adapter: "Adapter") -> int:
         """The trials per task to aggregate over: the run's, else the adapter's protocol."""
@@ -362,8 +366,11 @@ class Adapter:
     without what only a model's actions reach (WideSearch's search backend) and say so."""
 
     def __init__(self, **config: Any) -> None:
-        from unified.config import from_dict  # config imports yaml; keep this module light to import
-
+        if "settings" in vars(self):  # a second run would silently put every setting back to its default
+            raise TypeError(f"{type(self).__name__}: Adapter.__init__ ran a second time on a built adapter, which would "
+                            "reset its settings to the defaults (a `super().__init__()` in `open`? That is the "
+                            "Adapter's; the Environment's `super().__init__()` goes in the Environment subclass's "
+                            "own `__init__`, see docs/adapters.md)")
         self.settings = from_dict(self.Config, dict(config), where=f"benchmarks.{self.name or type(self).__name__}")
         self.config = {f.name: getattr(self.settings, f.name) for f in dataclasses.fields(self.settings)}
         """The parsed settings as a plain dict (the run records it in ``summary.json``, ``settings``)."""

@@ -7,6 +7,9 @@
 - :func:`import_failure`: an ``ImportError`` from an adapter (at import, in ``tasks``, ``open`` ...)
   as a :class:`BenchmarkUnavailable` naming the missing import and what to do: ``pip install`` a
   missing package, or, for a name of another adapter SDK version, the name to use instead.
+- :func:`check_details`: an ``EpisodeResult.details`` value JSON cannot hold (an object, a set, bytes ...) is
+  recorded as its ``str()`` with a :class:`DetailsNotJSONWarning` naming the benchmark, the task, the key and
+  the type (once per benchmark, key and type), never silently as ``<object at 0x...>``.
 - :func:`classify_adapter_error`: any exception from an adapter call as an :class:`AdapterFailure`,
   a recorded ``skipped`` (the benchmark cannot run here: unavailable, an import missing) or
   ``error`` (the adapter is wrong), for a runner that contains every adapter call per benchmark.
@@ -18,13 +21,15 @@ import difflib
 import importlib
 import json
 import re
+import threading
 import traceback
+import warnings
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from unified.benchmarks.compat import SDK_VERSION, removed_module_fix
 from unified.benchmarks.contract import BenchmarkUnavailable
-from unified.types import ToolSpec
+from unified.types import EpisodeResult, ToolSpec
 
 SDK_DOCS = "docs/adapters.md"
 OBJECT_TYPES = ("object", "dict")
@@ -164,3 +169,49 @@ def classify_adapter_error(exc: Exception, *, call: str, adapter_module: str = "
     reason = f"its adapter module {adapter_module!r} raised {text} on import" if call == "import" \
         else f"{call}() raised {text}"
     return AdapterFailure("error", reason, traceback="".join(traceback.format_exception(exc)))
+
+
+class DetailsNotJSONWarning(RuntimeWarning):
+    """An adapter's ``EpisodeResult.details`` held a value JSON cannot hold; it was recorded as its ``str()``."""
+
+
+_WARNED: set[tuple[str, str, str]] = set()
+_WARNED_LOCK = threading.Lock()
+
+
+def _json_safe(value: Any, path: str, bad: list[tuple[str, str]]) -> Any:
+    """``value`` with what JSON cannot hold replaced by its ``str()``; each replaced path and type in ``bad``."""
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, (str, int, float, bool)) and key is not None:
+                bad.append((f"{path}[{key!r}]", f"key of type {type(key).__name__}"))
+            out[key if isinstance(key, str) else str(key)] = _json_safe(item, f"{path}[{key!r}]", bad)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(item, f"{path}[{i}]", bad) for i, item in enumerate(value)]
+    bad.append((path, type(value).__name__))
+    return str(value)
+
+
+def check_details(result: EpisodeResult) -> EpisodeResult:
+    """``result`` with JSON-safe ``details``: a value JSON cannot hold is recorded as its ``str()`` and warned
+    about (:class:`DetailsNotJSONWarning`, once per benchmark, key path and type, naming the first task)."""
+    if not isinstance(result.details, dict):
+        bad: list[tuple[str, str]] = [("details", type(result.details).__name__)]
+        result.details = {"value": str(result.details)}
+    else:
+        bad = []
+        result.details = _json_safe(result.details, "details", bad)
+    for path, kind in bad:
+        key = (result.benchmark, path, kind)
+        with _WARNED_LOCK:
+            if key in _WARNED:
+                continue
+            _WARNED.add(key)
+        warnings.warn(f"{result.benchmark}: task {result.task_id}: EpisodeResult.{path} is a {kind}, which JSON "
+                      f"cannot hold: recorded as its str() (return str, int, float, bool, None, list or dict values; "
+                      f"{SDK_DOCS})", DetailsNotJSONWarning, stacklevel=2)
+    return result

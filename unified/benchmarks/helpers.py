@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from unified.benchmarks.contract import BenchmarkUnavailable, Task
+from unified.execution import BackendUnavailable, get_backend
 
 
 def config_list(value: Any) -> list[str]:
@@ -53,8 +54,6 @@ def select_task_ids(tasks: list[Task], task_ids: Iterable[str]) -> list[Task]:
 
 def require_execution_backend(name: str | None):
     """The ``unified.execution`` backend ``name`` (``None``: auto), or BenchmarkUnavailable saying why."""
-    from unified.execution import BackendUnavailable, get_backend
-
     try:
         backend = get_backend(name)
         backend.require()

@@ -89,6 +89,9 @@ class BenchmarkEntry:
     """Episodes with an error or a grader error."""
     skipped: int | None = None
     """Episodes recorded as skipped."""
+    outcomes: dict[str, int] = field(default_factory=dict)
+    """Episodes by outcome (``report.outcome_counts``): ``pass``, ``agent_fail``, ``infrastructure_fail``
+    and their denominator ``episodes`` (every episode not skipped)."""
     reason: str | None = None
     """Why nothing ran (status ``skipped`` / ``error``)."""
     how_to_fix: str | None = None

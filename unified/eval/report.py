@@ -17,6 +17,7 @@ strictly by :func:`unified.eval.records.load_summary`); its shape::
          "tasks_in_benchmark": N or null,   # known when --limit / --task-ids / --split cut it
          "runs": k, "runs_protocol": k,
          "results": n, "errors": n, "skipped": n,     # episodes (results.jsonl lines)
+         "outcomes": {"pass": n, "agent_fail": n, "infrastructure_fail": n, "episodes": n},
          "comparable": bool, "not_comparable_because": [str, ...],
          "reason", "how_to_fix", "traceback",           # when the benchmark did not run at all
          "runs_dir", "settings": {...}, "limits": {...},   # where its records are, its Config, its AgentLimits
@@ -57,7 +58,13 @@ episode was scored. ``comparable`` is true only when the adapter says so and no 
 adapter's or the runner's, applies; with no scored episode the aggregate's own ``comparable`` is
 set false too, so summary.json and ``--compare`` never call an empty run comparable.
 
-The markdown has one table per suite (tasks run / skipped / errored, status, comparable, the
+Outcomes (:func:`outcome_counts`), per episode not skipped, beside every score: *pass* (the
+result passed, or scored in full where the benchmark has no pass flag), *agent fail* (scored and
+not passed: the agent's work was judged) and *infrastructure fail* (errored: the environment, an
+endpoint, the grader or the harness could not score it; an agent's bad output is scored, never
+errored), so that a 0 from a setup timeout is never read as the agent's.
+
+The markdown has one table per suite (score with pass / agent-fail / infra-fail, tasks run / skipped / errored, status, comparable, the
 paper's SFT -> +LWM RL numbers beside ours where the adapter declares a ``paper_reference``), the reasons
 under it, and per benchmark its group/category breakdown when the aggregate has one.
 """
@@ -76,8 +83,8 @@ from unified.eval.records import (BenchmarkEntry, GeneralSection, RunSummary, Sh
 from unified.eval.shards import SHARDS_FILE
 from unified.store import write_text_atomic
 
-__all__ = ["NOT_STATED", "STATUSES", "benchmark_entry", "build_summary", "compare", "load_summary", "render_markdown",
-           "shorten", "suite_of", "write_summary"]
+__all__ = ["NOT_STATED", "STATUSES", "benchmark_entry", "build_summary", "compare", "load_summary", "outcome_counts",
+           "outcomes_cell", "render_markdown", "shorten", "suite_of", "write_summary"]
 
 STATUSES = ("ok", "partial", "skipped", "error")
 """Benchmark statuses: see the module docstring."""
@@ -87,6 +94,30 @@ NOT_STATED = "the adapter does not state whether its number is computed as the o
 
 def _is_errored(result: Any) -> bool:
     return result.error is not None or bool((result.details or {}).get("grader_error"))
+
+
+def outcome_counts(results: Iterable[Any]) -> dict[str, int]:
+    """Episodes by outcome (module docstring): ``pass``, ``agent_fail``, ``infrastructure_fail`` of ``episodes``."""
+    out = {"pass": 0, "agent_fail": 0, "infrastructure_fail": 0, "episodes": 0}
+    for r in results:
+        if r.skipped is not None:
+            continue
+        out["episodes"] += 1
+        if _is_errored(r):
+            out["infrastructure_fail"] += 1
+        elif r.passed or (r.passed is None and float(r.score) >= 1.0):
+            out["pass"] += 1
+        else:
+            out["agent_fail"] += 1
+    return out
+
+
+def outcomes_cell(entry: BenchmarkEntry) -> str:
+    """``pass / agent-fail / infra-fail of N`` episodes (empty when nothing was recorded)."""
+    o = entry.outcomes or {}
+    if not o.get("episodes"):
+        return ""
+    return f"{o['pass']} / {o['agent_fail']} / {o['infrastructure_fail']} of {o['episodes']}"
 
 
 def _first_line(text: str, width: int = 120) -> str:
@@ -186,7 +217,7 @@ def benchmark_entry(*, tasks: Iterable[Any], results: Iterable[Any], runs: int, 
         tasks_errored=errored, tasks_not_recorded=missing, skip_reasons=dict(skip_reasons),
         error_reasons=dict(error_reasons), tasks_in_benchmark=tasks_in_benchmark, runs=runs,
         runs_protocol=runs_protocol, results=len(results), errors=sum(_is_errored(r) for r in results),
-        skipped=sum(r.skipped is not None for r in results), comparable=comparable,
+        skipped=sum(r.skipped is not None for r in results), outcomes=outcome_counts(results), comparable=comparable,
         not_comparable_because=reasons, reason=reason)
 
 
@@ -309,9 +340,9 @@ def render_markdown(summary: RunSummary) -> str:
     benchmarks = summary.benchmarks
     for suite, members in summary.suites.items():
         lines += [f"## {suite}", "",
-                  "| benchmark | score | metric | tasks run | skipped | errored | status | comparable | "
-                  "paper SFT → +LWM RL |",
-                  "|---|---:|---|---:|---:|---:|---|---|---|"]
+                  "| benchmark | score | pass / agent-fail / infra-fail (episodes) | metric | tasks run | skipped | "
+                  "errored | status | comparable | paper SFT → +LWM RL |",
+                  "|---|---:|---:|---|---:|---:|---:|---|---|---|"]
         notes: list[str] = []
         for name in members:
             entry = benchmarks[name]
@@ -321,7 +352,8 @@ def render_markdown(summary: RunSummary) -> str:
             paper_cell = (f"{paper.sft:.2f} → {paper.lwm_rl:.2f}"
                           + ("" if entry.ran_comparably() else " (not comparable)") if paper else "")
             run, skipped, errored = counts_cells(entry)
-            lines.append(f"| {name} | {shown} | {entry.aggregate.get('metric', '')} | {run} | {skipped} | {errored} | "
+            lines.append(f"| {name} | {shown} | {outcomes_cell(entry)} | {entry.aggregate.get('metric', '')} | {run} | "
+                         f"{skipped} | {errored} | "
                          f"{status_cell(entry)} | {_comparable_cell(entry)} | {paper_cell} |")
             if entry.not_comparable_because and entry.status in ("ok", "partial"):
                 notes.append(f"- **{name}** not comparable: " + "; ".join(entry.not_comparable_because))

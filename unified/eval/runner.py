@@ -253,7 +253,8 @@ def _run_pairs(plan: RunPlan, planned: PlannedBenchmark, out: Path, policy: _Pol
     loop = AgentLoop(item.adapter, model, prompting=cfg.prompting, prompting_options=cfg.prompting_options,
                      limits=planned.limits, max_in_flight=cfg.max_in_flight, model_name=cfg.model,
                      on_result=on_result, scheduling=cfg.scheduling,
-                     run=RunContext(work_dir=store.work_dir, runs=planned.runs))  # what open/aggregate learn
+                     run=RunContext(work_dir=store.work_dir, runs=planned.runs, sampling=cfg.sampling,
+                                    policy_backend=getattr(model, "name", None)))  # what open/aggregate learn
     started = time.perf_counter()
     interrupted = False
     try:

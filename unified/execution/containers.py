@@ -6,7 +6,7 @@ containers carry the label ``unified.session`` and are always removed (``close``
 finalizer if a caller forgot). Timeouts are enforced twice: ``timeout -k`` inside the container
 (which kills the command itself, not just the client) and a host-side limit on the CLI call.
 
-The argv builders (``run_argv``, ``exec_argv`` ...) are plain functions of the spec, so their
+The argv builders (``run_argv``, ``exec_argv`` ..., in :mod:`unified.execution.container_argv`) are plain functions of the spec, so their
 construction is tested without an engine; a missing engine or daemon, or one that cannot start
 a container here (:mod:`unified.execution.probe`, one tiny real run per engine per process), is
 :class:`BackendUnavailable`, never a crash.
@@ -41,6 +41,7 @@ from unified.execution.base import (
     quote,
     shell_join,
 )
+from unified.execution.container_argv import build_argv, exec_argv, rm_argv, run_argv  # noqa: F401  (build_argv: public name)
 from unified.execution.probe import probe_apptainer, probe_engine
 from unified.execution.verifier import (
     PRIVATE_VERIFIER_SCRIPT,
@@ -53,8 +54,6 @@ from unified.execution.verifier import (
 from unified.execution.verifier_tools import MOUNT_POINT, keep_mask, tools_mount_argv, verifier_tools
 from unified.sandbox.streams import communicate_capped, cut_text
 
-KEEPALIVE = ["sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"]
-LABEL = "unified.session"
 _HOST_GRACE_S = 30.0
 MAX_OUTPUT_BYTES = 64 << 20
 """A command's stdout/stderr beyond this many bytes are counted and dropped while they stream (``read_file``
@@ -120,46 +119,6 @@ def qualify_image(image: str) -> str:
 # docker / podman
 
 
-def build_argv(engine: str, spec: EnvironmentSpec, tag: str) -> list[str]:
-    """``docker build`` of the spec's context."""
-    ctx = Path(spec.build_context)
-    return [engine, "build", "-t", tag, "-f", str(ctx / spec.dockerfile), str(ctx)]
-
-
-def run_argv(engine: str, spec: EnvironmentSpec, image: str, name: str, mounts: list[str] = ()) -> list[str]:
-    """``docker run -d`` of a keep-alive container with the spec's limits (``mounts``: extra ``-v`` options)."""
-    argv = [engine, "run", "-d", "--name", name, "--label", f"{LABEL}={name}", "--init", *mounts]
-    if not spec.network:
-        argv += ["--network", "none"]
-    if spec.cpus:
-        argv += ["--cpus", f"{spec.cpus:g}"]
-    if spec.memory_mb:
-        argv += ["--memory", f"{int(spec.memory_mb)}m"]
-    if spec.max_processes:
-        argv += ["--pids-limit", str(int(spec.max_processes))]
-    if spec.workdir:
-        argv += ["-w", spec.workdir]
-    for key, value in spec.env.items():
-        argv += ["-e", f"{key}={value}"]
-    return argv + ["--entrypoint", KEEPALIVE[0], image, *KEEPALIVE[1:]]
-
-
-def exec_argv(engine: str, name: str, command: str | list[str], timeout_s: float, workdir: str | None = None,
-              env: dict[str, str] | None = None, interactive: bool = False, has_timeout: bool = True) -> list[str]:
-    """``docker exec`` of ``command``, wrapped in the image's ``timeout -k`` when it has one (default capabilities)."""
-    argv = [engine, "exec"]
-    if interactive:
-        argv.append("-i")
-    if workdir:
-        argv += ["-w", workdir]
-    for key, value in (env or {}).items():
-        argv += ["-e", f"{key}={value}"]
-    inner = shell_join(command)
-    if has_timeout:
-        inner = ["timeout", "-k", "5", f"{max(timeout_s, 0.1):g}", *inner]
-    return argv + [name, *inner]
-
-
 def private_verifier_argv(engine: str, name: str, command: list[str], *, out_dir: str, dirs: list[str],
                           timeout_s: float, workdir: str, mask: int, env: dict[str, str] | None = None) -> list[str]:
     """The one privileged ``exec``: the host's static busybox (never a program of the container's) sets up the
@@ -201,10 +160,6 @@ def rebuilt_base_labels(engine: str, image: str) -> dict[str, str]:
     if f"{REBUILT_LABEL}.uv" in labels:
         out["rebuilt_base_uv"] = str(labels[f"{REBUILT_LABEL}.uv"])
     return out
-
-
-def rm_argv(engine: str, name: str) -> list[str]:
-    return [engine, "rm", "-f", "-v", name]
 
 
 INFO_TIMEOUT_S = 60

@@ -56,6 +56,8 @@ from unified.execution.base import (
 )
 from unified.execution.dockerfile import DockerfileError, env_pairs, final_workdir, parse_dockerfile, resolve
 from unified.execution.workspace import WorkspaceSession, WorkspaceSpec
+from unified.sandbox import Sandbox, SandboxConfig
+from unified.sandbox import bwrap_available
 
 _KEEPER = Path(__file__).with_name("_keeper.py")
 _FORBIDDEN_WORKDIRS = ("/", "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/opt", "/proc", "/dev", "/tmp",
@@ -94,8 +96,6 @@ class LocalBackend(ExecutionBackend):
         self.keep_workspace = keep_workspace
 
     def unavailable_reason(self) -> BackendUnavailable | None:
-        from unified.sandbox import bwrap_available
-
         if not bwrap_available():
             return BackendUnavailable("local", "bubblewrap (bwrap) is not installed", "apt-get install -y bubblewrap")
         if _system_python() is None:
@@ -189,8 +189,6 @@ class LocalSession(ExecutionSession):
         return binds
 
     def start(self) -> None:
-        from unified.sandbox import Sandbox, SandboxConfig
-
         spec = self.spec
         binds = self._plan_extra_dirs(list(spec.extra_dirs) + self._dockerfile_targets())
         config = SandboxConfig(workspace=self.host_workspace, timeout_s=spec.timeout_s,

@@ -26,6 +26,7 @@ import uuid
 from pathlib import Path
 
 from unified.execution.base import BackendUnavailable, EnvironmentSpec
+from unified.execution.container_argv import exec_argv, rm_argv, run_argv
 
 PROBE_IMAGE = "localhost/unified-probe:1"
 PROBE_TIMEOUT_S = 90.0
@@ -111,8 +112,6 @@ def probe_engine(engine: str, containers_conf: str | None = None) -> BackendUnav
 
     ``containers_conf`` is only the cache key (the engine reads ``$CONTAINERS_CONF`` itself).
     """
-    from unified.execution.containers import exec_argv, rm_argv, run_argv
-
     def call(argv: list[str], stdin: bytes | None = None) -> subprocess.CompletedProcess:
         return subprocess.run(argv, input=stdin, capture_output=True, timeout=PROBE_TIMEOUT_S,
                               stdin=None if stdin is not None else subprocess.DEVNULL)

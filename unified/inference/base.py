@@ -67,6 +67,11 @@ class PolicyRequest:
     """Open a ``<think>`` block for this request; None: the model's :class:`SamplingConfig`."""
     logprobs: bool = False
     """Ask for :attr:`PolicyOutput.logprobs` (in-process backends give them anyway)."""
+    request_fields: tuple[str, ...] | None = None
+    """The sampling fields an endpoint request carries (of
+    :data:`unified.inference.openai_backend.SAMPLING_FIELDS`): an environment whose official agent's
+    client sends only some (Terminus-2 through harbor's LiteLLM: none) sets it; None: the backend's
+    own choice. In-process backends decode with the model's sampling whatever this says."""
     deadline: float | None = None
     """``time.monotonic()`` by which the episode must end (its ``--max-seconds``): ``hf`` stops the
     row there, ``openai`` bounds the request's timeout and retries by it; either way the output

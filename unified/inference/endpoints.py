@@ -28,6 +28,7 @@ from unified.inference.routes import routed
 from unified.inference.server import InProcessServer
 from unified.inference.shared import checkpoint_key
 from unified.inference.spec import ENDPOINT_EXAMPLE, SpecError, parse_spec
+from unified.inference.vllm_backend import server_for_spec
 
 _SERVERS: dict[tuple, InProcessServer] = {}
 _LOCK = threading.Lock()
@@ -74,8 +75,6 @@ def resolve_endpoint(spec: str, *, timeout_s: float = 600.0) -> ResolvedEndpoint
     if parsed.is_endpoint:
         return ResolvedEndpoint(text, parse_endpoint_spec(parsed, timeout_s=timeout_s, max_retries=2), local=False)
     if parsed.backend == "vllm":
-        from unified.inference.vllm_backend import server_for_spec
-
         vllm = server_for_spec(parsed)
         config = parse_endpoint_spec(vllm.spec, timeout_s=timeout_s, max_retries=1, api_key=vllm.token)
         return ResolvedEndpoint(text, config, local=True)

@@ -105,20 +105,26 @@ class Judge:
 
 def make_judge(spec: str | ModelSpec, *, max_tokens: int = 256, temperature: float = 0.0, cache_dir: str = "",
                batch_size: int = 8, max_concurrency: int = 8, timeout_s: float = 120.0,
-               max_retries: int = 4, thinking: bool = False) -> Judge:
+               max_retries: int = 4, thinking: bool = False,
+               request_fields: tuple[str, ...] | None = None) -> Judge:
     """A :class:`Judge` on the model ``spec`` (``embedded``, a checkpoint dir or ``.gguf``, a hub id,
     ``openai:URL#MODEL``), thinking off unless ``thinking``, with a cache under ``cache_dir`` (empty: none).
 
-    ``batch_size`` applies to in-process models, ``max_concurrency``/``timeout_s``/``max_retries`` to
-    endpoints."""
+    ``batch_size`` applies to in-process models, ``max_concurrency``/``timeout_s``/``max_retries`` and
+    ``request_fields`` (the sampling fields a request carries, :class:`unified.inference.openai_backend.OpenAIPolicy`;
+    None: all) to endpoints."""
     parsed = parse_spec(spec)
     sampling = SamplingConfig(max_new_tokens=int(max_tokens), temperature=float(temperature), thinking=thinking)
     if parsed.is_endpoint:
         options: dict[str, Any] = {"max_concurrency": max_concurrency, "timeout_s": timeout_s,
                                    "max_retries": max_retries}
+        if request_fields is not None:
+            options["request_fields"] = tuple(request_fields)
     else:
         options = {"max_batch_size": batch_size}
     model = shared_chat_model(parsed, sampling=sampling, **options)
-    name = f"{parsed.text}|max_tokens={int(max_tokens)}|T={float(temperature)}|thinking={'on' if thinking else 'off'}"
+    thought = "template default" if request_fields is not None and "chat_template_kwargs" not in request_fields \
+        and parsed.is_endpoint else ("on" if thinking else "off")
+    name = f"{parsed.text}|max_tokens={int(max_tokens)}|T={float(temperature)}|thinking={thought}"
     return Judge(model, name=name, max_tokens=max_tokens, temperature=temperature, thinking=thinking,
                  cache=JudgeCache(cache_dir) if cache_dir else None)

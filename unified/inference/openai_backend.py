@@ -16,6 +16,12 @@ with ``finish_reason="timeout"`` (the agent loop then ends the episode as ``time
 ``logprobs=True`` (an option of the backend, or a request's ``logprobs``) asks the server for
 each generated token's log-probability (``"logprobs": true``); servers that return them
 (vLLM, SGLang, our local server) fill :attr:`PolicyOutput.logprobs`.
+
+``request_fields`` (of the backend, or of one :class:`PolicyRequest`, which wins) names the sampling fields a request carries besides ``model``, ``messages`` and
+``tools`` (of :data:`SAMPLING_FIELDS`); None sends them all. A protocol that must send what an
+official client sends (AgentWorldBench's eval.py: ``max_tokens`` and ``temperature`` only) sets it,
+so that neither an unknown field (``chat_template_kwargs``, which some endpoints refuse) nor a
+template switch the official client never sends changes the answer.
 """
 
 from __future__ import annotations
@@ -44,6 +50,10 @@ def to_wire(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+SAMPLING_FIELDS = ("max_tokens", "temperature", "top_p", "seed", "chat_template_kwargs")
+"""The optional request fields :class:`OpenAIPolicy` can send (``request_fields`` picks among them)."""
+
+
 class OpenAIPolicy(ChatModel):
     concurrency_option = "max_concurrency"
     name = "openai"
@@ -51,9 +61,13 @@ class OpenAIPolicy(ChatModel):
 
     def __init__(self, spec: str | ModelSpec, sampling: SamplingConfig = SamplingConfig(), *, timeout_s: float = 300.0,
                  max_retries: int = 4, max_concurrency: int = 8, api_key: str | None = None,
-                 logprobs: bool = False) -> None:
+                 logprobs: bool = False, request_fields: tuple[str, ...] | None = None) -> None:
         super().__init__(spec.text if isinstance(spec, ModelSpec) else spec, sampling)
         self.logprobs = logprobs
+        unknown = set(request_fields or ()) - set(SAMPLING_FIELDS)
+        if unknown:
+            raise ValueError(f"request_fields: unknown {sorted(unknown)} (known: {', '.join(SAMPLING_FIELDS)})")
+        self.request_fields = tuple(request_fields) if request_fields is not None else None
         self.config = parse_endpoint_spec(spec, timeout_s=timeout_s, max_retries=max_retries,
                                           max_concurrency=max_concurrency, api_key=api_key)
         self.client = OpenAICompatClient(self.config)
@@ -61,9 +75,13 @@ class OpenAIPolicy(ChatModel):
 
     def _payload(self, request: PolicyRequest) -> dict[str, Any]:
         s = self.sampling_for(request)
-        payload = dict(messages=to_wire(request.messages), tools=request.tools or None, max_tokens=s.max_new_tokens,
-                       temperature=s.temperature, top_p=s.top_p, seed=s.seed,
-                       chat_template_kwargs={"enable_thinking": s.thinking}, deadline=request.deadline)
+        fields = dict(max_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p, seed=s.seed,
+                      chat_template_kwargs={"enable_thinking": s.thinking})
+        allowed = request.request_fields if request.request_fields is not None else self.request_fields
+        if allowed is not None:
+            fields = {k: v for k, v in fields.items() if k in allowed}
+        payload = dict(messages=to_wire(request.messages), tools=request.tools or None, deadline=request.deadline,
+                       **fields)
         if self.logprobs or request.logprobs:
             payload["logprobs"] = True
         return payload

@@ -29,19 +29,10 @@ from typing import Any
 from unified.inference.base import PolicyOutput, PolicyRequest, SamplingConfig
 from unified.inference.openai_backend import OpenAIPolicy
 from unified.inference.spec import ModelSpec, parse_spec
-from unified.inference.vllm_server import TOOL_PARSERS, VLLMServer, VLLMUnavailable, vllm_server_for
+from unified.inference.vllm_server import TOOL_PARSERS, VLLMServer, VLLMUnavailable, checkpoint_dir, vllm_server_for
+from unified.models.checkpoint import load_tokenizer
 
 __all__ = ["VLLMPolicy", "VLLMUnavailable", "checkpoint_dir", "server_for_spec"]
-
-
-def checkpoint_dir(spec: str | ModelSpec) -> tuple[str, str]:
-    """``(what vLLM's --model gets, checkpoint kind)`` for a checkpoint spec (``vllm:`` prefix optional)."""
-    parsed = parse_spec(spec, backend="vllm")
-    if parsed.kind == "embedded":
-        from unified.models.embedded import ensure_embedded_checkpoint
-
-        return str(ensure_embedded_checkpoint()), parsed.kind
-    return parsed.checkpoint, parsed.kind
 
 
 def server_for_spec(spec: str | ModelSpec, *, tool_parser: str | None = "auto",
@@ -64,8 +55,6 @@ class VLLMPolicy(OpenAIPolicy):
         super().__init__(self.server.spec, sampling, timeout_s=timeout_s, max_retries=max_retries,
                          max_concurrency=max_concurrency, logprobs=True, api_key=self.server.token)
         self.model = spec.text
-        from unified.models.checkpoint import load_tokenizer
-
         self.tokenizer = load_tokenizer(self.server.model_dir)
 
     def _payload(self, request: PolicyRequest) -> dict[str, Any]:

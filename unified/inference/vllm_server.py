@@ -45,7 +45,10 @@ import urllib.request
 from pathlib import Path
 
 from unified.inference.server import LoopbackAddress, free_port
+from unified.inference.spec import ModelSpec, parse_spec
 from unified.inference.watchdog import group_alive
+from unified.models.embedded import cache_dir
+from unified.models.embedded import ensure_embedded_checkpoint
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WATCHDOG = Path(__file__).resolve().with_name("watchdog.py")
@@ -96,8 +99,6 @@ def vllm_python() -> str:
 
 
 def _log_dir() -> Path:
-    from unified.models.embedded import cache_dir
-
     return cache_dir() / "vllm-logs"
 
 
@@ -282,6 +283,14 @@ def stop_vllm_servers() -> None:
 
 atexit.register(stop_vllm_servers)
 
+def checkpoint_dir(spec: str | ModelSpec) -> tuple[str, str]:
+    """``(what vLLM's --model gets, checkpoint kind)`` for a checkpoint spec (``vllm:`` prefix optional)."""
+    parsed = parse_spec(spec, backend="vllm")
+    if parsed.kind == "embedded":
+        return str(ensure_embedded_checkpoint()), parsed.kind
+    return parsed.checkpoint, parsed.kind
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m unified.inference.vllm_server",
                                      description="Serve a checkpoint with vLLM on loopback until Ctrl-C.")
@@ -290,8 +299,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tool-parser", default=None)
     parser.add_argument("--log", default=None)
     args = parser.parse_args(argv)
-    from unified.inference.vllm_backend import checkpoint_dir
-
     model_dir, kind = checkpoint_dir(args.model)
     with VLLMServer(model_dir, served_name="local", max_model_len=args.max_model_len,
                     tool_parser=args.tool_parser or TOOL_PARSERS.get(kind), log_path=args.log) as server:

@@ -62,6 +62,7 @@ from unified.rewards.awb_judge import ROOT_ENV, load_checkout
 from unified.rewards.functions import RubricReward
 from unified.rewards.verifiers import verify
 from unified.store import append_jsonl, write_text_atomic
+from unified.rewards.functions import SimilarityReward
 
 
 def select_records(records: list[AWBRecord], limit: int | None, seed: int) -> list[AWBRecord]:
@@ -98,17 +99,27 @@ def _append(path: Path, row: dict) -> None:
 
 class WorldModel:
     """Predicts observations with any chat model (:func:`unified.inference.shared_chat_model`: a local
-    checkpoint batched on the process's shared copy, or an OpenAI-compatible endpoint)."""
+    checkpoint batched on the process's shared copy, or an OpenAI-compatible endpoint).
+
+    ``official_request``: an endpoint gets eval.py's request (``model``, ``messages``, ``max_tokens``,
+    ``temperature``; :data:`unified.rewards.awb_judge.EVAL_PY_REQUEST_FIELDS`) and its client's
+    600 s timeout and 2 retries (the body fields read from ``checkout``'s eval.py when given);
+    ``chat_template_kwargs`` only when ``thinking`` is set (None: the
+    template's default, what eval.py gets)."""
 
     def __init__(self, spec: str, *, max_new_tokens: int = official.INFER_MAX_TOKENS,
-                 temperature: float = official.INFER_TEMPERATURE, batch_size: int = 8, thinking: bool = True) -> None:
-        self.spec, self.max_new_tokens, self.batch_size, self.thinking = spec, max_new_tokens, batch_size, thinking
+                 temperature: float = official.INFER_TEMPERATURE, batch_size: int = 8, thinking: bool | None = None,
+                 official_request: bool = False, checkout: Any = None) -> None:
+        self.spec, self.max_new_tokens, self.batch_size = spec, max_new_tokens, batch_size
+        self.thinking = True if thinking is None else thinking  # in-process: the Qwen templates' default
         self.temperature = temperature
         self.parsed = parse_spec(spec)
-        options = {"max_batch_size": batch_size} if self.parsed.backend == "hf" else {}
+        options: dict[str, Any] = {"max_batch_size": batch_size} if self.parsed.backend == "hf" else {}
+        if official_request and self.parsed.is_endpoint:
+            options.update(official.eval_py_endpoint_options(checkout, send_thinking=thinking is not None))
         self.model = shared_chat_model(self.parsed, sampling=SamplingConfig(max_new_tokens=max_new_tokens,
                                                                             temperature=temperature,
-                                                                            thinking=thinking), **options)
+                                                                            thinking=self.thinking), **options)
         self.loaded = getattr(self.model, "loaded", None)
 
     def predict(self, messages: list[list[dict]]) -> list[str | Exception]:
@@ -148,8 +159,6 @@ REFERENCE_METRICS = ("lcs_f1", "token_f1")
 
 def reference_scores(records: list[AWBRecord], predictions: dict[str, dict]) -> dict[str, Any]:
     """Judge-free scores of the predictions against the true observations (module docstring)."""
-    from unified.rewards.functions import SimilarityReward
-
     rows = [(r, predictions[r.key]["completion"]) for r in records if r.key in predictions]
     out: dict[str, Any] = {}
     for metric in REFERENCE_METRICS:
@@ -168,13 +177,13 @@ def reference_scores(records: list[AWBRecord], predictions: dict[str, dict]) -> 
 
 
 def _predict(records: list[AWBRecord], predictions: dict[str, dict], pred_path: Path, *, model: str, protocol: str,
-             chat, max_new_tokens: int, temperature: float, batch_size: int, thinking: bool) -> float:
+             checkout, chat, max_new_tokens: int, temperature: float, batch_size: int, thinking: bool | None) -> float:
     """Predict what ``predictions`` lacks (appended to ``pred_path``); returns the seconds spent."""
     todo = [r for r in records if r.key not in predictions]
     if not todo:
         return 0.0
     world_model = WorldModel(model, max_new_tokens=max_new_tokens, temperature=temperature, batch_size=batch_size,
-                             thinking=thinking)
+                             thinking=thinking, official_request=checkout is not None, checkout=checkout)
     seconds = 0.0
     for start in range(0, len(todo), batch_size):
         chunk = todo[start:start + batch_size]
@@ -245,8 +254,9 @@ def _judge_official(checkout, records, predictions, out_dir: Path, *, judge: str
     todo = [r for r in records if r.key not in judged]
     judge_seconds, judge_requests = 0.0, 0
     if todo:
+        endpoint = official.eval_py_endpoint_options(checkout) if parse_spec(judge).is_endpoint else {}
         judge_model = make_judge(judge, max_tokens=judge_max_tokens, temperature=judge_temperature,
-                                 batch_size=batch_size, cache_dir=str(cache_dir or out_dir / "judge_cache"))
+                                 batch_size=batch_size, cache_dir=str(cache_dir or out_dir / "judge_cache"), **endpoint)
         completions = {k: row["completion"] for k, row in predictions.items()}
         for start in range(0, len(todo), batch_size):
             chunk = todo[start:start + batch_size]
@@ -270,7 +280,7 @@ def run(model: str, judge: str, data: str, out: str, *, limit: int | None = None
         max_new_tokens: int = official.INFER_MAX_TOKENS, temperature: float = official.INFER_TEMPERATURE,
         judge_max_tokens: int = official.JUDGE_MAX_TOKENS, judge_temperature: float = official.JUDGE_TEMPERATURE,
         judge_attempts: int = official.JUDGE_ATTEMPTS, batch_size: int = 8, cache_dir: str | None = None,
-        thinking: bool = True, agentworld_root: str | None = None) -> dict[str, Any]:
+        thinking: bool | None = None, agentworld_root: str | None = None) -> dict[str, Any]:
     """The whole evaluation; returns the summary (also written to ``out/summary.json``).
 
     ``agentworld_root`` (else ``$AGENTWORLD_ROOT``): a Qwen-AgentWorld checkout, the official
@@ -284,7 +294,7 @@ def run(model: str, judge: str, data: str, out: str, *, limit: int | None = None
     pred_path = out_dir / "predictions.jsonl"
     predictions = _read_jsonl(pred_path)
     _check_protocol(predictions, protocol, pred_path)
-    infer_seconds = _predict(records, predictions, pred_path, model=model, protocol=protocol,
+    infer_seconds = _predict(records, predictions, pred_path, model=model, protocol=protocol, checkout=checkout,
                              chat=official.official_messages if checkout is not None else to_chat,
                              max_new_tokens=max_new_tokens, temperature=temperature, batch_size=batch_size,
                              thinking=thinking)
@@ -303,6 +313,9 @@ def run(model: str, judge: str, data: str, out: str, *, limit: int | None = None
         reasons.insert(0, f"no Qwen-AgentWorld checkout (${ROOT_ENV} / --agentworld-root): our own judge prompt and "
                           "<scores> parser, 0 for an unparseable answer, no retry, an unweighted domain mean; not "
                           "AgentWorldBench's eval.py")
+    if checkout is not None and thinking is not None and parse_spec(model).is_endpoint:
+        reasons.append(f"world-model requests carry chat_template_kwargs {{'enable_thinking': {thinking}}} "
+                       "(--thinking/--no-thinking; eval.py sends none: the template's default)")
     if limit is not None:
         reasons.append(f"--limit {limit}: a seeded subset of {len(records)} records, not the whole benchmark")
     summary["protocol"] = protocol
@@ -348,9 +361,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m unified.lwm.evalu
                         help="judge attempts per sample, official protocol (eval.py's max_retries: 3)")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--cache-dir", default=None, help="judge answer cache (default: OUT/judge_cache)")
-    parser.add_argument("--thinking", action=argparse.BooleanOptionalAction, default=True,
-                        help="let the world model think before answering (the chat template's default for Qwen "
-                             "models; eval.py leaves it to the template)")
+    parser.add_argument("--thinking", action=argparse.BooleanOptionalAction, default=None,
+                        help="send the chat template's enable_thinking to the world model (default: not sent, the "
+                             "template's default, as eval.py; an in-process model thinks, the Qwen default)")
     args = parser.parse_args(argv)
     summary = run(args.model, args.judge, args.data, args.out, limit=args.limit, seed=args.seed,
                   max_new_tokens=args.max_new_tokens, temperature=args.temperature,

@@ -24,6 +24,10 @@ from unified.config import ArgumentParser
 from unified.lwm.prompts import build_system_prompt
 from unified.lwm.records import DOMAINS, AWBRecord, trajectory_records, write_records
 from unified.store import write_text_atomic
+from unified.benchmarks.discovery import world_model_domain
+from unified.lwm.harvest_mcp import harvest_mcp
+from unified.lwm.harvest_terminal import harvest_terminal
+from unified.types import Episode
 
 SHIPPED_SEED = 0
 SHIPPED_TERMINAL = 48
@@ -32,8 +36,6 @@ SHIPPED_MCP = 60
 def benchmark_domain(benchmark: str) -> str | None:
     """The world-model domain an eval benchmark's episodes belong to: what its adapter declares
     (``Adapter.world_model_domain``), None when the adapter declares none or is not installed."""
-    from unified.benchmarks.discovery import world_model_domain
-
     return world_model_domain(benchmark)
 
 
@@ -67,8 +69,6 @@ def records_from_episodes(path: str | os.PathLike[str], domain: str | None = Non
 
 
 def _records_from_file(path: Path, domain: str | None, domains: dict[str, str | None]) -> list[AWBRecord]:
-    from unified.types import Episode
-
     records: list[AWBRecord] = []
     with path.open(encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, 1):
@@ -128,9 +128,6 @@ def write_dataset(out: str | os.PathLike[str], records: list[AWBRecord], setting
 def harvest(out: str | os.PathLike[str], *, seed: int = SHIPPED_SEED, terminal: int = SHIPPED_TERMINAL,
             mcp: int = SHIPPED_MCP, episodes: list[str] | None = None, domain: str | None = None) -> dict:
     """Harvest every source and write the dataset; returns the manifest."""
-    from unified.lwm.harvest_mcp import harvest_mcp
-    from unified.lwm.harvest_terminal import harvest_terminal
-
     records: list[AWBRecord] = []
     if terminal:
         records += harvest_terminal(terminal, seed)

@@ -4,6 +4,9 @@ The judge prompts, the judge user template, both parsers and the task configs ar
 checkout's, called at run time (:mod:`unified.rewards.awb_judge`); this module holds only the
 bookkeeping around them, written for this library:
 
+- requests (both steps): eval.py's body, ``model``, ``messages``, ``max_tokens``, ``temperature``
+  and nothing else, with its OpenAI client's 600 s timeout and 2 retries
+  (:func:`eval_py_endpoint_options`);
 - inference (eval.py ``infer``): the chat is ``[system: system_str]`` (left out when empty),
   then ``[user: prompt[i]] [assistant: response[i]]`` for i < t-1, then ``[user: prompt[t-1]]``
   (:attr:`unified.lwm.records.AWBRecord.action`); ``max_tokens`` 32768, temperature 0.6;
@@ -36,8 +39,9 @@ from statistics import mean
 from typing import Any
 
 from unified.chatformat.reasoning import split_reasoning
-from unified.lwm.records import FIELDS, AWBRecord
-from unified.rewards.awb_judge import AgentWorldCheckout, judge_with_retries, normalise
+from unified.lwm.records import AWBRecord
+from unified.rewards.awb_judge import (EVAL_PY_HTTP_RETRIES, EVAL_PY_REQUEST_FIELDS, EVAL_PY_TIMEOUT_S,
+                                       AgentWorldCheckout, judge_with_retries, normalise)
 
 DIMENSIONS = ("format", "factuality", "consistency", "realism", "quality")
 """eval.py's SCORE_DIMENSIONS, for aggregating judged rows without a checkout (checked against it when one is loaded)."""
@@ -45,6 +49,17 @@ INFER_MAX_TOKENS, INFER_TEMPERATURE = 32768, 0.6
 JUDGE_MAX_TOKENS, JUDGE_TEMPERATURE, JUDGE_ATTEMPTS = 32768, 0.6, 3
 """eval.py's defaults (``run_inference`` / ``run_judge``), our defaults too; a loaded checkout's own are
 compared with the settings of a run (:func:`settings_differences`)."""
+
+
+def eval_py_endpoint_options(checkout: AgentWorldCheckout | None = None, *, send_thinking: bool = False
+                             ) -> dict[str, Any]:
+    """Endpoint options (:class:`unified.inference.openai_backend.OpenAIPolicy`) that make our requests
+    eval.py's: its body fields only (the checkout's, read from its source; else
+    :data:`EVAL_PY_REQUEST_FIELDS`), plus ``chat_template_kwargs`` when ``send_thinking`` (a user's
+    explicit choice, named in ``not_comparable_because``), its client's timeout and retries."""
+    declared = checkout.defaults.request_fields if checkout is not None else EVAL_PY_REQUEST_FIELDS
+    fields = tuple(declared) + (("chat_template_kwargs",) if send_thinking else ())
+    return {"request_fields": fields, "timeout_s": EVAL_PY_TIMEOUT_S, "max_retries": EVAL_PY_HTTP_RETRIES}
 
 
 def official_messages(record: AWBRecord) -> list[dict[str, str]]:
@@ -62,8 +77,8 @@ def official_gen(completion: str) -> str:
 
 
 def job_of(record: AWBRecord) -> dict[str, Any]:
-    """The record as an eval.py job (its JSON fields)."""
-    return {name: getattr(record, name) for name in FIELDS}
+    """The record as an eval.py job (its JSON fields as the file has them, extra ones included)."""
+    return record.fields()
 
 
 def judge_records(checkout: AgentWorldCheckout, judge, records: list[AWBRecord], completions: dict[str, str], *,

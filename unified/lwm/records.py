@@ -22,9 +22,15 @@ total_turns    int          length T of the trajectory (1 <= t <= T)
 The lists are kept exactly as read and indexed the way the official ``eval/eval.py``
 (QwenLM/Qwen-AgentWorld) indexes them: history = ``prompt[:t-1]`` paired with
 ``response[:t-1]``, target = ``response[t-1]``, and the world model's input at turn t is
-``prompt[t-1]`` where the list has it, else ``current_prompt``. Files written by
-:func:`write_records` hold exactly these keys; every other deviation is a :class:`RecordError`
-naming file, line and field.
+``prompt[t-1]`` where the list has it, else ``current_prompt``.
+
+What eval.py reads, this reader reads too: a field it does not know (kept in ``extra`` and
+written back), a ``task`` with a prefix (``lwm/mcp``: the domain is its last ``/``-part, as
+eval.py's ``get_subtask``; the original is kept for eval.py's files), a response list shorter
+than ``turn_idx`` (the target is then empty, eval.py's ground truth ``""``), and the same sample
+twice (eval.py scores every line: the second is ``task/id/turn#2``). Every other deviation (a
+missing field, a wrong type, an unknown domain, invalid JSON) is a :class:`RecordError` naming
+file, line and field.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from unified.store import write_text_atomic
@@ -63,11 +69,19 @@ class AWBRecord:
     current_prompt: str
     turn_idx: int
     total_turns: int
+    source_task: str | None = None
+    """The file's ``task`` when it is not the bare domain (``lwm/mcp``); eval.py's files get it back."""
+    extra: dict = field(default_factory=dict)
+    """Fields eval.py ignores and passes along (kept, written back)."""
+    occurrence: int = 1
+    """The n-th record of the same ``task/id/turn`` in its file (eval.py scores each)."""
 
     @property
     def target(self) -> str:
-        """The ground-truth observation at turn t (``response[t-1]``)."""
-        return self.response[self.turn_idx - 1]
+        """The ground-truth observation at turn t (``response[t-1]``; ``""`` when the list is shorter,
+        as eval.py's ground truth)."""
+        t = self.turn_idx
+        return self.response[t - 1] if len(self.response) >= t else ""
 
     @property
     def history(self) -> list[tuple[str, str]]:
@@ -83,12 +97,21 @@ class AWBRecord:
         return self.prompt[t - 1] if len(self.prompt) >= t else self.current_prompt
 
     def to_dict(self) -> dict:
+        """Every attribute (the dataclass's fields), for ``AWBRecord(**d)``; :meth:`fields` is the file's shape."""
         return asdict(self)
+
+    def fields(self) -> dict:
+        """The record as its file has it: the eight fields (``task`` as written there) and any extra ones."""
+        out = {name: getattr(self, name) for name in FIELDS}
+        if self.source_task is not None:
+            out["task"] = self.source_task
+        return {**out, **self.extra}
 
     @property
     def key(self) -> str:
-        """Unique sample id: ``task/id/turn``."""
-        return f"{self.task}/{self.id}/{self.turn_idx}"
+        """Unique sample id: ``task/id/turn`` (``#n`` for the n-th repeat of one in a file)."""
+        base = f"{self.task}/{self.id}/{self.turn_idx}"
+        return base if self.occurrence == 1 else f"{base}#{self.occurrence}"
 
 
 def validate_record(data: object, source: str = "<record>", line: int = 0) -> AWBRecord:
@@ -102,14 +125,13 @@ def validate_record(data: object, source: str = "<record>", line: int = 0) -> AW
     missing = [f for f in FIELDS if f not in data]
     if missing:
         raise fail(missing[0], f"missing (required fields: {', '.join(FIELDS)})")
-    unknown = sorted(set(data) - set(FIELDS))
-    if unknown:
-        raise fail(unknown[0], f"unknown field (valid fields: {', '.join(FIELDS)})")
     for name in ("task", "system_str", "current_prompt"):
         if not isinstance(data[name], str):
             raise fail(name, f"expected a string, got {type(data[name]).__name__}")
-    if data["task"] not in DOMAINS:
-        raise fail("task", f"unknown domain {data['task']!r} (valid: {', '.join(DOMAINS)})")
+    domain = data["task"].split("/")[-1]  # eval.py's get_subtask: "lwm/mcp" -> "mcp"
+    if domain not in DOMAINS:
+        raise fail("task", f"unknown domain {data['task']!r} (valid: {', '.join(DOMAINS)}, optionally "
+                           "after a prefix such as lwm/)")
     traj_id = data["id"]
     if isinstance(traj_id, bool) or not isinstance(traj_id, (int, str)):
         raise fail("id", f"expected a string or an integer, got {type(traj_id).__name__}")
@@ -133,21 +155,20 @@ def validate_record(data: object, source: str = "<record>", line: int = 0) -> AW
     if not t - 1 <= len(data["prompt"]) <= total:
         raise fail("prompt", f"expected {t - 1} to {total} actions for turn_idx {t} of {total} turns, "
                              f"got {len(data['prompt'])}")
-    if not t <= len(data["response"]) <= total:
-        raise fail("response", f"expected {t} to {total} observations (turns 1..{t} at least) for turn_idx {t} "
-                               f"of {total} turns, got {len(data['response'])}")
-    return AWBRecord(task=data["task"], id=traj_id, system_str=data["system_str"], prompt=list(data["prompt"]),
+    if len(data["response"]) > total:
+        raise fail("response", f"expected at most {total} observations for {total} turns, got {len(data['response'])}")
+    return AWBRecord(task=domain, id=traj_id, system_str=data["system_str"], prompt=list(data["prompt"]),
                      response=list(data["response"]), current_prompt=data["current_prompt"], turn_idx=t,
-                     total_turns=total)
+                     total_turns=total, source_task=None if domain == data["task"] else data["task"],
+                     extra={k: v for k, v in data.items() if k not in FIELDS})
 
 
 def read_records(path: str | os.PathLike[str]) -> list[AWBRecord]:
-    """Read and validate one JSONL file (blank lines are skipped; duplicate sample keys are errors)."""
+    """Read and validate one JSONL file (blank lines are skipped; a repeated sample is the next occurrence)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such AgentWorldBench file")
     records: list[AWBRecord] = []
-    seen: dict[str, int] = {}
     with path.open(encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
@@ -157,12 +178,16 @@ def read_records(path: str | os.PathLike[str]) -> list[AWBRecord]:
             except json.JSONDecodeError as exc:
                 raise RecordError(str(path), lineno, "<json>", f"invalid JSON: {exc.msg} at column {exc.colno}") \
                     from None
-            record = validate_record(data, str(path), lineno)
-            if record.key in seen:
-                raise RecordError(str(path), lineno, "turn_idx",
-                                  f"duplicate sample {record.key} (first on line {seen[record.key]})")
-            seen[record.key] = lineno
-            records.append(record)
+            records.append(validate_record(data, str(path), lineno))
+    return _number_repeats(records)
+
+
+def _number_repeats(records: list[AWBRecord]) -> list[AWBRecord]:
+    """Set each record's ``occurrence``: the n-th of its ``task/id/turn`` in ``records``."""
+    seen: dict[str, int] = {}
+    for record in records:
+        base = f"{record.task}/{record.id}/{record.turn_idx}"
+        record.occurrence = seen[base] = seen.get(base, 0) + 1
     return records
 
 
@@ -189,12 +214,12 @@ def load_records(paths_or_dir) -> list[AWBRecord]:
     out: list[AWBRecord] = []
     for f in data_files(paths_or_dir):
         out.extend(read_records(f))
-    return out
+    return _number_repeats(out)  # eval.py reads every file's lines: a sample repeated across files is scored twice
 
 
 def dumps_record(record: AWBRecord) -> str:
     """One canonical JSONL line (stable key order, UTF-8 kept), the form the shipped data uses."""
-    return json.dumps({k: getattr(record, k) for k in FIELDS}, ensure_ascii=False, separators=(",", ":"))
+    return json.dumps(record.fields(), ensure_ascii=False, separators=(",", ":"))
 
 
 def write_records(path: str | os.PathLike[str], records: Iterable[AWBRecord]) -> int:

@@ -26,7 +26,12 @@ from typing import Any, Literal
 
 import torch
 
+from unified.models.gguf import is_moe_config, load_gguf, load_tokenizer
 from unified.models.kernel_choice import KernelChoice, select_kernels
+from unified.models.chat_template import install_chat_template
+from unified.models.embedded import ensure_embedded_checkpoint
+from unified.models.linear_attention import apply_linear_attention, gated_deltanet_modules
+from unified.models.vision_language import model_auto_class
 
 log = logging.getLogger(__name__)
 
@@ -91,12 +96,6 @@ def resolve_spec(spec: str | os.PathLike[str]) -> tuple[SpecKind, str]:
     return "hub", text
 
 
-def is_moe_config(config: Any) -> bool:
-    """True for configs with routed experts (Mixtral, Qwen3-MoE, Qwen3.5-MoE, ...)."""
-    text_config = getattr(config, "text_config", None) or config
-    return any(getattr(text_config, key, 0) for key in ("num_local_experts", "num_experts"))
-
-
 def _hub_error(spec: str, exc: BaseException) -> HubUnreachableError:
     offline = os.environ.get("HF_HUB_OFFLINE") not in (None, "", "0")
     why = "HF_HUB_OFFLINE is set" if offline else "the Hugging Face hub could not be reached"
@@ -106,48 +105,15 @@ def _hub_error(spec: str, exc: BaseException) -> HubUnreachableError:
         f"reachable (e.g. `hf download {spec} --local-dir DIR`) and pass --model DIR.")
 
 
-def load_tokenizer(source: str, *, gguf_file: str | None = None, local_files_only: bool = False):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(source, gguf_file=gguf_file, local_files_only=local_files_only)
-
-
 def _from_pretrained(source: str, config: Any, *, dtype: torch.dtype, kernels: KernelChoice, **kwargs):
-    from unified.models.vision_language import model_auto_class
-
     if is_moe_config(config):
         kwargs["experts_implementation"] = kernels.experts
     return model_auto_class(config).from_pretrained(source, dtype=dtype, attn_implementation=kernels.attention,
                                                     **kwargs)
 
 
-def _load_gguf(path: Path, *, dtype: torch.dtype, kernels: KernelChoice):
-    """Dequantise a GGUF file and copy it into a fresh, saveable model of the same architecture."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    directory, name = str(path.parent), path.name
-    quantised = AutoModelForCausalLM.from_pretrained(directory, gguf_file=name, dtype=torch.float32)
-    config = AutoConfig.from_pretrained(directory, gguf_file=name)
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    moe = is_moe_config(config)
-    extra = {"experts_implementation": kernels.experts} if moe else {}
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation=kernels.attention, **extra)
-    missing, unexpected = model.load_state_dict(quantised.state_dict(), strict=False)
-    missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
-    if missing or unexpected:
-        raise RuntimeError(f"{path}: GGUF weights do not fit {type(model).__name__}: "
-                           f"missing={missing[:5]} unexpected={unexpected[:5]}")
-    if config.tie_word_embeddings:
-        model.tie_weights()
-    del quantised
-    return model.to(dtype)
-
-
 def use_linear_attention(model, kernels: KernelChoice) -> dict[str, str]:
     """Make the model's Gated DeltaNet layers (if any) run ``kernels.linear_attention``."""
-    from unified.models.linear_attention import apply_linear_attention, gated_deltanet_modules
-
     modules = gated_deltanet_modules(model)
     return apply_linear_attention(kernels.linear_attention, modules) if modules else {}
 
@@ -163,8 +129,6 @@ def load_checkpoint(spec: str | os.PathLike[str], *, device: str | torch.device 
     path: Path | None = None
 
     if kind == "embedded":
-        from unified.models.embedded import ensure_embedded_checkpoint
-
         path = ensure_embedded_checkpoint()
         kind_loaded: SpecKind = "embedded"
         target, kind = str(path), "local"
@@ -180,7 +144,7 @@ def load_checkpoint(spec: str | os.PathLike[str], *, device: str | torch.device 
         tokenizer = load_tokenizer(target)
     elif kind == "gguf":
         path = Path(target)
-        model = _load_gguf(path, dtype=dtype, kernels=kernels)
+        model = load_gguf(path, dtype=dtype, kernels=kernels)
         tokenizer = load_tokenizer(str(path.parent), gguf_file=path.name)
     else:  # hub
         from transformers import AutoConfig
@@ -198,8 +162,6 @@ def load_checkpoint(spec: str | os.PathLike[str], *, device: str | torch.device 
     use_linear_attention(model, kernels)
     if getattr(tokenizer, "chat_template", None) is None:
         log.warning("%s has no chat template; installing unified's Qwen3.5-style template", spec)
-        from unified.models.chat_template import install_chat_template
-
         install_chat_template(tokenizer)
     log.info("loaded %s (%s) on %s as %s; %s", spec, kind_loaded, dev, dtype, kernels.reason)
     return LoadedCheckpoint(model=model, tokenizer=tokenizer, spec=str(spec), kind=kind_loaded, path=path,

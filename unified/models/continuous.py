@@ -46,6 +46,7 @@ from unified.models.generation import (GenerationOutput, GenerationStats, Sampli
                                        _next_tokens, _strip_padding_tokens, prefill_row,
                                        token_logprobs)
 from unified.models.prefix_cache import PrefixCache
+from unified.models.generation import batched_generate
 
 _BATCHERS = object()
 """``ContinuousBatcher.add``'s default ``prefix_cache``: the batcher's own."""
@@ -353,6 +354,4 @@ def generate_all(model, tokenizer, prompts: list[str], params: SamplingParams = 
     :func:`unified.models.generation.batched_generate`."""
     if continuous_batching_supported(model)[0]:
         return ContinuousBatcher(model, tokenizer, params, max_rows=max_batch_size, prefix_cache=prefix_cache).run(prompts)
-    from unified.models.generation import batched_generate
-
     return batched_generate(model, tokenizer, prompts, params, max_batch_size=max_batch_size, prefix_cache=prefix_cache)

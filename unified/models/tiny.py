@@ -23,48 +23,10 @@ from typing import Literal
 
 import torch
 
-from unified.models.chat_template import CHAT_SPECIAL_TOKENS, qwen35_chat_template
+from unified.models.tiny_qwen35 import save_tiny_qwen35_checkpoint
+from unified.models.tiny_tokenizer import train_tiny_tokenizer
 
 TinyArch = Literal["qwen3_moe", "qwen3_5_moe", "qwen3_5_moe_vl"]
-
-_CORPUS = [
-    "The agent calls a tool and the environment answers with an observation.",
-    "ls -la /workspace\ntotal 8\ndrwxr-xr-x 2 root root 4096 Jan  1 00:00 .",
-    '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}',
-    "<tool_call>\n<function=search>\n<parameter=query>\nworld models\n</parameter>\n</function>\n</tool_call>",
-    "def add(a, b):\n    return a + b\n\nprint(add(2, 3))  # 5",
-    "Error: file not found. Traceback (most recent call last): ValueError 0123456789",
-    "Predict the next observation of the environment given the history and the action.",
-    "user assistant system tool think reasoning answer observation prediction reward",
-]
-
-
-def train_tiny_tokenizer(vocab_size: int = 512):
-    """A byte-level BPE ``PreTrainedTokenizerFast`` trained locally (no download)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=["<|endoftext|>", *CHAT_SPECIAL_TOKENS],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(_CORPUS * 4, trainer=trainer)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        bos_token=None,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        unk_token=None,
-        additional_special_tokens=[t for t in CHAT_SPECIAL_TOKENS if t != "<|im_end|>"],
-    )
-    fast.chat_template = qwen35_chat_template()
-    return fast
-
 
 def tiny_moe_config(arch: TinyArch = "qwen3_moe", vocab_size: int = 512, *, num_experts: int = 4,
                     top_k: int = 2, hidden_size: int = 64, num_layers: int = 2, **overrides):
@@ -123,8 +85,6 @@ def save_tiny_checkpoint(directory: str | Path, arch: TinyArch = "qwen3_moe", *,
     ``config_kwargs`` go to :func:`tiny_moe_config` (sizes, any config field); ``qwen3_5_moe_vl`` is
     :func:`unified.models.tiny_qwen35.save_tiny_qwen35_checkpoint` (fixed sizes)."""
     if arch == "qwen3_5_moe_vl":
-        from unified.models.tiny_qwen35 import save_tiny_qwen35_checkpoint
-
         return save_tiny_qwen35_checkpoint(directory, seed=seed, **config_kwargs)
     directory = Path(directory)
     tokenizer = train_tiny_tokenizer()

@@ -36,6 +36,8 @@ from pathlib import Path
 
 import torch
 
+from unified.models.tiny_tokenizer import train_tiny_tokenizer
+
 VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
 """Special tokens of the Qwen3-VL processor; the config's ``vision_start_token_id`` ...
 ``video_token_id`` are their ids in the tokenizer."""
@@ -104,8 +106,6 @@ def _processor_files(vision: dict) -> dict[str, dict]:
 def save_tiny_qwen35_checkpoint(directory: str | Path, *, seed: int = 0, max_shard_size: str = "300KB") -> Path:
     """Write the tiny ``Qwen3_5MoeForConditionalGeneration`` checkpoint (module docstring) to ``directory``."""
     from transformers import AutoConfig, AutoModelForImageTextToText
-
-    from unified.models.tiny import train_tiny_tokenizer
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)

@@ -35,6 +35,7 @@ import os
 import struct
 from pathlib import Path
 
+from unified.models.embedded import cache_dir
 from unified.store import WEIGHT_FILES, files_fingerprint, open_regular, write_json_atomic
 
 CACHE_FILE = "weights-digests-v2.json"
@@ -170,8 +171,6 @@ def weights_digest(path: str | os.PathLike[str], cache: Path | None = None) -> s
 
     ``cache`` defaults to ``cache_dir()/weights-digests.json``; a cache that cannot be read or written
     costs a recomputation, never a wrong answer (the key changes with any file's size or time)."""
-    from unified.models.embedded import cache_dir
-
     root = Path(path).resolve()
     cache = cache or cache_dir() / CACHE_FILE
     key = f"{root}\0{files_fingerprint(root, WEIGHT_FILES)}"

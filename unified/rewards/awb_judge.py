@@ -32,6 +32,7 @@ the rule reward keeps its meaning.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib.util
 import inspect
@@ -57,6 +58,14 @@ EVAL_SCRIPT = "eval/eval.py"
 CHECKOUT_FILES = (EVAL_SCRIPT, "eval/lwm_eval_utils/__init__.py", "eval/lwm_eval_utils/task_configs.py",
                   "eval/lwm_eval_utils/judge_parser.py", "eval/lwm_eval_utils/output_parser.py")
 """What a checkout must hold (fingerprinted in the results)."""
+EVAL_PY_REQUEST_FIELDS = ("max_tokens", "temperature")
+"""The sampling fields of eval.py's requests besides ``model`` and ``messages`` (its
+``client.chat.completions.create`` calls in ``run_inference`` and ``run_judge``): no ``top_p``,
+no ``seed``, no ``chat_template_kwargs`` (the served template's own thinking default applies)."""
+EVAL_PY_TIMEOUT_S = 600.0
+"""eval.py builds ``OpenAI(base_url, api_key)`` with no timeout: the SDK's default, 600 s a request."""
+EVAL_PY_HTTP_RETRIES = 2
+"""... and no ``max_retries``: the SDK's default, 2 retries of a connection error, 408/409/429 or 5xx."""
 
 
 def normalise(raw: float) -> float:
@@ -73,6 +82,9 @@ class OfficialDefaults:
     judge_max_tokens: int
     judge_temperature: float
     judge_max_retries: int
+    request_fields: tuple[str, ...] = EVAL_PY_REQUEST_FIELDS
+    """The keyword arguments of eval.py's ``chat.completions.create`` calls besides model and messages
+    (read from its source; :data:`EVAL_PY_REQUEST_FIELDS` is what the checkout we know has)."""
 
 
 @dataclass
@@ -201,7 +213,21 @@ def _defaults(module: ModuleType, root: Path) -> OfficialDefaults:
                             infer_temperature=float(default("run_inference", "temperature")),
                             judge_max_tokens=int(default("run_judge", "max_tokens")),
                             judge_temperature=float(default("run_judge", "temperature")),
-                            judge_max_retries=int(default("run_judge", "max_retries")))
+                            judge_max_retries=int(default("run_judge", "max_retries")),
+                            request_fields=_request_fields(root))
+
+
+def _request_fields(root: Path) -> tuple[str, ...]:
+    """The keyword names of every ``....create(...)`` call in eval.py, without model and messages: the
+    body its OpenAI client sends (one set for all calls, else an error naming them)."""
+    tree = ast.parse((root / EVAL_SCRIPT).read_text(encoding="utf-8"))
+    found = {tuple(sorted(k.arg for k in node.keywords if k.arg not in ("model", "messages")))
+             for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+             and node.func.attr == "create"}
+    if len(found) != 1:
+        raise ValueError(f"{root / EVAL_SCRIPT}: expected one request body in its .create() calls, found "
+                         f"{sorted(found) or 'none'} (an eval.py this library does not know)")
+    return found.pop()
 
 
 def _git_commit(root: Path) -> str | None:

@@ -62,6 +62,7 @@ from unified.config import bounded, from_dict
 from unified.registry import Registry, UnknownNameError
 from unified.rewards.functions import JudgeSettings, RubricReward, RuleReward, SimilarityReward, build_judge
 from unified.rewards.similarity import SIMILARITY_METRICS
+from unified.rewards.awb_judge import AgentWorldJudgeReward, load_checkout
 
 
 @dataclass
@@ -108,7 +109,12 @@ class RubricEntry(JudgeSettings, RewardEntry):
 class AgentWorldRubricEntry(RubricEntry):
     """``agentworld_rubric``: the checkout's judge prompts and parser as the rubric reward
     (:class:`unified.rewards.awb_judge.AgentWorldJudgeReward`); budget and temperature default to
-    eval.py's (``judge_max_chars``/``judge_max_history`` do not apply: eval.py shows the whole history)."""
+    eval.py's (``judge_max_chars``/``judge_max_history`` do not apply: eval.py shows the whole history).
+    An endpoint judge gets eval.py's request body (``model``, ``messages``, ``max_tokens``,
+    ``temperature``, as read from the checkout's eval.py), so ``judge_thinking``
+    is not sent and the served template's default applies, as under eval.py. The HTTP timeout and
+    retries stay the warmup's (``judge_timeout_s``, ``judge_max_retries``: they bound the reward
+    gather, a collective), not eval.py's 600 s."""
 
     judge_max_tokens: int = bounded(32768, ge=1)
     judge_temperature: float = bounded(0.6, ge=0)
@@ -118,10 +124,9 @@ class AgentWorldRubricEntry(RubricEntry):
     """Judge attempts per completion (eval.py's ``max_retries``)."""
 
     def build(self, judge: Any = None) -> Callable:
-        from unified.rewards.awb_judge import AgentWorldJudgeReward, load_checkout
-
         checkout = load_checkout(self.agentworld_root or None, required=True)
-        return AgentWorldJudgeReward(judge if judge is not None else build_judge(self), checkout,
+        judge = judge if judge is not None else build_judge(self, request_fields=checkout.defaults.request_fields)
+        return AgentWorldJudgeReward(judge, checkout,
                                      max_retries=self.judge_attempts)
 
 

@@ -280,15 +280,16 @@ def judge_worst_case_s(cfg: JudgeSettings, requests: int) -> float:
     return waves * per_call
 
 
-def build_judge(cfg: JudgeSettings) -> Judge:
-    """The configured judge (:func:`unified.inference.judge.make_judge`) behind the configured cache."""
+def build_judge(cfg: JudgeSettings, *, request_fields: tuple[str, ...] | None = None) -> Judge:
+    """The configured judge (:func:`unified.inference.judge.make_judge`) behind the configured cache;
+    ``request_fields``: the sampling fields an endpoint request carries (None: all)."""
     if bool(cfg.judge_endpoint) == bool(cfg.judge_model):
         raise ValueError("judge: set exactly one of judge_endpoint (openai:URL#MODEL) or judge_model "
                          "(a checkpoint spec such as 'embedded' or a local HF directory)")
     return make_judge(cfg.judge_endpoint or cfg.judge_model, max_tokens=cfg.judge_max_tokens,
                       temperature=cfg.judge_temperature, cache_dir=cfg.cache_dir,
                       max_concurrency=cfg.judge_max_concurrency, timeout_s=cfg.judge_timeout_s,
-                      max_retries=cfg.judge_max_retries, thinking=cfg.judge_thinking)
+                      max_retries=cfg.judge_max_retries, thinking=cfg.judge_thinking, request_fields=request_fields)
 
 
 __all__ = ["CRITERIA", "RULE_SCALE", "JudgeSettings", "RewardFunction", "RubricReward", "RuleReward",

@@ -28,6 +28,7 @@ from typing import Any
 
 from unified.trace.compare import compare_runs
 from unified.trace.stats import RunTrace, trace_run
+from unified.trace import plots
 
 RUN_FIGURES = ("positions", "by_step", "verdicts", "accuracy_vs_success")
 """The figures of one run, in ``unified.trace.plots`` (``plot_<name>``)."""
@@ -86,8 +87,6 @@ def _save(fig, path: Path) -> None:
 
 def write_run_report(run: str | Path | RunTrace, out: str | Path | None = None, *, judge: str | None = None) -> Path:
     """One run's figures, ``numbers.json`` and ``report.md`` (module docstring); returns the directory."""
-    from unified.trace import plots
-
     trace = run if isinstance(run, RunTrace) else trace_run(run, judge=judge)
     target = Path(out) if out else Path(trace.path or ".") / "figures"
     target.mkdir(parents=True, exist_ok=True)
@@ -117,8 +116,6 @@ def write_run_report(run: str | Path | RunTrace, out: str | Path | None = None, 
 def write_compare_report(run_a: str | Path, run_b: str | Path, out: str | Path | None = None, *,
                          labels: tuple[str, str] = ("A", "B"), judge: str | None = None) -> Path:
     """Two runs' ``comparison.png``, ``comparison.json`` and ``report.md``; returns the directory."""
-    from unified.trace import plots
-
     a, b = trace_run(run_a, judge=judge), trace_run(run_b, judge=judge)
     table = compare_runs(a, b)
     target = Path(out) if out else Path(run_b) / "figures"

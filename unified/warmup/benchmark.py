@@ -30,96 +30,20 @@ from __future__ import annotations
 import gc
 import json
 import math
-import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import torch
-from einops import reduce
 
+from unified.models import load_checkpoint
 from unified.store import write_json_atomic
-from unified.warmup.callbacks import peak_memory_gib
+from unified.warmup.callbacks import METRICS_FILE, peak_memory_gib, read_metrics
 from unified.warmup.config import WarmupConfig
+from unified.warmup.data import load_rewards, load_splits
 from unified.warmup.degenerate import loop_count
-
-REPORT_FILE = "before_after.json"
-
-
-def _noop(*args, **kwargs) -> None:
-    return None
-
-
-def _reward_name(func: Callable) -> str:
-    return getattr(func, "__name__", None) or type(func).__name__
-
-
-@torch.no_grad()
-def heldout_reward(model, tokenizer, dataset, reward_funcs: Sequence[Callable], weights: Sequence[float] | None = None,
-                   *, samples_per_prompt: int = 2, max_new_tokens: int = 128, temperature: float = 1.0,
-                   top_p: float = 1.0, batch_size: int = 8, seed: int = 0, thinking: bool = False,
-                   cpu_threads: int | None = None) -> dict[str, Any]:
-    """Mean weighted reward of sampled completions on ``dataset`` (TRL reward-function protocol).
-
-    ``cpu_threads``: torch threads while generating on a CPU (``generation.cpu_threads``)."""
-    from unified.warmup.gspo_trainer import torch_threads
-
-    weights = list(weights) if weights is not None else [1.0] * len(reward_funcs)
-    model.eval()
-    device = next(model.parameters()).device
-    rows = [dataset[i] for i in range(len(dataset)) for _ in range(samples_per_prompt)]
-    torch.manual_seed(seed)
-    completions: list[str] = []
-    completion_ids: list[list[int]] = []
-    old_side = tokenizer.padding_side
-    tokenizer.padding_side = "left"
-    start = time.time()
-    try:
-        for lo in range(0, len(rows), batch_size):
-            batch = rows[lo:lo + batch_size]
-            texts = [tokenizer.apply_chat_template(r["prompt"], tokenize=False, add_generation_prompt=True,
-                                                   enable_thinking=thinking) for r in batch]
-            enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
-            with torch_threads(cpu_threads, device):
-                out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=temperature > 0,
-                                     temperature=temperature if temperature > 0 else None, top_p=top_p,
-                                     pad_token_id=tokenizer.pad_token_id)
-            for seq in out[:, enc["input_ids"].shape[1]:]:
-                ids = seq.tolist()
-                eos = tokenizer.eos_token_id
-                if eos in ids:
-                    ids = ids[:ids.index(eos) + 1]
-                completion_ids.append(ids)
-                completions.append(tokenizer.decode(ids, skip_special_tokens=True))
-    finally:
-        tokenizer.padding_side = old_side
-    gen_seconds = time.time() - start
-    prompts = [r["prompt"] for r in rows]
-    chat_completions = [[{"role": "assistant", "content": c}] for c in completions]
-    columns = {k: [r[k] for r in rows] for k in rows[0] if k != "prompt"} if rows else {}
-    per_func: dict[str, float] = {}
-    total = torch.zeros(len(rows), dtype=torch.float64)
-    for func, w in zip(reward_funcs, weights, strict=True):
-        values = func(prompts=prompts, completions=chat_completions, completion_ids=completion_ids,
-                      trainer_state=None, log_extra=_noop, log_metric=_noop, **columns)
-        vals = torch.tensor([float("nan") if v is None else float(v) for v in values], dtype=torch.float64)
-        per_func[_reward_name(func)] = float(torch.nanmean(vals)) if len(vals) else float("nan")
-        total += w * torch.nan_to_num(vals, nan=0.0)
-    # completions are grouped prompt by prompt: (P * S,) -> (P,), the mean over each prompt's S samples
-    per_prompt = reduce(total, "(prompt sample) -> prompt", "mean", sample=samples_per_prompt) if len(rows) else total
-    return {
-        "mean_reward": float(total.mean()) if len(rows) else float("nan"),
-        "per_prompt": [round(float(v), 6) for v in per_prompt],
-        "sample_ids": [str(dataset[i].get("sample_id", i)) for i in range(len(dataset))],
-        "completions_text": completions,
-        "completion_ids": completion_ids,
-        "std_reward": float(total.std()) if len(rows) > 1 else 0.0,
-        "per_function": per_func,
-        "prompts": len(dataset),
-        "completions": len(rows),
-        "mean_completion_tokens": sum(map(len, completion_ids)) / max(len(completion_ids), 1),
-        "generation_seconds": round(gen_seconds, 2),
-    }
-
+from unified.warmup.heldout import heldout_reward, reward_name
+from unified.warmup.model_card import REPORT_FILE, reward_names, write_model_card
+from unified.warmup.trainer import load_policy, run_warmup, training_device
 
 def paired_difference(before: Sequence[float], after: Sequence[float]) -> dict[str, float]:
     """Paired comparison of per-prompt rewards: mean of ``d_j = a_j - b_j``, its standard error, signs."""
@@ -135,8 +59,6 @@ def paired_difference(before: Sequence[float], after: Sequence[float]) -> dict[s
 
 def _step_times(output_dir: Path) -> list[float]:
     """Wall time of every optimizer step the run logged (across resumed processes)."""
-    from unified.warmup.callbacks import METRICS_FILE, read_metrics
-
     path = output_dir / METRICS_FILE
     if not path.is_file():
         return []
@@ -173,10 +95,6 @@ def run_before_after(cfg: WarmupConfig, *, samples_per_prompt: int = 2, temperat
     :class:`~unified.warmup.trainer.TrainablePolicy` already in memory (trained in place), instead of
     loading ``model.name_or_path`` again.
     """
-    from unified.models import load_checkpoint
-    from unified.warmup.data import load_rewards, load_splits
-    from unified.warmup.trainer import load_policy, run_warmup, training_device
-
     out = Path(cfg.output_dir)
     path = out / REPORT_FILE
     previous: dict[str, Any] = {}
@@ -205,7 +123,7 @@ def run_before_after(cfg: WarmupConfig, *, samples_per_prompt: int = 2, temperat
                         batch_size=max(cfg.train.per_device_train_batch_size * cfg.train.gradient_accumulation_steps, 1))
     threads = {"cpu_threads": gen.cpu_threads}  # how fast, not what is generated: not part of the settings
     settings = {**score_kwargs, "heldout": [str(r) for r in heldout["sample_id"]],
-                "rewards": [_reward_name(f) for f in funcs], "weights": list(weights)}
+                "rewards": [reward_name(f) for f in funcs], "weights": list(weights)}
     if previous.get("settings") == settings and "before" in previous:
         before = previous["before"]
         print(f"before (from {path}): mean reward {before['mean_reward']:.4f}", flush=True)
@@ -247,7 +165,6 @@ def run_before_after(cfg: WarmupConfig, *, samples_per_prompt: int = 2, temperat
         "validation_size": len(validation) if validation is not None else 0,
     }
     write_json_atomic(path, report)
-    from unified.warmup.model_card import reward_names, write_model_card
 
     write_model_card(cfg, result.final_dir, steps=result.global_step, train_samples=len(train),
                      rewards=list(zip(reward_names(train_funcs), train_weights)),

@@ -25,6 +25,7 @@ import yaml
 
 from unified.config import ConfigError, bounded, load_config
 from unified.rewards.entries import LEGACY_KEYS, RewardEntry, check_entries, default_rewards, legacy_entries
+from unified.rewards.functions import JudgeSettings, judge_worst_case_s
 
 Precision = Literal["auto", "bf16", "fp32"]
 GpuModel = Literal["h100", "h200", "a100"]
@@ -280,6 +281,39 @@ class LaunchSection:
         return self.nodes == 1 and self.gpus_per_node == 0 and self.cpu_processes > 1
 
 
+RoutingReplayMode = Literal["off", "record", "replay"]
+
+
+@dataclass
+class MoESection:
+    """Mixture-of-experts routing between the rollout engine and the trainer (:mod:`unified.warmup.routing`)."""
+
+    routing_replay: RoutingReplayMode = "off"
+    """``off``: the trainer routes each token itself. ``record``: the rollout's per-token, per-layer top-k
+    expert ids are kept with the batch and compared with the trainer's (``moe/router_agreement``) but not
+    used. ``replay``: Rollout Routing Replay (R3, arXiv 2510.11370): the trainer's forward takes its
+    routing *decision* from the rollout's ids while the gate weights and the router's gradient come from
+    its live logits (:mod:`unified.models.routing_replay`). Costs layers x top_k x 1-2 bytes a token."""
+    log_mismatch: bool = True
+    """With ``record``/``replay`` and rollout log-probs (vLLM): one more no-grad forward a generation batch
+    with the other routing, to log the rollout-vs-trainer mismatch KL with and without replay."""
+
+
+@dataclass
+class ParityProbeSection:
+    """The step-0 parity probe (:mod:`unified.warmup.parity_probe`): before step 1, the same token
+    sequences through the rollout engine and the trainer's forward."""
+
+    sequences: int = bounded(0, ge=0)
+    """Training prompts (each with a greedy continuation) probed; 0 = no probe."""
+    completion_tokens: int = bounded(16, ge=1)
+    """Tokens decoded after each prompt (the probe compares prompt and continuation log-probs)."""
+    max_mean_abs_logp_diff: float | None = bounded(0.05, gt=0)
+    """Refuse to start when the mean per-token |logp_engine - logp_trainer| (nats) is above this; None = report only."""
+    max_nan: int = bounded(0, ge=0)
+    """Refuse to start when more log-probs than this are NaN (either side)."""
+
+
 @dataclass
 class WarmupConfig:
     """A whole warmup recipe."""
@@ -299,6 +333,8 @@ class WarmupConfig:
     train: TrainSection = field(default_factory=TrainSection)
     logging: LoggingSection = field(default_factory=LoggingSection)
     launch: LaunchSection = field(default_factory=LaunchSection)
+    moe: MoESection = field(default_factory=MoESection)
+    parity_probe: ParityProbeSection = field(default_factory=ParityProbeSection)
 
     UPGRADE = staticmethod(lambda data: upgrade_rewards(data))  # unified.config: the older rewards form
     RENAMED_PATHS = LEGACY_KEYS  # its --set keys
@@ -377,8 +413,6 @@ class WarmupConfig:
         return completions // self.gspo.num_generations
 
     def _check_judge_against_collective_timeout(self) -> None:
-        from unified.rewards.functions import JudgeSettings, judge_worst_case_s
-
         if self.launch.trainer_processes() < 2:  # one process: no collective to time out
             return
         for entry in self.rewards:
@@ -450,6 +484,7 @@ def describe(cfg: WarmupConfig) -> dict[str, Any]:
         "kl_beta": g.beta,
         "group_size": g.num_generations,
         "updates_per_generation": updates_per_generation(cfg),
+        "routing_replay": cfg.moe.routing_replay,
         "vllm_importance_sampling": {"mode": g.vllm_importance_sampling_mode,
                                      "clip": [g.vllm_importance_sampling_clip_min, g.vllm_importance_sampling_clip_max]},
     }

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
 from unified.warmup.config import WarmupConfig
+from unified.lwm import rl_dataset
+from unified.rewards import build_rewards
 
 REQUIRED_COLUMNS = ("prompt", "reference")
 
@@ -28,8 +30,6 @@ def _paths(items: list[str]) -> list[str]:
 
 
 def _rl_dataset(paths: list[str], *, seed: int, tokenizer, max_prompt_tokens: int | None):
-    from unified.lwm import rl_dataset
-
     source: Any = paths[0] if len(paths) == 1 else paths
     if max_prompt_tokens is None:  # the tokenizer is only needed to measure prompts against the limit
         tokenizer = None
@@ -93,6 +93,4 @@ def load_rewards(cfg: WarmupConfig, *, training: bool = True) -> tuple[list[Call
 
     ``training``: also the ``training_only`` entries (shaping terms such as a repetition penalty); a
     held-out score passes ``False`` so that it measures the recipe's scored rewards alone."""
-    from unified.rewards import build_rewards
-
     return build_rewards(cfg.rewards, training=training)

@@ -13,6 +13,8 @@ from typing import Iterator
 import torch
 
 from unified.warmup.callbacks import peak_memory_gib
+from unified.warmup.routing import log_generation_metrics
+from unified.warmup.rollout_check import check_rollout_parity, rollout_parity
 
 
 @contextmanager
@@ -38,8 +40,13 @@ def gspo_trainer_class():
 
         - ``memory/peak_rss_gib`` (and ``memory/peak_cuda_gib``) in every log record;
         - in-process (``hf``) generation under the training autocast, so fp32 master weights
-          generate with bf16 kernels (FlashAttention) on CUDA; a no-op on CPU.
+          generate with bf16 kernels (FlashAttention) on CUDA; a no-op on CPU;
+        - ``moe.routing_replay`` (:mod:`unified.warmup.routing`): the rollout's routes recorded, carried in
+          the batch and replayed (or compared) in every log-prob forward, ``moe/...`` metrics.
         """
+
+        routing = None
+        """The :class:`unified.warmup.routing.RoutingState` with ``moe.routing_replay`` on, else None."""
 
         extra_logs: dict[str, float]
         """Metrics that callbacks (the collapse guard) add to the next log record."""
@@ -76,15 +83,18 @@ def gspo_trainer_class():
         def _generate_and_score_completions(self, inputs):
             """TRL's generation and scoring, plus, with vLLM rollouts, ``rollout/...`` metrics of every
             generation batch and the step-1 parity gate on the first (:mod:`unified.warmup.rollout_check`)."""
+            if self.routing is not None:
+                self.routing.begin_generation()
             output = super()._generate_and_score_completions(inputs)
+            if self.routing is not None:
+                self.routing.end_generation(output)
+                log_generation_metrics(self, self.routing, output)
             if self.use_vllm and self.vllm_importance_sampling_correction and self.model.training \
                     and output.get("sampling_per_token_logps") is not None:
                 self._check_rollouts(output)
             return output
 
         def _check_rollouts(self, output: dict) -> None:
-            from unified.warmup.rollout_check import check_rollout_parity, rollout_parity
-
             mask = output["completion_mask"]
             if output.get("tool_mask") is not None:
                 mask = mask * output["tool_mask"]
@@ -104,9 +114,38 @@ def gspo_trainer_class():
             check_rollout_parity(parity, max_mean_logp_diff=max_diff, min_mean_weight=min_weight,
                                  step=self.state.global_step + 1)
 
-        def _generate_single_turn(self, *args, **kwargs):
+        def _generate_single_turn(self, prompt_ids, *args, **kwargs):
             with self.accelerator.autocast(), torch_threads(self.generation_cpu_threads, self.accelerator.device):
-                return super()._generate_single_turn(*args, **kwargs)
+                if self.routing is None:
+                    return super()._generate_single_turn(prompt_ids, *args, **kwargs)
+                in_process = not self.use_vllm and not self.use_transformers_continuous_batching
+                return self.routing.generate(lambda: super(GSPOTrainer, self)._generate_single_turn(
+                    prompt_ids, *args, **kwargs), prompt_ids, records=in_process,
+                    model=self.accelerator.unwrap_model(self.model), temperature=self.temperature)
+
+        def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
+                                               batch_size=None, **kwargs):
+            parent = super()._get_per_token_logps_and_entropies
+            if self.routing is None:
+                return parent(model, input_ids, attention_mask, logits_to_keep, batch_size, **kwargs)
+            return self.routing.logps(lambda i, a, k, b, **kw: parent(model, i, a, k, b, **kw), input_ids,
+                                      attention_mask, logits_to_keep, batch_size, kwargs)
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            if self.routing is not None:
+                self.routing.use_batch(inputs)
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+
+        def training_step(self, model, inputs, num_items_in_batch=None):
+            if self.routing is None:
+                return super().training_step(model, inputs, num_items_in_batch)
+            try:  # the routes stay set through the backward (a checkpointed forward is recomputed there)
+                return super().training_step(model, inputs, num_items_in_batch)
+            finally:
+                self.routing.clear()
+                share = self.routing.take_agreement()
+                if share is not None:
+                    self._metrics["train"]["moe/router_agreement"].append(share)
 
         def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
             """Restore the weights through transformers' own loading path.

@@ -44,6 +44,8 @@ from transformers import TrainerCallback
 
 from unified.warmup.config import MonitorSection
 from unified.warmup.degenerate import DegenerateMonitor, find_loop
+from unified.warmup.gspo_trainer import torch_threads
+from unified.warmup.heldout import heldout_reward
 
 
 class CollapseGuard(TrainerCallback):
@@ -80,8 +82,6 @@ class CollapseGuard(TrainerCallback):
     @torch.no_grad()
     def measure_probe(self, model) -> dict[str, Any]:
         """Greedy answers on the probe prompts: loops, mean reward, KL to the start (0 at the start)."""
-        from unified.warmup.benchmark import heldout_reward
-
         was_training = model.training
         # heldout_reward seeds torch's global RNG; the rollouts of the next steps must not see that, so a
         # run with the guard samples exactly what the same run without it would
@@ -122,8 +122,6 @@ class CollapseGuard(TrainerCallback):
         return torch.log_softmax(logits, dim=-1).cpu()
 
     def _keep_start_logprobs(self, model, completion_ids: list[list[int]]) -> None:
-        from unified.warmup.gspo_trainer import torch_threads
-
         with torch_threads(self.cpu_threads, next(model.parameters()).device):
             for ids, row in zip(completion_ids, (self.probe[i] for i in range(len(self.probe)))):
                 if not ids:
@@ -133,8 +131,6 @@ class CollapseGuard(TrainerCallback):
                 self._start_logprobs.append(self._completion_logprobs(model, inputs, len(ids)))
 
     def _kl_to_start(self, model) -> float:
-        from unified.warmup.gspo_trainer import torch_threads
-
         total, tokens = 0.0, 0
         with torch_threads(self.cpu_threads, next(model.parameters()).device):
             for inputs, start in zip(self._start_inputs, self._start_logprobs):

@@ -30,6 +30,9 @@ from unified.config import from_dict, to_dict
 from unified.store import IDENTITY_FILE, WEIGHT_FILES, content_fingerprint, files_fingerprint, flatten_identity, \
     identity_differences, read_identity, write_json_atomic
 from unified.warmup.config import WarmupConfig
+from unified.config import load_config
+from unified.inference.spec import parse_spec
+from unified.rewards.entries import legacy_entries
 
 RESUME_ANYWAY_FLAG = "--resume-anyway"
 NOT_IDENTITY = ("output_dir", "resume", "train.max_steps", "train.save_steps", "train.save_total_limit",
@@ -67,8 +70,6 @@ def _upgrade_recorded(fields: dict[str, Any]) -> dict[str, Any]:
     today's keys (``rewards.rubric.weight``, ``rewards.repetition.weight``, ...), so a rerun compares them."""
     if not any(k.startswith("shaping.") or k in ("rewards.rubric_weight", "rewards.rule_weight") for k in fields):
         return fields
-    from unified.rewards.entries import legacy_entries
-
     sections: dict[str, dict[str, Any]] = {"rewards.": {}, "shaping.": {}}
     rest = {}
     for key, value in fields.items():
@@ -83,8 +84,6 @@ def _upgrade_recorded(fields: dict[str, Any]) -> dict[str, Any]:
 
 def warmup_identity(cfg: WarmupConfig) -> dict[str, Any]:
     """``fields`` (recipe keys + ``model.files`` + ``data.content``) and ``recipe_hash``."""
-    from unified.inference.spec import parse_spec
-
     fields = recipe_fields(cfg)
     try:
         spec = parse_spec(cfg.model.name_or_path)
@@ -105,8 +104,6 @@ def _has_run(out: Path) -> bool:
 
 def _recorded(out: Path) -> dict[str, Any] | None:
     def from_resolved_recipe() -> dict[str, Any]:  # an older directory: without the digests it did not record
-        from unified.config import load_config
-
         fields = recipe_fields(load_config(WarmupConfig, out / "recipe.resolved.yaml"))
         if fields.get("model.name_or_path") and Path(str(fields["model.name_or_path"])).is_dir():
             fields["model.name_or_path"] = str(Path(str(fields["model.name_or_path"])).resolve())

@@ -21,8 +21,11 @@ from typing import Any, Callable, Sequence
 from unified.config import dump_yaml
 from unified.store import write_text_atomic
 from unified.warmup.config import WarmupConfig, describe
+from unified.warmup.identity import IDENTITY_FILE, warmup_identity
 
 CARD_FILE = "README.md"
+REPORT_FILE = "before_after.json"
+"""The before/after report of :mod:`unified.warmup.benchmark` in the output dir (the model card reads it)."""
 
 
 def _version(package: str) -> str | None:
@@ -113,9 +116,6 @@ def render_model_card(cfg: WarmupConfig, *, identity: dict[str, Any], steps: int
 def write_model_card(cfg: WarmupConfig, final_dir: str | Path, **facts: Any) -> Path:
     """Write (or replace) ``final_dir/README.md`` and ``<output_dir>/README.md``; ``facts`` as in :func:`render_model_card`
     (``before_after`` is read from ``<output_dir>/before_after.json`` when not given)."""
-    from unified.warmup.benchmark import REPORT_FILE
-    from unified.warmup.identity import IDENTITY_FILE, warmup_identity
-
     if facts.get("before_after") is None:
         try:
             facts["before_after"] = json.loads((Path(cfg.output_dir) / REPORT_FILE).read_text())

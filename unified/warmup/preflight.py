@@ -14,6 +14,8 @@ from pathlib import Path
 
 from unified.registry import UnknownNameError
 from unified.warmup.config import WarmupConfig
+from unified.inference.spec import parse_spec
+from unified.rewards import CallableEntry, RubricEntry
 from unified.warmup.plan import plan_problems
 
 _SPEC_ERRORS = (ValueError, FileNotFoundError, UnknownNameError)  # SpecError, CheckpointNotFoundError
@@ -21,8 +23,6 @@ _SPEC_ERRORS = (ValueError, FileNotFoundError, UnknownNameError)  # SpecError, C
 
 def problems(cfg: WarmupConfig) -> list[str]:
     """One line for each setting of ``cfg`` that cannot run (empty when the recipe is complete)."""
-    from unified.inference.spec import parse_spec
-
     out: list[str] = []
     try:
         spec = parse_spec(cfg.model.name_or_path)
@@ -44,9 +44,6 @@ def problems(cfg: WarmupConfig) -> list[str]:
 
 def _reward_problems(entry, index: int) -> list[str]:
     """A rubric entry without a usable judge, a dotted path that does not load."""
-    from unified.inference.spec import parse_spec
-    from unified.rewards import CallableEntry, RubricEntry
-
     key = f"rewards.{entry.name}"
     if isinstance(entry, CallableEntry):
         try:

@@ -33,11 +33,25 @@ from typing import Any, Callable, Sequence
 import torch
 
 from unified.config import ConfigError, dump_yaml, to_dict
-from unified.models import vision_language
+from unified.kernels import select_kernels
+from unified.models import is_moe_config, load_checkpoint, vision_language
+from unified.models.chat_template import install_chat_template
+from unified.models.checkpoint import load_tokenizer, resolve_spec
+from unified.models.embedded import ensure_embedded_checkpoint
+from unified.models.linear_attention import (apply_linear_attention, gated_deltanet_modules, linear_attention_in_use,
+                                             modeling_module_for)
+from unified.models.routing_replay import moe_routers
 from unified.store import write_json_atomic
 from unified.warmup.callbacks import METRICS_FILE, JsonlMetricsCallback, peak_memory_gib
 from unified.warmup.config import WarmupConfig, describe
+from unified.warmup.data import load_rewards, load_splits
+from unified.warmup.degenerate import DegenerateMonitor
 from unified.warmup.gspo_trainer import gspo_trainer_class
+from unified.warmup.guard import CollapseGuard
+from unified.warmup.launch import vllm_rollouts_blocker
+from unified.warmup.model_card import reward_names, write_model_card
+from unified.warmup.parity_probe import probe_trainer
+from unified.warmup.routing import RoutingState
 
 log = logging.getLogger(__name__)
 
@@ -202,10 +216,6 @@ def load_policy(cfg: WarmupConfig, device: torch.device | None = None) -> Traina
     (``accelerate launch``) TRL loads it from the path itself, so that DeepSpeed ZeRO-3 can
     partition it while loading and FSDP2 can load it on rank 0 only.
     """
-    from unified.kernels import select_kernels
-    from unified.models import load_checkpoint
-    from unified.models.checkpoint import load_tokenizer, resolve_spec
-
     device = device or training_device()
     compute_dtype = torch.bfloat16 if use_bf16(cfg, device) else torch.float32
     kernels = select_kernels(device, compute_dtype, attention=cfg.model.attn_implementation,
@@ -214,17 +224,11 @@ def load_policy(cfg: WarmupConfig, device: torch.device | None = None) -> Traina
     kind, target = resolve_spec(cfg.model.name_or_path)
     if world_size() > 1 and kind in ("local", "hub", "embedded"):
         if kind == "embedded":
-            from unified.models.embedded import ensure_embedded_checkpoint
-
             target = str(ensure_embedded_checkpoint())
         tokenizer = load_tokenizer(target)
         if getattr(tokenizer, "chat_template", None) is None:
-            from unified.models.chat_template import install_chat_template
-
             install_chat_template(tokenizer)
         from transformers import AutoConfig
-
-        from unified.models.linear_attention import apply_linear_attention, modeling_module_for
 
         # TRL instantiates the model itself: set the Gated DeltaNet ops of its modeling module beforehand
         model_type = AutoConfig.from_pretrained(target, trust_remote_code=cfg.model.trust_remote_code).model_type
@@ -236,8 +240,6 @@ def load_policy(cfg: WarmupConfig, device: torch.device | None = None) -> Traina
                              attn_implementation=kernels.attention, experts_implementation=kernels.experts,
                              trust_remote_code=cfg.model.trust_remote_code)
     loaded.model.train()
-    from unified.models.linear_attention import gated_deltanet_modules
-
     facts["linear_attention_layers"] = str(sum(gated_deltanet_modules(loaded.model).values()))
     return TrainablePolicy(model=loaded.model, tokenizer=loaded.tokenizer, kernels=facts)
 
@@ -277,6 +279,11 @@ def build_trainer(cfg: WarmupConfig, *, train_dataset, reward_funcs: Sequence[Ca
             raise ValueError("model.trainable_layers is for single-process and DDP training, not DeepSpeed/FSDP")
         freeze_lower_layers(trainer.model, cfg.model.trainable_layers)
     _check_router_loss(cfg, trainer)
+    if cfg.moe.routing_replay != "off":
+        if not moe_routers(trainer.model):
+            raise ConfigError(f"moe.routing_replay={cfg.moe.routing_replay}: {type(trainer.model).__name__} has no "
+                              "top-k MoE routers (a dense model): set moe.routing_replay=off")
+        trainer.routing = RoutingState.attach(trainer.model, cfg.moe.routing_replay, cfg.moe.log_mismatch)
     return trainer
 
 
@@ -335,8 +342,6 @@ def freeze_lower_layers(model, trainable: int) -> dict[str, int]:
 
 def _check_router_loss(cfg: WarmupConfig, trainer) -> None:
     """The MoE load-balancing loss must be on for a MoE policy unless the recipe turned it off."""
-    from unified.models import is_moe_config
-
     model = trainer.model
     if not is_moe_config(model.config):
         return
@@ -458,9 +463,6 @@ def run_warmup(cfg: WarmupConfig, *, train_dataset=None, reward_funcs: Sequence[
     whose last checkpoint is at ``max_steps`` but that died before writing ``final/`` only
     writes ``final/`` from that checkpoint. Raise ``train.max_steps`` to continue a finished run.
     """
-    from unified.warmup.data import load_rewards, load_splits
-    from unified.warmup.launch import vllm_rollouts_blocker
-
     blocker = vllm_rollouts_blocker(cfg)
     if blocker:
         raise RuntimeError(f"unified.warmup: {blocker}")
@@ -478,8 +480,6 @@ def run_warmup(cfg: WarmupConfig, *, train_dataset=None, reward_funcs: Sequence[
         policy = load_policy(cfg, device)
         model, tokenizer, kernels, init_kwargs = policy.model, policy.tokenizer, policy.kernels, policy.init_kwargs
     else:
-        from unified.models.linear_attention import linear_attention_in_use
-
         kernels = {"attention": str(getattr(model.config, "_attn_implementation", "")),
                    "experts": str(getattr(model.config, "_experts_implementation", "")),
                    "linear_attention": linear_attention_in_use(model)}
@@ -511,6 +511,8 @@ def run_warmup(cfg: WarmupConfig, *, train_dataset=None, reward_funcs: Sequence[
         trainer._load_from_checkpoint(str(resume))
         trainer.state = TrainerState.load_from_json(str(Path(resume) / "trainer_state.json"))
     else:
+        if resume is None and cfg.parity_probe.sequences > 0:  # before step 1, with the start's weights
+            probe_trainer(trainer, cfg.parity_probe, train_dataset, backend=cfg.generation.backend, output_dir=out)
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     seconds = time.time() - t0
     final = save_final(trainer, out, source=cfg.model.name_or_path)
@@ -524,8 +526,6 @@ def run_warmup(cfg: WarmupConfig, *, train_dataset=None, reward_funcs: Sequence[
         last_log=logs[-1] if logs else {}, collapse=dict(guard.outcome),
     )
     if trainer.accelerator.is_main_process:
-        from unified.warmup.model_card import reward_names, write_model_card
-
         weights = list(reward_weights) if reward_weights is not None else [1.0] * len(reward_funcs)
         write_model_card(cfg, final, steps=result.global_step, train_samples=len(train_dataset),
                          rewards=list(zip(reward_names(reward_funcs), weights)),
@@ -547,9 +547,6 @@ def _with_collapse_guard(cfg: WarmupConfig, train_dataset, validation_dataset, t
     """The rewards plus the weight-0 degenerate-rollout monitor, and the :class:`CollapseGuard` callback
     (its probe: the first ``probe_size`` validation rows, or training rows without a validation split,
     scored with ``probe_rewards``: the recipe's rewards without the shaping terms)."""
-    from unified.warmup.degenerate import DegenerateMonitor
-    from unified.warmup.guard import CollapseGuard
-
     m = cfg.monitor
     eos = getattr(tokenizer, "eos_token_id", None)
     monitor = DegenerateMonitor(cfg.generation.max_completion_length, eos)

@@ -36,6 +36,7 @@ from unified.execution.images.engines import (
     uv_image,
     uv_version_needed,
 )
+from unified.execution.base import EnvironmentSpec
 
 __all__ = ["LABEL", "BaseRecipe", "BuildResult", "CannotRebuild", "base_recipe", "build_task", "cache_dir",
            "from_images"]
@@ -116,8 +117,6 @@ def build_task(task_dir: Path, engine: str = "podman", *, apptainer: str | None 
             result.bases.append(tag_from_name(engine, base, recipe, uv, version))
         for ref in uv_images:
             result.bases.append(uv_image(engine, ref, uv_binaries(UV_IMAGE.fullmatch(ref).group(1), cache_dir())))
-        from unified.execution.base import EnvironmentSpec
-
         spec = EnvironmentSpec(build_context=task_dir / "environment", name=task_dir.name)
         result.image = build_task_image(engine, spec, timeout=3600)
         if apptainer:
