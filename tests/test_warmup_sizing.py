@@ -83,12 +83,12 @@ def test_plan_flag_and_dry_run_print_the_table(tmp_path):
            "--output-dir", str(tmp_path / "o")]
     ok = subprocess.run([*run, "--plan"], capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
     assert ok.returncode == 0, ok.stderr
-    for piece in ("model states (sharded) | 21.6", "**total** | **69.7** of 73.2 usable (fits)",
+    for piece in ("model states (sharded) | 21.6", "**total** | **71.0** of 73.2 usable (fits)", "replayed routes (generation batch) | 1.3",
                   "90 sequences of 69632 tokens", "vs collective timeout 1,800 s (fits)"):
         assert piece in ok.stdout, piece
     bad = subprocess.run([*run, "--plan", "--set", "launch.nodes=1"], capture_output=True, text=True, env=env,
                          cwd=REPO, timeout=120)
-    assert bad.returncode == 2 and "DOES NOT FIT" in bad.stdout and "memory plan: 136.7 GiB" in bad.stderr
+    assert bad.returncode == 2 and "DOES NOT FIT" in bad.stdout and "memory plan: 138.0 GiB" in bad.stderr
     assert not (tmp_path / "o").exists()  # a refused command writes nothing
 
 

@@ -108,6 +108,8 @@ def workload_of(cfg: WarmupConfig, layout: Layout, *, prompt_tokens: int | None 
         generation_batch=cfg.gspo.steps_per_generation * micro * layout.trainer_processes,
         group_size=cfg.gspo.num_generations, gradient_checkpointing=cfg.model.gradient_checkpointing,
         trainable_layers=cfg.model.trainable_layers, aux_loss=cfg.model.router_aux_loss_coef != 0,
+        routes_tokens=(cfg.gspo.steps_per_generation * micro * (prompt + cfg.generation.max_completion_length)
+                       if getattr(getattr(cfg, "moe", None), "routing_replay", "off") != "off" else 0),
         bf16=cfg.model.precision in ("auto", "bf16") if layout.gpu else cfg.model.precision == "bf16")
 
 

@@ -26,6 +26,8 @@ Trainer memory per GPU (:func:`trainer_memory`), one component each:
 - **Gated DeltaNet chunk states** (checkpointing, linear layers): the chunked kernel (fla) keeps the
   state at every 64-token chunk boundary for the backward of the recomputed layer,
   ``ceil(T/c / 64) * b * nv * dk * dv * 4``.
+- **replayed routes** (``moe.routing_replay`` record/replay): the rollout's expert ids of every token of
+  the rank's share of a generation batch, ``L * k * 2`` bytes a token (int16; unified/models/routing_replay.py).
 - **logits**: TRL's fused LM head scores the completion positions in tiles of 32,768 tokens:
   ``min(b * C, 32768) * V * (a + 4)`` (the bf16 tile and its fp32 log-softmax); ``C`` = completion tokens.
 - **buffers**: sharded: the gathered bf16 weights of the layer being computed and of the one prefetched
@@ -133,6 +135,8 @@ class Workload:
     trainable_layers: int | None = None
     aux_loss: bool = True
     bf16: bool = True
+    routes_tokens: int = 0
+    """Tokens whose recorded expert ids a rank holds for routing replay (a generation batch's share)."""
     linear_kernel: str = "fla"
     """Gated DeltaNet backward: ``fla`` (the GPU lock's kernels) or ``torch`` (transformers' reference)."""
 
@@ -288,6 +292,8 @@ def trainer_memory(dims: ModelDims, layout: Layout, work: Workload) -> MemoryEst
         out["saved activations (all trainable layers)"] = int(n_train * rows_tokens * mean_layer)
     if dims.is_moe and work.aux_loss:
         out["router logits (aux loss)"] = dims.num_layers * rows_tokens * dims.num_experts * (act + 4)
+    if work.routes_tokens and dims.is_moe:
+        out["replayed routes (generation batch)"] = work.routes_tokens * dims.num_layers * dims.experts_per_token * 2
     tile = min(work.micro_batch * math.ceil(work.completion_tokens / c), LOGITS_TILE_TOKENS)
     out["logits (fused LM head tile)"] = tile * dims.vocab_size * (act + 4)
     if layout.sharded:
