@@ -22,6 +22,7 @@ import sys
 
 from unified.config import ArgumentParser, ConfigError, add_recipe_arguments, dump_yaml
 from unified.registry import UnknownNameError
+from unified.warmup.plan import describe as describe_plan
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -100,9 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         found.append(str(exc))
         accepted = []
     if args.plan:
-        from unified.warmup.plan import describe
-
-        print(describe(cfg))
+        print(describe_plan(cfg))
         for line in found:
             print(f"unified.warmup: {line}", file=sys.stderr)
         return 2 if found else 0
@@ -127,9 +126,7 @@ def main(argv: list[str] | None = None) -> int:
               f"distributed={cfg.launch.distributed}, generation={cfg.generation.backend}")
         print(format_plan(launch_plan(cfg, args.recipe, overrides)))
         print(kernels_line(cfg))
-        from unified.warmup.plan import describe
-
-        print(describe(cfg))
+        print(describe_plan(cfg))
         blocker = vllm_rollouts_blocker(cfg)
         if blocker:
             print(f"# not on this machine: {blocker}")

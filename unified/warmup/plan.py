@@ -20,7 +20,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from unified.warmup.config import SHARDED_DISTRIBUTED, WarmupConfig
+from unified.config import ConfigError, add_recipe_arguments
+from unified.models.embedded import embedded_checkpoint_dir
+from unified.warmup.config import SHARDED_DISTRIBUTED, WarmupConfig, load_warmup_config
 from unified.warmup.sizing import (
     GIB,
     GPUS,
@@ -56,8 +58,6 @@ def model_dims(name_or_path: str) -> tuple[ModelDims | None, str]:
         return preset, f"preset {preset.name} (published dimensions)"
     path = Path(name_or_path)
     if name_or_path == "embedded":
-        from unified.models.embedded import embedded_checkpoint_dir
-
         path = embedded_checkpoint_dir()
     elif not path.is_dir() and name_or_path.count("/") == 1:
         try:
@@ -230,9 +230,6 @@ def describe(cfg: WarmupConfig, **what_if) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from unified.config import ConfigError, add_recipe_arguments
-    from unified.warmup.config import load_warmup_config
-
     parser = argparse.ArgumentParser(prog="python -m unified.warmup.plan", description=__doc__.splitlines()[0])
     add_recipe_arguments(parser)
     parser.add_argument("--nodes", type=int, nargs="*", default=[], help="what-if node counts (default: the recipe's)")
