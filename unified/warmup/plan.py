@@ -103,12 +103,13 @@ def workload_of(cfg: WarmupConfig, layout: Layout, *, prompt_tokens: int | None 
     """One micro-batch row and one generation batch of ``cfg`` at its caps."""
     prompt = prompt_tokens or cfg.data.max_prompt_tokens or 4096
     micro = cfg.train.per_device_train_batch_size
+    per_generation = cfg.gspo.steps_per_generation or cfg.train.gradient_accumulation_steps  # TRL's default
     return Workload(
         prompt_tokens=prompt, completion_tokens=cfg.generation.max_completion_length, micro_batch=micro,
-        generation_batch=cfg.gspo.steps_per_generation * micro * layout.trainer_processes,
+        generation_batch=per_generation * micro * layout.trainer_processes,
         group_size=cfg.gspo.num_generations, gradient_checkpointing=cfg.model.gradient_checkpointing,
         trainable_layers=cfg.model.trainable_layers, aux_loss=cfg.model.router_aux_loss_coef != 0,
-        routes_tokens=(cfg.gspo.steps_per_generation * micro * (prompt + cfg.generation.max_completion_length)
+        routes_tokens=(per_generation * micro * (prompt + cfg.generation.max_completion_length)
                        if getattr(getattr(cfg, "moe", None), "routing_replay", "off") != "off" else 0),
         bf16=cfg.model.precision in ("auto", "bf16") if layout.gpu else cfg.model.precision == "bf16")
 
