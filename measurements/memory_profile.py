@@ -333,8 +333,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output-dir", help="default: a fresh temporary directory")
     args = parser.parse_args(argv)
     out = args.output_dir or tempfile.mkdtemp(prefix="unified-memprof-")
-    overrides = [*args.set, f"output_dir={out}", f"train.max_steps={args.steps}", "logging.wandb=false",
-                 "resume=never"]
+    # the memory of every step is measured: a reward without variance must not stop the run early
+    overrides = ["monitor.max_zero_variance_share=null", *args.set, f"output_dir={out}", f"train.max_steps={args.steps}",
+                 "logging.wandb=false", "resume=never"]
     if not any(s.startswith("train.save_steps=") for s in args.set):
         overrides.append(f"train.save_steps={args.steps + 1000}")
     cfg = load_warmup_config(args.recipe, overrides)

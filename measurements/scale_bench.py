@@ -111,7 +111,9 @@ def run_one(args: argparse.Namespace, checkpoint: Path, impl: str) -> ScaleBench
     cmd = [sys.executable, "-m", "unified.warmup", "--recipe", str(args.recipe), "--model", str(checkpoint),
            "--data", str(args.data), "--output-dir", str(out)]
     for item in (f"model.experts_implementation={impl}", f"train.max_steps={args.steps}", "train.save_steps=100000",
-                 "train.logging_steps=1", "logging.wandb=false", "data.heldout_size=0", "resume=never", *args.set):
+                 "train.logging_steps=1", "logging.wandb=false", "data.heldout_size=0", "resume=never",
+                 "monitor.max_zero_variance_share=null",  # only the cost counts: a reward without variance must not stop it
+                 *args.set):
         cmd += ["--set", item]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout_s, cwd=REPO,
                           env={**os.environ, "HF_HUB_OFFLINE": "1"})

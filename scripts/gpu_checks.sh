@@ -5,24 +5,31 @@
 #   layer_bench      one Qwen3.5-35B-A3B-shaped Gated DeltaNet + full-attention layer pair (MoE in each)
 #                    forward+backward at 32k/64k/128k tokens, with and without the linear-attention kernels
 #   colocate         two warmup steps of a tiny Qwen3.5-MoE checkpoint with colocated vLLM; the weights change
+#   server_sync      two GPUs: trl vllm-serve on one, the trainer on the other; after one update at a large lr
+#                    the server's log-probs match the trainer's (skipped, saying so, with fewer than two GPUs)
 #   gpu_tests        (not in the default set) every @pytest.mark.gpu test
 #
-#   bash scripts/gpu_checks.sh [--only CHECK[,CHECK...]] [--list] [OUT_DIR]     (default OUT_DIR runs/gpu_checks)
+#   bash scripts/gpu_checks.sh [--cpu] [--only CHECK[,CHECK...]] [--list] [OUT_DIR]  (default OUT_DIR runs/gpu_checks)
+#
+# --cpu runs each check's CPU variant on the same code path (small sizes, generation.backend=hf; CI runs it:
+# an ImportError or a wrong metric key fails CI, not a GPU allocation); gpu_tests has none (skipped).
 #
 # Each check writes OUT_DIR/<check>.json (and .log); a failing check does not stop the next. OUT_DIR/summary.tsv
 # has one line per check: name, passed | FAILED | skipped | TIMEOUT, seconds. Without CUDA every check is skipped.
-# Exit status: 1 if any check failed or timed out, 2 on bad arguments, else 0. Default set: under 10 minutes on
-# one H200 (the per-check limits below add up to 570 s).
+# Exit status: 1 if any check failed or timed out, 2 on bad arguments, else 0. Default set: under 12 minutes on
+# one H200 (the per-check limits below add up to 690 s; server_sync skips at once on one GPU).
 set -uo pipefail
-DEFAULT_CHECKS=(imports flash_attention layer_bench colocate)
+DEFAULT_CHECKS=(imports flash_attention layer_bench colocate server_sync)
 ALL_CHECKS=("${DEFAULT_CHECKS[@]}" gpu_tests)
-declare -A LIMIT_S=([imports]=60 [flash_attention]=90 [layer_bench]=240 [colocate]=180 [gpu_tests]=600)
+declare -A LIMIT_S=([imports]=60 [flash_attention]=90 [layer_bench]=240 [colocate]=180 [server_sync]=420 [gpu_tests]=600)
 PY=${PYTHON:-python3}
 OUT_DIR=runs/gpu_checks
 CHECKS=("${DEFAULT_CHECKS[@]}")
-usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
+DEVICE=cuda
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
     case "$1" in
+        --cpu) DEVICE=cpu; shift ;;
         --list) printf '%s\n' "${ALL_CHECKS[@]}"; exit 0 ;;
         --only) [ $# -ge 2 ] || { echo "gpu_checks: --only needs a comma-separated list of checks" >&2; exit 2; }
                 IFS=, read -r -a CHECKS <<< "$2"; shift 2 ;;
@@ -41,7 +48,9 @@ cd "$(dirname "$0")/.." || exit 2
 mkdir -p "$OUT_DIR" || exit 2
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline TOKENIZERS_PARALLELISM=false
 # GPU_CHECKS_ASSUME_CUDA=1 runs the checks without the CUDA probe (tests of this script on CPU)
-if [ "${GPU_CHECKS_ASSUME_CUDA:-0}" = 1 ]; then
+if [ "$DEVICE" = cpu ]; then
+    cuda=1; echo "CPU variants (--cpu)" >"$OUT_DIR/gpu.txt"
+elif [ "${GPU_CHECKS_ASSUME_CUDA:-0}" = 1 ]; then
     cuda=1
 elif nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$OUT_DIR/gpu.txt" 2>&1 \
         && "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>>"$OUT_DIR/gpu.txt"; then
@@ -57,10 +66,13 @@ for check in "${CHECKS[@]}"; do
         status=skipped
         printf '{"check": "%s", "passed": null, "skipped": "no CUDA device on this machine"}\n' "$check" >"$OUT_DIR/$check.json"
     else
-        if [ "$check" = gpu_tests ]; then
+        if [ "$check" = gpu_tests ] && [ "$DEVICE" = cpu ]; then
+            cmd=(sh -c 'echo "gpu_tests: no CPU variant (the @pytest.mark.gpu tests need CUDA)"; exit 77')
+            printf '{"check": "gpu_tests", "passed": null, "skipped": "no CPU variant"}\n' >"$OUT_DIR/$check.json"
+        elif [ "$check" = gpu_tests ]; then
             cmd=("$PY" -m pytest -m gpu -v -rs -p no:cacheprovider --durations=0 tests)
         else
-            cmd=("$PY" -m measurements.gpu_checks "$check" "$OUT_DIR")
+            cmd=("$PY" -m measurements.gpu_checks "$check" "$OUT_DIR" --device "$DEVICE")
         fi
         timeout --kill-after=10 "${LIMIT_S[$check]}" "${cmd[@]}" >"$OUT_DIR/$check.log" 2>&1
         rc=$?

@@ -127,8 +127,36 @@ unified_requeue_on_usr1() {
           scontrol requeue "${SLURM_JOB_ID:?}" || echo "$(basename "${0:-slurm}"): scontrol requeue failed" >&2' USR1
 }
 
-# Run a command in the background and wait for it, so that trapped signals (USR1) are handled while it runs;
-# returns its exit status.
+# The warmup's pre-emption (#SBATCH --signal=B:USR1@SECONDS, with --requeue): on SIGUSR1 the batch shell passes
+# the warning on to the trainer (SIGUSR1 to its srun step, which srun relays to its task, unless
+# UNIFIED_SIGNAL_TRAINER=0: a launcher such as accelerate or a `bash -c "a; b"` task would die of it; and the
+# file $1/preempt.request, read by the trainer after every step whatever launched it: unified/warmup/preempt.py);
+# the trainer saves checkpoint-N and exits; then unified_requeue_if_preempted requeues the job, which
+# resumes from checkpoint-N in the same output directory. No step is lost, nothing is killed mid-save.
+unified_preempt_on_usr1() {
+    [ "${DRY_RUN:-0}" = "1" ] && return 0
+    UNIFIED_PREEMPT_DIR=$1
+    UNIFIED_PREEMPTED=0
+    trap 'UNIFIED_SIGNALLED=1; UNIFIED_PREEMPTED=1
+          echo "$(basename "${0:-slurm}"): SIGUSR1 (time limit near): asking the trainer to save a checkpoint and stop" >&2
+          mkdir -p "$UNIFIED_PREEMPT_DIR" && : > "$UNIFIED_PREEMPT_DIR/preempt.request"
+          [ -n "${UNIFIED_CHILD_PID:-}" ] && [ "${UNIFIED_SIGNAL_TRAINER:-1}" = 1 ] && kill -USR1 "$UNIFIED_CHILD_PID" 2>/dev/null
+          true' USR1
+}
+
+# After the trainer's step ended: when the job was warned (or the trainer stopped on a warning, status 75),
+# requeue it (same id, same output directory) and end this run of the script.
+unified_requeue_if_preempted() {
+    local status=$1
+    if [ "${UNIFIED_PREEMPTED:-0}" = 1 ] || [ "$status" = 75 ]; then
+        echo "$(basename "${0:-slurm}"): the trainer stopped (status $status) after saving its checkpoint: requeueing job ${SLURM_JOB_ID:-?} to resume in the same output directory" >&2
+        scontrol requeue "${SLURM_JOB_ID:?}" || unified_die "scontrol requeue failed"
+        exit 0
+    fi
+}
+
+# Run a command in the background and wait for it, so that trapped signals (USR1) are handled while it runs
+# (its pid is UNIFIED_CHILD_PID meanwhile); returns its exit status.
 unified_run_waiting() {
     if [ "${DRY_RUN:-0}" = "1" ]; then
         unified_run "$@"
@@ -137,6 +165,7 @@ unified_run_waiting() {
     local pid status
     "$@" &
     pid=$!
+    UNIFIED_CHILD_PID=$pid
     while true; do
         UNIFIED_SIGNALLED=0
         status=0

@@ -25,8 +25,10 @@
 # Partition, account, QoS and time limit are yours to pass to sbatch (-p, -A, -q, -t).
 # GPUs: 8 a node by default (#SBATCH --gpus-per-node); GPUS_PER_NODE follows what the job was granted, and each
 # srun step asks for its GPUs (--gres=gpu:N). Memory: the whole node (--mem=0).
-# Resuming: OUTPUT does not contain the job id; 600 s before the time limit Slurm sends SIGUSR1, the script
-# requeues the job (same id, same OUTPUT) and the trainer resumes from its last checkpoint (train.save_steps).
+# Resuming: OUTPUT does not contain the job id; 600 s before the time limit Slurm sends SIGUSR1 to this script,
+# which passes it on to the trainer (SIGUSR1 to its step and OUTPUT/preempt.request); the trainer saves
+# checkpoint-N at the end of the step under way (weights, optimizer, scheduler, RNG, data position) and exits
+# (status 75), then the script requeues the job (same id, same OUTPUT), which resumes from checkpoint-N.
 # Submitting again with the same settings resumes too. The rollout server binds the address node 0 uses to
 # reach the trainer nodes, not 0.0.0.0 (TRL's client sends no API key: docs/slurm.md, "Network").
 # With several nodes: `trl vllm-serve` on the first node, `accelerate launch` (DeepSpeed ZeRO-3 by
@@ -63,12 +65,12 @@ cd "$REPO"
 # shellcheck source=slurm/_common.sh
 source "$REPO/slurm/_common.sh"
 unified_env
-unified_requeue_on_usr1
 
 GPUS_PER_NODE=$(unified_gpus_per_node "$GPUS_PER_NODE")
 if [ -z "$OUTPUT" ]; then
     OUTPUT="$RUNS/lwm_warmup-$(unified_slug "$(basename "$RECIPE" .yaml)")${MODEL:+-$(unified_slug "$MODEL")}"
 fi
+unified_preempt_on_usr1 "$OUTPUT"
 
 mapfile -t HOSTS < <(unified_hostnames)
 [ "${#HOSTS[@]}" -ge "$NODES" ] || unified_die "NODES=$NODES but the allocation has ${#HOSTS[@]} node(s)"
@@ -94,10 +96,16 @@ echo "lwm_warmup: output ${OUTPUT}"
 [ "$DRY_RUN" = "1" ] && "$PYTHON" -m unified.warmup "${ARGS[@]}" --plan
 # shellcheck disable=SC2207
 STEP_GPUS=($(unified_step_gpus "$GPUS_PER_NODE"))
+# SIGUSR1 goes on to a one-process trainer only (accelerate's launcher, and the multi-node step's bash, would die
+# of it and take the ranks with them); every trainer reads OUTPUT/preempt.request (unified_preempt_on_usr1)
+if [ "$NODES" -gt 1 ] || [[ "$TRAINER_CMD" == *accelerate* ]]; then UNIFIED_SIGNAL_TRAINER=0; fi
 
 if [ "$NODES" -eq 1 ]; then
+    TRAIN_STATUS=0
     unified_run_waiting srun --nodes=1 --ntasks=1 --nodelist="${HOSTS[0]}" "${STEP_GPUS[@]}" "${UNIFIED_IN_IMAGE[@]}" \
-        bash -c "$TRAINER_CMD"
+        bash -c "$TRAINER_CMD" || TRAIN_STATUS=$?
+    unified_requeue_if_preempted "$TRAIN_STATUS"
+    [ "$TRAIN_STATUS" -eq 0 ] || unified_die "the trainer failed (status $TRAIN_STATUS)"
 else
     VLLM_NODE=${HOSTS[0]}
     TRAIN_HOSTS=("${HOSTS[@]:1:$((NODES - 1))}")
@@ -136,6 +144,7 @@ else
         unified_wait_http "http://${VLLM_HOST}:${VLLM_PORT}/health/" "$VLLM_TIMEOUT_S" "$VLLM_PID"
         "${TRAIN_STEP[@]}" &
         TRAIN_PID=$!
+        UNIFIED_CHILD_PID=$TRAIN_PID  # SIGUSR1 goes on to the trainer step (unified_preempt_on_usr1)
         # the trainer would retry a dead server for vllm_server_timeout_s: stop it when the server ends
         while kill -0 "$TRAIN_PID" 2>/dev/null; do
             if ! kill -0 "$VLLM_PID" 2>/dev/null; then
@@ -148,8 +157,14 @@ else
             sleep 2
         done
         TRAIN_STATUS=0
-        wait "$TRAIN_PID" || TRAIN_STATUS=$?
+        while true; do  # a trapped SIGUSR1 interrupts wait: wait on until the trainer has ended
+            UNIFIED_SIGNALLED=0
+            TRAIN_STATUS=0
+            wait "$TRAIN_PID" || TRAIN_STATUS=$?
+            [ "$UNIFIED_SIGNALLED" = 1 ] || break
+        done
         TRAIN_PID=
+        unified_requeue_if_preempted "$TRAIN_STATUS"
         [ "$TRAIN_STATUS" -eq 0 ] || unified_die "the trainer failed (status $TRAIN_STATUS)"
         kill "$VLLM_PID" 2>/dev/null || true  # training is over: stop the rollout server
         wait "$VLLM_PID" 2>/dev/null || true

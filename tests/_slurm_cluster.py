@@ -4,9 +4,11 @@ Debian's ``slurm-wlm`` and ``munge`` (``.ci/run`` installs them): ``munged`` wit
 and socket, ``slurmctld`` and ``slurmd`` with ``SlurmUser=root``,
 ``ProctrackType=proctrack/linuxproc`` and ``TaskPlugin=task/none`` (no cgroups needed), all
 state, spool, logs and configs in a temporary directory, on free ports. The node declares
-``gpus`` GPUs as GRES backed by plain files (Slurm schedules and hands them to steps like real
-ones; nothing can compute on them), so ``--gpus-per-node``/``--gres`` requests are checked for
-real. ``partitions`` replaces the one default partition (e.g. a drained default that refuses
+``gpus`` GPUs as GRES backed by character devices made with ``mknod`` (NVIDIA's major number 195,
+minors 0..gpus-1, in the temporary directory): slurmd accepts them as it accepts /dev/nvidia*, schedules
+them and binds them to steps (``CUDA_VISIBLE_DEVICES``), so ``--gpus-per-node``/``--gres`` requests and
+each step's binding are checked for real; nothing can compute on them. Where ``mknod`` is not allowed
+(not root) they are plain files: slurmd then schedules them but binds none (``char_devices`` says which). ``partitions`` replaces the one default partition (e.g. a drained default that refuses
 jobs, beside a partition with a ``MaxTime``). The client commands
 find the cluster through ``SLURM_CONF`` (see :meth:`SlurmCluster.env`). :meth:`stop` always
 stops the three daemons (and cancels jobs left behind).
@@ -18,6 +20,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -80,6 +83,8 @@ class SlurmCluster:
         self.host = socket.gethostname().split(".")[0]
         self.conf = self.root / "slurm.conf"
         self.munge_socket = self.root / "munge" / "munge.socket"
+        self.char_devices = False
+        """True when the GPUs are character devices (steps get ``CUDA_VISIBLE_DEVICES``)."""
 
     # -- lifecycle ------------------------------------------------------------------------
     def __enter__(self) -> "SlurmCluster":
@@ -102,8 +107,13 @@ class SlurmCluster:
         cpus = os.cpu_count() or 1
         mem_mb = max(int(Path("/proc/meminfo").read_text().split()[1]) // 1024 - 1024, 512)
         r = self.root
+        self.char_devices = bool(self.gpus)
         for i in range(self.gpus):
-            (r / f"fake-gpu{i}").write_text("")  # a GRES device file: Slurm only needs it to exist
+            try:
+                os.mknod(r / f"fake-gpu{i}", stat.S_IFCHR | 0o600, os.makedev(195, i))
+            except PermissionError:  # not root: a plain file (scheduled, never bound)
+                (r / f"fake-gpu{i}").write_text("")
+                self.char_devices = False
         (r / "gres.conf").write_text(f"NodeName={self.host} Name=gpu File={r}/fake-gpu[0-{self.gpus - 1}]\n"
                                      if self.gpus else "")
         gres = f" Gres=gpu:{self.gpus}" if self.gpus else ""

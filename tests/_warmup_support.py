@@ -75,9 +75,11 @@ def tiny_policy(seed: int = 0, arch: str = "qwen3_moe"):
 
 def tiny_overrides(output_dir: Path, *extra: str) -> list[str]:
     """--set overrides for a fast tiny-model run."""
+    # a tiny random policy's rewards are often the same across a group: the zero-variance stop is off
+    # (tests that want it pass monitor.max_zero_variance_share back in extra)
     return [f"output_dir={output_dir}", "logging.wandb=false", "train.max_steps=2", "train.save_steps=100",
             "train.per_device_train_batch_size=4", "gspo.num_generations=2", "generation.max_completion_length=6",
-            *extra]
+            "monitor.max_zero_variance_share=null", *extra]
 
 
 def build_tiny_trainer(output_dir: Path, *extra: str, reward_funcs=None, seed: int = 0, arch: str = "qwen3_moe"):
@@ -150,9 +152,11 @@ def tiny_cli_overrides(checkpoint: Path | None, data: Path | None, output: Path 
     for flag, value in (("--model", checkpoint), ("--data", data), ("--output-dir", output)):
         if value is not None:
             args += [flag, str(value)]
-    # the recipe's validation probe and keep_best are off (tests that want them pass them back in extra)
+    # the recipe's validation probe and keep_best are off, and so is the zero-variance stop (a tiny random
+    # policy's rewards are often the same across a group); tests that want them pass them back in extra
     for item in ("logging.wandb=false", "data.heldout_size=0", "data.max_prompt_tokens=null",
                  "data.validation_size=0", "monitor.probe_size=0", "monitor.keep_best=false",
+                 "monitor.max_zero_variance_share=null",
                  "train.per_device_train_batch_size=4", "train.gradient_accumulation_steps=2", "gspo.num_generations=2",
                  "gspo.steps_per_generation=2",  # one update per generation batch of 8 (the recipe's 4 need 128)
                  "generation.max_completion_length=8", *extra):

@@ -197,7 +197,9 @@ def test_an_exception_in_open_user_or_score_is_recorded_on_that_episode_only(sch
         [Job(t) for t in adapter.tasks()])
     by_id = {r.task_id: r for r in results}
     assert "simulated user fell over" in by_id["echo_1"].error and episodes["echo_1"].stop_reason == "error"
-    assert "scoring failed" in by_id["echo_2"].error and "judge unreachable" in by_id["echo_2"].error
+    scoring = by_id["echo_2"]  # after the agent acted: a 0, counted and labelled (issue 42 R2)
+    assert scoring.error is None and scoring.score == 0.0 and scoring.details["status"] == "scoring_failed_after_agent"
+    assert "judge unreachable" in scoring.details["grader_error"]
     assert "could not open the task" in by_id["echo_3"].error
     assert "sandbox failed to start" in by_id["echo_4"].error
     assert by_id["echo_0"].passed and by_id["echo_5"].passed

@@ -118,3 +118,50 @@ def test_a_merge_of_shards_still_reads_its_summary(tmp_path):
     assert merged.benchmarks[FIXTURE].tasks_run == 4 and load_summary(tmp_path / "m") == merged
     assert merged.shard is None and merged.benchmarks[FIXTURE].shard is None
     assert [s["shard"] for s in merged.merged_from["shards"]] == ["0/2", "1/2"]
+
+
+def test_every_row_carries_its_schema_version_and_older_or_newer_rows_are_told_apart(tmp_path):
+    """Issue 44 item 3: results, episodes (and the warmup's metrics) rows say their schema version; a row
+    without one (written before versioning) reads as version 1, a row of a newer version is an error
+    naming the file and line."""
+    from unified.types import ROW_SCHEMA
+
+    run_eval(EvalConfig(benchmarks=[FIXTURE], model="gold", out=str(tmp_path), benchmark_config={FIXTURE: {"n": 2}}))
+    store = BenchmarkStore(tmp_path, "fixture_echo")
+    for path in (store.results_path, store.episodes_path):
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        assert rows and all(row["schema"] == ROW_SCHEMA for row in rows)
+    loaded = store.load()
+    unversioned = [{k: v for k, v in json.loads(line).items() if k != "schema"}
+                   for line in store.results_path.read_text().splitlines()]
+    store.results_path.write_text("".join(json.dumps(row) + "\n" for row in unversioned))
+    assert store.load() == loaded  # version 1: the same fields
+    newer = [{**row, "schema": ROW_SCHEMA + 1} for row in unversioned]
+    store.results_path.write_text("".join(json.dumps(row) + "\n" for row in newer))
+    with pytest.raises(ValueError, match=rf"results\.jsonl:1: row schema {ROW_SCHEMA + 1}.*newer unified"):
+        store.load()
+
+
+def test_read_run_gives_the_plan_summary_identity_and_typed_records_without_adapter_code(tmp_path):
+    """Issue 44 item 3: one reader API for analysis outside the viewer (docs/architecture.md)."""
+    import subprocess
+    import sys
+
+    from unified.eval.reader import read_run
+
+    run_eval(EvalConfig(benchmarks=[FIXTURE], model="gold", out=str(tmp_path), runs=2,
+                        benchmark_config={FIXTURE: {"n": 3}}))
+    run = read_run(tmp_path)
+    assert run.plan is not None and run.summary is not None and run.identity["fields"]["model"] == "gold"
+    bench = run.benchmarks[FIXTURE]
+    assert bench.directory == "fixture_echo" and len(bench.results) == 6 and len(bench.episodes) == 6
+    assert bench.entry.aggregate["score"] == 100.0
+    rows = run.rows()
+    assert [(r["task_id"], r["trial"]) for r in rows] == [(r.task_id, r.trial) for r in bench.results]
+    assert all(r["score"] == 1.0 and r["steps"] >= 1 and r["benchmark"] == FIXTURE for r in rows)
+    # a fresh interpreter reads it without the adapter's module on the path and never imports it
+    code = ("import sys; from unified.eval.reader import read_run; r = read_run(sys.argv[1]); "
+            "assert 'fixture_eval_bench' not in sys.modules; print(len(r.rows()))")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout.strip() == "6", proc.stderr[-2000:]

@@ -12,6 +12,7 @@ import tarfile
 import pytest
 
 from unified.execution.containers import default_caps, exec_argv, private_verifier_argv
+from unified.execution.pristine import TOOLCHAIN_DIRS, TOOLCHAIN_FILES, toolchain_changes
 from unified.execution.verifier import PRIVATE_VERIFIER_SCRIPT, files_tar, parse_private_output, toolchain_tampering
 from unified.execution.verifier_tools import MOUNT_POINT, is_static_elf, keep_mask, verifier_tools
 
@@ -54,7 +55,8 @@ def test_the_only_privileged_exec_runs_the_hosts_tools_and_takes_its_files_on_st
     assert argv[:4] == ["podman", "exec", "-i", "--privileged"]
     program = argv[argv.index("c1") + 1:]
     assert program[0] == f"{MOUNT_POINT}/busybox" and program[5] == f"{MOUNT_POINT}/busybox"  # unshare, sh: the host's
-    assert program[-5:] == ["/logs/verifier:/tests", "a80425fb", "bash", "-c", "true"]  # the command, via keep-caps
+    assert program[-8:-3] == ["/logs/verifier:/tests", "a80425fb", "", ":".join(TOOLCHAIN_DIRS), ":".join(TOOLCHAIN_FILES)]
+    assert program[-3:] == ["bash", "-c", "true"]  # the command, via keep-caps
     assert "--privileged" not in exec_argv("podman", "c1", "true", 30)
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test.sh").write_text("echo hi\n")
@@ -72,7 +74,8 @@ def test_every_tool_of_the_privileged_script_is_a_busybox_applet():
     words = {w for w in starts if not re.fullmatch(r"[A-Za-z_0-9]+=.*", w)}
     allowed = {"$bb", ":", "[", "cd", "echo", "exit", "return", "set", "shift", "check", "finish",
                "for", "do", "done", "if", "then", "else", "fi", "until", "$",
-               "n", "tries",  # $((n + 1)), $((tries + 1))
+               "n", "tries", "k",  # $((n + 1)), $((tries + 1)), $((k + 1))
+               "continue",
                "ids#", "oid%%", "limit%.*"}  # ${...}
     assert words <= allowed, words - allowed
     assert "$bb timeout -k 5 \"$limit\" \"$kc\" \"$mask\" \"$@\"" in PRIVATE_VERIFIER_SCRIPT
@@ -114,6 +117,20 @@ def test_a_changed_toolchain_is_told_from_an_honest_install():
     assert toolchain_tampering("A /usr/bin/curl\nA /usr/local/bin/pytest\nA /app/x.py\n") == []
 
 
+def test_the_toolchain_is_an_allow_list():
+    """Any change inside a toolchain path counts (issue 42, R1), additions too; compiled Python only where the verifier
+    runs on the image's copy; nothing outside."""
+    diff = "\n".join(["C /usr", "C /usr/local/bin", "A /usr/local/bin/apt-get", "C /usr/lib/python3/dist-packages/x", "A /usr/lib/python3/dist-packages/zz.pth",
+                      "A /etc/apt/apt.conf.d/00hook", "C /usr/lib/x86_64-linux-gnu/libtinfo.so.6", "C /usr/bin/dpkg",
+                      "A /usr/lib/python3/dist-packages/x/__pycache__/y.cpython-311.pyc", "A /etc/ld.so.preload",
+                      "A /app/solution.py", "C /etc/hosts", "A /etc/aptly.conf", "A /root/.bashrc", "C /var/lib/apt"])
+    assert toolchain_changes(diff, ignore_bytecode=True) == [
+        "A /usr/local/bin/apt-get", "A /usr/lib/python3/dist-packages/zz.pth", "A /etc/apt/apt.conf.d/00hook",
+        "C /usr/lib/x86_64-linux-gnu/libtinfo.so.6", "C /usr/bin/dpkg", "A /etc/ld.so.preload"]
+    assert "A /usr/lib/python3/dist-packages/x/__pycache__/y.cpython-311.pyc" in toolchain_changes(diff)
+    assert toolchain_changes("C /usr\nC /usr/bin\n") == ["C /usr/bin"]  # a directory changed in itself
+
+
 def test_the_script_is_posix_sh():
     assert subprocess.run(["sh", "-n", "-c", PRIVATE_VERIFIER_SCRIPT]).returncode == 0
     assert "timed_out" in PRIVATE_VERIFIER_SCRIPT
@@ -129,4 +146,4 @@ def test_without_a_static_busybox_the_reason_names_the_package(monkeypatch, tmp_
     monkeypatch.setenv("UNIFIED_VERIFIER_TOOLS_CACHE", str(tmp_path))
     reason = static_busybox()
     assert isinstance(reason, str) and "apt-get install -y busybox-static" in reason and sys.executable in reason
-    assert verifier_tools.__wrapped__() == reason and not any(tmp_path.iterdir())
+    assert verifier_tools() == reason and not any(tmp_path.iterdir())

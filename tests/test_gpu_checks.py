@@ -14,7 +14,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts/gpu_checks.sh"
-DEFAULT = ["imports", "flash_attention", "layer_bench", "colocate"]
+DEFAULT = ["imports", "flash_attention", "layer_bench", "colocate", "server_sync"]
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without CUDA")
 
 
@@ -44,6 +44,7 @@ def test_bad_arguments_are_refused_before_anything_runs(tmp_path, args, message)
 def test_without_cuda_every_check_is_skipped_and_says_why(tmp_path):
     done = _run(str(tmp_path / "out"))
     assert done.returncode == 0, done.stderr
+    assert "no CUDA device here" in done.stdout
     assert [row[:2] for row in _summary(tmp_path / "out")] == [[c, "skipped"] for c in DEFAULT]
     assert "no CUDA device here: every check skipped" in done.stdout
     for check in DEFAULT:
@@ -98,9 +99,39 @@ def test_colocate_reads_weight_changes_and_rollout_metrics(tmp_path):
     assert weights_changed(tmp_path / "before", tmp_path / "before")[1] == []
     metrics = tmp_path / "metrics.jsonl"
     metrics.write_text('{"step": 1, "loss": 0.1, "sampling/sampling_logp_difference/mean": 0.01}\n\n'
-                       '{"step": 2, "sampling/sampling_logp_difference/mean": 0.02, "parity/max_logp_diff": 0.3}\n')
+                       '{"step": 2, "sampling/sampling_logp_difference/mean": 0.02, "rollout/mean_weight": 0.9}\n')
     assert rollout_metrics(metrics) == {"sampling/sampling_logp_difference/mean": [0.01, 0.02],
-                                        "parity/max_logp_diff": [0.3]}
+                                        "rollout/mean_weight": [0.9]}
+
+
+def test_the_expected_rollout_keys_are_the_ones_the_warmup_logs():
+    """The colocate / server_sync checks require the keys the trainer's parity code writes, read from that code."""
+    from measurements.gpu_checks import expected_rollout_keys
+    from unified.warmup.rollout_check import rollout_parity
+
+    logged = rollout_parity(torch.zeros(1, 3), torch.zeros(1, 3), torch.ones(1, 3)).metrics()
+    assert sorted(expected_rollout_keys()) == sorted(logged) and "rollout/mean_abs_logp_diff" in logged
+
+
+@no_cuda
+def test_the_cpu_variants_run_end_to_end(tmp_path):
+    """`gpu_checks.sh --cpu`: every check's code path on CPU, in its own process as on a GPU node: the lock's
+    CPU-available packages at the lock's versions, attention parity, the layer bench at 64/128 tokens, a real
+    two-step warmup of a tiny Qwen3.5-MoE (generation.backend=hf) whose weights change, and server_sync's two
+    commands built before it skips (it needs two GPUs)."""
+    out = tmp_path / "out"
+    done = subprocess.run(["bash", str(SCRIPT), "--cpu", str(out)], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(ROOT)})
+    logs = {c: (out / f"{c}.log").read_text()[-2000:] for c in DEFAULT if (out / f"{c}.log").exists()}
+    assert done.returncode == 0, (done.stdout, logs)
+    assert [row[:2] for row in _summary(out)] == [[c, "passed"] for c in DEFAULT[:-1]] + [["server_sync", "skipped"]]
+    records = {c: json.loads((out / f"{c}.json").read_text()) for c in DEFAULT}
+    assert {"torch", "transformers", "trl", "accelerate"} <= set(records["imports"]["packages"])
+    colocate = records["colocate"]
+    assert colocate["backend"] == "hf" and colocate["tensors_changed"] * 2 >= colocate["tensors"] > 10
+    assert "needs two CUDA devices" in records["server_sync"]["skipped"]
+    assert "vllm-serve" in records["server_sync"]["skipped"] and "generation.backend=vllm_server" in \
+        records["server_sync"]["skipped"]
 
 
 # ---- on a GPU (make test-gpu): the checks themselves, shorter

@@ -156,10 +156,14 @@ def strongly_connected(edges: dict[str, set[str]]) -> list[list[str]]:
             if len(group) > 1:
                 groups.append(sorted(group))
 
-    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
-    for v in sorted(set(edges) | {w for ws in edges.values() for w in ws}):
-        if v not in index:
-            visit(v)
+    previous = sys.getrecursionlimit()  # raised for the walk only: the limit is process-wide
+    sys.setrecursionlimit(max(previous, 10_000))
+    try:
+        for v in sorted(set(edges) | {w for ws in edges.values() for w in ws}):
+            if v not in index:
+                visit(v)
+    finally:
+        sys.setrecursionlimit(previous)
     return sorted(groups)
 
 

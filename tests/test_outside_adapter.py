@@ -185,3 +185,25 @@ def test_step_reads_the_assistant_message(site, monkeypatch):
         assert not obs.is_error and env.refunds == ["A100"]
     with pytest.raises(KeyError, match="Did you mean 'refund_window_days'"):
         RefundDeskAdapter(refund_window=10)
+
+
+def test_shards_of_an_outside_adapter_merge_to_a_score_where_it_is_not_installed(site, tmp_path):
+    """Issue 44 item 3: two shards of refund_desk merged on a machine without the package gave
+    ``skipped: not yet available`` and no score. The merge now summarises from the records: refund_desk
+    has its own aggregate, so the shards' recorded aggregates are combined (pair-weighted) and the entry
+    names that rule; nothing of the adapter is imported."""
+    shards = [tmp_path / f"s{i}" for i in range(2)]
+    for i, d in enumerate(shards):
+        proc = _eval(site, tmp_path, "--benchmarks", "refund_desk", "--model", "gold", "--limit", "4", "--runs", "1",
+                     "--out", str(d), "--shard", f"{i}/2")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    merged = tmp_path / "merged"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")  # the outside package's site is NOT on the path
+    proc = subprocess.run([sys.executable, "-m", "unified.eval", "--merge", *map(str, shards), "--out", str(merged)],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    entry = json.loads((merged / "summary.json").read_text())["benchmarks"]["refund_desk"]
+    assert entry["status"] == "ok" and entry["tasks_run"] == 4 and entry["aggregate"]["score"] == 100.0, entry
+    assert any("pair-weighted mean of the" in r and "shards' own aggregates" in r for r in entry["not_comparable_because"])
+    assert not entry["comparable"]

@@ -114,7 +114,7 @@ def test_sigusr1_requeues_and_the_job_resumes_in_the_same_directory(cluster, tmp
 def test_a_rollout_server_that_exits_fails_the_warmup_at_once(cluster, tmp_path):
     fake = tmp_path / "fake_vllm_serve.sh"  # stands in for `trl vllm-serve` dying while it loads
     fake.write_text('#!/bin/bash\necho "fake rollout server: GPUs on this step: ${SLURM_GPUS_ON_NODE:-none}, '
-                    'binding $VLLM_HOST"\nexit 3\n')
+                    'CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-unset}, binding $VLLM_HOST"\nexit 3\n')
     fake.chmod(0o755)
     log = tmp_path / "warmup.log"
     env = {"PYTHON": sys.executable, "REPO": str(REPO), "RECIPE": "recipes/warmup/embedded_cpu.yaml",
@@ -127,6 +127,23 @@ def test_a_rollout_server_that_exits_fails_the_warmup_at_once(cluster, tmp_path)
     text = log.read_text()
     assert state["JobState"] == "FAILED", (state, text)
     assert time.time() - start < 240  # not the 600 s the server was allowed to load
-    assert "fake rollout server: GPUs on this step: 1, binding 127.0.0.1" in text  # its own GPU, the cluster address
+    # its own GPU, bound to the step (a character device: slurmd sets CUDA_VISIBLE_DEVICES), the cluster address
+    bound = "0" if cluster.char_devices else "unset"
+    assert f"fake rollout server: GPUs on this step: 1, CUDA_VISIBLE_DEVICES={bound}, binding 127.0.0.1" in text
     assert "exited before it answered" in text and "accelerate" not in text.split("exited before it answered")[1]
     assert not (tmp_path / "out").exists()  # the trainer never started
+
+
+def test_each_step_is_bound_to_the_gpus_it_asked_for(cluster, tmp_path):
+    """The GRES are character devices: slurmd binds them, and each srun step sees the ones it was given."""
+    if not cluster.char_devices:
+        pytest.skip("mknod not allowed here (not root): the fake GPUs are plain files, which slurmd never binds")
+    log = tmp_path / "bind.log"
+    script = tmp_path / "bind.sh"
+    script.write_text("#!/bin/bash\nfor n in 1 2; do srun --ntasks=1 --gres=gpu:$n bash -c "
+                      "'echo \"step $SLURM_STEP_ID gpus=$SLURM_GPUS_ON_NODE cvd=$CUDA_VISIBLE_DEVICES\"'; done\n")
+    job = cluster.sbatch(script, sbatch_args=("--partition=work", "--gpus-per-node=2", f"--output={log}"))
+    state = cluster.wait(job, timeout_s=120)
+    text = log.read_text()
+    assert state["JobState"] == "COMPLETED", (state, text, cluster.logs())
+    assert re.findall(r"gpus=(\d) cvd=(\S*)", text) == [("1", "0"), ("2", "0,1")], text

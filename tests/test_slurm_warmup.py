@@ -91,21 +91,63 @@ def test_too_few_nodes_is_a_clear_error():
 
 
 @pytest.mark.slow
-def test_sbatch_trains_and_writes_the_checkpoint(tmp_path, tiny_checkpoint):
+def test_sbatch_usr1_saves_requeues_and_resumes_at_the_saved_step(tmp_path, tiny_checkpoint):
+    """A real sbatch of the warmup on a one-node Slurm, warned (SIGUSR1 to the batch shell, what
+    ``--signal=B:USR1@600`` sends) while it trains: the trainer saves checkpoint-k at the end of its step and
+    exits, the job is requeued (same id, same output directory) and resumes from checkpoint-k: every step's
+    metrics once, none lost, none repeated; final/ at max_steps."""
+    import json
+    import time
+
     require_slurm()
     data = write_fixture_awb_dir(tmp_path / "data")
     output = tmp_path / "out"
+    log = tmp_path / "job.log"
     env = {"PYTHON": PYTHON, "REPO": str(REPO), "RECIPE": "recipes/warmup/embedded_cpu.yaml", "GPUS_PER_NODE": "0",
            "MODEL": str(tiny_checkpoint), "DATA": str(data), "OUTPUT": str(output), "HF_HUB_OFFLINE": "1"}
-    args = tiny_cli_overrides(None, None, None, "train.max_steps=2", "train.save_steps=1")
+    max_steps = 6
+    args = tiny_cli_overrides(None, None, None, f"train.max_steps={max_steps}", "train.save_steps=100")
+    metrics = output / "metrics.jsonl"
+
+    def steps() -> list[int]:
+        if not metrics.exists():
+            return []
+        return [r["step"] for r in map(json.loads, filter(None, metrics.read_text().splitlines())) if "loss" in r]
+
     with SlurmCluster(tmp_path / "slurm") as cluster:
-        text = cluster.run_job(SCRIPT, *args, log=tmp_path / "job.log", name="lwm-test", env=env, cwd=REPO)
-    assert f"the warmed-up checkpoint is {output}/final" in text
+        job = cluster.sbatch(SCRIPT, *args, env=env, cwd=REPO, sbatch_args=(
+            "--nodes=1", "--exclusive", "--gpus-per-node=0", f"--output={log}", "--job-name=lwm-test"))
+        deadline = time.time() + 300
+        while not steps() and time.time() < deadline:
+            time.sleep(0.5)
+        assert steps(), (cluster.job_state(job), log.read_text() if log.exists() else "")
+        subprocess.run(["scancel", "--signal=USR1", "--batch", str(job)], env=cluster.env(), check=True)
+        deadline = time.time() + 180
+        while cluster.job_state(job).get("Restarts", "0") == "0" and time.time() < deadline:
+            time.sleep(0.5)
+        while cluster.job_state(job).get("JobState") != "PENDING" and time.time() < deadline:
+            time.sleep(0.5)
+        # Slurm holds a requeued job back for a while before it may start again: let it start now, though not
+        # within the second its old credential was revoked in (slurmd compares whole seconds: "Job credential
+        # revoked" would kill the restart)
+        time.sleep(2)
+        subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=cluster.env(), check=True)
+        state = cluster.wait(job, timeout_s=400)
+        text = log.read_text()
+        assert state["JobState"] == "COMPLETED" and state["Restarts"] == "1", (state, text[-4000:], cluster.logs())
+    saved = int(re.search(r"pre-empted at step (\d+): saved \S+checkpoint-(\d+)", text)[1])
+    assert 1 <= saved < max_steps, text[-3000:]
+    assert "asking the trainer to save a checkpoint" in text and "requeueing job" in text
+    assert f"resuming from {output}/checkpoint-{saved}" in text
+    assert steps() == list(range(1, max_steps + 1))  # the step count continues: none lost, none repeated
+    state = json.loads((output / f"checkpoint-{saved}" / "trainer_state.json").read_text())
+    assert state["global_step"] == saved
+    assert {"optimizer.pt", "scheduler.pt"} <= {p.name for p in (output / f"checkpoint-{saved}").iterdir()}
+    assert f"the warmed-up checkpoint is {output}/final" in text and not (output / "preempt.request").exists()
     from unified.models import load_checkpoint
 
     loaded = load_checkpoint(output / "final", device="cpu")
     assert loaded.model.config.model_type == "qwen3_moe"
-    assert (output / "checkpoint-2" / "trainer_state.json").is_file()
 
 
 def test_image_wraps_every_step(tmp_path):

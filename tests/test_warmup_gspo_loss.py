@@ -211,36 +211,43 @@ def test_cpu_recipe_schedule_one_generation_feeds_k_updates_that_clip(tmp_path):
 
 
 def test_gspo_and_grpo_gradients_differ_off_policy_and_agree_on_policy(tmp_path):
-    """On the second minibatch of a generation batch (the policy one update of the 35B recipe's size, lr
-    1e-6, past the sampler), the sequence-level (GSPO) and token-level (GRPO) objectives give different gradients,
-    with the recipe's clip range; on the first (on-policy) they are the same (the ratio is exactly 1)."""
-    trainer = build_tiny_trainer(tmp_path, "model.router_aux_loss_coef=0",
-                                 f"train.learning_rate={_recipe('qwen35_35b_a3b').train.learning_rate}")
+    """On-policy (the ratio exactly 1) the sequence-level (GSPO) and token-level (GRPO) objectives give the
+    same gradient. Off-policy, with the recipe's clip range [1 - 3e-4, 1 + 4e-4]: a sampler whose per-token
+    log-probs differ from the policy's by +-1e-3, alternating along each completion, so that each sequence's
+    mean log-ratio stays within the clip (0 to +3.3e-4: GSPO clips nothing) while every token's ratio
+    exp(+-1e-3) leaves it (GRPO clips the tokens where the clip binds for the advantage's sign). Both
+    gradients are non-zero and they differ by a large fraction of their size."""
+    trainer = build_tiny_trainer(tmp_path, "model.router_aux_loss_coef=0")
     inputs = completion_batch([[11, 12, 13, 14, 15], [21, 22, 23], [31, 32, 33, 34], [41, 42]],
                               [1.0, -1.0, 0.5, -0.5], pad_to=5, seed=4)
-    inputs["old_per_token_logps"] = trl_token_logps(trainer, inputs)
+    current = trl_token_logps(trainer, inputs)
     params = [p for p in trainer.model.parameters() if p.requires_grad]
 
-    def grads(level):
+    def grads(level, old):
         trainer.importance_sampling_level = level
         trainer.model.zero_grad()
-        trainer._compute_loss(trainer.model, inputs).backward()
-        return torch.cat([p.grad.flatten() for p in params if p.grad is not None]).clone()
+        trainer._compute_loss(trainer.model, {**inputs, "old_per_token_logps": old}).backward()
+        return torch.cat([p.grad.flatten() for p in params if p.grad is not None]).clone(), _clip_metric(trainer)
 
-    def max_rel_diff(a, b):  # relative to the larger of the two (a fully clipped gradient is 0)
-        return float((a - b).abs().max() / torch.maximum(a.abs().max(), b.abs().max()))
+    def rel_diff(a, b):  # relative to the larger of the two norms
+        return float((a - b).norm() / torch.maximum(a.norm(), b.norm()))
 
-    on_policy = max_rel_diff(grads("sequence"), grads("token"))
-    trainer.create_optimizer()
-    trainer.model.zero_grad()
-    trainer._compute_loss(trainer.model, inputs).backward()
-    trainer.optimizer.step()  # one update of the CPU recipe's size (lr 2e-5): the next minibatch is off-policy
-    gspo, grpo = grads("sequence"), grads("token")
-    off_policy = max_rel_diff(gspo, grpo)
-    print(f"GSPO vs GRPO gradient: max rel diff on-policy {on_policy:.2e}, off-policy {off_policy:.2e}; "
-          f"|g| GSPO {float(gspo.norm()):.3e} GRPO {float(grpo.norm()):.3e}")
+    (gspo_on, _), (grpo_on, _) = grads("sequence", current), grads("token", current)
+    on_policy = rel_diff(gspo_on, grpo_on)
+    signs = torch.tensor([1.0, -1.0, 1.0, -1.0, 1.0]).expand_as(current)
+    sampler = current - 1e-3 * signs  # logp_policy - logp_sampler = +-1e-3 a token
+    mask = inputs["completion_mask"].bool()
+    seq_log_ratio = ((current - sampler) * mask).sum(-1) / mask.sum(-1)
+    assert float(seq_log_ratio.min()) > -EPS and float(seq_log_ratio.max()) < EPS_HIGH  # GSPO: inside the clip
+    (gspo, gspo_clip), (grpo, grpo_clip) = grads("sequence", sampler), grads("token", sampler)
+    off_policy = rel_diff(gspo, grpo)
+    print(f"GSPO vs GRPO gradient: rel diff on-policy {on_policy:.2e}, off-policy {off_policy:.2e}; "
+          f"|g| GSPO {float(gspo.norm()):.3e} GRPO {float(grpo.norm()):.3e}; clip GSPO {gspo_clip} GRPO {grpo_clip}")
     assert on_policy < 1e-5, on_policy
-    assert off_policy > 1e-2, off_policy
+    assert float(gspo.norm()) > 0 and float(grpo.norm()) > 0
+    assert gspo_clip == 0.0 and grpo_clip > 0.0
+    assert rel_diff(gspo, gspo_on) < 1e-2  # GSPO clipped nothing: nearly the on-policy gradient
+    assert off_policy > 0.1, off_policy
 
 
 def test_a_generation_batch_larger_than_the_data_is_refused_not_trained_for_zero_steps(tmp_path, tiny_checkpoint,

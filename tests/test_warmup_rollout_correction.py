@@ -39,11 +39,17 @@ def _recipe_correction(recipe: str) -> list[str]:
 
 
 def _as_vllm(trainer, rollout_func, sync=None):
-    """Turn on TRL's vLLM branch of the loss, with ``rollout_func`` as the rollout engine."""
+    """Turn on TRL's vLLM branch of the loss, with ``rollout_func`` as the rollout engine (an engine object
+    with ``sync_weights`` and ``sequence_logprobs`` is also TRL's ``vllm_generation``, so the weight-sync
+    probe scores with it; a synthetic engine has no weights to probe, and the probe is off)."""
     trainer.use_vllm = True
     trainer.rollout_func = rollout_func
     trainer._last_loaded_step = -1
-    trainer.vllm_generation = type("Engine", (), {"sync_weights": staticmethod(sync or (lambda: None))})()
+    if hasattr(rollout_func, "sequence_logprobs"):
+        trainer.vllm_generation = rollout_func
+    else:
+        trainer.vllm_generation = type("Engine", (), {"sync_weights": staticmethod(sync or (lambda: None))})()
+        trainer.sync_bounds = (trainer.sync_bounds[0], None)
     return trainer
 
 
@@ -150,7 +156,8 @@ def test_gate_messages_name_the_bound():
     check_rollout_parity(p, max_mean_logp_diff=None, min_mean_weight=None)  # both checks off
     with pytest.raises(RolloutParityError, match=r"mean \|logp_train - logp_rollout\| = 0.4 .*rollout_max_mean_logp_diff = 0.1"):
         check_rollout_parity(p, max_mean_logp_diff=0.1, min_mean_weight=None)
-    with pytest.raises(RolloutParityError, match=r"mean importance-sampling weight = 0.3 < .*rollout_min_mean_weight = 0.5"):
+    with pytest.raises(RolloutParityError, match=r"mean importance-sampling weight = 0.3 \(applied mean 0.3, unclipped "
+                                                 r"geometric mean 1.492\) < .*rollout_min_mean_weight = 0.5"):
         check_rollout_parity(p, max_mean_logp_diff=1.0, min_mean_weight=0.5)
 
 
@@ -158,18 +165,32 @@ class Bf16RolloutEngine:
     """A bf16 copy of the policy as the rollout engine: ``sync_weights`` copies the trainer's weights in
     (as TRL's NCCL sync does into vLLM), ``__call__`` samples and returns its own processed log-probs."""
 
-    def __init__(self, trainer, *, stale_model=None):
+    def __init__(self, trainer, *, stale_model=None, syncs_that_work: int | None = None):
         self.trainer = trainer
         self.engine = copy.deepcopy(stale_model or trainer.model).to(torch.bfloat16).eval()
+        # the trainer's model carries accelerate's forward wrapper as an instance attribute, bound to the
+        # trainer's own module: without removing it the copy would compute with the trainer's weights
+        self.engine.__dict__.pop("forward", None)
         self.stale = stale_model is not None
+        self.syncs_that_work = syncs_that_work
+        """Break the sync on purpose: copy the weights only on the first N calls (None: always)."""
         self.syncs = 0
 
     def sync_weights(self):
         self.syncs += 1
+        if self.syncs_that_work is not None and self.syncs > self.syncs_that_work:
+            return
         if not self.stale:
             with torch.no_grad():
                 for mine, theirs in zip(self.engine.parameters(), self.trainer.model.parameters(), strict=True):
                     mine.copy_(theirs)
+
+    @torch.no_grad()
+    def sequence_logprobs(self, ids):
+        """The engine's log-probs of tokens 2..n of ``ids`` (the weight-sync probe; vLLM: prompt_logprobs)."""
+        x = torch.tensor([ids])
+        logits = self.engine(input_ids=x).logits[0, :-1].float()
+        return logits.log_softmax(-1).gather(-1, x[0, 1:, None]).squeeze(-1).tolist()
 
     def __call__(self, prompts, trainer):
         tok, args = trainer.processing_class, trainer.args
@@ -194,11 +215,11 @@ class Bf16RolloutEngine:
         return {"prompt_ids": prompt_ids, "completion_ids": completions, "logprobs": logprobs}
 
 
-def _bf16_trainer(tmp_path, *extra, stale_model=None):
+def _bf16_trainer(tmp_path, *extra, stale_model=None, syncs_that_work=None):
     trainer = build_tiny_trainer(tmp_path, "model.router_aux_loss_coef=0", "generation.max_completion_length=8",
                                  "train.max_steps=2", "train.learning_rate=1e-3", *_recipe_correction("qwen35_35b_a3b"),
                                  *extra, reward_funcs=[completion_length_reward])
-    engine = Bf16RolloutEngine(trainer, stale_model=stale_model)
+    engine = Bf16RolloutEngine(trainer, stale_model=stale_model, syncs_that_work=syncs_that_work)
     return _as_vllm(trainer, engine, engine.sync_weights), engine
 
 
@@ -215,13 +236,52 @@ def test_bf16_rollouts_pass_the_gate_and_log_the_correction(tmp_path):
         assert 0.8 < h["rollout/mean_weight"] < 1.2
         assert h["sampling/importance_sampling_ratio/mean"] == pytest.approx(h["rollout/mean_weight"], rel=1e-4)
         assert "sampling/sampling_logp_difference/mean" in h
+        assert 0 < h["rollout/probe_abs_logp_diff"] < 0.1  # the probe after each sync: bf16 against fp32
 
 
-def test_gate_stops_at_step_one_when_the_engine_serves_other_weights(tmp_path):
+@pytest.mark.parametrize("probe", ["on", "off"])
+def test_gate_stops_at_step_one_when_the_engine_serves_other_weights(tmp_path, probe):
+    """An engine that never received the trained weights: the probe after the first sync stops the run; with
+    the probe off, the step-1 parity gate on the first batch does."""
     from _warmup_support import tiny_policy
 
     stale, _ = tiny_policy(seed=7)
-    trainer, _ = _bf16_trainer(tmp_path, stale_model=stale)
-    with pytest.raises(RolloutParityError, match=r"at step 1 failed .*rollout_max_mean_logp_diff"):
+    extra = ["monitor.rollout_probe_max_logp_diff=null"] if probe == "off" else []
+    trainer, _ = _bf16_trainer(tmp_path, *extra, stale_model=stale)
+    expected = r"weights not synced: after the weight sync before step 1 .*probe" if probe == "on" else \
+        r"at step 1 failed .*rollout_max_mean_logp_diff"
+    with pytest.raises(RolloutParityError, match=expected):
         trainer.train()
     assert trainer.state.global_step == 0  # stopped before the first update
+
+
+@pytest.mark.parametrize("probe", ["on", "off"])
+def test_a_sync_skipped_after_step_one_stops_the_run_at_batch_two(tmp_path, probe):
+    """The engine takes the weights at the first sync and then no more (a sync failing silently). Right
+    after the second sync the probe finds the engine on step 0's weights; with the probe off, the same
+    batch's rollout-vs-trainer difference against batch 1's stops it (``weights not synced`` both times)."""
+    from unified.warmup.rollout_check import WeightSyncError
+
+    extra = ["monitor.rollout_probe_max_logp_diff=null"] if probe == "off" else []
+    trainer, engine = _bf16_trainer(tmp_path, "train.max_steps=3", "train.learning_rate=3e-2", *extra,
+                                    syncs_that_work=1)
+    with pytest.raises(WeightSyncError, match="weights not synced: .*step 2") as stopped:
+        trainer.train()
+    assert trainer.state.global_step == 1 and engine.syncs == 2  # one update, stopped before the second
+    assert ("probe sequence" in str(stopped.value)) == (probe == "on")
+    ok = [h for h in trainer.state.log_history if "rollout/mean_abs_logp_diff" in h]
+    assert len(ok) == 1 and ok[0]["rollout/mean_abs_logp_diff"] < 0.05  # batch 1 passed, synced
+
+
+def test_sync_gate_bounds():
+    from unified.warmup.rollout_check import WeightSyncError, check_probe, check_weight_sync, probe_logp_diff
+
+    check_weight_sync(0.05, 0.02, max_rise=3.0, step=2)  # under max(3 x 0.02, 0.02 + 0.02) = 0.06
+    with pytest.raises(WeightSyncError, match=r"weights not synced: at step 2 .* 0.07 nats .*bound 0.06"):
+        check_weight_sync(0.07, 0.02, max_rise=3.0, step=2)
+    check_weight_sync(9.0, 0.02, max_rise=None, step=2)  # off
+    diff, tokens = probe_logp_diff([-1.0, -2.0, -3.0], [-1.1, float("-inf"), -2.7])
+    assert diff == pytest.approx(0.2) and tokens == 2
+    check_probe(diff, tokens, max_diff=0.25, step=3)
+    with pytest.raises(WeightSyncError, match=r"weights not synced: after the weight sync before step 3 .*0.2 nats"):
+        check_probe(diff, tokens, max_diff=0.1, step=3)

@@ -9,7 +9,9 @@
 ``JsonlMetricsCallback`` whether or not wandb runs) and draw, against the optimizer step: the
 reward (mean over the step's completions, with a band of +- ``reward_std``, and each reward
 function's ``rewards/<name>/mean``); the loss; the mean completion length (band: min to max) and
-the share truncated at ``max_completion_length`` (``completions/clipped_ratio``); the KL to the
+the share truncated at ``max_completion_length`` (``completions/clipped_ratio``) with the share of
+samples a judge could not score (``rewards/dropped_share``) and of groups whose rewards are all equal
+(``rewards/zero_variance_share``, :mod:`unified.warmup.failfast`); the KL to the
 reference (``kl``, logged when ``beta > 0``) and the entropy; and the GSPO clip fraction
 (``clip_ratio/region_mean``, low and high). A metric the run did not log is a panel that says so.
 
@@ -128,7 +130,9 @@ def plot_training(path: str | Path, out: str | Path | None = None) -> Path:
     _panel(axes[0][2], records, "completion length, tokens (band: min-max)",
            [("completions/mean_length", "mean")],
            band=("completions/mean_length", "completions/min_length", "completions/max_length"))
-    _panel(axes[1][0], records, "truncated completions (share)", [("completions/clipped_ratio", "clipped_ratio")])
+    _panel(axes[1][0], records, "shares: truncated completions, unscored samples, groups without signal",
+           [("completions/clipped_ratio", "truncated"), ("rewards/dropped_share", "dropped (judge failed)"),
+            ("rewards/zero_variance_share", "zero-variance groups")])
     kl_logged = any("kl" in r for r in records)
     _panel(axes[1][1], records, "KL to reference, entropy" if kl_logged else "entropy (KL not logged: beta = 0)",
            [("kl", "kl"), ("entropy", "entropy")])

@@ -22,6 +22,11 @@ from unified.config import from_dict
 
 R = TypeVar("R", bound="Record")
 
+ROW_SCHEMA = 2
+"""The schema version every JSONL row of a run directory carries (``"schema": 2``): results, episodes,
+warmup metrics. A row without one was written before rows were versioned (version 1: the same fields);
+a row of a newer version is an error naming the file and line (written by a newer ``unified``)."""
+
 Role = Literal["system", "user", "assistant", "tool"]
 
 
@@ -39,6 +44,28 @@ class Record:
         ``where`` (a file, ``file:line``) prefixes every error message; errors are ``ValueError``.
         """
         return from_dict(cls, data, source=where)
+
+    def to_row(self) -> dict[str, Any]:
+        """``to_dict()`` as one versioned JSONL row: ``{"schema": ROW_SCHEMA, ...fields}``."""
+        return {"schema": ROW_SCHEMA, **self.to_dict()}
+
+    @classmethod
+    def from_row(cls: type[R], data: dict[str, Any], where: str = "") -> R:
+        """The record of one JSONL row (:meth:`to_row`): its ``schema`` checked (absent: version 1) and
+        removed, the rest read strictly by :meth:`from_dict`."""
+        return cls.from_dict(row_fields(data, where), where)
+
+
+def row_fields(data: dict[str, Any], where: str = "") -> dict[str, Any]:
+    """``data`` without its ``schema`` key, checked to be a version this library reads (ValueError
+    naming ``where`` otherwise)."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: expected a JSON object, got {type(data).__name__}")
+    version = data.get("schema", 1)
+    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= ROW_SCHEMA:
+        raise ValueError(f"{where}: row schema {version!r}: this version of unified reads schemas 1-{ROW_SCHEMA} "
+                         "(a newer schema was written by a newer unified: upgrade to read it)")
+    return {k: v for k, v in data.items() if k != "schema"}
 
 
 @dataclass

@@ -201,9 +201,11 @@ class _SWEBenchAdapter(Adapter):
         resolved = bool(graded.get("resolved"))
         evidence = details.get("infrastructure")
         if evidence and not resolved:  # the tests never ran; the output that says why is the patch's to shape
+            image = env.session.image_digest() if env.session is not None else str(env.spec.image or "")
+            env.stop()  # closed first: nothing of the episode's weighs on the baseline (issue 42, R4)
             error = self.infrastructure_baselines.confirm(
                 task.id, infrastructure_error("grading could not run the tests", evidence),
-                lambda: self._grading_without_agent(task, grading_network))
+                lambda: self._grading_without_agent(task, grading_network), image=image)
             if error is not None:
                 return EpisodeResult(self.name, task.id, episode.trial, 0.0, details=details, error=error)
             details["infrastructure_unconfirmed"] = f"{NOT_REPRODUCED}\n" + "\n".join(evidence)

@@ -52,8 +52,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from unified.benchmarks import bounded
-from unified.benchmarks.contract import (Adapter, AgentLimits, BenchmarkUnavailable, Environment, PaperReference,
-                                         RunContext, Task)
+from unified.benchmarks.contract import (SCORING_FAILED_AFTER_AGENT, Adapter, AgentLimits, BenchmarkUnavailable,
+                                         Environment, PaperReference, RunContext, Task)
 from unified.benchmarks.helpers import config_list, limit_runnable, require_execution_backend
 from unified.benchmarks.aggregate import avg_at_k, partition, per_trial, scores_by_task
 from unified.execution.infra import NOT_REPRODUCED, InfrastructureBaselines
@@ -268,7 +268,12 @@ class TerminalBench2Adapter(Adapter):
 
     def score(self, task: Task, episode: Episode, env: Environment) -> EpisodeResult:
         assert isinstance(env, TerminalBenchEnvironment)
-        details = env.run_verifier()
+        try:
+            details = env.run_verifier()
+        except Exception as exc:  # noqa: BLE001 - the agent's actions can make it raise: a 0, counted (issue 42 R2)
+            details = {"reward": None, "status": SCORING_FAILED_AFTER_AGENT,
+                       "grader_error": f"the verifier could not run after the agent acted: {type(exc).__name__}: "
+                                       f"{str(exc)[-500:]}"}
         details["task_complete_called"] = env.completed
         details["agent_timed_out"] = bool(env.metadata.get("agent_timed_out"))
         details["task_network"] = env.task.network
@@ -281,11 +286,13 @@ class TerminalBench2Adapter(Adapter):
         if episode.metadata.get("limit_hit"):
             details["loop_limit"] = episode.metadata["limit_hit"]
         details.update({k: v for k, v in env.metadata.get("execution", {}).items() if k.startswith("rebuilt_base")})
-        checkable = env.session is not None and not details.get("tampered")  # a changed toolchain's output proves nothing
+        checkable = env.session is not None and not details.get("tampered") and "grader_error" not in details  # a changed toolchain's output proves nothing
         infra = verifier_infrastructure_error(env.task.path, env.read_verifier_file, details) if checkable else None
         if infra is not None:  # the output that shows it is the agent's to shape: does it fail without the agent?
+            image = env.session.image_digest() if env.session is not None else ""
+            env.stop()  # closed first: nothing of the episode's (a disk it filled) weighs on the baseline
             evidence, infra = infra, self.infrastructure_baselines.confirm(
-                task.id, infra, lambda: self._verifier_without_agent(task))
+                task.id, infra, lambda: self._verifier_without_agent(task), image=image)
             if infra is None:
                 details["infrastructure_unconfirmed"] = f"{NOT_REPRODUCED}\n{evidence}"
         reward = details.get("reward")

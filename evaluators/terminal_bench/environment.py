@@ -121,6 +121,10 @@ class TerminalBenchEnvironment(Environment):
         self.oracle_requested = oracle_requested or (lambda: False)
         self.solution_installed = False
         self.verifier_files: PrivateRun | None = None
+        self.setup_changes: set[str] = set()
+        """The toolchain changes our setup made before the agent acted (:meth:`record_setup`)."""
+        self.prepared_verifier_env: dict[str, str] = {}
+        """The verifier's environment, made by :meth:`start_session` before the agent acts."""
 
     def spec(self) -> EnvironmentSpec:
         t = self.task
@@ -133,13 +137,23 @@ class TerminalBenchEnvironment(Environment):
     def start(self) -> None:
         self.start_session()
         self.start_terminal()
+        self.record_setup()
         self._started_at = time.monotonic()
         self.first_user_message = (f"Task:\n{self.task.instruction}\n\nCurrent terminal screen:\n"
                                    f"{self.terminal.capture()}")
 
+    def record_setup(self) -> None:
+        """Before the agent's first action: what our own setup changed in the verifier's toolchain (tmux installed
+        into an image without it), so that only the agent's changes count as tampering."""
+        assert self.session is not None
+        self.setup_changes = set(self.session.toolchain_changes() or [])
+
     def start_session(self) -> None:
         """The task's sandbox or container, with tmux in it, and the run facts in ``metadata``."""
         self.session = self.backend.start(self.spec())
+        # what the private verifier needs is made now, before the agent acts (a mktemp it replaced, a /tmp it made
+        # read-only, cannot stop it later); its HOME becomes a fresh private directory when it runs
+        self.prepared_verifier_env = self.session.verifier_env()
         self._ensure_tmux()
         self.metadata.update({"backend": self.session.backend, "execution": dict(self.session.info),
                               "agent_timeout_s": self.task.agent_timeout_s, "network": self.network,
@@ -237,18 +251,20 @@ class TerminalBenchEnvironment(Environment):
         before = self.session.toolchain_changes()
         details = self._run_verifier()
         after = self.session.toolchain_changes(before_verifier=False)  # what a process left running did meanwhile
-        changes = list(dict.fromkeys([*(before or []), *(after or [])]))
+        changes = [c for c in dict.fromkeys([*(before or []), *(after or [])]) if c not in self.setup_changes]
         if before is None and after is None:
             details["toolchain_checked"] = False
         elif changes:
             details.update({"reward_claimed": details.get("reward"), "reward": 0.0, "stop_reason": "tampered",
-                            "tampered": f"{TAMPERED}: {', '.join(changes)}"})
+                            "tampered": f"{TAMPERED}: {', '.join(changes[:40])}"
+                                        + (f" and {len(changes) - 40} more" if len(changes) > 40 else "")})
         return details
 
     def _run_verifier(self) -> dict[str, Any]:
         session = self.session
         assert session is not None
-        env = {**session.verifier_env(), **self.task.verifier_env}  # fresh HOME, no user site (see there)
+        # fresh HOME (private to the verifier), no user site (see there); made before the agent acted
+        env = {**(self.prepared_verifier_env or session.verifier_env()), **self.task.verifier_env}
         tests = Path(self.task.path) / "tests"
         private = session.exec_private_verifier(
             ["bash", "-c", "bash /tests/test.sh 2>&1 | tee /logs/verifier/test-stdout.txt; exit ${PIPESTATUS[0]}"],

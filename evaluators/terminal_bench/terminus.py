@@ -224,6 +224,7 @@ class TerminusEnvironment(TerminalBenchEnvironment):
         first = self._serve(max(self._time_left(), START_TIMEOUT_S))
         if first is None:
             raise BridgeError(f"Terminus-2 ended before its first model call: {self.terminus.get('error')}")
+        self.record_setup()  # harbor's own setup (its tmux) is done; the model has not acted yet
         self.first_user_message = first
 
     def _serve(self, timeout_s: float | None = None) -> str | None:

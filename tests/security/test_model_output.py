@@ -165,7 +165,10 @@ def test_any_exception_inside_one_episode_is_recorded_and_the_run_goes_on(tmp_pa
     loop = AgentLoop(adapter, OddPolicy({"echo_3": "RAISE"}), prompting="raises_on_marker", on_result=store.append)
     results = {r.task_id: r for r in loop.run([Job(t) for t in adapter.tasks()])}
     assert set(results) == {f"echo_{i}" for i in range(6)}
-    assert "not an EpisodeResult" in results["echo_1"].error
+    # score() returned junk after the agent acted: 0, counted, labelled (issue 42, R2), never left out
+    assert results["echo_1"].error is None and results["echo_1"].score == 0.0
+    assert results["echo_1"].details["status"] == "scoring_failed_after_agent"
+    assert "not an EpisodeResult" in results["echo_1"].details["grader_error"]
     assert "recording the episode failed" in results["echo_2"].error
     assert "prompting module blew up" in results["echo_3"].error
     assert "not a PolicyOutput" in results["echo_4"].error
@@ -173,3 +176,21 @@ def test_any_exception_inside_one_episode_is_recorded_and_the_run_goes_on(tmp_pa
     recorded = store.load()
     assert len(recorded) == 6 and recorded[("echo_2", 0)].error  # on disk, so a rerun skips it
     assert json.loads(store.episodes_path.read_text().splitlines()[-1])["task_id"]
+
+
+def test_the_depth_limit_holds_whatever_the_recursion_limit():
+    """A library in the process raised ``sys.setrecursionlimit`` (the import-graph test did, for the rest
+    of the suite): the depth limit relied on json's RecursionError and let 5000 levels through to the
+    parser ("not valid JSON" instead of "nested deeper"; deeper still is a C-stack crash on a worker
+    thread). The nesting is now counted before parsing, outside strings."""
+    import sys
+
+    previous = sys.getrecursionlimit()
+    sys.setrecursionlimit(100_000)
+    try:
+        with pytest.raises(UntrustedJSONError, match="nested deeper"):
+            load_untrusted_json("[" * 5000 + "]" * 5000)
+        assert load_untrusted_json('{"a": "' + "[" * 5000 + '"}') == {"a": "[" * 5000}  # brackets in a string
+        assert load_untrusted_json('["\\"", [[1]]]') == ['"', [[1]]]
+    finally:
+        sys.setrecursionlimit(previous)

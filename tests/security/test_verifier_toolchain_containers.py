@@ -19,6 +19,9 @@ tests/fixtures/terminal_bench_containers) that first swaps programs of the verif
   found`` and writes no reward; that read as ``error: infrastructure`` and left the score. Now it is
   a 0 (tampered, and not reproduced without the agent).
 
+Since issue 42 (R1) the verifier runs on the image's own toolchain (:mod:`unified.execution.pristine`): the
+wrapped programs are still named ``tampered``, but the verifier never runs them at all.
+
 Root only (the fixture's base is rebuilt with debootstrap; rootless podman is not covered here).
 """
 
@@ -112,7 +115,8 @@ def test_no_program_of_the_container_runs_with_privileges_or_forges_the_reward(p
     proof = release_agent_proof
     result, logged = attack(podman_service_adapter, _r1_r2_keys(proof), "wrappers-2", _logged)
     assert not proof.exists(), "the container's program escaped to the host as root (cgroup release_agent)"
-    assert "bash" in logged, f"the verifier's bash never ran: {logged}"
+    # the verifier runs on the image's own toolchain (issue 42, R1): the agent's wrapped bash never runs in it
+    assert "bash" not in logged, f"the verifier ran the agent's bash: {logged}"
     agent = logged.pop("agent")[0]
     for program, runs in logged.items():
         for status in runs:
@@ -121,7 +125,7 @@ def test_no_program_of_the_container_runs_with_privileges_or_forges_the_reward(p
             assert held <= {b for b in range(64) if agent["CapEff"] >> b & 1} | {CAP_WAKE_ALARM}, (program, sorted(held))
             assert status["Seccomp"] >= agent["Seccomp"], f"{program} ran with less seccomp filtering than the agent"
     assert result.score == 0.0 and result.passed is False, result.details
-    assert result.details["stop_reason"] == "tampered" and result.details["reward_claimed"] == 1.0
+    assert result.details["stop_reason"] == "tampered" and result.details["reward_claimed"] == 0.0  # not forged
     for program in ("/usr/bin/bash", "/usr/bin/unshare", "/usr/bin/timeout"):
         assert program in result.details["tampered"]
 
@@ -132,6 +136,7 @@ FAKE_MISSING_PYTEST = _wrap("bash", 'case "$*" in *test.sh*) echo "bash: line 9:
 
 def test_a_fake_bash_cannot_make_a_failed_answer_an_infrastructure_error(podman_service_adapter):
     result, _ = attack(podman_service_adapter, FAKE_MISSING_PYTEST, "wrappers-2")
-    assert "pytest: command not found" in result.details.get("verifier_output", ""), result.details  # the fake ran
+    # the verifier runs on the image's toolchain (issue 42, R1): the fake never runs there
+    assert "pytest: command not found" not in result.details.get("verifier_output", ""), result.details
     assert result.error is None and result.score == 0.0 and result.passed is False, result.error
     assert "/usr/bin/bash" in result.details["tampered"]

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from unified.agent.prompting import PromptingModule, make_prompting
-from unified.benchmarks.contract import Adapter, Environment, RunContext, with_run
+from unified.benchmarks.contract import SCORING_FAILED_AFTER_AGENT, Adapter, Environment, RunContext, with_run
 from unified.benchmarks.failures import check_details, check_tools
 from unified.sandbox.hostenv import redact_host_secrets
 from unified.types import Episode, EpisodeResult, Message, Observation, ToolCall
@@ -73,6 +73,21 @@ def crash_result(benchmark: str, job: Any, error: str) -> EpisodeResult:
     """The result of an episode that ended with ``error``."""
     return EpisodeResult(benchmark=benchmark, task_id=job.task.id, trial=job.trial, score=0.0, passed=False,
                          error=error)
+
+
+def scoring_failed_result(benchmark: str, job: Any, error: str) -> EpisodeResult:
+    """The result of an episode whose scoring raised after the agent acted: score 0, counted.
+
+    The agent's actions can make scoring raise (a ``/tmp`` it made read-only, a ``mktemp`` it
+    replaced, a full disk), so a failed answer must not leave the score that way: the episode
+    scores 0 and stays in the aggregate's denominator (``error`` is None), labelled with
+    ``details["status"] = "scoring_failed_after_agent"`` and the traceback as ``grader_error``
+    (the report counts the task as errored). Only an infrastructure failure that the adapter
+    confirmed on a fresh environment without the agent is left out of a score
+    (:mod:`unified.execution.infra`).
+    """
+    return EpisodeResult(benchmark=benchmark, task_id=job.task.id, trial=job.trial, score=0.0, passed=False,
+                         details={"status": SCORING_FAILED_AFTER_AGENT, "grader_error": error})
 
 
 def close_environment(state: EpisodeState) -> None:
@@ -156,7 +171,8 @@ def next_user_turn(state: EpisodeState) -> str | None:
 
 def finish_episode(adapter: Adapter, state: EpisodeState) -> EpisodeResult:
     """Score the episode (unless it already failed), then stop its environment. Never raises:
-    a score that fails or is not an :class:`EpisodeResult` becomes the episode's crash result."""
+    a score that fails or is not an :class:`EpisodeResult` scores 0 and is counted
+    (:func:`scoring_failed_result`), never left out of the aggregate."""
     episode, job = state.episode, state.job
     try:
         if episode.error:
@@ -169,7 +185,8 @@ def finish_episode(adapter: Adapter, state: EpisodeState) -> EpisodeResult:
             result.trial = job.trial
             return check_details(result)
         except Exception:
-            return crash_result(adapter.name, job, "scoring failed:\n" + traceback.format_exc())
+            return scoring_failed_result(adapter.name, job, "scoring failed after the agent acted:\n"
+                                         + traceback.format_exc())
     finally:
         close_environment(state)
 

@@ -22,9 +22,19 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from unified.types import EpisodeResult
+
+
+def mean_score(results: Iterable[EpisodeResult]) -> dict[str, Any]:
+    """The adapter SDK's default aggregate (``Adapter.aggregate``): the mean score in percent over the
+    results that were not skipped, ``{"score": 100 * mean(s), "metric": "mean score (%)", "n": count}``.
+    Computed from the records alone, so a summary of an adapter that keeps this default needs none of
+    its code (:mod:`unified.eval.summarize`)."""
+    scored = [r for r in results if r.skipped is None]
+    mean = 100.0 * sum(r.score for r in scored) / len(scored) if scored else 0.0
+    return {"score": mean, "metric": "mean score (%)", "n": len(scored)}
 
 
 @dataclass

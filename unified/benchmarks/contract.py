@@ -64,10 +64,14 @@ from typing import Any, ClassVar
 
 from unified.benchmarks.compat import (accept_renamed_fields, renamed_members_meta, signature_takes,
                                        warn_deprecated)
+from unified.benchmarks.aggregate import mean_score
 from unified.config import bounded, from_dict
 from unified.types import Episode, EpisodeResult, Message, Observation, Record, ToolCall, ToolSpec
 
 ENTRY_POINT_GROUP = "unified.benchmarks"
+SCORING_FAILED_AFTER_AGENT = "scoring_failed_after_agent"
+"""``EpisodeResult.details["status"]`` of an episode whose scoring raised after the agent acted: it scores 0 and
+is counted (never left out of the aggregate; :func:`unified.agent.workers.scoring_failed_result`)."""
 """The entry-point group benchmark packages register their adapter factory under."""
 
 
@@ -385,10 +389,9 @@ class Adapter:
         raise NotImplementedError
 
     def aggregate(self, results: list[EpisodeResult], *, run: RunContext = RunContext()) -> dict[str, Any]:
-        """Default: mean score in percent over scored (not skipped, not crashed-as-skip) results."""
-        scored = [r for r in results if r.skipped is None]
-        mean = 100.0 * sum(r.score for r in scored) / len(scored) if scored else 0.0
-        return {"score": mean, "metric": "mean score (%)", "n": len(scored)}
+        """Default: mean score in percent over scored (not skipped, not crashed-as-skip) results
+        (:func:`unified.benchmarks.aggregate.mean_score`; a summary recomputes it without the adapter)."""
+        return mean_score(results)
 
     def agent_limits(self, limits: AgentLimits) -> AgentLimits:
         """The limits this benchmark runs under, given the run's. Default: the run's; an adapter

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 MAX_JSON_DEPTH = 64
@@ -84,10 +85,34 @@ def check_untrusted_value(value: Any) -> None:
                                          "valid Unicode") from None
 
 
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def _nesting_exceeds(text: str, limit: int) -> bool:
+    """Whether JSON-like ``text`` opens more than ``limit`` arrays/objects at once outside its strings:
+    a linear scan before parsing (strings dropped by an unambiguous regex, then the brackets counted),
+    so the depth limit holds whatever the interpreter's recursion limit is (another library in the
+    process may have raised it, and a deep parse on a worker thread's small stack is a crash, not a
+    RecursionError)."""
+    depth = 0
+    for match in _BRACKET.finditer(_JSON_STRING.sub("", text)):
+        if match.group() in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        else:
+            depth -= 1
+    return False
+
+
 def load_untrusted_json(text: Any) -> Any:
     """``json.loads`` for model-written text; any problem is an :class:`UntrustedJSONError`."""
     if not isinstance(text, (str, bytes, bytearray)):
         raise UntrustedJSONError(f"expected JSON text, got {type(text).__name__}")
+    scanned = text if isinstance(text, str) else bytes(text).decode(json.detect_encoding(text), "replace")
+    if _nesting_exceeds(scanned, MAX_JSON_DEPTH):
+        raise UntrustedJSONError(f"nested deeper than {MAX_JSON_DEPTH} levels")
     try:
         value = json.loads(text, parse_int=_checked_int, parse_float=_checked_float,
                            parse_constant=_reject_constant)

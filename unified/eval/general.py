@@ -41,6 +41,7 @@ from typing import Any
 
 from unified.config import ConfigError, from_dict
 from unified.store import append_jsonl, read_jsonl, repair_tail
+from unified.types import ROW_SCHEMA, row_fields
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +193,7 @@ class GeneralStore:
         """Every record, in order, read strictly (:func:`unified.config.from_dict`): a line that is not a
         task record is a ConfigError naming the file, the line and the field."""
         repair_tail(self.path)
-        return [from_dict(TaskRecord, row, source=f"{self.path}:{number}")
+        return [from_dict(TaskRecord, row_fields(row, f"{self.path}:{number}"), source=f"{self.path}:{number}")
                 for number, row in enumerate(read_jsonl(self.path), 1)]
 
     def latest(self, fingerprint: str | None = None) -> dict[str, TaskRecord]:
@@ -201,7 +202,7 @@ class GeneralStore:
 
     def append(self, record: TaskRecord) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        append_jsonl(self.path, asdict(record))
+        append_jsonl(self.path, {"schema": ROW_SCHEMA, **asdict(record)})
 
     def outputs_dir(self, task: str) -> Path:
         return self.dir / "lm_eval" / task.replace("/", "__")

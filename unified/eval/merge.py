@@ -26,7 +26,7 @@ from typing import Any
 from unified.config import to_dict
 from unified.eval.identity import record_run_dir
 from unified.eval.plan import PLAN_FILE, PlannedBenchmark, RunPlan, read_plan, write_plan
-from unified.eval.records import RunSummary
+from unified.eval.records import RunSummary, load_summary
 from unified.eval.rundir import BenchmarkStore, RunDirLock
 from unified.eval.shards import SHARDS_FILE, Shard, parse_shard
 from unified.eval.summarize import summarize
@@ -155,7 +155,22 @@ def merge_runs(shard_dirs: list[str], out: str, *, trusted: frozenset[str] | set
         plan = merged_plan(plans, shards, in_order, target)
         record_run_dir(target, plan.config, [b.name for b in plan.benchmarks], policy_given=plan.policy_given)
         write_plan(target, plan)
-        return summarize(target, plan=plan, trusted=trusted)
+        return summarize(target, plan=plan, trusted=trusted, shard_aggregates=_shard_aggregates(in_order))
+
+
+def _shard_aggregates(dirs: list[Path]) -> dict[str, list[tuple[int, dict[str, Any]]]]:
+    """Per benchmark, each shard's (pairs, aggregate) from its own ``summary.json`` (only benchmarks every
+    shard summarised with a shard part; what a summary without the adapter's code can combine)."""
+    found: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+    for d in dirs:
+        try:
+            summary = load_summary(d)
+        except (OSError, ValueError):
+            return {}
+        for name, entry in summary.benchmarks.items():
+            if entry.shard is not None and entry.aggregate:
+                found.setdefault(name, []).append((entry.shard.pairs, entry.aggregate))
+    return {name: parts for name, parts in found.items() if len(parts) == len(dirs)}
 
 
 def _merge_benchmark(bench: str, dirs: list[Path], target: Path) -> None:
@@ -169,12 +184,12 @@ def _merge_benchmark(bench: str, dirs: list[Path], target: Path) -> None:
         recorded = store.load()  # repairs a torn tail; first record of a pair wins, as in a resume
         by_key = {(e.task_id, e.trial): e for e in store.episodes().values()}
         for key, result in recorded.items():
-            row = to_dict(result)
+            row = result.to_row()
             if key in results and results[key][0] != row:
                 raise ShardError(f"{bench}: {key} has different results in {results[key][1]} and {d}")
             results.setdefault(key, (row, d))
             if key in by_key:
-                episodes.setdefault(key, by_key[key].to_dict())
+                episodes.setdefault(key, by_key[key].to_row())
     dest = BenchmarkStore(target, bench)
     dest.dir.mkdir(parents=True, exist_ok=True)
     for path in (dest.results_path, dest.episodes_path):

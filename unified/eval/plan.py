@@ -91,6 +91,11 @@ class PlannedBenchmark:
     """Pairs of the unsharded selection (``len(tasks) * runs``)."""
     to_run: list[Pair] = field(default_factory=list)
     """``pairs`` that had no result in ``--out`` when the plan was made (after the resume filter)."""
+    aggregate_rule: Literal["adapter", "mean"] = "adapter"
+    """How its summary number is computed: ``mean``: the adapter keeps the SDK's default aggregate
+    (:func:`unified.benchmarks.aggregate.mean_score`), which a summary recomputes from the records
+    without the adapter's code; ``adapter``: its own ``aggregate`` (its code is needed, or, for a merge
+    without it, the shards' recorded aggregates combined and labelled: :mod:`unified.eval.summarize`)."""
 
     def __post_init__(self) -> None:  # JSON has no tuples: [task id, trial] read back as (str, int)
         for name in ("pairs", "to_run"):
@@ -214,7 +219,8 @@ def plan_benchmark(name: str, cfg: EvalConfig, out: Path, *, repair: bool = True
     return PlannedBenchmark(
         name, directory, settings=settings, limits=limits, runs=runs, runs_protocol=adapter.runs_default,
         tasks=[t.id for t in tasks], not_scored=[t.id for t in tasks if not t.scored], tasks_in_benchmark=in_benchmark,
-        pairs=pairs, pairs_total=len(tasks) * runs, to_run=[p for p in pairs if p not in recorded])
+        pairs=pairs, pairs_total=len(tasks) * runs, to_run=[p for p in pairs if p not in recorded],
+        aggregate_rule="mean" if getattr(type(adapter), "aggregate", None) is Adapter.aggregate else "adapter")
 
 
 def plan_run(cfg: EvalConfig, names: list[str], want_general: bool, *, engine: EngineChoice = EngineChoice(None),

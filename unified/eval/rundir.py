@@ -7,6 +7,7 @@ Layout of ``--out DIR``::
     DIR/summary.json, DIR/summary.md  aggregates per benchmark and suite (atomic)
     DIR/<benchmark>/episodes.jsonl    one Episode per line, appended as episodes finish
     DIR/<benchmark>/results.jsonl     one EpisodeResult per line, appended after its episode
+                                      (every row carries ``"schema"``: :data:`unified.types.ROW_SCHEMA`)
     DIR/<benchmark>/work/             adapter state that outlives an episode (BFCL memory)
     DIR/.lock                         while a run uses DIR: its pid, command and start time
 
@@ -55,22 +56,22 @@ class BenchmarkStore:
                 repair_tail(path)
         out: dict[tuple[str, int], EpisodeResult] = {}
         for number, row in enumerate(read_jsonl(self.results_path), 1):
-            result = EpisodeResult.from_dict(row, where=f"{self.results_path}:{number}")
+            result = EpisodeResult.from_row(row, where=f"{self.results_path}:{number}")
             out.setdefault((result.task_id, result.trial), result)
         return out
 
     def append(self, result: EpisodeResult, episode: Episode | None) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         if episode is not None:
-            append_jsonl(self.episodes_path, episode.to_dict())
+            append_jsonl(self.episodes_path, episode.to_row())
             result.episode_path = str(self.episodes_path.name)
-        append_jsonl(self.results_path, result.to_dict())
+        append_jsonl(self.results_path, result.to_row())
 
     def episodes(self) -> dict[tuple[str, int], Episode]:
         """Recorded episodes by (task_id, trial): the last record of each key wins."""
         out = {}
         for number, row in enumerate(read_jsonl(self.episodes_path), 1):
-            episode = Episode.from_dict(row, where=f"{self.episodes_path}:{number}")
+            episode = Episode.from_row(row, where=f"{self.episodes_path}:{number}")
             out[(episode.task_id, episode.trial)] = episode
         return out
 

@@ -20,6 +20,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from unified.benchmarks.aggregate import mean_score
 from unified.benchmarks.contract import BenchmarkUnavailable, RunContext, Task, with_run
 from unified.config import to_dict
 from unified.eval.general_report import general_section
@@ -27,6 +28,7 @@ from unified.eval.plan import Loaded, PlannedBenchmark, RunPlan, adapter_failure
 from unified.eval.records import BenchmarkEntry, RunSummary, ShardRun, fill_facts
 from unified.eval.report import benchmark_entry, build_summary, write_summary
 from unified.eval.rundir import BenchmarkStore
+from unified.registry import UnknownNameError
 from unified.eval.shards import SHARDS_FILE, merge_command, parse_shard, shard_part, shard_reason
 
 
@@ -55,11 +57,43 @@ def adapter_for_summary(name: str, cfg: Any, loaded: dict[str, Loaded] | None,
     return open_adapter(name, cfg)
 
 
+ShardAggregate = tuple[int, dict[str, Any]]
+"""(the shard's pairs of the benchmark, the aggregate its own summary recorded)."""
+
+
+def aggregate_without_code(planned: PlannedBenchmark, inputs: list, shards: list[ShardAggregate] | None,
+                           why: BaseException) -> dict[str, Any] | None:
+    """The aggregate of a benchmark whose adapter cannot be loaded here (not installed, or a code path only a
+    run directory names), from the records alone; None when the records cannot give it.
+
+    - ``aggregate_rule == "mean"`` (the adapter keeps the SDK default): :func:`mean_score` of the same
+      inputs, exactly what the adapter would return (``computed_without_adapter`` says so and why);
+    - a merge of shards whose summaries each recorded the adapter's aggregate with a numeric ``score``:
+      their pair-weighted mean ``sum_i p_i * score_i / sum_i p_i``, exact for a mean over episodes only, so
+      the entry names the rule in ``not_comparable_because``.
+    """
+    if planned.aggregate_rule == "mean":
+        return {**mean_score(inputs), "computed_without_adapter": f"the SDK's default mean, from the records ({why})"}
+    holding = [(pairs, agg) for pairs, agg in shards or [] if pairs > 0]  # a shard of 0 pairs adds nothing
+    usable = [(pairs, agg) for pairs, agg in holding
+              if isinstance(agg.get("score"), (int, float)) and not isinstance(agg.get("score"), bool)]
+    if not usable or len(usable) != len(holding):
+        return None
+    total = sum(pairs for pairs, _ in usable)
+    metric = str(usable[0][1].get("metric") or "score")
+    reason = (f"aggregated without the adapter's code ({why}): the pair-weighted mean of the {len(usable)} shards' "
+              "own aggregates, exact only when the benchmark's aggregate is a mean over episodes")
+    return {"score": sum(pairs * float(agg["score"]) for pairs, agg in usable) / total,
+            "metric": f"{metric}, pair-weighted over shards", "n": total, "not_comparable_because": [reason]}
+
+
 def benchmark_summary(plan: RunPlan, planned: PlannedBenchmark, out: Path,
                       loaded: dict[str, Loaded] | None = None,
-                      trusted: frozenset[str] | set[str] = frozenset()) -> BenchmarkEntry:
+                      trusted: frozenset[str] | set[str] = frozenset(),
+                      shard_aggregates: dict[str, list[ShardAggregate]] | None = None) -> BenchmarkEntry:
     """One benchmark's summary entry from its plan and its records in ``out`` (``loaded``, ``trusted``:
-    :func:`adapter_for_summary`)."""
+    :func:`adapter_for_summary`; ``shard_aggregates``: for a merge, each shard's recorded aggregate, used
+    by :func:`aggregate_without_code` when the adapter cannot be loaded)."""
     if planned.status != "run":
         return fill_facts(planned.name, _not_run(planned))
     cfg = plan.config
@@ -71,19 +105,24 @@ def benchmark_summary(plan: RunPlan, planned: PlannedBenchmark, out: Path,
     scored = [Task(id=t, benchmark=planned.directory) for t in planned.tasks if t in in_run and t not in not_scored]
     scored_ids = {t.id for t in scored}
     results = [r for key, r in store.load(repair=False).items() if key in wanted]
+    inputs = [r for r in results if r.task_id in scored_ids or r.details.get("prereq")]
     failure = None
     call = "load"
     try:
         adapter = adapter_for_summary(planned.name, cfg, loaded, trusted)
         call = "aggregate"
-        aggregate = with_run(adapter, "aggregate",
-                             [r for r in results if r.task_id in scored_ids or r.details.get("prereq")],
-                             run=RunContext(work_dir=store.work_dir, runs=planned.runs))
+        aggregate = with_run(adapter, "aggregate", inputs, run=RunContext(work_dir=store.work_dir, runs=planned.runs))
         if not isinstance(aggregate, dict):
             raise TypeError(f"aggregate() returned {type(aggregate).__name__}, not a dict")
     except Exception as exc:  # this benchmark's entry says so; the others and the summary are written
-        failure = (*adapter_failure(planned.name, call, exc), traceback.format_exc())
-        aggregate = {}
+        without_code = (aggregate_without_code(planned, inputs, (shard_aggregates or {}).get(planned.name), exc)
+                        if call == "load" and isinstance(exc, (BenchmarkUnavailable, ImportError, UnknownNameError))
+                        else None)
+        if without_code is None:
+            failure = (*adapter_failure(planned.name, call, exc), traceback.format_exc())
+            aggregate = {}
+        else:
+            aggregate = without_code
     entry = benchmark_entry(tasks=scored, results=results, runs=planned.runs, runs_protocol=planned.runs_protocol,
                             aggregate=aggregate, tasks_in_benchmark=planned.tasks_in_benchmark,
                             subset=f"--split {cfg.split}" if cfg.split else None,
@@ -122,7 +161,8 @@ def run_kind(plan: RunPlan, out: str | Path,
 
 def summarize(run_dir: str | Path, *, benchmarks: list[str] | None = None, plan: RunPlan | None = None,
               loaded: dict[str, Loaded] | None = None, finished: dict[str, BenchmarkEntry] | None = None,
-              trusted: frozenset[str] | set[str] = frozenset()) -> RunSummary:
+              trusted: frozenset[str] | set[str] = frozenset(),
+              shard_aggregates: dict[str, list[ShardAggregate]] | None = None) -> RunSummary:
     """Write ``run_dir``'s summary from its plan and records; returns it.
 
     ``benchmarks``: only these planned benchmarks (the runner's summary after each one; default all).
@@ -138,7 +178,7 @@ def summarize(run_dir: str | Path, *, benchmarks: list[str] | None = None, plan:
     finished = {} if finished is None else finished
     for name in names:
         if name not in finished:
-            finished[name] = benchmark_summary(plan, plan.benchmark(name), out, loaded, trusted)
+            finished[name] = benchmark_summary(plan, plan.benchmark(name), out, loaded, trusted, shard_aggregates)
     entries = {name: finished[name] for name in names}
     cfg = plan.config
     general = general_section(out, plan.general, cfg.model) if plan.general is not None else None

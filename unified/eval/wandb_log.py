@@ -65,7 +65,7 @@ def episode_rows(run_dir: str | Path) -> list[list[Any]]:
         episodes = BenchmarkStore(run_dir, bench).episodes()
         seen: set[tuple[str, int]] = set()
         for number, row in enumerate(read_jsonl(results_file), 1):
-            r = EpisodeResult.from_dict(row, where=f"{results_file}:{number}")
+            r = EpisodeResult.from_row(row, where=f"{results_file}:{number}")
             if (r.task_id, r.trial) in seen:  # the first result of a key is the one that counts
                 continue
             seen.add((r.task_id, r.trial))

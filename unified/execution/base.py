@@ -203,6 +203,11 @@ class ExecutionSession(ABC):
         checked: apptainer). Docker and podman read the engine's diff (:mod:`unified.execution.verifier`)."""
         return None
 
+    def image_digest(self) -> str:
+        """What identifies the image this session started from (docker/podman: its image id), for caches keyed by
+        it (:class:`unified.execution.infra.InfrastructureBaselines`); ``""`` where there is none."""
+        return str(self.info.get("image_id") or self.info.get("image") or "")
+
     def stop_agent_processes(self) -> dict[str, Any]:
         """Kill every process in the environment that is not the session's own, and confirm none is left.
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from unified.execution.base import EnvironmentSpec, shell_join
+from unified.execution.episode_network import CAP_DROP
 
 KEEPALIVE = ["sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"]
 LABEL = "unified.session"
@@ -17,11 +18,15 @@ def build_argv(engine: str, spec: EnvironmentSpec, tag: str) -> list[str]:
     return [engine, "build", "-t", tag, "-f", str(ctx / spec.dockerfile), str(ctx)]
 
 
-def run_argv(engine: str, spec: EnvironmentSpec, image: str, name: str, mounts: list[str] = ()) -> list[str]:
-    """``docker run -d`` of a keep-alive container with the spec's limits (``mounts``: extra ``-v`` options)."""
-    argv = [engine, "run", "-d", "--name", name, "--label", f"{LABEL}={name}", "--init", *mounts]
+def run_argv(engine: str, spec: EnvironmentSpec, image: str, name: str, mounts: list[str] = (),
+             network: list[str] = ()) -> list[str]:
+    """``docker run -d`` of a keep-alive container with the spec's limits (``mounts``: extra ``-v`` options;
+    ``network``: the episode's own network, :mod:`unified.execution.episode_network`), without ``CAP_NET_RAW``."""
+    argv = [engine, "run", "-d", "--name", name, "--label", f"{LABEL}={name}", "--init", *CAP_DROP, *mounts]
     if not spec.network:
         argv += ["--network", "none"]
+    else:
+        argv += list(network)
     if spec.cpus:
         argv += ["--cpus", f"{spec.cpus:g}"]
     if spec.memory_mb:

@@ -41,14 +41,18 @@ from unified.execution.base import (
     quote,
     shell_join,
 )
-from unified.execution.container_argv import build_argv, exec_argv, rm_argv, run_argv  # noqa: F401  (build_argv: public name)
+from unified.execution.container_argv import KEEPALIVE, build_argv, exec_argv, rm_argv, run_argv  # noqa: F401  (public names)
+from unified.execution.episode_network import EpisodeNetwork, NetworkSetupError
+from unified.execution.pristine import PRISTINE_POINT, pristine_toolchain
+from unified.execution.pristine import toolchain_changes as allowlist_changes
 from unified.execution.probe import probe_apptainer, probe_engine
 from unified.execution.verifier import (
-    PRIVATE_VERIFIER_SCRIPT,
     SETUP_FAILED,
     PrivateRun,
+    default_caps,
     files_tar,
     parse_private_output,
+    private_verifier_argv,
     toolchain_tampering,
 )
 from unified.execution.verifier_tools import MOUNT_POINT, keep_mask, tools_mount_argv, verifier_tools
@@ -119,28 +123,6 @@ def qualify_image(image: str) -> str:
 # docker / podman
 
 
-def private_verifier_argv(engine: str, name: str, command: list[str], *, out_dir: str, dirs: list[str],
-                          timeout_s: float, workdir: str, mask: int, env: dict[str, str] | None = None) -> list[str]:
-    """The one privileged ``exec``: the host's static busybox (never a program of the container's) sets up the
-    private namespace of :data:`~unified.execution.verifier.PRIVATE_VERIFIER_SCRIPT`; ``command`` runs through
-    ``keep-caps MASK``."""
-    bb, kc, mnt = f"{MOUNT_POINT}/busybox", f"{MOUNT_POINT}/keep-caps", f"{MOUNT_POINT}/mnt"
-    argv = [engine, "exec", "-i", "--privileged"]
-    for key, value in (env or {}).items():
-        argv += ["-e", f"{key}={value}"]
-    return argv + [name, bb, "unshare", "--mount", "--propagation", "private", bb, "sh", "-c", PRIVATE_VERIFIER_SCRIPT,
-                   "sh", bb, kc, mnt, out_dir, f"{max(timeout_s, 0.1):g}", workdir, ":".join(dirs), f"{mask:x}", *command]
-
-
-def default_caps(status: str) -> int | None:
-    """The ``CapBnd`` mask of a ``/proc/PID/status`` text (None when it has none)."""
-    for line in status.splitlines():
-        if line.startswith("CapBnd:"):
-            try:
-                return int(line.split(":", 1)[1].strip(), 16)
-            except ValueError:
-                return None
-    return None
 
 
 REBUILT_LABEL = "unified.rebuilt-base"
@@ -177,15 +159,38 @@ class DockerSession(ExecutionSession):
         self.image = image
         self.info.update({"image": image, "container": self.name})
         self._started = False
-        self._finalizer = weakref.finalize(self, _force_remove, engine, self.name)
+        self._networks: list[EpisodeNetwork] = []
+        self._finalizer = weakref.finalize(self, _force_remove, engine, self.name, self._networks)
         self._has_timeout = True
         self._keepalive: list[int] = []
         self._verifier_mask: int | str = "not started"
         """The private verifier's capability mask, or why there is no private verifier here."""
+        self._pristine = ""
+        """:data:`~unified.execution.pristine.PRISTINE_POINT` when the image's toolchain is mounted there."""
 
     def start(self) -> None:
         tools = verifier_tools()
-        argv = run_argv(self.engine, self.spec, self.image, self.name, tools_mount_argv())
+        inspected = _run([self.engine, "image", "inspect", "--format", "{{.Id}}", self.image], timeout=60)
+        if inspected.returncode == 0 and inspected.stdout.strip():
+            self.info["image_id"] = inspected.stdout.decode(errors="replace").strip()
+        mounts = tools_mount_argv()
+        if mounts:  # the private verifier runs on the image's own toolchain (issue 42, R1)
+            pristine = pristine_toolchain(self.engine, self.image, self.info.get("image_id", ""))
+            if isinstance(pristine, str):
+                self.info["pristine_toolchain"] = f"none: {pristine}"
+            else:
+                mounts += ["-v", f"{pristine}:{PRISTINE_POINT}:ro"]
+                self._pristine, self.info["pristine_toolchain"] = PRISTINE_POINT, str(pristine)
+        network: list[str] = []
+        if self.spec.network:  # its own network, no way to the host or other episodes (issue 42, R3)
+            self._started = True  # from here on, close() removes what was made
+            try:
+                self._networks.append(EpisodeNetwork.create(self.engine))
+            except (NetworkSetupError, OSError, subprocess.TimeoutExpired) as exc:
+                raise ExecutionError(f"{self.engine}: cannot give the episode a network of its own: {exc}") from exc
+            network = self._networks[0].run_options()
+            self.info["network_isolation"] = self._networks[0].info
+        argv = run_argv(self.engine, self.spec, self.image, self.name, mounts, network)
         proc = _run(argv, timeout=120)
         self._started = True
         if proc.returncode != 0:
@@ -218,15 +223,21 @@ class DockerSession(ExecutionSession):
         return self.spec.workdir or self.info.get("workdir") or "/"
 
     def toolchain_changes(self, before_verifier: bool = True) -> list[str] | None:
-        """The verifier's toolchain the agent changed, from the engine's diff of the container against its image
-        (:func:`~unified.execution.verifier.toolchain_tampering`)."""
+        """The verifier's toolchain the agent changed, from the engine's diff of the container against its image:
+        every change under its paths (:func:`unified.execution.pristine.toolchain_changes`). Where the verifier does
+        not run on the image's copy of them, the diff taken after it (``before_verifier=False``) shows its own
+        installs too and is read with the narrower :func:`~unified.execution.verifier.toolchain_tampering`."""
         try:
             proc = _run([self.engine, "diff", self.name], timeout=120)
         except subprocess.TimeoutExpired:
             return [f"? `{self.engine} diff` did not answer within 120 s"]
         if proc.returncode != 0:
             return [f"? `{self.engine} diff` failed: {proc.stderr.decode(errors='replace').strip()[-200:]}"]
-        return toolchain_tampering(proc.stdout.decode(errors="replace"), before_verifier)
+        diff = proc.stdout.decode(errors="replace")
+        if self._pristine or before_verifier:
+            return list(dict.fromkeys([*allowlist_changes(diff, ignore_bytecode=bool(self._pristine)),
+                                       *toolchain_tampering(diff, before_verifier)]))
+        return toolchain_tampering(diff, before_verifier)
 
     def own_pids(self) -> list[int]:
         return list(self._keepalive)
@@ -255,7 +266,7 @@ class DockerSession(ExecutionSession):
         limit = timeout_s + 120  # the command's own limit is inside; this bounds setup and the copy back
         argv = private_verifier_argv(self.engine, self.name, list(command), out_dir=out_dir, dirs=dirs,
                                      timeout_s=timeout_s, workdir=workdir or self.workdir, mask=self._verifier_mask,
-                                     env=env)
+                                     env=env, pristine=self._pristine)
         start = time.monotonic()
         code, out, err, host_timeout = _run_capped(argv, timeout=limit + _HOST_GRACE_S, stdin=files_tar(files))
         seconds = time.monotonic() - start
@@ -285,11 +296,13 @@ class DockerSession(ExecutionSession):
             self._finalizer()
 
 
-def _force_remove(engine: str, name: str) -> None:
+def _force_remove(engine: str, name: str, networks: list[EpisodeNetwork] = ()) -> None:
     try:
         _run(rm_argv(engine, name), timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         pass
+    for net in networks:  # after the container: a network in use cannot be removed
+        net.remove()
 
 
 class DockerBackend(ExecutionBackend):

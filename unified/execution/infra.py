@@ -15,16 +15,21 @@ That output is the agent's to shape, though: a CSV row it wrote that reads ``Cou
 host`` lands in the checker's traceback, a fake ``bash`` prints ``pytest: command not found``. So
 evidence alone never takes an episode out of the score: :class:`InfrastructureBaselines` runs the
 task's grader once more on a fresh environment from the same image *without the agent* (cached per
-task for the run), and only when that run shows a failure of the same kind is the episode
-``error: infrastructure``; otherwise it is scored as the grader says (0), with the unconfirmed
+task and image digest while the host's resources stay the same, run only after the episode's own
+environment is closed; a baseline that raises confirms nothing), and only when that run shows a
+failure of the same kind is the episode ``error: infrastructure``; otherwise it is scored as the grader says (0), with the unconfirmed
 evidence kept in ``details["infrastructure_unconfirmed"]``.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
+import tempfile
 import threading
-from typing import Callable
+from pathlib import Path
+from typing import Callable, Sequence
 
 PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("DNS", re.compile(r"Could not resolve host|Temporary failure (?:in name resolution|resolving)|Name or service "
@@ -76,44 +81,85 @@ NOT_REPRODUCED = ("not reproduced without the agent (the grader on a fresh envir
                   "this way), so the output that showed it was the agent's doing: scored as the grader says")
 
 
-class InfrastructureBaselines:
-    """The grader of each task run once without the agent, per run: is an infrastructure failure the machine's?
+LOW_DISK_BYTES = 1 << 30
+"""Less free space than this on a watched file system is a host resource state of its own (:func:`host_resources`)."""
+WATCHED_FILES = ("/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf")
+"""The host's name-resolution files: a change expires every cached baseline (:func:`host_resources`)."""
 
-    ``confirm(key, episode_error, baseline)`` returns the error text to record (``episode_error`` plus
-    :data:`CONFIRMED`) when ``baseline()`` (the grader on a fresh environment, no agent actions; it
+
+STORAGE_DIRS = ("/var/lib/containers", "/var/lib/docker", "~/.local/share/containers")
+"""Container storage whose free space is watched when it exists (:func:`host_resources`)."""
+
+
+def host_resources(paths: Sequence[str | Path] | None = None,
+                   files: Sequence[str | Path] = WATCHED_FILES) -> tuple[str, ...]:
+    """What of the host a baseline's answer depends on: for each of ``paths`` (the temporary directory, the
+    container storage that exists, by default) whether its file system has less than :data:`LOW_DISK_BYTES` free, and the sha256 of
+    each of ``files``. A baseline cached under other resources is run again (:class:`InfrastructureBaselines`)."""
+    if paths is None:
+        paths = [d for d in (os.path.expanduser(p) for p in STORAGE_DIRS) if os.path.isdir(d)]
+    state = []
+    for path in [tempfile.gettempdir(), *paths]:
+        try:
+            st = os.statvfs(path)
+            state.append(f"disk {path}: {'low' if st.f_bavail * st.f_frsize < LOW_DISK_BYTES else 'ok'}")
+        except OSError as exc:
+            state.append(f"disk {path}: {type(exc).__name__}")
+    for name in files:
+        try:
+            state.append(f"file {name}: {hashlib.sha256(Path(name).read_bytes()).hexdigest()}")
+        except OSError as exc:
+            state.append(f"file {name}: {type(exc).__name__}")
+    return tuple(state)
+
+
+class InfrastructureBaselines:
+    """The grader of each task run once without the agent: is an infrastructure failure the machine's?
+
+    ``confirm(key, episode_error, baseline, image=...)`` returns the error text to record (``episode_error``
+    plus :data:`CONFIRMED`) when ``baseline()`` (the grader on a fresh environment, no agent actions; it
     returns its own :func:`infrastructure_error` text or None) shows a failure of a kind the episode's
-    evidence also names; else None, and the caller scores the episode as its grader said. Each key's
-    baseline runs once (thread-safe; a baseline that raises counts as confirmed: the fresh environment
-    itself could not be had).
+    evidence also names; else None, and the caller scores the episode as its grader said (0).
+
+    Nothing about it can be forced by the agent (issue 42, R4): the caller runs it only after the
+    episode's own environment is closed (a disk the agent filled is freed first); a baseline that
+    raises is *not* a confirmation (the episode keeps its 0) and is not cached; an answer is cached
+    per ``(key, image)``, ``image`` being the image's digest (a rebuilt image is asked again), and
+    only while the host's resources (:func:`host_resources`: free disk, name-resolution files) stay
+    as they were when it ran.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, resources: Callable[[], tuple[str, ...]] = host_resources) -> None:
         self._lock = threading.Lock()
-        self._locks: dict[str, threading.Lock] = {}
-        self._results: dict[str, str | None] = {}
+        self._locks: dict[tuple[str, str], threading.Lock] = {}
+        self._results: dict[tuple[str, str], tuple[tuple[str, ...], str | None]] = {}
+        self._resources = resources
         self.runs = 0
-        """How many baselines ran (one per key at most)."""
+        """How many baselines ran."""
+        self.failures: list[str] = []
+        """Why each baseline that raised raised (none of them confirmed anything)."""
 
-    def baseline(self, key: str, run: Callable[[], str | None]) -> str | None:
+    def baseline(self, key: str, run: Callable[[], str | None], image: str = "") -> str | None:
+        """The cached (or now run) baseline of ``(key, image)`` under the current host resources."""
         with self._lock:
-            lock = self._locks.setdefault(key, threading.Lock())
+            lock = self._locks.setdefault((key, image), threading.Lock())
         with lock:
-            if key not in self._results:
-                self.runs += 1
-                try:
-                    self._results[key] = run()
-                except Exception as exc:  # noqa: BLE001 - the fresh environment itself failed: the machine's fault
-                    self._results[key] = infrastructure_error("a fresh environment without the agent failed",
-                                                              [f"environment: {type(exc).__name__}: {exc}"[:240]])
-            return self._results[key]
+            resources = self._resources()
+            cached = self._results.get((key, image))
+            if cached is not None and cached[0] == resources:
+                return cached[1]
+            self.runs += 1
+            try:
+                found = run()
+            except Exception as exc:  # noqa: BLE001 - no baseline: nothing is confirmed (the episode keeps its 0)
+                self.failures.append(f"{key}: {type(exc).__name__}: {exc}"[:300])
+                return None
+            self._results[(key, image)] = (resources, found)
+            return found
 
-    def confirm(self, key: str, episode_error: str, run: Callable[[], str | None]) -> str | None:
-        """``episode_error`` confirmed (with :data:`CONFIRMED` appended), or None: not the machine's fault."""
-        found = self.baseline(key, run)
-        if found is None:
-            return None
-        if found.splitlines()[1:2] and found.splitlines()[1].startswith("environment: "):
-            return f"{episode_error}\n{CONFIRMED} ({found.splitlines()[1]})"
-        if not evidence_kinds(found) & evidence_kinds(episode_error):
+    def confirm(self, key: str, episode_error: str, run: Callable[[], str | None], image: str = "") -> str | None:
+        """``episode_error`` confirmed (with :data:`CONFIRMED` appended), or None: not shown to be the machine's fault."""
+        found = self.baseline(key, run, image)
+        if found is None or not evidence_kinds(found) & evidence_kinds(episode_error):
             return None
         return f"{episode_error}\n{CONFIRMED}"

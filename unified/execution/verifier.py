@@ -43,11 +43,30 @@ import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from unified.execution.pristine import TOOLCHAIN_DIRS, TOOLCHAIN_FILES
+from unified.execution.verifier_tools import MOUNT_POINT
+
 PRIVATE_VERIFIER_SCRIPT = r"""
-bb=$1; kc=$2; mnt=$3; out=$4; limit=$5; wd=$6; privs=$7; mask=$8; shift 8
+bb=$1; kc=$2; mnt=$3; out=$4; limit=$5; wd=$6; privs=$7; mask=$8; pristine=$9; shift 9
+tdirs=$1; tfiles=$2; shift 2
 $bb mount -t tmpfs -o mode=0700 unified-verifier "$mnt" || exit 91
 scratch=$mnt/io
 $bb mkdir -m 0700 "$scratch" || exit 90
+if [ -n "$pristine" ]; then
+  oldifs=$IFS; IFS=:; k=0
+  for d in $tdirs; do
+    [ -d "$pristine$d" ] && [ ! -L "$pristine$d" ] || continue
+    [ -d "$d" ] && [ ! -L "$d" ] || { IFS=$oldifs; echo "$d" > "$scratch/tampered"; cd "$scratch" && $bb tar -c . | $bb base64; exit 0; }
+    k=$((k + 1)); $bb mkdir -p "$mnt/o$k/u" "$mnt/o$k/w" || exit 94
+    $bb mount -t overlay -o "lowerdir=$pristine$d,upperdir=$mnt/o$k/u,workdir=$mnt/o$k/w" unified-pristine "$d" || exit 94
+  done
+  for f in $tfiles; do
+    [ -e "$f" ] || [ -L "$f" ] || continue
+    if [ -f "$pristine$f" ] && [ ! -L "$pristine$f" ]; then src=$pristine$f; else src=/dev/null; fi
+    $bb mount -o bind "$src" "$f" || exit 94
+  done
+  IFS=$oldifs
+fi
 ids=""; n=0
 oldifs=$IFS; IFS=:
 for d in $privs; do
@@ -63,6 +82,7 @@ done
 IFS=$oldifs
 oid=${ids# }; oid=${oid%% *}
 $bb tar -x -o -C / || exit 93
+for d in $(IFS=:; echo $privs); do [ "$d" = "/tests" ] && { $bb mount -o remount,bind,ro "$d" || exit 93; }; done
 check() {
   set -- $ids; IFS=:
   for d in $privs; do
@@ -88,18 +108,23 @@ fi
 finish
 """
 """BusyBox sh, run as ``BUSYBOX unshare --mount --propagation private BUSYBOX sh -c SCRIPT sh BUSYBOX KEEP_CAPS MNT OUT
-LIMIT WORKDIR PRIVATE_DIRS MASK CMD...`` with the host's own static programs (:mod:`unified.execution.verifier_tools`):
+LIMIT WORKDIR PRIVATE_DIRS MASK PRISTINE TOOLCHAIN_DIRS TOOLCHAIN_FILES CMD...`` with the host's own static programs (:mod:`unified.execution.verifier_tools`):
 every tool of the privileged part is ``$bb APPLET``, and ``CMD`` runs through ``keep-caps MASK`` (the container's
 default capabilities plus a marker), never with more. ``MNT`` is an empty directory inside the read-only tools mount
 (no process of the agent's can remove, rename or enter it): one tmpfs is mounted there, seen only by this namespace,
 and each private directory is a bind mount of a fresh directory of it, retried until the path shows that directory's
 own device and inode (a process left running may remove or swap the path meanwhile). ``PRIVATE_DIRS`` is
-``:``-separated and starts with ``OUT``. Exit 90-93: the isolation could not be set up (nothing of the command ran).
+``:``-separated and starts with ``OUT``. With ``PRISTINE`` (the image's toolchain, :mod:`unified.execution.pristine`;
+empty: none), each of the ``:``-separated ``TOOLCHAIN_DIRS`` that is a directory there becomes an overlay of that copy
+under a private upper layer (the verifier installs what it needs; it sees nothing of the agent's there), and each of
+``TOOLCHAIN_FILES`` present in the container is bound from the copy (or ``/dev/null`` where the image has none).
+``/tests`` is remounted read-only once the tests are unpacked. Exit 90-94: the isolation could not be set up (nothing
+of the command ran).
 Otherwise stdout is one base64 tar: ``stdout``, ``stderr``, ``rc``, ``timed_out`` (present when the limit killed it),
 ``out/`` (the contents of ``OUT``) or ``tampered`` (the private directory that was replaced)."""
 
 SETUP_FAILED = {90: "the scratch directory", 91: "mount of the private tmpfs", 92: "bind mount of a private directory",
-                93: "unpacking the verifier's files"}
+                93: "unpacking the verifier's files", 94: "mounting the image's toolchain"}
 
 
 @dataclass
@@ -186,6 +211,10 @@ _STDLIB = re.compile(r"/(?:usr/(?:local/)?)?lib/python3(?:\.\d+)?/(?!(?:site|dis
 def toolchain_tampering(diff: str, before_verifier: bool = True) -> list[str]:
     """The lines of an engine's ``diff`` (``C /usr/bin/bash``, ``A /etc/ld.so.preload``) that touch the verifier's toolchain.
 
+    The narrow list of round 3, kept for the diff taken *after* a verifier that ran on the agent's own system
+    (no image copy, :mod:`unified.execution.pristine`), which also shows the verifier's own installs; every other
+    diff is read with the allow-list :func:`unified.execution.pristine.toolchain_changes`.
+
     Flagged in every diff: a changed or deleted ``bash``/``sh``/``dash``/``env``/``tee``/``timeout``/``unshare``,
     or ``base64``/``cat``/``tar`` (what reads the reward back where the verifier runs without the host's tools:
     :meth:`~unified.execution.ExecutionSession.read_file`) in a system ``bin`` directory; one of the shells added
@@ -215,3 +244,30 @@ def toolchain_tampering(diff: str, before_verifier: bool = True) -> list[str]:
                                                      or _LOADER.fullmatch(path) or _STDLIB.fullmatch(path)))):
             found.append(f"{kind} {path}")
     return found
+
+
+def private_verifier_argv(engine: str, name: str, command: list[str], *, out_dir: str, dirs: list[str],
+                          timeout_s: float, workdir: str, mask: int, env: dict[str, str] | None = None,
+                          pristine: str = "") -> list[str]:
+    """The one privileged ``exec``: the host's static busybox (never a program of the container's) sets up the
+    private namespace of :data:`~unified.execution.verifier.PRIVATE_VERIFIER_SCRIPT`; ``command`` runs through
+    ``keep-caps MASK``; with ``pristine`` (:data:`~unified.execution.pristine.PRISTINE_POINT`) it runs on the image's
+    own toolchain (:mod:`unified.execution.pristine`)."""
+    bb, kc, mnt = f"{MOUNT_POINT}/busybox", f"{MOUNT_POINT}/keep-caps", f"{MOUNT_POINT}/mnt"
+    argv = [engine, "exec", "-i", "--privileged"]
+    for key, value in (env or {}).items():
+        argv += ["-e", f"{key}={value}"]
+    return argv + [name, bb, "unshare", "--mount", "--propagation", "private", bb, "sh", "-c", PRIVATE_VERIFIER_SCRIPT,
+                   "sh", bb, kc, mnt, out_dir, f"{max(timeout_s, 0.1):g}", workdir, ":".join(dirs), f"{mask:x}", pristine,
+                   ":".join(TOOLCHAIN_DIRS), ":".join(TOOLCHAIN_FILES), *command]
+
+
+def default_caps(status: str) -> int | None:
+    """The ``CapBnd`` mask of a ``/proc/PID/status`` text (None when it has none)."""
+    for line in status.splitlines():
+        if line.startswith("CapBnd:"):
+            try:
+                return int(line.split(":", 1)[1].strip(), 16)
+            except ValueError:
+                return None
+    return None

@@ -19,6 +19,12 @@ read-only into every container at :data:`MOUNT_POINT` when it starts (the agent,
   processes out of their ``/proc/PID/{root,fd,mem}`` (ptrace access needs the caller's capabilities
   to include the target's), and nothing more.
 
+The cache is trusted only as built (issue 42, R6: a replaced ``keep-caps`` there ran the verifier with
+``CAP_SYS_ADMIN``): every call checks that the directory and each file are owned by this user (root
+when root), writable by no group or other user, not links, and match the sha256 digests recorded
+when it was built (:data:`MANIFEST`, and in this process); anything else is set aside and rebuilt
+(:func:`tools_problem`).
+
 Without either (no static busybox, no C compiler) :func:`verifier_tools` gives the reason, the
 container gets no such mount, and the verifier runs the other way: the agent's processes are
 stopped first (:mod:`unified.execution.verifier`).
@@ -26,13 +32,15 @@ stopped first (:mod:`unified.execution.verifier`).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
 import shutil
+import stat
 import struct
 import subprocess
 import tempfile
+import threading
+import uuid
 from pathlib import Path
 
 MOUNT_POINT = "/.unified-verifier-tools"
@@ -106,17 +114,71 @@ def static_busybox() -> Path | str:
     return f"no statically linked busybox ({where}): apt-get install -y busybox-static"
 
 
-_LAYOUT = b"busybox keep-caps mnt/\n"
+_LAYOUT = b"busybox keep-caps mnt/ SHA256SUMS\n"
 """What a tools directory holds (part of its cache key: a directory of an older layout is never reused)."""
+MANIFEST = "SHA256SUMS"
+"""The sha256 of ``busybox`` and ``keep-caps``, written when the directory is built (``sha256sum`` format)."""
+_RECORDED: dict[Path, dict[str, str]] = {}
+"""The digests this process built or verified, per tools directory (a manifest rewritten later is caught too)."""
 
 
 def tools_cache_dir() -> Path:
     return Path(os.environ.get("UNIFIED_VERIFIER_TOOLS_CACHE") or Path.home() / ".cache" / "unified" / "verifier-tools")
 
 
-@functools.lru_cache(maxsize=None)
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _manifest(digests: dict[str, str]) -> str:
+    return "".join(f"{digests[name]}  {name}\n" for name in ("busybox", "keep-caps"))
+
+
+def _unsafe(path: Path, kind: str) -> str:
+    """Why ``path`` cannot be trusted as part of the tools (empty when it can): it must be a ``kind`` (``file`` or
+    ``dir``), not a link, owned by this user (root when root), and writable by no group and no other user."""
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        return f"{path}: {exc.strerror}"
+    if not (stat.S_ISDIR(st.st_mode) if kind == "dir" else stat.S_ISREG(st.st_mode)):
+        return f"{path}: not a {'directory' if kind == 'dir' else 'regular file'}"
+    if st.st_uid != os.geteuid():
+        return f"{path}: owned by uid {st.st_uid}, not {os.geteuid()}"
+    if st.st_mode & 0o022:
+        return f"{path}: writable by group or others (mode {stat.S_IMODE(st.st_mode):o})"
+    return ""
+
+
+def tools_problem(final: Path, busybox: Path) -> str:
+    """Why the tools directory ``final`` cannot be used as it is (empty when it can; issue 42, R6).
+
+    Every part (the cache directory, ``final``, ``busybox``, ``keep-caps``, ``mnt/``, :data:`MANIFEST`) is
+    checked by :func:`_unsafe`; ``mnt/`` is empty; ``busybox`` has the bytes of the host's static busybox;
+    both programs match the digests recorded when the directory was built (its :data:`MANIFEST`, and what this
+    process built or verified before)."""
+    parts = [(final.parent, "dir"), (final, "dir"), (final / "mnt", "dir"), (final / "busybox", "file"),
+             (final / "keep-caps", "file"), (final / MANIFEST, "file")]
+    for path, kind in parts:
+        problem = _unsafe(path, kind)
+        if problem:
+            return problem
+    if any((final / "mnt").iterdir()):
+        return f"{final / 'mnt'}: not empty"
+    digests = {name: _sha256(final / name) for name in ("busybox", "keep-caps")}
+    if digests["busybox"] != _sha256(busybox):
+        return f"{final / 'busybox'}: not the host's {busybox}"
+    recorded = _RECORDED.get(final)
+    if (final / MANIFEST).read_text(errors="replace") != _manifest(digests) or (recorded and recorded != digests):
+        changed = [n for n in digests if (recorded or {}).get(n, digests[n]) != digests[n]] or ["the manifest"]
+        return f"{final}: {', '.join(changed)} no longer match the digests recorded when it was built"
+    _RECORDED[final] = digests
+    return ""
+
+
 def verifier_tools() -> Path | str:
-    """A root-owned directory with ``busybox`` and ``keep-caps`` (built once, cached by content), or why not."""
+    """A directory with ``busybox`` and ``keep-caps`` (built once, cached by content, verified on every call and
+    rebuilt when :func:`tools_problem` finds anything wrong with it), or why there is none."""
     busybox = static_busybox()
     if isinstance(busybox, str):
         return busybox
@@ -125,9 +187,45 @@ def verifier_tools() -> Path | str:
         return "no C compiler to build keep-caps (the verifier's capability drop): apt-get install -y gcc libc6-dev"
     digest = hashlib.sha256(_LAYOUT + KEEP_CAPS_C.encode() + busybox.read_bytes()).hexdigest()[:16]
     final = tools_cache_dir() / digest
-    if (final / "busybox").is_file() and (final / "keep-caps").is_file() and (final / "mnt").is_dir():
-        return final
-    final.parent.mkdir(parents=True, exist_ok=True)
+    with _BUILD_LOCK:
+        if final.exists() or final.is_symlink():
+            problem = tools_problem(final, busybox)
+            if not problem:
+                return final
+            _set_aside(final)
+            _RECORDED.pop(final, None)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        problem = _unsafe(final.parent, "dir")
+        if problem:
+            return f"the verifier tools' cache cannot be trusted: {problem} (set $UNIFIED_VERIFIER_TOOLS_CACHE)"
+        built = _build(final, busybox, compiler)
+        if isinstance(built, str):
+            return built
+        problem = tools_problem(final, busybox)
+        return f"the verifier tools just built cannot be trusted: {problem}" if problem else final
+
+
+_BUILD_LOCK = threading.Lock()
+
+
+def _set_aside(final: Path) -> None:
+    """Move a tools directory that failed :func:`tools_problem` out of the way (then remove it)."""
+    aside = final.with_name(f".stale-{final.name}-{uuid.uuid4().hex[:8]}")
+    try:
+        os.rename(final, aside)
+    except OSError:
+        return
+    if aside.is_dir() and not aside.is_symlink():
+        for root, dirs, _ in os.walk(aside):
+            for d in dirs:
+                os.chmod(os.path.join(root, d), 0o700)
+        shutil.rmtree(aside, ignore_errors=True)
+    else:
+        aside.unlink(missing_ok=True)
+
+
+def _build(final: Path, busybox: Path, compiler: str) -> Path | str:
+    """Compile ``keep-caps``, copy ``busybox``, write :data:`MANIFEST`, and move the result to ``final``."""
     with tempfile.TemporaryDirectory(prefix=".build-", dir=final.parent) as tmp:
         stage = Path(tmp) / "tools"
         stage.mkdir()
@@ -138,14 +236,18 @@ def verifier_tools() -> Path | str:
         if proc.returncode != 0 or not is_static_elf(stage / "keep-caps"):
             return f"cannot build keep-caps with {compiler} -static: {proc.stderr.strip()[-300:]} (apt-get install -y libc6-dev)"
         shutil.copyfile(busybox, stage / "busybox")
-        for name in ("busybox", "keep-caps"):
-            os.chmod(stage / name, 0o755)
+        digests = {name: _sha256(stage / name) for name in ("busybox", "keep-caps")}
+        (stage / MANIFEST).write_text(_manifest(digests))
+        for name, mode in (("busybox", 0o755), ("keep-caps", 0o755), (MANIFEST, 0o644), ("mnt", 0o755)):
+            os.chmod(stage / name, mode)
         stage.chmod(0o755)
         try:
             stage.rename(final)
-        except OSError:  # another process built the same one first
+        except OSError:  # another process built the same one first: checked by the caller
             if not (final / "mnt").is_dir():
                 raise
+        else:
+            _RECORDED[final] = digests
     return final
 
 

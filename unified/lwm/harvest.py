@@ -75,7 +75,7 @@ def _records_from_file(path: Path, domain: str | None, domains: dict[str, str | 
             if not line.strip():
                 continue
             try:
-                episode = Episode.from_dict(json.loads(line), where=f"{path}:{lineno}")
+                episode = Episode.from_row(json.loads(line), where=f"{path}:{lineno}")
             except (json.JSONDecodeError, ValueError) as exc:
                 raise ValueError(f"{path}:{lineno}: not an Episode record: {exc}") from None
             if episode.error:

@@ -65,14 +65,14 @@ def _classify(obj: Any, where: str) -> Iterable[Episode | EpisodeResult]:
         raise ValueError(f"{where}: expected a JSON object, got {type(obj).__name__}")
     if isinstance(obj.get("episode"), dict) or isinstance(obj.get("result"), dict):
         if isinstance(obj.get("episode"), dict):
-            yield Episode.from_dict(obj["episode"], f"{where}: episode")
+            yield Episode.from_row(obj["episode"], f"{where}: episode")
         if isinstance(obj.get("result"), dict):
-            yield EpisodeResult.from_dict(obj["result"], f"{where}: result")
+            yield EpisodeResult.from_row(obj["result"], f"{where}: result")
         return
     if "steps" in obj:
-        yield Episode.from_dict(obj, where)
+        yield Episode.from_row(obj, where)
     elif "score" in obj and "task_id" in obj:
-        yield EpisodeResult.from_dict(obj, where)
+        yield EpisodeResult.from_row(obj, where)
     # anything else (progress, metadata lines) is not ours to judge
 
 

@@ -133,8 +133,16 @@ def main(argv: list[str] | None = None) -> int:
         for line in found:
             print(f"unified.warmup: {line}", file=sys.stderr)
         return 2 if found else 0
+    from unified.warmup.preflight import judge_problems
+
+    dead = judge_problems(cfg)  # one real request per judge endpoint, before anything is written or loaded
+    if dead:
+        for line in dead:
+            print(f"unified.warmup: {line}", file=sys.stderr)
+        return 2
     record_output_dir(cfg, accepted)
 
+    from unified.warmup.preempt import PREEMPTED_EXIT, Preempted
     from unified.warmup.trainer import run_warmup
 
     try:
@@ -149,8 +157,16 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:  # settings that only the loaded data can check (e.g. the generation batch)
         print(f"unified.warmup: {exc}", file=sys.stderr)
         return 2
+    except Preempted as stop:  # SIGUSR1 / preempt.request: checkpoint saved, not finished (slurm requeues)
+        print(f"unified.warmup: {stop}", file=sys.stderr, flush=True)
+        return PREEMPTED_EXIT
     if result.already_finished:
         return 0
+    if result.stopped:
+        from unified.warmup.failfast import STOP_EXIT_STATUS, stop_message
+
+        print(stop_message(result.stopped), file=sys.stderr, flush=True)
+        return STOP_EXIT_STATUS
     from unified.warmup.guard import final_weights_note
 
     print(f"unified.warmup: {result.global_step} steps, {result.seconds_per_step:.2f}s/step; "

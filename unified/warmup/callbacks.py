@@ -31,6 +31,7 @@ import torch
 from transformers import TrainerCallback
 
 from unified.store import append_jsonl, read_jsonl, repair_tail
+from unified.types import ROW_SCHEMA, row_fields
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -64,7 +65,7 @@ class JsonlMetricsCallback(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:
             return
-        record = {"step": state.global_step, "time_s": round(time.time() - self._start, 3)}
+        record = {"schema": ROW_SCHEMA, "step": state.global_step, "time_s": round(time.time() - self._start, 3)}
         record.update({k: _jsonable(v) for k, v in logs.items()})
         self.path.parent.mkdir(parents=True, exist_ok=True)
         append_jsonl(self.path, record)
@@ -72,5 +73,6 @@ class JsonlMetricsCallback(TrainerCallback):
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """The records of a ``metrics.jsonl`` (a torn last line from a crash is ignored; a bad line
-    elsewhere is an error naming file and line)."""
-    return read_jsonl(path)
+    elsewhere is an error naming file and line); each row's ``schema`` is checked and removed
+    (:func:`unified.types.row_fields`: rows before versioning read as version 1)."""
+    return [row_fields(row, f"{path}:{number}") for number, row in enumerate(read_jsonl(path), 1)]

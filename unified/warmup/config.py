@@ -170,7 +170,29 @@ class MonitorSection:
     mean per-token |logp_train - logp_vllm| of the first generation batch is above this (nats); bf16
     kernels and MoE routing ties give ~1e-2, a rollout engine on other weights ~1 and more. None = off."""
     rollout_min_mean_weight: float | None = bounded(0.5, ge=0)
-    """... or when the mean importance-sampling weight the loss applies is below this. None = off."""
+    """... or when the mean importance-sampling weight the loss applies is below this. The weight is read
+    *before* TRL's clip (``exp(logp_train - logp_vllm)``, per token or per sequence as the mode takes it),
+    so that a mismatch shows under ``token_truncate`` too, whose clipped weights stay near 1. None = off."""
+    rollout_max_logp_diff_rise: float | None = bounded(3.0, gt=1)
+    """vLLM rollouts, every generation batch after the first: stop (``weights not synced``) when the mean
+    per-token |logp_train - logp_vllm| exceeds ``max(this x batch 1's, batch 1's + 0.02)`` nats. Batch 1
+    is measured right after the first sync, when both sides hold the same checkpoint; a sync that later
+    fails leaves the engine on older weights, and the difference grows with every update. None = off."""
+    rollout_probe_max_logp_diff: float | None = bounded(0.1, gt=0)
+    """vLLM rollouts: after every weight sync, the rollout engine scores a fixed probe sequence (the first
+    training prompt) and the trainer scores it too; a mean per-token |difference| above this many nats
+    stops the run (``weights not synced``). None = off."""
+    max_dropped_share: float | None = bounded(0.5, ge=0, le=1)
+    """Stop (checkpoint first) when ``rewards/dropped_share`` (samples a judge-backed reward could not
+    score: the judge failed or answered unparseably) is above this for ``patience_batches`` generation
+    batches in a row. None = off."""
+    max_zero_variance_share: float | None = bounded(1.0, ge=0, le=1)
+    """Stop (checkpoint first) when ``rewards/zero_variance_share`` (groups whose scored samples all got the
+    same total reward, or fewer than two were scored: advantage 0, no gradient) is at least this for
+    ``patience_batches`` generation batches in a row. None = off."""
+    patience_batches: int = bounded(2, ge=1)
+    """Consecutive generation batches over ``max_dropped_share`` / ``max_zero_variance_share`` before the
+    run stops."""
     keep_best: bool = False
     """At the end of training, restore the trainable weights of the step (the start included) with the
     highest ``probe/reward`` on the validation split, so that ``final/`` holds them (one in-memory copy

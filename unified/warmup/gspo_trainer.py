@@ -14,7 +14,15 @@ import torch
 
 from unified.warmup.callbacks import peak_memory_gib
 from unified.warmup.routing import log_generation_metrics
-from unified.warmup.rollout_check import check_rollout_parity, rollout_parity
+from unified.warmup.failfast import zero_variance_share
+from unified.warmup.rollout_check import (
+    check_probe,
+    check_rollout_parity,
+    check_weight_sync,
+    probe_logp_diff,
+    rollout_parity,
+)
+from unified.warmup.sync_probe import engine_logps, probe_token_ids, trainer_logps
 
 
 @contextmanager
@@ -69,12 +77,24 @@ def gspo_trainer_class():
             (:mod:`unified.rewards.functions`). ``rewards/dropped_share`` logs how many."""
             rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
             columns = [i for i, f in enumerate(self.reward_funcs) if getattr(f, "drops_sample_on_failure", False)]
+            mode = "train" if self.model.training else "eval"
+            shares = {}
             if columns:
                 dropped = torch.isnan(rewards[:, columns]).any(dim=1)
                 rewards[dropped] = float("nan")
-                mode = "train" if self.model.training else "eval"
-                self._metrics[mode]["rewards/dropped_share"].append(dropped.float().mean().item())
+                shares["rewards/dropped_share"] = dropped.float().mean().item()
+            group = self.num_generations if mode == "train" else self.num_generations_eval
+            if group and rewards.shape[0] % group == 0:
+                shares["rewards/zero_variance_share"] = zero_variance_share(rewards, self.reward_weights, group)
+            for key, value in shares.items():
+                self._metrics[mode][key].append(value)
+            if mode == "train":
+                self.batch_shares = shares
             return rewards
+
+        failfast = None
+        """The :class:`~unified.warmup.failfast.FailFastMonitor` that sees every generation batch's shares."""
+        batch_shares: dict[str, float] = {}
 
         rollout_bounds: tuple[float | None, float | None] = (None, None)
         """``monitor.rollout_max_mean_logp_diff`` and ``monitor.rollout_min_mean_weight`` (the step-1 gate)."""
@@ -85,7 +105,10 @@ def gspo_trainer_class():
             generation batch and the step-1 parity gate on the first (:mod:`unified.warmup.rollout_check`)."""
             if self.routing is not None:
                 self.routing.begin_generation()
+            self.batch_shares = {}
             output = super()._generate_and_score_completions(inputs)
+            if self.failfast is not None and self.model.training:
+                self.failfast.observe(self.batch_shares)
             if self.routing is not None:
                 self.routing.end_generation(output)
                 log_generation_metrics(self, self.routing, output)
@@ -102,17 +125,43 @@ def gspo_trainer_class():
                                     output.get("importance_sampling_ratio"))
             for key, value in parity.metrics().items():
                 self._metrics["train"][key].append(value)
-            if self.rollout_checked:
+            # every rank decides on the worst rank's figures, so that all of them stop together
+            worst = self.accelerator.gather(torch.tensor(
+                [[parity.mean_abs_logp_diff, -parity.mean_weight, -parity.geometric_mean_token_weight]],
+                device=self.accelerator.device)).max(dim=0).values
+            step = self.state.global_step + 1
+            if self.rollout_checked:  # every later generation batch: against batch 1's difference
+                check_weight_sync(float(worst[0]), self.rollout_baseline, max_rise=self.sync_bounds[0], step=step)
                 return
             self.rollout_checked = True
-            # every rank decides on the worst rank's figures, so that all of them stop together
-            worst = self.accelerator.gather(torch.tensor([[parity.mean_abs_logp_diff, -parity.mean_weight]],
-                                                         device=self.accelerator.device)).max(dim=0).values
             parity = type(parity)(**{**parity.__dict__, "mean_abs_logp_diff": float(worst[0]),
-                                     "mean_weight": float(-worst[1])})
+                                     "mean_weight": float(-worst[1]), "geometric_mean_token_weight": float(-worst[2])})
             max_diff, min_weight = self.rollout_bounds
-            check_rollout_parity(parity, max_mean_logp_diff=max_diff, min_mean_weight=min_weight,
-                                 step=self.state.global_step + 1)
+            check_rollout_parity(parity, max_mean_logp_diff=max_diff, min_mean_weight=min_weight, step=step)
+            self.rollout_baseline = parity.mean_abs_logp_diff
+
+        sync_bounds: tuple[float | None, float | None] = (None, None)
+        """``monitor.rollout_max_logp_diff_rise`` and ``monitor.rollout_probe_max_logp_diff`` (every batch)."""
+        rollout_baseline: float = 0.0
+        """Batch 1's mean |logp_train - logp_rollout| (worst rank), right after the first sync."""
+        _probe_ids: list[int] | None = None
+
+        def _generate(self, prompts):
+            """TRL's generation; with vLLM rollouts, when it synced the weights (once per optimizer step), the
+            rollout engine and the trainer then score the probe sequence (:mod:`unified.warmup.sync_probe`)."""
+            syncs = self.use_vllm and self.state.global_step != self._last_loaded_step
+            output = super()._generate(prompts)
+            if syncs and self.model.training and self.sync_bounds[1] is not None:
+                self._check_sync_probe()
+            return output
+
+        def _check_sync_probe(self) -> None:
+            if self._probe_ids is None:
+                self._probe_ids = probe_token_ids(self)
+            diff, tokens = probe_logp_diff(trainer_logps(self, self._probe_ids), engine_logps(self, self._probe_ids))
+            worst = float(self.accelerator.gather(torch.tensor([diff], device=self.accelerator.device)).max())
+            self._metrics["train"]["rollout/probe_abs_logp_diff"].append(worst)
+            check_probe(worst, tokens, max_diff=self.sync_bounds[1], step=self.state.global_step + 1)
 
         def _generate_single_turn(self, prompt_ids, *args, **kwargs):
             with self.accelerator.autocast(), torch_threads(self.generation_cpu_threads, self.accelerator.device):

@@ -6,15 +6,26 @@ rank has loaded the policy): a model spec that names nothing (``embeded`` -> "di
 judge spec that is not one, a dotted-path reward that does not load, training data that is not
 there. ``python -m unified.warmup`` stops on them with exit status 2 (``--dry-run`` prints the
 plan first, then the lines).
+
+:func:`judge_problems` then asks every judge endpoint one real question before any weights load: the
+reward entry's own prompt and request body (max tokens, temperature, thinking) on the first training
+row, with the prediction set to its reference observation, under the entry's ``judge_timeout_s``, one
+attempt and no answer cache. A call that fails, or an answer that the reward's own parser cannot read,
+is one line naming the entry, the endpoint and the error; the command stops with exit status 2. A judge
+that dies later is the fail-fast monitor's (:mod:`unified.warmup.failfast`). ``--dry-run`` asks nothing
+(it may run where the judge is not reachable). Local judges (``judge_model``) load in the trainer and
+are not asked.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from unified.registry import UnknownNameError
 from unified.warmup.config import WarmupConfig
 from unified.inference.spec import parse_spec
+from unified.lwm.dataset import rl_rows
 from unified.rewards import CallableEntry, RubricEntry
 from unified.warmup.plan import plan_problems
 
@@ -68,3 +79,41 @@ def _reward_problems(entry, index: int) -> list[str]:
     except _SPEC_ERRORS as exc:
         return [f"{key}.{'judge_endpoint' if entry.judge_endpoint else 'judge_model'}: {exc}"]
     return []
+
+
+def judge_problems(cfg: WarmupConfig) -> list[str]:
+    """One line per judge-backed reward entry whose endpoint does not answer one real request usably."""
+    entries = [e for e in cfg.rewards if isinstance(e, RubricEntry) and e.weight > 0 and e.judge_endpoint]
+    if not entries:
+        return []
+    try:
+        row = _first_row(cfg)
+    except Exception as exc:  # the data check above names missing files; anything else is said here
+        return [f"judge check: could not read a training row of data.train {cfg.data.train}: "
+                f"{type(exc).__name__}: {exc}"]
+    out = []
+    for entry in entries:
+        once = {"judge_max_retries": 0, "cache_dir": ""}
+        if hasattr(entry, "judge_attempts"):
+            once["judge_attempts"] = 1
+        try:
+            reward = dataclasses.replace(entry, **once).build()
+            (breakdown,) = reward.breakdowns([row["prompt"]], [row["reference"]], reference=[row["reference"]],
+                                             domain=[row["domain"]])
+        except Exception as exc:  # building the reward (e.g. a missing checkout) or a reward that raised
+            breakdown = None
+            detail = f"{type(exc).__name__}: {exc}"
+        else:
+            detail = breakdown.detail
+        if breakdown is None or not breakdown.parsed:
+            out.append(f"rewards.{entry.name}: the judge {entry.judge_endpoint} did not give a usable answer to "
+                       f"one request (timeout {entry.judge_timeout_s:g} s): {' '.join(str(detail).split())[:400]}")
+    return out
+
+
+def _first_row(cfg: WarmupConfig) -> dict:
+    paths = cfg.data.train
+    rows = rl_rows(paths[0] if len(paths) == 1 else paths, seed=cfg.data.seed, limit=1)
+    if not rows:
+        raise ValueError("no rows")
+    return rows[0]

@@ -46,11 +46,13 @@ from unified.warmup.callbacks import METRICS_FILE, JsonlMetricsCallback, peak_me
 from unified.warmup.config import WarmupConfig, describe
 from unified.warmup.data import load_rewards, load_splits
 from unified.warmup.degenerate import DegenerateMonitor
+from unified.warmup.failfast import FailFastMonitor
 from unified.warmup.gspo_trainer import gspo_trainer_class
 from unified.warmup.guard import CollapseGuard
 from unified.warmup.launch import vllm_rollouts_blocker
 from unified.warmup.model_card import reward_names, write_model_card
 from unified.warmup.parity_probe import probe_trainer
+from unified.warmup.preempt import Preempted, PreemptionCallback
 from unified.warmup.routing import RoutingState
 
 log = logging.getLogger(__name__)
@@ -264,14 +266,19 @@ def build_trainer(cfg: WarmupConfig, *, train_dataset, reward_funcs: Sequence[Ca
     if isinstance(model, str):
         args.model_init_kwargs = init_kwargs
     Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
+    m = cfg.monitor
+    failfast = FailFastMonitor(max_dropped_share=m.max_dropped_share, max_zero_variance_share=m.max_zero_variance_share,
+                               patience=m.patience_batches)
     trainer = gspo_trainer_class()(
         model=model, reward_funcs=list(reward_funcs), args=args, train_dataset=train_dataset,
         processing_class=tokenizer,
-        callbacks=[JsonlMetricsCallback(Path(cfg.output_dir) / METRICS_FILE), *callbacks],
+        callbacks=[JsonlMetricsCallback(Path(cfg.output_dir) / METRICS_FILE), *callbacks, failfast],
     )
     trainer.generation_cpu_threads = cfg.generation.cpu_threads
-    trainer.rollout_bounds = (cfg.monitor.rollout_max_mean_logp_diff, cfg.monitor.rollout_min_mean_weight)
+    trainer.rollout_bounds = (m.rollout_max_mean_logp_diff, m.rollout_min_mean_weight)
+    trainer.sync_bounds = (m.rollout_max_logp_diff_rise, m.rollout_probe_max_logp_diff)
     trainer.extra_logs = {}
+    trainer.failfast, failfast.extra_logs = failfast, trainer.extra_logs
     vision_language.freeze_vision_tower(trainer.model)  # text-only warmup: no gradient, no optimizer state for it
     vision_language.keep_used_weight_conversions(trainer.model)  # before any save (ZeRO-3 loads record them all)
     if cfg.model.trainable_layers is not None:  # before train() creates the optimizer over trainable parameters
@@ -410,6 +417,9 @@ class WarmupResult:
     last_log: dict[str, Any] = field(default_factory=dict)
     collapse: dict[str, Any] = field(default_factory=dict)
     """What the collapse guard saw (``monitor``): ``collapsed_at``, ``action``, ``reason``, ``kept_step``."""
+    stopped: dict[str, Any] = field(default_factory=dict)
+    """Set when a fail-fast monitor (:mod:`unified.warmup.failfast`) stopped the run: ``step``, ``reason``,
+    ``checkpoint`` (saved at that step; a rerun resumes from it)."""
     already_finished: bool = False
     """True when this call found the run finished (checkpoint at ``max_steps``) and trained nothing."""
 
@@ -492,7 +502,8 @@ def run_warmup(cfg: WarmupConfig, *, train_dataset=None, reward_funcs: Sequence[
     probe_rewards = probe_rewards or (reward_funcs, reward_weights or [1.0] * len(reward_funcs))
     reward_funcs, reward_weights, guard = _with_collapse_guard(cfg, train_dataset, validation_dataset, tokenizer,
                                                                reward_funcs, reward_weights, probe_rewards)
-    callbacks = [*callbacks, guard]
+    preempt = PreemptionCallback(out)
+    callbacks = [*callbacks, guard, preempt]
     resume = resume_checkpoint(cfg)
     if resume is not None:
         log.info("resuming from %s", resume)
@@ -513,7 +524,14 @@ def run_warmup(cfg: WarmupConfig, *, train_dataset=None, reward_funcs: Sequence[
     else:
         if resume is None and cfg.parity_probe.sequences > 0:  # before step 1, with the start's weights
             probe_trainer(trainer, cfg.parity_probe, train_dataset, backend=cfg.generation.backend, output_dir=out)
-        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+        preempt.install()
+        try:
+            trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+        finally:
+            preempt.uninstall()
+        if preempt.stopped_at is not None and trainer.state.global_step < cfg.train.max_steps:
+            preempt.request.unlink(missing_ok=True)
+            raise Preempted(trainer.state.global_step, out / f"checkpoint-{trainer.state.global_step}")
     seconds = time.time() - t0
     final = save_final(trainer, out, source=cfg.model.name_or_path)
     steps_run = trainer.state.global_step - start_step
@@ -523,7 +541,7 @@ def run_warmup(cfg: WarmupConfig, *, train_dataset=None, reward_funcs: Sequence[
         resumed_from=str(resume) if resume else None, train_seconds=round(seconds, 3),
         seconds_per_step=round(seconds / steps_run, 3) if steps_run > 0 else 0.0, peak_memory=peak_memory_gib(),
         kernels=kernels,
-        last_log=logs[-1] if logs else {}, collapse=dict(guard.outcome),
+        last_log=logs[-1] if logs else {}, collapse=dict(guard.outcome), stopped=dict(trainer.failfast.outcome),
     )
     if trainer.accelerator.is_main_process:
         weights = list(reward_weights) if reward_weights is not None else [1.0] * len(reward_funcs)
