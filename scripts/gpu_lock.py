@@ -2,6 +2,7 @@
 
     python scripts/gpu_lock.py compile    # rewrite requirements/gpu-lock.txt from pyproject + gpu.in
     python scripts/gpu_lock.py check      # CI: the lock still resolves, and is the whole resolved set
+    python scripts/gpu_lock.py must-compile --glibc 2.28   # what has no wheel on EL8 nodes (built from sdists)
 
 Both run ``uv pip compile`` for CUDA Linux x86-64 (``--python-platform x86_64-manylinux_2_28``) and
 Python 3.11 on this machine, whatever it is: uv reads each wheel's metadata from the index (PEP 658)
@@ -138,9 +139,62 @@ def check(root: Path, lock: Path, pins_file: Path) -> tuple[int, str]:
     return 0, f"{lock.name}: resolves ({len(locked)} packages; python {PYTHON_VERSION}, {versions})"
 
 
+GLIBC_PLATFORMS = {"2.28": "x86_64-manylinux_2_28", "2.31": "x86_64-manylinux_2_31", "2.35": "x86_64-manylinux_2_35"}
+"""glibc of the nodes -> uv's platform: 2.28 = RHEL/Rocky/Alma 8 (EL8), 2.31 = Debian 11 / Ubuntu 20.04,
+2.35 = Ubuntu 22.04 (the containers: Debian 12 has 2.36)."""
+_NO_WHEEL = re.compile(r"Because ([A-Za-z0-9][A-Za-z0-9._-]*)(?:\{[^}]*\})?==\S+ has no usable wheels")
+BUILD_KIND = {"flash-attn": "CUDA extension: nvcc + the installed torch (slow; not timed here)",
+              "causal-conv1d": "CUDA extension: nvcc + the installed torch",
+              "llguidance": "Rust: cargo (its only Linux x86-64 wheel is manylinux_2_31)",
+              "deepspeed": "Python only with DS_BUILD_OPS=0 (ops are JIT-built when used), seconds"}
+"""How each package known to lack a wheel builds (others: 'unknown build')."""
+
+
+def must_compile(root: Path, lock: Path, pins_file: Path, glibc: str = "2.28",
+                 max_rounds: int = 12) -> tuple[int, list[str], str]:
+    """(status, packages with no wheel for ``glibc``, report): what ``pip install -r lock`` must build there.
+
+    uv resolves the lock with wheels only (``--only-binary`` naming every locked package but those
+    found so far); each failure names one package without a usable wheel for the platform
+    (``manylinux_2_28`` and older tags on EL8), which is then allowed to build, until the resolve
+    succeeds. Reads wheel metadata from the index, downloads and builds nothing. Status as :func:`check`.
+    """
+    platform = GLIBC_PLATFORMS[glibc]
+    try:
+        locked = read_pins(lock)
+    except (OSError, ValueError) as exc:
+        return 2, [], str(exc)
+    uv = uv_command()
+    if uv is None:
+        return 3, [], "uv is not installed (it is in the dev extra: pip install uv==0.13.9)"
+    found: list[str] = []
+    env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1"}
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(max_rounds):
+            binary = ",".join(n for n in sorted(locked) if n not in found)
+            cmd = [*uv, "pip", "compile", "--quiet", "--config-file",
+                   str(root / "requirements/gpu-sdist-metadata.toml"), str(root / "pyproject.toml"),
+                   *[a for extra in EXTRAS for a in ("--extra", extra)], "-c", str(pins_file), "-c", str(lock),
+                   "--only-binary", binary, "--python-platform", platform, "--python-version", PYTHON_VERSION,
+                   "-o", str(Path(tmp) / "binary.txt")]
+            proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
+            if proc.returncode == 0:
+                names = "; ".join(f"{n}=={locked[n]} ({BUILD_KIND.get(n, 'unknown build')})" for n in found) \
+                    or "nothing"
+                return 0, found, f"glibc {glibc} ({platform}): must compile {names}"
+            status, text = _uv_failure(proc)
+            match = _NO_WHEEL.search(text)
+            if status == 3 or not match:
+                return (status if status == 3 else 1), found, text
+            found.append(normalise(match.group(1)))
+    return 1, found, f"more than {max_rounds} packages without wheels: {found}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(allow_abbrev=False, prog="python scripts/gpu_lock.py", description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=["compile", "check"])
+    parser.add_argument("command", choices=["compile", "check", "must-compile"])
+    parser.add_argument("--glibc", choices=sorted(GLIBC_PLATFORMS), default="2.28",
+                        help="must-compile: the nodes' glibc (2.28 = EL8)")
     parser.add_argument("--lock", type=Path, default=ROOT / "requirements/gpu-lock.txt")
     parser.add_argument("--pins", type=Path, default=ROOT / "requirements/gpu.in",
                         help="the top-level pins (default requirements/gpu.in)")
@@ -157,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"gpu_lock: compile failed:\n{_uv_failure(proc)[1]}", file=sys.stderr)
             return _uv_failure(proc)[0]
         status, report = 0, f"wrote {args.lock} ({len(read_pins(args.lock))} packages)"
+    elif args.command == "must-compile":
+        status, _, report = must_compile(ROOT, args.lock, args.pins, args.glibc)
     else:
         status, report = check(ROOT, args.lock, args.pins)
     print(f"gpu_lock {args.command}: {report} [{time.perf_counter() - start:.1f} s]",

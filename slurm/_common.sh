@@ -7,6 +7,18 @@ unified_die() { echo "$(basename "${0:-slurm}"): $*" >&2; exit 1; }
 # unless the caller asked otherwise.
 unified_env() {
     export PYTHONUNBUFFERED=1
+    if [ -n "${IMAGE:-}" ]; then
+        # the locked GPU stack in an Apptainer image: host-side calls use its Python, each srun step runs
+        # inside it (UNIFIED_IN_IMAGE before `bash -c`), with the checkout bound
+        [ -f "$IMAGE" ] || [ "${DRY_RUN:-0}" = "1" ] || unified_die "IMAGE=$IMAGE does not exist (build it: containers/README.md)"
+        export IMAGE REPO
+        PYTHON="$REPO/slurm/apptainer_python.sh"
+        UNIFIED_IN_IMAGE=(apptainer exec --nv --bind "$REPO" --pwd "$REPO" --env "PYTHONPATH=$REPO" "$IMAGE")
+        STEP_PYTHON=python
+    else
+        UNIFIED_IN_IMAGE=()
+        STEP_PYTHON=$PYTHON
+    fi
     export TOKENIZERS_PARALLELISM=${TOKENIZERS_PARALLELISM:-false}
     export WANDB_MODE=${WANDB_MODE:-offline}
     # Neither VENV nor PYTHON set: the environment `make setup` made in the checkout, said on one line.

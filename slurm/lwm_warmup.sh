@@ -57,7 +57,9 @@ MAIN_PORT=${MAIN_PORT:-29500}                    # torch.distributed rendezvous 
 VENV=${VENV:-}                                   # virtual environment to activate (unset, with PYTHON unset: $REPO/.venv)
 PYTHON=${PYTHON:-}                               # interpreter with torch and unified (unset: VENV's, else python)
 REPO=${REPO:-${SLURM_SUBMIT_DIR:-$PWD}}          # the unified checkout
-DRY_RUN=${DRY_RUN:-0}                            # 1 = print what would run
+DRY_RUN=${DRY_RUN:-0}                            # 1 = print what would run (and the memory/time plan)
+GPU=${GPU:-}                                     # GPU model for the memory/time plan: h100 | h200 | a100 (empty = the recipe's launch.gpu)
+IMAGE=${IMAGE:-}                                 # Apptainer image of the locked GPU stack (containers/unified-gpu.def): every step runs in it
 # ------------------------------------------------------------------------------------------------------
 
 cd "$REPO"
@@ -81,6 +83,7 @@ ARGS=(--recipe "$RECIPE" --output-dir "$OUTPUT"
 [ -n "$MODEL" ] && ARGS+=(--model "$MODEL")
 [ -n "$DATA" ] && ARGS+=(--data "$DATA")
 [ -n "$JUDGE" ] && ARGS+=(--set "rewards.rubric.judge_endpoint=$JUDGE")
+[ -n "$GPU" ] && ARGS+=(--set "launch.gpu=$GPU")
 if [ "$NODES" -gt 1 ] || [ "$GPUS_PER_NODE" -gt 1 ] || [ "$CPU_PROCESSES" -gt 1 ]; then
     ARGS+=(--set "launch.distributed=$DISTRIBUTED")
 fi
@@ -90,6 +93,8 @@ TRAINER_CMD=$("$PYTHON" -m unified.warmup "${ARGS[@]}" --print-command trainer)
 [ -n "$VLLM_CMD" ] || VLLM_CMD=$("$PYTHON" -m unified.warmup "${ARGS[@]}" --print-command vllm)
 echo "lwm_warmup: job ${SLURM_JOB_ID:-local}${SLURM_RESTART_COUNT:+ (restart $SLURM_RESTART_COUNT)}, ${NODES} node(s) x ${GPUS_PER_NODE} GPU(s): ${HOSTS[*]:0:$NODES}"
 echo "lwm_warmup: output ${OUTPUT}"
+# the memory/time plan of this layout (the preflight above already refused one that does not fit)
+[ "$DRY_RUN" = "1" ] && "$PYTHON" -m unified.warmup "${ARGS[@]}" --plan
 # shellcheck disable=SC2207
 STEP_GPUS=($(unified_step_gpus "$GPUS_PER_NODE"))
 # SIGUSR1 goes on to a one-process trainer only (accelerate's launcher, and the multi-node step's bash, would die
@@ -98,8 +103,8 @@ if [ "$NODES" -gt 1 ] || [[ "$TRAINER_CMD" == *accelerate* ]]; then UNIFIED_SIGN
 
 if [ "$NODES" -eq 1 ]; then
     TRAIN_STATUS=0
-    unified_run_waiting srun --nodes=1 --ntasks=1 --nodelist="${HOSTS[0]}" "${STEP_GPUS[@]}" bash -c "$TRAINER_CMD" \
-        || TRAIN_STATUS=$?
+    unified_run_waiting srun --nodes=1 --ntasks=1 --nodelist="${HOSTS[0]}" "${STEP_GPUS[@]}" "${UNIFIED_IN_IMAGE[@]}" \
+        bash -c "$TRAINER_CMD" || TRAIN_STATUS=$?
     unified_requeue_if_preempted "$TRAIN_STATUS"
     [ "$TRAIN_STATUS" -eq 0 ] || unified_die "the trainer failed (status $TRAIN_STATUS)"
 else
@@ -120,14 +125,14 @@ else
     fi
     # TRL's weight sync: trainer rank 0 listens (vllm_group_port) on vLLM's get_ip(), the default route's
     # interface unless VLLM_HOST_IP says otherwise: the interface that faces the rollout server instead
-    SYNC_ADDRESS="PYTHON=$(printf %q "$PYTHON"); source $(printf %q "$REPO/slurm/_common.sh");"
+    SYNC_ADDRESS="PYTHON=$(printf %q "$STEP_PYTHON"); source $(printf %q "$REPO/slurm/_common.sh");"
     SYNC_ADDRESS+=" export VLLM_HOST_IP=\${VLLM_HOST_IP:-\$(unified_address_towards $VLLM_HOST)};"
     VLLM_STEP=(srun --nodes=1 --ntasks=1 --nodelist="$VLLM_NODE" "${STEP_GPUS[@]}" --export=ALL,VLLM_HOST="$VLLM_HOST"
-               bash -c "$VLLM_CMD")
+               "${UNIFIED_IN_IMAGE[@]}" bash -c "$VLLM_CMD")
     # One task per trainer node: its step rank is the accelerate machine rank.
     TRAIN_STEP=(srun --nodes=$((NODES - 1)) --ntasks=$((NODES - 1)) --ntasks-per-node=1 --nodelist="$TRAIN_LIST"
                 "${STEP_GPUS[@]}" --export=ALL,VLLM_HOST="$VLLM_HOST",MAIN_PROCESS_IP="${TRAIN_HOSTS[0]}"
-                bash -c "MACHINE_RANK=\$SLURM_PROCID; $SYNC_ADDRESS $TRAINER_CMD")
+                "${UNIFIED_IN_IMAGE[@]}" bash -c "MACHINE_RANK=\$SLURM_PROCID; $SYNC_ADDRESS $TRAINER_CMD")
     if [ "$DRY_RUN" = "1" ]; then
         unified_run "${VLLM_STEP[@]}"
         unified_wait_http "http://${VLLM_HOST}:${VLLM_PORT}/health/" "$VLLM_TIMEOUT_S"

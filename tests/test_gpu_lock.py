@@ -115,3 +115,17 @@ def test_installed_gpu_stack_is_the_lock():
         if have != locked[name]:
             wrong[name] = (have, locked[name])
     assert not wrong, f"installed vs locked: {wrong}"
+
+
+def test_must_compile_names_what_has_no_wheel_on_el8():
+    """glibc 2.28 (EL8): the two CUDA extensions, DeepSpeed's sdist, and llguidance (manylinux_2_31 only)."""
+    if gpu_lock.uv_command() is None:
+        pytest.skip("uv is not installed (pip install uv==0.13.9)")
+    status, names, report = gpu_lock.must_compile(ROOT, LOCK, PINS, "2.28")
+    if status == 3:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI cannot check the GPU lock: {report}")
+        pytest.skip(f"package index unreachable: {report.splitlines()[0]}")
+    assert status == 0, report
+    assert set(names) == {"flash-attn", "causal-conv1d", "deepspeed", "llguidance"}, report
+    assert "llguidance==1.7.6 (Rust: cargo" in report and "x86_64-manylinux_2_28" in report

@@ -40,7 +40,9 @@ def test_script_conventions():
 
 
 def test_multi_node_layout_is_the_python_launch_plan():
-    out = dry_run("--set", "train.max_steps=7", UNIFIED_HOSTNAMES="n0 n1 n2", NODES="3", GPUS_PER_NODE="4")
+    # 8 trainer GPUs: the 35B's states (64.7 GiB a GPU) fit an H200 at short prompts, not an H100
+    out = dry_run("--set", "train.max_steps=7", "--set", "data.max_prompt_tokens=16384", UNIFIED_HOSTNAMES="n0 n1 n2",
+                  NODES="3", GPUS_PER_NODE="4", GPU="h200")
     srun = [line for line in out.splitlines() if line.startswith("srun ")]
     assert len(srun) == 2
     vllm, trainer = srun
@@ -146,3 +148,21 @@ def test_sbatch_usr1_saves_requeues_and_resumes_at_the_saved_step(tmp_path, tiny
 
     loaded = load_checkpoint(output / "final", device="cpu")
     assert loaded.model.config.model_type == "qwen3_moe"
+
+
+def test_image_wraps_every_step(tmp_path):
+    """IMAGE=...: host-side Python and each srun step run in `apptainer exec --nv` (a stand-in apptainer on PATH
+    drops its options and runs the command, so the script's own checks still run)."""
+    shim = tmp_path / "apptainer"
+    shim.write_text("#!/bin/bash\nshift\nwhile [[ \"$1\" == --* ]]; do case $1 in --nv) shift;; "
+                    "--env) export \"$2\"; shift 2;; *) shift 2;; esac; done\nshift\n"
+                    f"[ \"$1\" = python ] && {{ shift; exec {PYTHON} \"$@\"; }}\nexec \"$@\"\n")
+    shim.chmod(0o755)
+    out = dry_run(UNIFIED_HOSTNAMES="n0 n1 n2 n3", NODES="4", GPUS_PER_NODE="8", IMAGE="/images/u.sif",
+                  PATH=f"{tmp_path}:{os.environ['PATH']}")
+    srun = [line for line in out.splitlines() if line.startswith("srun ")]
+    assert len(srun) == 2
+    for line in srun:
+        assert "apptainer exec --nv --bind " in line and "/images/u.sif bash -c" in line
+    assert r"PYTHON=python\;" in srun[1]  # inside the image its own python finds the weight-sync address
+    assert "# memory/time plan (qwen3.5-35b-a3b" in out and "(fits)" in out

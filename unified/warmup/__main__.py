@@ -22,6 +22,7 @@ import sys
 
 from unified.config import ArgumentParser, ConfigError, add_recipe_arguments, dump_yaml
 from unified.registry import UnknownNameError
+from unified.warmup.plan import describe as describe_plan
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--print-command", choices=["trainer", "vllm"],
                         help="print the shell command of one role of the launch plan (empty if the layout has "
                              "none) and exit; used by slurm/lwm_warmup.sh")
+    parser.add_argument("--plan", action="store_true",
+                        help="print the memory/time plan of the recipe's layout (unified/warmup/plan.py) and exit: "
+                             "0 it fits, 2 it does not")
     parser.add_argument("--resume-anyway", action="store_true",
                         help="continue the output dir's checkpoint even though it was trained with another recipe")
     parser.add_argument("--log-level", default="WARNING")
@@ -96,6 +100,11 @@ def main(argv: list[str] | None = None) -> int:
     except WarmupIdentityMismatch as exc:
         found.append(str(exc))
         accepted = []
+    if args.plan:
+        print(describe_plan(cfg))
+        for line in found:
+            print(f"unified.warmup: {line}", file=sys.stderr)
+        return 2 if found else 0
     if found and not args.dry_run:
         for line in found:
             print(f"unified.warmup: {line}", file=sys.stderr)
@@ -117,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
               f"distributed={cfg.launch.distributed}, generation={cfg.generation.backend}")
         print(format_plan(launch_plan(cfg, args.recipe, overrides)))
         print(kernels_line(cfg))
+        print(describe_plan(cfg))
         blocker = vllm_rollouts_blocker(cfg)
         if blocker:
             print(f"# not on this machine: {blocker}")

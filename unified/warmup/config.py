@@ -29,6 +29,7 @@ from unified.rewards.entries import (LEGACY_KEYS, RewardEntry, benchmark_entries
 from unified.rewards.functions import JudgeSettings, judge_worst_case_s
 
 Precision = Literal["auto", "bf16", "fp32"]
+GpuModel = Literal["h100", "h200", "a100"]
 GenerationBackend = Literal["hf", "vllm_server", "vllm_colocate"]
 DistributedBackend = Literal["none", "ddp", "deepspeed_zero3", "fsdp2"]
 CPU_DISTRIBUTED: tuple[str, ...] = ("ddp", "deepspeed_zero3")
@@ -287,6 +288,8 @@ class LaunchSection:
     accelerate_config: str | None = None
     """``None``: ``recipes/accelerate/<distributed>.yaml``."""
     main_process_port: int = bounded(29500, ge=1, le=65535)
+    gpu: GpuModel = "h100"
+    """The GPU model of the nodes, for the memory and time plan (``unified.warmup.plan``; ``--plan``)."""
     cpu_processes: int = bounded(1, ge=1)
     """Trainer processes on one node without GPUs (``gpus_per_node: 0``): above 1, ``accelerate launch``
     starts them as data-parallel ranks over gloo (``distributed: ddp``), as it starts one per GPU."""

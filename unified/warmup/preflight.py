@@ -27,6 +27,7 @@ from unified.warmup.config import WarmupConfig
 from unified.inference.spec import parse_spec
 from unified.lwm.dataset import rl_rows
 from unified.rewards import CallableEntry, RubricEntry
+from unified.warmup.plan import plan_problems
 
 _SPEC_ERRORS = (ValueError, FileNotFoundError, UnknownNameError)  # SpecError, CheckpointNotFoundError
 
@@ -48,6 +49,7 @@ def problems(cfg: WarmupConfig) -> list[str]:
         for item in getattr(cfg.data, name):
             if not Path(item).exists():
                 out.append(f"data.{name}: {item} does not exist (relative paths are read from {Path.cwd()})")
+    out.extend(plan_problems(cfg))  # memory/time plan of the layout (unified/warmup/plan.py)
     return out
 
 
