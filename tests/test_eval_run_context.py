@@ -56,8 +56,10 @@ def test_the_runner_passes_work_dir_and_runs_and_sets_no_attribute(tmp_path):
                                   benchmark_config={spec: {"n": 2}}))
     assert summary.benchmarks[spec].tasks_run == 2
     work = tmp_path / "fixture_recording" / "work"
-    assert SEEN["open"] == [RunContext(work_dir=work, runs=1)] * 2
-    assert SEEN["aggregate"] == [RunContext(work_dir=work, runs=1)]
+    # each open() also learns the policy's sampling and backend (issue 43: request fields named per run)
+    assert [(c.work_dir, c.runs, c.policy_backend) for c in SEEN["open"]] == [(work, 1, "gold")] * 2
+    assert all(c.sampling is not None for c in SEEN["open"])
+    assert [(c.work_dir, c.runs) for c in SEEN["aggregate"]] == [(work, 1)]
     assert "work_dir" not in vars(RecordingAdapter) and "runs_requested" not in vars(RecordingAdapter)
 
 
