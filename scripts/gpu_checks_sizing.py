@@ -161,7 +161,7 @@ def measure_cpu(name: str, spec: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=["cuda", "cpu"], default=None, help="default: cuda when available")
     parser.add_argument("--out", type=Path, default=None, help="also write the result to OUT/sizing.json")
     args = parser.parse_args(argv)

@@ -90,7 +90,7 @@ def test_outside_adapter_joins_the_ood_suite_with_resume_summary_and_compare(sit
                for r in results)
 
     markdown = (run / "summary.md").read_text()
-    assert "| refund_desk | 100.00 | pass rate (%), Avg@2 | 1/1 | 0 | 0 | ok |" in markdown
+    assert "| refund_desk | 100.00 | 2 / 0 / 0 of 2 | pass rate (%), Avg@2 | 1/1 | 0 | 0 | ok |" in markdown
 
     # resume: nothing new runs
     counts = {p.parent.name: len(_lines(p)) for p in run.glob("*/episodes.jsonl")}

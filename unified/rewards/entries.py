@@ -235,8 +235,8 @@ class BenchmarkEntry(RewardEntry):
     def __post_init__(self) -> None:
         super().__post_init__()
         if not self.adapter:
-            raise ValueError("rewards.benchmark: adapter: name the benchmark (e.g. adapter: bfcl_v4; "
-                             "python -m unified.eval --list lists them)")
+            raise ValueError("rewards.benchmark: adapter: name the benchmark, as `--benchmarks` would "
+                             "(python -m unified.eval --list lists them)")
         check_adapter_settings(self.adapter, self.settings)
 
     def build(self, judge: Any = None) -> Callable:

@@ -231,7 +231,7 @@ def describe(cfg: WarmupConfig, **what_if) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m unified.warmup.plan", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m unified.warmup.plan", description=__doc__.splitlines()[0])
     add_recipe_arguments(parser)
     parser.add_argument("--nodes", type=int, nargs="*", default=[], help="what-if node counts (default: the recipe's)")
     parser.add_argument("--gpu", nargs="*", default=[], choices=sorted(GPUS), help="what-if GPU models")
