@@ -34,6 +34,7 @@ import math
 import os
 import struct
 from pathlib import Path
+from typing import BinaryIO
 
 from unified.models.embedded import cache_dir
 from unified.store import WEIGHT_FILES, files_fingerprint, open_regular, write_json_atomic
@@ -58,11 +59,7 @@ def _safetensors_entries(path: Path) -> list[tuple[str, str, list[int], int, int
     """``(name, dtype, shape, begin, end)`` of each tensor in one file, offsets absolute in the file;
     refused (naming the file and tensor) when a range is reversed, leaves the file, overlaps another
     or is not ``prod(shape) * bytes(dtype)`` long."""
-    try:
-        fd = open_regular(path)
-    except ValueError as exc:
-        raise WeightsDigestError(str(exc)) from None
-    with os.fdopen(fd, "rb") as fh:
+    with _open_weights(path) as fh:
         file_size = os.fstat(fh.fileno()).st_size
         head = fh.read(8)
         if len(head) != 8:
@@ -102,6 +99,15 @@ def _safetensors_entries(path: Path) -> list[tuple[str, str, list[int], int, int
     return entries
 
 
+def _open_weights(path: Path) -> BinaryIO:
+    """``path`` opened for reading only as a regular file (:func:`unified.store.open_regular`: a FIFO or a
+    link is a WeightsDigestError naming it, never a wait)."""
+    try:
+        return os.fdopen(open_regular(path), "rb")
+    except ValueError as exc:
+        raise WeightsDigestError(str(exc)) from None
+
+
 def _frame(digest, data: bytes) -> None:
     digest.update(struct.pack("<Q", len(data)))
     digest.update(data)
@@ -116,11 +122,7 @@ def compute_weights_digest(path: str | os.PathLike[str]) -> str | None:
         if root.suffix != ".gguf":
             return None
         _frame(digest, b"gguf")
-        try:
-            fd = open_regular(root)
-        except ValueError as exc:
-            raise WeightsDigestError(str(exc)) from None
-        with os.fdopen(fd, "rb") as fh:
+        with _open_weights(root) as fh:
             size = os.fstat(fh.fileno()).st_size
             digest.update(struct.pack("<Q", size))
             _update_range(digest, fh, root, 0, size)
@@ -135,7 +137,7 @@ def compute_weights_digest(path: str | os.PathLike[str]) -> str | None:
                 raise WeightsDigestError(f"{file}: tensor {name!r} is also in {tensors[name][0].name}")
             tensors[name] = (file, dtype, shape, begin, end)
     _frame(digest, str(len(tensors)).encode())
-    handles: dict[Path, object] = {}
+    handles: dict[Path, BinaryIO] = {}
     try:
         for name in sorted(tensors):
             file, dtype, shape, begin, end = tensors[name]
@@ -144,10 +146,7 @@ def compute_weights_digest(path: str | os.PathLike[str]) -> str | None:
             _frame(digest, json.dumps(shape).encode())
             digest.update(struct.pack("<Q", end - begin))
             if file not in handles:
-                try:
-                    handles[file] = os.fdopen(open_regular(file), "rb")
-                except ValueError as exc:
-                    raise WeightsDigestError(str(exc)) from None
+                handles[file] = _open_weights(file)
             _update_range(digest, handles[file], file, begin, end)
     finally:
         for handle in handles.values():
