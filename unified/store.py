@@ -135,6 +135,8 @@ def open_regular(path: str | os.PathLike[str]) -> int:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         raise
+    except NotADirectoryError:  # a parent is a file (an --out under a file): the file does not exist either
+        raise FileNotFoundError(errno.ENOENT, f"{path}: a parent is not a directory") from None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise ValueError(f"{path}: a symbolic link; record files are read only as regular files, "
