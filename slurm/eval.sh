@@ -99,7 +99,11 @@ if [ "$MERGE" = "1" ]; then  # the job after the array: no server, no model, onl
     SHARD_DIRS=()
     for ((i = 0; i < SHARDS; i++)); do SHARD_DIRS+=("$OUT/shard-$i"); done
     echo "unified-eval: merging ${SHARDS} shard(s) into ${OUT}"
-    unified_run "$PYTHON" -m unified.eval --merge "${SHARD_DIRS[@]}" --out "$OUT"
+    # BENCHMARKS given to this script name the adapters the merge may load (a `module:Class` only a shard's
+    # plan.json names is never imported: the summary then comes from the records alone)
+    TRUSTED=()
+    if [ -n "$BENCHMARKS" ]; then read -r -a TRUSTED <<< "$BENCHMARKS"; TRUSTED=(--benchmarks "${TRUSTED[@]}"); fi
+    unified_run "$PYTHON" -m unified.eval --merge "${SHARD_DIRS[@]}" --out "$OUT" "${TRUSTED[@]}"
     echo "unified-eval: done; results in ${OUT} (summary.md)"
     exit 0
 fi
