@@ -1,5 +1,6 @@
 """A loopback OpenAI-compatible chat endpoint for tests: real HTTP on 127.0.0.1, each answer made
-by ``reply(request, n)`` (the request's JSON, how many came before); ``asked`` keeps every request."""
+by ``reply(request, n)`` (the request's JSON, how many came before); ``asked`` keeps every request.
+The answer is named ``model`` (None: the model the request named)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 class FakeChat:
     """``with FakeChat(reply) as chat:`` serves ``chat.url`` (``.../v1``) until the block ends."""
 
-    def __init__(self, reply: Callable[[dict[str, Any], int], str], model: str = "fake") -> None:
+    def __init__(self, reply: Callable[[dict[str, Any], int], str], model: str | None = "fake") -> None:
         self.reply, self.model = reply, model
         self.asked: list[dict[str, Any]] = []
         chat = self
@@ -23,7 +24,8 @@ class FakeChat:
                 request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
                 n = len(chat.asked)
                 chat.asked.append(request)
-                body = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": chat.model,
+                body = json.dumps({"id": "x", "object": "chat.completion", "created": 0,
+                                   "model": chat.model or request.get("model"),
                                    "choices": [{"index": 0, "finish_reason": "stop", "message": {
                                        "role": "assistant", "content": chat.reply(request, n)}}],
                                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()

@@ -17,11 +17,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from _fake_chat import FakeChat
 
 from unified.inference.base import PolicyRequest, SamplingConfig
 from unified.inference.openai_backend import OpenAIPolicy
@@ -31,45 +30,17 @@ HARBOR_PYTHON = REPO / ".venv-harbor" / "bin" / "python"
 MESSAGES = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}]
 
 
-class RecordingServer:
-    """Loopback chat completions: answers "ok", keeps every request body whole."""
+class RecordingServer(FakeChat):
+    """The tests' loopback chat endpoint (:class:`FakeChat`) answering ``content`` under each request's own
+    model name, and keeping every request body whole (``take()`` hands them over and starts afresh)."""
 
     def __init__(self) -> None:
-        self.bodies: list[dict] = []
         self.content = "final score: 0.5"
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
-                outer.bodies.append(body)
-                data = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": body.get("model"),
-                                   "choices": [{"index": 0, "finish_reason": "stop",
-                                                "message": {"role": "assistant", "content": outer.content}}],
-                                   "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        super().__init__(lambda request, n: self.content, model=None)
 
     def take(self) -> list[dict]:
-        out, self.bodies = self.bodies, []
+        out, self.asked = self.asked, []
         return out
-
-    def __enter__(self) -> "RecordingServer":
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @pytest.fixture(scope="module")
