@@ -81,8 +81,6 @@ for d in $privs; do
 done
 IFS=$oldifs
 oid=${ids# }; oid=${oid%% *}
-$bb tar -x -o -C / || exit 93
-for d in $(IFS=:; echo $privs); do [ "$d" = "/tests" ] && { $bb mount -o remount,bind,ro "$d" || exit 93; }; done
 check() {
   set -- $ids; IFS=:
   for d in $privs; do
@@ -92,6 +90,12 @@ check() {
   IFS=$oldifs
 }
 finish() { cd "$scratch" && $bb tar -c . | $bb base64; }
+unpacked() {  # a failure here while a private directory was replaced is that replacement, not a setup failure
+  bad=$(check) || { echo "$bad" > "$scratch/tampered"; finish; exit; }
+  exit 93
+}
+$bb tar -x -o -C / || unpacked
+for d in $(IFS=:; echo $privs); do [ "$d" = "/tests" ] && { $bb mount -o remount,bind,ro "$d" || unpacked; }; done
 bad=$(check) || { echo "$bad" > "$scratch/tampered"; finish; exit; }
 cd "$wd" 2>/dev/null || cd /
 t0=$($bb date +%s)
@@ -118,8 +122,9 @@ own device and inode (a process left running may remove or swap the path meanwhi
 empty: none), each of the ``:``-separated ``TOOLCHAIN_DIRS`` that is a directory there becomes an overlay of that copy
 under a private upper layer (the verifier installs what it needs; it sees nothing of the agent's there), and each of
 ``TOOLCHAIN_FILES`` present in the container is bound from the copy (or ``/dev/null`` where the image has none).
-``/tests`` is remounted read-only once the tests are unpacked. Exit 90-94: the isolation could not be set up (nothing
-of the command ran).
+``/tests`` is remounted read-only once the tests are unpacked; a private directory found replaced when unpacking or
+remounting fails is reported as ``tampered`` (a process left running raced it). Exit 90-94: the isolation could not
+be set up (nothing of the command ran).
 Otherwise stdout is one base64 tar: ``stdout``, ``stderr``, ``rc``, ``timed_out`` (present when the limit killed it),
 ``out/`` (the contents of ``OUT``) or ``tampered`` (the private directory that was replaced)."""
 
