@@ -72,7 +72,7 @@ def test_every_tool_of_the_privileged_script_is_a_busybox_applet():
     starts = re.findall(r"(?:^|[;|&{(]|\$\(|\bthen\b|\bdo\b|\belse\b)[ \t]*([^\s;|&(){}]+)", PRIVATE_VERIFIER_SCRIPT,
                         re.M)
     words = {w for w in starts if not re.fullmatch(r"[A-Za-z_0-9]+=.*", w)}
-    allowed = {"$bb", ":", "[", "cd", "echo", "exit", "return", "set", "shift", "check", "finish",
+    allowed = {"$bb", ":", "[", "cd", "echo", "exit", "return", "set", "shift", "check", "finish", "unpacked",
                "for", "do", "done", "if", "then", "else", "fi", "until", "$",
                "n", "tries", "k",  # $((n + 1)), $((tries + 1)), $((k + 1))
                "continue",

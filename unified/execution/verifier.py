@@ -90,7 +90,7 @@ check() {
   IFS=$oldifs
 }
 finish() { cd "$scratch" && $bb tar -c . | $bb base64; }
-unpacked() {  # a failure here while a private directory was replaced is that replacement, not a setup failure
+unpacked() {
   bad=$(check) || { echo "$bad" > "$scratch/tampered"; finish; exit; }
   exit 93
 }
