@@ -54,6 +54,7 @@ from unified.warmup.model_card import reward_names, write_model_card
 from unified.warmup.parity_probe import probe_trainer
 from unified.warmup.preempt import Preempted, PreemptionCallback
 from unified.warmup.routing import RoutingState
+from unified.warmup.vllm_routes import attach_engine_routes, colocated_llm_returns_routes
 
 log = logging.getLogger(__name__)
 
@@ -269,11 +270,13 @@ def build_trainer(cfg: WarmupConfig, *, train_dataset, reward_funcs: Sequence[Ca
     m = cfg.monitor
     failfast = FailFastMonitor(max_dropped_share=m.max_dropped_share, max_zero_variance_share=m.max_zero_variance_share,
                                patience=m.patience_batches)
-    trainer = gspo_trainer_class()(
-        model=model, reward_funcs=list(reward_funcs), args=args, train_dataset=train_dataset,
-        processing_class=tokenizer,
-        callbacks=[JsonlMetricsCallback(Path(cfg.output_dir) / METRICS_FILE), *callbacks, failfast],
-    )
+    routes_from_engine = cfg.moe.routing_replay != "off" and cfg.generation.backend == "vllm_colocate"
+    with colocated_llm_returns_routes(routes_from_engine):  # TRL builds its vllm.LLM in the constructor
+        trainer = gspo_trainer_class()(
+            model=model, reward_funcs=list(reward_funcs), args=args, train_dataset=train_dataset,
+            processing_class=tokenizer,
+            callbacks=[JsonlMetricsCallback(Path(cfg.output_dir) / METRICS_FILE), *callbacks, failfast],
+        )
     trainer.generation_cpu_threads = cfg.generation.cpu_threads
     trainer.rollout_bounds = (m.rollout_max_mean_logp_diff, m.rollout_min_mean_weight)
     trainer.sync_bounds = (m.rollout_max_logp_diff_rise, m.rollout_probe_max_logp_diff)
@@ -291,6 +294,8 @@ def build_trainer(cfg: WarmupConfig, *, train_dataset, reward_funcs: Sequence[Ca
             raise ConfigError(f"moe.routing_replay={cfg.moe.routing_replay}: {type(trainer.model).__name__} has no "
                               "top-k MoE routers (a dense model): set moe.routing_replay=off")
         trainer.routing = RoutingState.attach(trainer.model, cfg.moe.routing_replay, cfg.moe.log_mismatch)
+        trainer.routing.engine = attach_engine_routes(trainer)  # vLLM's routed experts (R3); None in-process
+        trainer.routing.require_rollout_routes = cfg.moe.require_rollout_routes
     return trainer
 
 
