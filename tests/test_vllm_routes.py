@@ -307,3 +307,22 @@ def load_script(path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def test_the_launch_asks_trls_vllm_serve_for_routes_and_trl_forwards_the_flag_to_vllm():
+    """The 35B recipe's launch: trl vllm-serve gets --enable-return-routed-experts, which TRL's own parser leaves
+    to ``vllm serve`` (its unknown-argument pass-through); with routing replay off it is not asked for."""
+    from pathlib import Path
+
+    from trl.scripts.vllm_serve import build_command, make_parser
+
+    from unified.warmup.launch import launch_plan, step_for_role
+
+    recipe = Path(__file__).resolve().parents[1] / "recipes" / "warmup" / "qwen35_35b_a3b.yaml"
+    for routing, expected in (("replay", True), ("off", False)):
+        overrides = [f"moe.routing_replay={routing}", f"moe.require_rollout_routes={routing != 'off'}"]
+        cfg = load_warmup_config(recipe, overrides)
+        argv = step_for_role(launch_plan(cfg, str(recipe), overrides), "vllm").argv
+        assert (SERVER_FLAG in argv) is expected
+        script_args, extra = make_parser().parse_args_and_config(args=argv[2:], return_remaining_strings=True)
+        assert (SERVER_FLAG in build_command(script_args, extra)) is expected
