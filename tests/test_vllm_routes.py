@@ -326,3 +326,29 @@ def test_the_launch_asks_trls_vllm_serve_for_routes_and_trl_forwards_the_flag_to
         assert (SERVER_FLAG in argv) is expected
         script_args, extra = make_parser().parse_args_and_config(args=argv[2:], return_remaining_strings=True)
         assert (SERVER_FLAG in build_command(script_args, extra)) is expected
+
+
+SCATTER_RANK = """
+import sys, numpy as np, torch.distributed as dist
+from unified.warmup.vllm_routes import EngineRoutes
+rank, world, init, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+sink = EngineRoutes("server")
+if rank == 0:  # only the main process has the client: every rank's completions, in rank order
+    sink.keep(np.full((3, 2, 2), i, np.uint8) for i in range(2 * world))
+np.save(f"{out}/{rank}.npy", np.stack([t[0, 0, 0] for t in sink.take(2)]))
+dist.destroy_process_group()
+"""
+
+
+def test_server_routes_reach_each_rank_as_its_share(tmp_path):
+    """Two gloo processes: rank 0 received all four completions' routes, each rank gets its own two."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    procs = [subprocess.Popen([sys.executable, "-c", SCATTER_RANK, str(rank), "2", f"file://{tmp_path}/init",
+                               str(tmp_path)], env=env) for rank in range(2)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    assert np.load(tmp_path / "0.npy").tolist() == [0, 1] and np.load(tmp_path / "1.npy").tolist() == [2, 3]

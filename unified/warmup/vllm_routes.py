@@ -17,8 +17,14 @@ that the trainer offers:
 
 - server: the main process's ``VLLMClient._post`` is wrapped; the choices of every ``/v1/completions``
   answer leave their ``routed_experts`` in an :class:`EngineRoutes` (choice order = TRL's completion order:
-  prompt-major, ``n`` a prompt). TRL broadcasts only its own payload, so :meth:`EngineRoutes.take` broadcasts
-  the routes the same way and keeps this process's slice.
+  prompt-major, ``n`` a prompt). TRL broadcasts only its own payload; :meth:`EngineRoutes.take` scatters the
+  routes from the main process, each process receiving only its slice (the one TRL gives it).
+
+Cost: a choice carries its prompt's rows too, ``(P + C - 1) x L x k`` bytes (uint8), base64 in JSON: the
+35B recipe's worst case (64k + 4k tokens, 40 layers x top-8, 768 completions in one request) is ~22 MB a
+choice raw, ~22 GB base64 a generation batch, the prompt rows repeated for each of a group's ``n`` choices.
+vLLM's ``routed_experts_prompt_start`` (a request field) would drop the prompt rows; taking them once a group
+is not wired (docs/routing_replay.md).
 - colocate: TRL's ``LLM`` is built with ``enable_return_routed_experts=True`` (:func:`colocated_llm_returns_routes`
   around the trainer's construction), and its ``generate`` is wrapped to keep each output's routes in the
   order TRL flattens them (TP > 1: this rank's share of the TP group, as TRL slices).
@@ -85,13 +91,13 @@ class EngineRoutes:
 
         if not (dist.is_available() and dist.is_initialized()):
             return received
-        if self.mode == "server" and dist.get_world_size() > 1:  # as TRL broadcasts its payload from rank 0
-            from accelerate.utils import broadcast_object_list
-
-            box = [received]
-            broadcast_object_list(box, from_process=0)
-            start = dist.get_rank() * local_count
-            return box[0][start:start + local_count]
+        world = dist.get_world_size()
+        if self.mode == "server" and world > 1:  # rank 0 got every rank's completions, in TRL's rank order
+            shares = [received[r * local_count:(r + 1) * local_count] for r in range(world)] \
+                if dist.get_rank() == 0 else None
+            box: list = [None]
+            dist.scatter_object_list(box, shares, src=0)  # each rank only its share (TRL broadcasts all)
+            return box[0]
         if self.mode == "colocate" and self.tp_group is not None and dist.get_world_size(self.tp_group) > 1:
             start = dist.get_rank(group=self.tp_group) * local_count
             return received[start:start + local_count]
