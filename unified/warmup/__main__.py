@@ -40,9 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--heldout-temperature", type=float, default=None,
                         help="sampling temperature of the --eval-before-after scoring (default: the recipe's; "
                              "0 = greedy, one completion per prompt)")
-    parser.add_argument("--print-command", choices=["trainer", "vllm"],
+    parser.add_argument("--print-command", choices=["trainer", "vllm", "rollout-gate"],
                         help="print the shell command of one role of the launch plan (empty if the layout has "
-                             "none) and exit; used by slurm/lwm_warmup.sh")
+                             "none; rollout-gate: the key gate up to its --, which a server command follows) and "
+                             "exit; used by slurm/lwm_warmup.sh")
     parser.add_argument("--plan", action="store_true",
                         help="print the memory/time plan of the recipe's layout (unified/warmup/plan.py) and exit: "
                              "0 it fits, 2 it does not")
@@ -109,6 +110,11 @@ def main(argv: list[str] | None = None) -> int:
         for line in found:
             print(f"unified.warmup: {line}", file=sys.stderr)
         return 2
+    if args.print_command == "rollout-gate":
+        from unified.warmup.launch import LaunchStep, rollout_gate_argv
+
+        print(LaunchStep("rollout-gate", "node 0", rollout_gate_argv(cfg)).shell())
+        return 0
     if args.print_command:
         from unified.warmup.launch import launch_plan, step_for_role
 
