@@ -92,11 +92,14 @@ if [ "$NODES" -gt 1 ] || [ "$GPUS_PER_NODE" -gt 1 ] || [ "$CPU_PROCESSES" -gt 1 
 fi
 ARGS+=("$@")
 
-TRAINER_CMD=$("$PYTHON" -m unified.warmup "${ARGS[@]}" --print-command trainer)
+# one line per role: the trainer, the rollout server (the key gate, then trl vllm-serve), the key gate alone
+COMMANDS=$("$PYTHON" -m unified.warmup "${ARGS[@]}" --print-command trainer --print-command vllm \
+           --print-command rollout-gate)
+{ read -r TRAINER_CMD; read -r PLAN_VLLM_CMD; read -r GATE_CMD; } <<< "$COMMANDS"
 if [ -z "$VLLM_CMD" ]; then
-    VLLM_CMD=$("$PYTHON" -m unified.warmup "${ARGS[@]}" --print-command vllm)  # the key gate, then trl vllm-serve
-elif [ "$NODES" -gt 1 ]; then  # your server command, behind the same key gate
-    VLLM_CMD="$("$PYTHON" -m unified.warmup "${ARGS[@]}" --print-command rollout-gate) bash -c $(printf %q "$VLLM_CMD")"
+    VLLM_CMD=$PLAN_VLLM_CMD
+else  # your server command, behind the same key gate
+    VLLM_CMD="$GATE_CMD bash -c $(printf %q "$VLLM_CMD")"
 fi
 KEY_FILE=$OUTPUT/rollout_server.key  # the rollout server's key for this run (rollout_gate.py: KEY_FILE_NAME)
 echo "lwm_warmup: job ${SLURM_JOB_ID:-local}${SLURM_RESTART_COUNT:+ (restart $SLURM_RESTART_COUNT)}, ${NODES} node(s) x ${GPUS_PER_NODE} GPU(s): ${HOSTS[*]:0:$NODES}"
@@ -142,16 +145,17 @@ else
                 "${STEP_GPUS[@]}" --export=ALL,VLLM_HOST="$VLLM_HOST",MAIN_PROCESS_IP="${TRAIN_HOSTS[0]}"
                 "${UNIFIED_IN_IMAGE[@]}" bash -c "MACHINE_RANK=\$SLURM_PROCID; $SYNC_ADDRESS $TRAINER_CMD")
     if [ "$DRY_RUN" = "1" ]; then
-        unified_run "$PYTHON" -m unified.warmup.rollout_gate new-key "$KEY_FILE"
+        unified_run "$PYTHON" "$REPO/unified/warmup/rollout_gate.py" new-key "$KEY_FILE"
         unified_run "${VLLM_STEP[@]}"
         unified_wait_http "http://${VLLM_HOST}:${VLLM_PORT}/health/" "$VLLM_TIMEOUT_S" 0 "" "$KEY_FILE"
         unified_run "${TRAIN_STEP[@]}"
     else
         # a fresh random key for this run of the job, mode 0600 from its creation, before the server step starts
-        "$PYTHON" -m unified.warmup.rollout_gate new-key "$KEY_FILE" || unified_die "cannot write the rollout key $KEY_FILE"
+        # (the module as a file: standard library only, it starts at once)
+        "$PYTHON" "$REPO/unified/warmup/rollout_gate.py" new-key "$KEY_FILE" || unified_die "cannot write the rollout key $KEY_FILE"
         "${VLLM_STEP[@]}" &
         VLLM_PID=$!
-        trap '[ -n "${VLLM_PID:-}" ] && kill "$VLLM_PID" 2>/dev/null; [ -n "${TRAIN_PID:-}" ] && kill "$TRAIN_PID" 2>/dev/null; rm -f "$KEY_FILE"; true' EXIT
+        trap 'rm -f "$KEY_FILE"; [ -n "${VLLM_PID:-}" ] && kill "$VLLM_PID" 2>/dev/null; [ -n "${TRAIN_PID:-}" ] && kill "$TRAIN_PID" 2>/dev/null; true' EXIT
         # fails as soon as the server's srun step has ended (trl vllm-serve died), not after the timeout
         unified_wait_http "http://${VLLM_HOST}:${VLLM_PORT}/health/" "$VLLM_TIMEOUT_S" "$VLLM_PID" "" "$KEY_FILE"
         "${TRAIN_STEP[@]}" &

@@ -60,9 +60,10 @@ def rollout_server_key(cfg: WarmupConfig) -> str | None:
                       "(slurm/lwm_warmup.sh starts it: python -m unified.warmup.rollout_gate; docs/slurm.md, Network)")
 
 
-def keyed_client_class(base: type, key: str) -> type:
-    """A subclass of TRL's ``VLLMClient`` (``base``) whose every request carries ``Authorization: Bearer key``."""
-    header = {"Authorization": f"Bearer {key}"}
+def keyed_client_class(base: type, key: str | None) -> type:
+    """A subclass of TRL's ``VLLMClient`` (``base``) whose every request carries ``Authorization: Bearer key``
+    (none for ``None``), and whose server check fails at once when the server refuses the trainer."""
+    header = {"Authorization": f"Bearer {key}"} if key else {}
 
     class KeyedVLLMClient(base):
         """TRL's ``VLLMClient``, keyed: see :mod:`unified.warmup.rollout_client`."""
@@ -82,7 +83,10 @@ def keyed_client_class(base: type, key: str) -> type:
                     return
                 if status in (401, 403):
                     raise ConnectionError(f"the rollout server at {self.base_url} refused the trainer's key "
-                                          f"({status}): the key file is not this job's (a server of another job?)")
+                                          f"({status}): the key file is not this job's (a server of another job?)"
+                                          if key else
+                                          f"the rollout server at {self.base_url} wants a key ({status}) and the "
+                                          "trainer has none: its output dir holds no rollout_server.key")
                 if time.time() - start >= total_timeout:
                     raise ConnectionError(f"the rollout server at {self.base_url} did not answer /health with 200 "
                                           f"within {total_timeout:.0f}s (last: {status or 'no connection'})")
@@ -92,9 +96,10 @@ def keyed_client_class(base: type, key: str) -> type:
 
 
 @contextmanager
-def keyed_rollout_client(key: str | None) -> Iterator[None]:
-    """While the trainer is built, TRL's ``VLLMGeneration`` makes keyed clients (nothing changes for None)."""
-    if key is None:
+def keyed_rollout_client(key: str | None, server_mode: bool = True) -> Iterator[None]:
+    """While the trainer is built, TRL's ``VLLMGeneration`` makes :func:`keyed_client_class` clients (with
+    ``key``, or none for None); nothing changes outside server mode."""
+    if not server_mode:
         yield
         return
     from trl.generation import vllm_generation

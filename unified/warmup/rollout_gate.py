@@ -259,7 +259,8 @@ class RolloutGate(ThreadingHTTPServer):
                   file=sys.stderr, flush=True)
 
     def start(self) -> "RolloutGate":
-        self._thread = threading.Thread(target=self.serve_forever, name="rollout-gate", daemon=True)
+        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.1}, name="rollout-gate",
+                                        daemon=True)
         self._thread.start()
         return self
 

@@ -270,7 +270,8 @@ def build_trainer(cfg: WarmupConfig, *, train_dataset, reward_funcs: Sequence[Ca
     m = cfg.monitor
     failfast = FailFastMonitor(max_dropped_share=m.max_dropped_share, max_zero_variance_share=m.max_zero_variance_share,
                                patience=m.patience_batches)
-    with keyed_rollout_client(rollout_server_key(cfg)):  # server mode: TRL's client sends the job's key
+    # server mode: TRL's client sends the job's key (rollout_client.py)
+    with keyed_rollout_client(rollout_server_key(cfg), server_mode=cfg.generation.backend == "vllm_server"):
         trainer = gspo_trainer_class()(
             model=model, reward_funcs=list(reward_funcs), args=args, train_dataset=train_dataset,
             processing_class=tokenizer,
