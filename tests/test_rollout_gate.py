@@ -76,6 +76,9 @@ def test_without_the_key_every_route_is_refused_and_nothing_reaches_the_server(g
             assert status == 401, (method, path, headers, status)
             assert answer_headers["Connection"] == "close" and answer_headers["WWW-Authenticate"].startswith("Bearer")
             assert text.count(b"\n") == 1 and "unauthorized" in json.loads(text)["error"]
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:  # refused before the body is asked for
+        raw.sendall(b"POST /update_weights HTTP/1.1\r\nHost: x\r\nContent-Length: 9\r\nExpect: 100-continue\r\n\r\n")
+        assert raw.recv(4096).startswith(b"HTTP/1.1 401 ")
     assert upstream.recorder.requests == []  # nothing was forwarded
     log = capfd.readouterr().err
     assert "rollout gate: refused POST /update_weights from 127.0.0.1: wrong key" in log

@@ -124,13 +124,22 @@ class _GateHandler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - the base class's name
         """Quiet: the gate logs refusals only (:meth:`RolloutGate.note_refusal`)."""
 
-    def _handle(self) -> None:
+    def _refused(self) -> bool:
+        """Answer 401 and close (the body unread) unless the request carries the key."""
         refusal = self.server.refusal(self.headers.get("Authorization"))
         if refusal:
             self.server.note_refusal(self.command, self.path, self.client_address[0], refusal)
             self._reply_json(401, {"error": "unauthorized: the rollout server needs 'Authorization: Bearer <key>' "
                                             "(the job's rollout_server.key; docs/slurm.md, Network)"},
                              {"WWW-Authenticate": 'Bearer realm="rollout"'}, close=True)
+        return bool(refusal)
+
+    def handle_expect_100(self) -> bool:
+        """``Expect: 100-continue``: the key is checked before the client is asked for the body."""
+        return False if self._refused() else super().handle_expect_100()
+
+    def _handle(self) -> None:
+        if self._refused():
             return
         body = self._read_body()
         if body is None:
