@@ -322,7 +322,8 @@ def serve(key: str, host: str, port: int, upstream_port: int, command: list[str]
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     print(f"rollout gate: {host}:{port} -> {UPSTREAM_HOST}:{upstream_port} (server pid {child.pid}); "
           "requests need the job's key", file=sys.stderr, flush=True)
-    probing, exposed = host not in (UPSTREAM_HOST, "localhost"), False
+    # (on 127.0.0.1 itself, or on every address, the gate cannot tell the server's address from its own)
+    probing, exposed = host not in (UPSTREAM_HOST, "localhost", "0.0.0.0", "::", ""), False
     try:
         while True:
             try:
