@@ -215,6 +215,8 @@ def test_the_gate_ends_with_its_server_and_stops_it_when_stopped(tmp_path):
                                 cwd=REPO, stderr=subprocess.PIPE, text=True,
                                 env={**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{Path(__file__).parent}"})
         first = gate.stderr.readline()
+        while "server pid" not in first and first:  # (a warning of an import may come first)
+            first = gate.stderr.readline()
         server_pid = int(first.split("server pid ")[1].split(")")[0])
         while _wait_answer(port, keyed) != 200:
             time.sleep(0.1)
