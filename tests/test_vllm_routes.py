@@ -324,7 +324,8 @@ def test_the_launch_asks_trls_vllm_serve_for_routes_and_trl_forwards_the_flag_to
         cfg = load_warmup_config(recipe, overrides)
         argv = step_for_role(launch_plan(cfg, str(recipe), overrides), "vllm").argv
         assert (SERVER_FLAG in argv) is expected
-        script_args, extra = make_parser().parse_args_and_config(args=argv[2:], return_remaining_strings=True)
+        serve = argv[argv.index("vllm-serve") + 1:]  # after the key gate's command, trl vllm-serve's own arguments
+        script_args, extra = make_parser().parse_args_and_config(args=serve, return_remaining_strings=True)
         assert (SERVER_FLAG in build_command(script_args, extra)) is expected
 
 

@@ -53,6 +53,7 @@ from unified.warmup.launch import vllm_rollouts_blocker
 from unified.warmup.model_card import reward_names, write_model_card
 from unified.warmup.parity_probe import probe_trainer
 from unified.warmup.preempt import Preempted, PreemptionCallback
+from unified.warmup.rollout_client import keyed_rollout_client, rollout_server_key
 from unified.warmup.routing import RoutingState
 from unified.warmup.vllm_routes import attach_engine_routes, colocated_llm_returns_routes
 
@@ -271,7 +272,10 @@ def build_trainer(cfg: WarmupConfig, *, train_dataset, reward_funcs: Sequence[Ca
     failfast = FailFastMonitor(max_dropped_share=m.max_dropped_share, max_zero_variance_share=m.max_zero_variance_share,
                                patience=m.patience_batches)
     routes_from_engine = cfg.moe.routing_replay != "off" and cfg.generation.backend == "vllm_colocate"
-    with colocated_llm_returns_routes(routes_from_engine):  # TRL builds its vllm.LLM in the constructor
+    # server mode: TRL's client sends the job's key (rollout_client.py); colocate: TRL builds its vllm.LLM
+    # in the constructor, asked to return routed experts (vllm_routes.py)
+    with keyed_rollout_client(rollout_server_key(cfg), server_mode=cfg.generation.backend == "vllm_server"), \
+            colocated_llm_returns_routes(routes_from_engine):
         trainer = gspo_trainer_class()(
             model=model, reward_funcs=list(reward_funcs), args=args, train_dataset=train_dataset,
             processing_class=tokenizer,
