@@ -21,7 +21,8 @@ from typing import Any
 from unified.agent.loop import AgentLoop, Job
 from unified.agent.replay import Replayer, replayer_for
 from unified.benchmarks.contract import RunContext
-from unified.benchmarks.discovery import ALL_SUITE, check_benchmark_config, declared_suites, expand_benchmarks
+from unified.benchmarks.discovery import (ALL_SUITE, adapter_paths, check_benchmark_config, declared_suites,
+                                          expand_benchmarks, named_benchmark_config)
 from unified.eval.config import EvalConfig
 from unified.eval.general import GENERAL_SUITE, split_suites
 from unified.eval.engine import EngineChoice, choose_backend, fallback_line
@@ -83,11 +84,13 @@ def run_eval(cfg: EvalConfig, *, policy: ChatModel | Replayer | None = None,
     ``cfg.backend`` ``auto`` (or None) is resolved first (:func:`engine_for`; its line is printed when the
     policy loads); the run directory, ``run.json`` and ``plan.json`` record the engine chosen.
     """
+    cfg = with_benchmark_names(cfg)
     names, want_general = benchmarks_to_run(cfg)
     if not names and not want_general:
         suites = sorted({*declared_suites()[0], ALL_SUITE, GENERAL_SUITE})
         raise ValueError(f"nothing to evaluate: give --suite or --benchmarks (suites: {', '.join(suites)})")
-    check_benchmark_config(cfg.benchmark_config)  # a mistyped key fails now, not after hours of other benchmarks
+    paths = adapter_paths(cfg.benchmarks)
+    check_benchmark_config(cfg.benchmark_config, paths)  # a mistyped key fails now, not after hours of other benchmarks
     choice = engine_for(cfg, names, policy_given=policy is not None)
     cfg = replace(cfg, backend=choice.backend)
     loaded: dict[str, Loaded] = {}
@@ -97,12 +100,19 @@ def run_eval(cfg: EvalConfig, *, policy: ChatModel | Replayer | None = None,
     except KeyboardInterrupt:  # while the adapters listed their tasks: nothing new was run
         raise EvalInterrupted(_saved_results(Path(cfg.out))) from None
     with RunDirLock(cfg.out):
-        record_run_dir(cfg.out, cfg, names, resume_anyway=resume_anyway, policy_given=policy is not None)
+        record_run_dir(cfg.out, cfg, names, resume_anyway=resume_anyway, policy_given=policy is not None,
+                       renamed={path: name for name, path in paths.items()})
         plan = recount_recorded(plan)  # under the lock: torn tails cut, what another run added meanwhile counted
         write_plan(cfg.out, plan)
         for line in plan_lines(plan):  # what will run, its budgets and an estimate, before the first episode
             _log(line[2:])
         return execute(plan, policy=policy, loaded=loaded, resume_anyway=resume_anyway)
+
+
+def with_benchmark_names(cfg: EvalConfig) -> EvalConfig:
+    """``cfg`` with its ``benchmarks.module:Class`` settings under the benchmark's one name
+    (:func:`unified.benchmarks.discovery.named_benchmark_config`); both spellings of one benchmark: ConfigError."""
+    return replace(cfg, benchmark_config=named_benchmark_config(cfg.benchmark_config))
 
 
 def engine_for(cfg: EvalConfig, names: list[str], *, policy_given: bool = False) -> EngineChoice:
@@ -196,9 +206,12 @@ def execute(plan: RunPlan, *, policy: ChatModel | Replayer | None = None, loaded
 
     The caller holds the run directory. ``loaded``: the adapters and tasks the planner listed in this process
     (else each benchmark with pairs to run is loaded again from the plan's settings). A benchmark planned as
-    skipped or errored runs nothing. Ctrl-C raises :class:`EvalInterrupted` after the summary."""
+    skipped or errored runs nothing. Ctrl-C raises :class:`EvalInterrupted` after the summary. The plan's
+    own ``--benchmarks`` items are the ``module:Class`` code its summary may load (``trusted``): executing a
+    plan runs its adapters in any case."""
     out = Path(plan.config.out)
     names = [b.name for b in plan.benchmarks]
+    trusted = frozenset(plan.config.benchmarks)
 
     def use_backend(backend: str) -> EvalConfig:  # the auto choice's fallback: record the engine that runs
         nonlocal plan
@@ -216,7 +229,7 @@ def execute(plan: RunPlan, *, policy: ChatModel | Replayer | None = None, loaded
         for planned in plan.benchmarks:
             interrupted = planned.status == "run" and _run_pairs(plan, planned, out, holder, loaded)
             done.append(planned.name)
-            summarize(out, benchmarks=done, plan=plan, loaded=loaded, finished=entries)
+            summarize(out, benchmarks=done, plan=plan, loaded=loaded, finished=entries, trusted=trusted)
             if interrupted:
                 raise KeyboardInterrupt
         if plan.general is not None:  # lm-eval on the same weights (the agent suites' loaded checkpoint if any)
@@ -226,11 +239,11 @@ def execute(plan: RunPlan, *, policy: ChatModel | Replayer | None = None, loaded
             plan.general.run(out, backend="hf" if engine.auto and cfg.backend == "vllm" else cfg.backend,
                              loaded=getattr(holder.model, "loaded", None))
     except KeyboardInterrupt:
-        summarize(out, benchmarks=done, plan=plan, loaded=loaded, finished=entries)
+        summarize(out, benchmarks=done, plan=plan, loaded=loaded, finished=entries, trusted=trusted)
         raise EvalInterrupted(_saved_results(out)) from None
     finally:
         holder.close()
-    return summarize(out, plan=plan, loaded=loaded, finished=entries)
+    return summarize(out, plan=plan, loaded=loaded, finished=entries, trusted=trusted)
 
 
 def _run_pairs(plan: RunPlan, planned: PlannedBenchmark, out: Path, policy: _Policy,
@@ -276,7 +289,7 @@ def _run_pairs(plan: RunPlan, planned: PlannedBenchmark, out: Path, policy: _Pol
 
 def _load_again(planned: PlannedBenchmark, cfg: EvalConfig) -> Loaded:
     """The adapter and tasks of a plan made in another process (its planned tasks must still be listed)."""
-    adapter = open_adapter(planned.name, cfg)
+    adapter = open_adapter(planned.name, cfg, adapter_paths(cfg.benchmarks))
     tasks = select_tasks(adapter, cfg)
     missing = sorted({task_id for task_id, _ in planned.to_run} - {t.id for t in tasks})
     if missing:
