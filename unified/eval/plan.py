@@ -4,7 +4,7 @@
 
     plan_run(cfg)      -> RunPlan     which benchmarks, their resolved settings and limits, the engine,
                                       the (task, trial) pairs after the --shard and resume filters,
-                                      the general suite's lm-eval tasks (unified.eval.general.PlannedGeneral)
+                                      the parts that are not episodes (unified.eval.parts: lm-eval's tasks)
     execute(plan)                     runs those pairs and appends their records (unified.eval.runner)
     summarize(run_dir) -> RunSummary  summary.json / summary.md from plan.json and the records on disk
                                       (unified.eval.summarize)
@@ -37,7 +37,8 @@ from unified.config import ConfigError, from_dict, to_dict
 from unified.eval.config import EvalConfig
 from unified.eval.costs import estimate_line
 from unified.eval.engine import EngineChoice
-from unified.eval.general import PlannedGeneral, plan_general
+from unified.eval.general import PlannedGeneral
+from unified.eval.parts import PART_SUITES, PlannedPart, plan_parts
 from unified.eval.rundir import BenchmarkStore
 from unified.eval.shards import parse_shard, shard_pairs
 from unified.registry import UnknownNameError
@@ -132,10 +133,15 @@ class RunPlan:
     benchmarks: list[PlannedBenchmark] = field(default_factory=list)
     general: PlannedGeneral | None = None
     """The general suite's part (lm-eval options with ``--limit`` applied, recorded and to-run tasks),
-    None when it was not asked for."""
+    None when it was not asked for; a field of its own so that ``plan.json`` keeps its shape. Code reaches
+    it through :meth:`parts`."""
 
     def benchmark(self, name: str) -> PlannedBenchmark:
         return next(b for b in self.benchmarks if b.name == name)
+
+    def parts(self) -> list[PlannedPart]:
+        """The planned parts that are not episodes (:mod:`unified.eval.parts`), in :data:`PART_SUITES` order."""
+        return [part for part in (getattr(self, suite, None) for suite in PART_SUITES) if part is not None]
 
 
 @dataclass
@@ -270,14 +276,14 @@ def _judge_spec(adapter: Adapter) -> str | None:
 def plan_run(cfg: EvalConfig, names: list[str], *, engine: EngineChoice = EngineChoice(None),
              policy_given: bool = False, repair: bool = True, loaded: dict[str, Loaded] | None = None) -> RunPlan:
     """The plan of ``cfg`` for the benchmarks ``names`` (:func:`unified.eval.runner.benchmarks_to_run`) and,
-    when ``--suite`` names it, the general suite (:func:`unified.eval.general.plan_general`). ``engine``: the engine chosen for the policy
+    the parts ``--suite`` names that are not episodes (:func:`unified.eval.parts.plan_parts`). ``engine``: the engine chosen for the policy
     (``cfg.backend`` is set to it). ``loaded`` (optional) is filled with the adapters and tasks listed."""
     cfg = replace(cfg, backend=engine.backend)
     out = Path(cfg.out)
     paths = adapter_paths(cfg.benchmarks)
     return RunPlan(config=cfg, engine=PlannedEngine(engine.backend, engine.auto, engine.line), policy_given=policy_given,
                    benchmarks=[plan_benchmark(n, cfg, out, repair=repair, loaded=loaded, paths=paths) for n in names],
-                   general=plan_general(cfg, repair=repair))
+                   **{part.suite: part for part in plan_parts(cfg, repair=repair)})
 
 
 def recount_recorded(plan: RunPlan) -> RunPlan:
@@ -365,4 +371,4 @@ def plan_lines(plan: RunPlan) -> list[str]:
                      f"tokens, thinking {'on' if sampling.thinking else 'off'}, temperature {sampling.temperature:g}; "
                      + estimate_line(to_run, model=plan.config.model, max_new_tokens=sampling.max_new_tokens,
                                      max_turns=turns))
-    return lines + (plan.general.lines() if plan.general is not None else [])
+    return lines + [line for part in plan.parts() for line in part.lines()]

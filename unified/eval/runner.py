@@ -24,7 +24,7 @@ from unified.benchmarks.contract import RunContext
 from unified.benchmarks.discovery import (ALL_SUITE, adapter_paths, check_benchmark_config, declared_suites,
                                           expand_benchmarks, named_benchmark_config)
 from unified.eval.config import EvalConfig
-from unified.eval.general import GENERAL_SUITE, split_suites
+from unified.eval.parts import PART_SUITES, split_suites
 from unified.eval.engine import EngineChoice, choose_backend, fallback_line
 from unified.eval.identity import record_run_dir, recorded_backend
 from unified.eval.plan import (Loaded, PlannedBenchmark, PlannedEngine, RunPlan, open_adapter, plan_lines, plan_run,
@@ -85,9 +85,9 @@ def run_eval(cfg: EvalConfig, *, policy: ChatModel | Replayer | None = None,
     policy loads); the run directory, ``run.json`` and ``plan.json`` record the engine chosen.
     """
     cfg = with_benchmark_names(cfg)
-    names, want_general = benchmarks_to_run(cfg)
-    if not names and not want_general:
-        suites = sorted({*declared_suites()[0], ALL_SUITE, GENERAL_SUITE})
+    names, parts = benchmarks_to_run(cfg)
+    if not names and not parts:
+        suites = sorted({*declared_suites()[0], ALL_SUITE, *PART_SUITES})
         raise ValueError(f"nothing to evaluate: give --suite or --benchmarks (suites: {', '.join(suites)})")
     paths = adapter_paths(cfg.benchmarks)
     check_benchmark_config(cfg.benchmark_config, paths)  # a mistyped key fails now, not after hours of other benchmarks
@@ -118,7 +118,7 @@ def with_benchmark_names(cfg: EvalConfig) -> EvalConfig:
 def engine_for(cfg: EvalConfig, names: list[str], *, policy_given: bool = False) -> EngineChoice:
     """The policy's engine: chosen for a checkpoint spec (:func:`unified.eval.engine.choose_backend`, a resume
     keeping the engine of the results in ``--out``); the caller's for a live model; ``cfg.backend`` for
-    the general suite alone (lm-eval's own classes)."""
+    the parts alone (lm-eval's own classes: :mod:`unified.eval.parts`)."""
     if not policy_given and names:
         return choose_backend(cfg.model, cfg.backend, recorded=recorded_backend(cfg.out, EvalConfig))
     return EngineChoice(None if cfg.backend in (None, "auto") else cfg.backend)
@@ -179,24 +179,25 @@ class _Policy:
             self.model.close()
 
 
-def benchmarks_to_run(cfg: EvalConfig) -> tuple[list[str], bool]:
-    """(benchmark names from ``--suite`` and ``--benchmarks``, whether ``general`` was asked for).
+def benchmarks_to_run(cfg: EvalConfig) -> tuple[list[str], list[str]]:
+    """(benchmark names from ``--suite`` and ``--benchmarks``, the parts that are not episodes asked for:
+    :func:`unified.eval.parts.split_suites`).
 
-    A ``--shard`` command naming ``general`` is a ConfigError (:func:`unified.eval.shards.check_unsharded_parts`).
-    An unknown suite is an UnknownNameError listing every suite (the adapters', ``all``, ``general``);
+    A ``--shard`` command naming a part is a ConfigError (:func:`unified.eval.shards.check_unsharded_parts`).
+    An unknown suite is an UnknownNameError listing every suite (the adapters', ``all``, the parts');
     the world-model eval is the ``lwm`` subcommand of the CLI, not a suite. An installed adapter whose module does not import cannot say which suites it joins,
     so it gets one line saying so when suites are asked for."""
-    agent_suites, want_general = split_suites(cfg.suite)
-    check_unsharded_parts(cfg, want_general)  # a sharded command naming `general` is refused before anything
+    agent_suites, parts = split_suites(cfg.suite)
+    check_unsharded_parts(cfg, bool(parts))  # a sharded command naming a part is refused before anything
     try:
         names = [n for s in agent_suites for n in expand_benchmarks(s)]
     except UnknownNameError as exc:
-        raise UnknownNameError("suite", exc.name, [*exc.valid, GENERAL_SUITE]) from None
+        raise UnknownNameError("suite", exc.name, [*exc.valid, *PART_SUITES]) from None
     if agent_suites:
         for name, why in declared_suites()[1].items():
             _log(f"{name}: not in any suite here: its adapter does not load ({why}); --benchmarks {name} "
                  "runs it as a recorded skip")
-    return list(dict.fromkeys(names + expand_benchmarks(None, cfg.benchmarks))), want_general
+    return list(dict.fromkeys(names + expand_benchmarks(None, cfg.benchmarks))), parts
 
 
 def execute(plan: RunPlan, *, policy: ChatModel | Replayer | None = None, loaded: dict[str, Loaded] | None = None,
@@ -232,12 +233,8 @@ def execute(plan: RunPlan, *, policy: ChatModel | Replayer | None = None, loaded
             summarize(out, benchmarks=done, plan=plan, loaded=loaded, finished=entries, trusted=trusted)
             if interrupted:
                 raise KeyboardInterrupt
-        if plan.general is not None:  # lm-eval on the same weights (the agent suites' loaded checkpoint if any)
-            # an auto-chosen vLLM server is for the agent suites: lm-eval's vllm class runs vLLM in this
-            # process (the gpu extra), so the general suite runs in-process unless --backend vllm says so
-            cfg = plan.config
-            plan.general.run(out, backend="hf" if engine.auto and cfg.backend == "vllm" else cfg.backend,
-                             loaded=getattr(holder.model, "loaded", None))
+        for part in plan.parts():  # on the same weights (the agent suites' loaded checkpoint if any)
+            part.run(out, backend=plan.config.backend, auto=engine.auto, loaded=getattr(holder.model, "loaded", None))
     except KeyboardInterrupt:
         summarize(out, benchmarks=done, plan=plan, loaded=loaded, finished=entries, trusted=trusted)
         raise EvalInterrupted(_saved_results(out)) from None

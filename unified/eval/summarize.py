@@ -1,7 +1,7 @@
 """``summarize(run_dir)``: a run's summary (``summary.json`` + ``summary.md``) from what is on disk only.
 
-It reads ``RUN/plan.json`` (:mod:`unified.eval.plan`), each planned benchmark's ``results.jsonl``, the general
-suite's records and, for a merge, ``RUN/shards.json``; it asks each adapter for its official ``aggregate`` of
+It reads ``RUN/plan.json`` (:mod:`unified.eval.plan`), each planned benchmark's ``results.jsonl``, each planned
+part's records (:mod:`unified.eval.parts`: the general suite's) and, for a merge, ``RUN/shards.json``; it asks each adapter for its official ``aggregate`` of
 those results (the adapter's code, loaded from the plan's settings) and writes the summary atomically. Nothing
 of the process that ran the episodes is needed: the runner calls it after every benchmark, ``--merge`` calls it
 once on the joined records, and calling it again on a finished run rewrites the same summary (its
@@ -186,7 +186,7 @@ def summarize(run_dir: str | Path, *, benchmarks: list[str] | None = None, plan:
             finished[name] = benchmark_summary(plan, plan.benchmark(name), out, loaded, paths, shard_aggregates)
     entries = {name: finished[name] for name in names}
     cfg = plan.config
-    general = plan.general.section(out) if plan.general is not None else None
+    sections = {part.suite: part.section(out) for part in plan.parts()}
     shard, merged_from = run_kind(plan, out, entries)
     return write_summary(out, build_summary(model=cfg.model, prompting=cfg.prompting, benchmarks=entries,
-                                            general=general, shard=shard, merged_from=merged_from))
+                                            shard=shard, merged_from=merged_from, **sections))
