@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 
 import pytest
 
+from fixture_eval_bench import FixtureAdapter
 from unified.eval import parts
 from unified.eval.cli import main
 from unified.eval.records import GeneralSection
@@ -69,3 +70,20 @@ def test_a_part_is_planned_run_after_the_episodes_and_summarised_through_the_sea
 def test_split_suites_separates_the_parts_from_the_adapters_suites():
     assert parts.split_suites("general, ood") == (["ood"], ["general"])
     assert parts.split_suites(None) == ([], [])
+
+
+class GeneralNamedFixture(FixtureAdapter):
+    """The fixture adapter under the general suite's name."""
+
+    name = "general"
+
+
+def test_a_benchmark_named_like_a_part_is_refused_before_anything_is_written(tmp_path, capsys, monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    out = tmp_path / "never"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--benchmarks", "test_eval_parts:GeneralNamedFixture", "--model", "gold", "--out", str(out)])
+    assert exit_info.value.code == 2
+    assert "a benchmark named 'general' is the general suite's name (its records' directory OUT/general/)" in \
+        capsys.readouterr().err
+    assert not out.exists()

@@ -23,6 +23,7 @@ from unified.agent.replay import Replayer, replayer_for
 from unified.benchmarks.contract import RunContext
 from unified.benchmarks.discovery import (ALL_SUITE, adapter_paths, check_benchmark_config, declared_suites,
                                           expand_benchmarks, named_benchmark_config)
+from unified.config import ConfigError
 from unified.eval.config import EvalConfig
 from unified.eval.parts import PART_SUITES, split_suites
 from unified.eval.engine import EngineChoice, choose_backend, fallback_line
@@ -184,7 +185,8 @@ def benchmarks_to_run(cfg: EvalConfig) -> tuple[list[str], list[str]]:
     :func:`unified.eval.parts.split_suites`).
 
     A ``--shard`` command naming a part is a ConfigError (:func:`unified.eval.shards.check_unsharded_parts`).
-    An unknown suite is an UnknownNameError listing every suite (the adapters', ``all``, the parts');
+    An unknown suite is an UnknownNameError listing every suite (the adapters', ``all``, the parts'); a
+    benchmark named like a part (``general``) is a ConfigError (one name, one directory);
     the world-model eval is the ``lwm`` subcommand of the CLI, not a suite. An installed adapter whose module does not import cannot say which suites it joins,
     so it gets one line saying so when suites are asked for."""
     agent_suites, parts = split_suites(cfg.suite)
@@ -197,7 +199,12 @@ def benchmarks_to_run(cfg: EvalConfig) -> tuple[list[str], list[str]]:
         for name, why in declared_suites()[1].items():
             _log(f"{name}: not in any suite here: its adapter does not load ({why}); --benchmarks {name} "
                  "runs it as a recorded skip")
-    return list(dict.fromkeys(names + expand_benchmarks(None, cfg.benchmarks))), parts
+    names = list(dict.fromkeys(names + expand_benchmarks(None, cfg.benchmarks)))
+    taken = [n for n in names if n in PART_SUITES]
+    if taken:  # its records would land in the part's own directory (OUT/general/)
+        raise ConfigError(f"--benchmarks: a benchmark named {taken[0]!r} is the {taken[0]} suite's name (its records' "
+                          f"directory OUT/{taken[0]}/); give the adapter class another `name`")
+    return names, parts
 
 
 def execute(plan: RunPlan, *, policy: ChatModel | Replayer | None = None, loaded: dict[str, Loaded] | None = None,
