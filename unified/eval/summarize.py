@@ -180,7 +180,8 @@ def summarize(run_dir: str | Path, *, benchmarks: list[str] | None = None, plan:
     plan = plan or read_plan(out)
     names = [b.name for b in plan.benchmarks] if benchmarks is None else benchmarks
     finished = {} if finished is None else finished
-    paths = adapter_paths(trusted)
+    paths = {**{item: item for item in trusted if ":" in item}, **adapter_paths(trusted)}  # a given path that
+    # does not import keeps its text as its name: loading it again says why it is skipped
     for name in names:
         if name not in finished:
             finished[name] = benchmark_summary(plan, plan.benchmark(name), out, loaded, paths, shard_aggregates)
