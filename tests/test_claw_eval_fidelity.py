@@ -143,7 +143,7 @@ def test_system_prompt_tool_specs_and_simulated_user_are_the_checkouts(judge_ser
                 Message("user", env.first_user_message), Message("assistant", "Where and when?")])
             assert env.next_user_turn(episode) == "[user_agent]\nLisbon, in May."
             sent = handler.asked[0]
-            assert sent["max_tokens"] == 777 and sent["temperature"] == 0.3
+            assert sent["max_tokens"] == 77 and sent["temperature"] == 0.3
             assert sent["messages"][0]["content"].startswith("FIXTURE USER. Persona: You want a 3-day trip")
             episode.messages += [Message("user", "[user_agent]\nLisbon, in May."), Message("assistant", "Booked.")]
             assert env.next_user_turn(episode) is None and env.user_done and env.user_rounds == 1
