@@ -355,7 +355,7 @@ def check_server_sync(out: Path, device: str = "cuda", max_logp_diff: float = 0.
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     ckpt = save_tiny_checkpoint(work / "tiny_qwen3_5_moe", "qwen3_5_moe")
-    run = work / "run"
+    run = (work / "run").resolve()  # the same path for the server (this cwd) and the trainer (cwd=work)
     trainer = warmup_command(ckpt, run, "vllm_server", f"generation.vllm_server_port={port}",
                              "generation.vllm_server_host=127.0.0.1", "generation.vllm_server_timeout_s=300")
     # the server's command as slurm/lwm_warmup.sh gets it: the launch plan of a two-node, one-GPU-a-node job
@@ -368,6 +368,11 @@ def check_server_sync(out: Path, device: str = "cuda", max_logp_diff: float = 0.
     commands = {"server": server_cmd, "trainer": " ".join(trainer)}
     if device == "cpu":
         raise Skip(f"needs two CUDA devices (the commands were built: {json.dumps(commands)})")
+    # the key gate in front of the server (unified/warmup/rollout_gate.py), as slurm/lwm_warmup.sh starts it:
+    # the key written first; the trainer reads it from its output dir and sends it
+    from unified.warmup.rollout_gate import rollout_key_path, write_new_key
+
+    write_new_key(rollout_key_path(run))
     server_log = (work / "server.log").open("w")
     server = subprocess.Popen(["bash", "-c", server_cmd], stdout=server_log, stderr=subprocess.STDOUT,
                               env={**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": "1",

@@ -191,14 +191,16 @@ unified_run() {
 
 # Wait until an HTTP URL answers 200 (a server started on another node), or fail after $2 seconds;
 # with a PID as $3 (a server started here), fail as soon as that process is gone; with a log file as
-# $4, print a progress line (seconds waited, the log's last line) every 30 s.
+# $4, print a progress line (seconds waited, the log's last line) every 30 s; with a key file as $5,
+# send its key (Authorization: Bearer; the warmup's rollout gate).
 unified_wait_http() {
-    local url=$1 timeout=${2:-1800} pid=${3:-0} log=${4:-}
-    [ "${DRY_RUN:-0}" = "1" ] && { echo "# wait for $url"; return 0; }
+    local url=$1 timeout=${2:-1800} pid=${3:-0} log=${4:-} key_file=${5:-}
+    [ "${DRY_RUN:-0}" = "1" ] && { echo "# wait for $url${key_file:+ (with the key in $key_file)}"; return 0; }
     local status=0
-    "$PYTHON" - "$url" "$timeout" "$pid" "$log" <<'PY' || status=$?
+    "$PYTHON" - "$url" "$timeout" "$pid" "$log" "$key_file" <<'PY' || status=$?
 import os, sys, time, urllib.request
-url, timeout, pid, log = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+url, timeout, pid, log, key_file = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+headers = {"Authorization": "Bearer " + open(key_file).read().strip()} if key_file else {}
 start = time.time()
 next_note = start + 30
 while time.time() < start + timeout:
@@ -208,7 +210,7 @@ while time.time() < start + timeout:
         except ProcessLookupError:
             sys.exit(3)
     try:
-        with urllib.request.urlopen(url, timeout=5) as r:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=5) as r:
             if r.status == 200:
                 print(f"unified: {url} is up after {time.time() - start:.0f}s", flush=True)
                 sys.exit(0)

@@ -30,8 +30,11 @@
 # which passes it on to the trainer (SIGUSR1 to its step and OUTPUT/preempt.request); the trainer saves
 # checkpoint-N at the end of the step under way (weights, optimizer, scheduler, RNG, data position) and exits
 # (status 75), then the script requeues the job (same id, same OUTPUT), which resumes from checkpoint-N.
-# Submitting again with the same settings resumes too. The rollout server binds the address node 0 uses to
-# reach the trainer nodes, not 0.0.0.0 (TRL's client sends no API key: docs/slurm.md, "Network").
+# Submitting again with the same settings resumes too. The rollout server is on a private key: it binds node 0's
+# 127.0.0.1 only; in front of it the key gate (unified/warmup/rollout_gate.py) listens on the address node 0 uses
+# to reach the trainer nodes (never 0.0.0.0) and forwards only requests carrying the key that this script writes
+# to OUTPUT/rollout_server.key (mode 0600) before the server starts; the trainer reads it there
+# (docs/slurm.md, "Network", also for what the key does not cover).
 # With several nodes: `trl vllm-serve` on the first node, `accelerate launch` (DeepSpeed ZeRO-3 by
 # default) on the others. With one node: the trainer alone (vLLM colocated on GPUs; in-process on CPU),
 # or CPU_PROCESSES data-parallel trainer processes over gloo (accelerate launch, as for GPUs).
@@ -51,7 +54,7 @@ DISTRIBUTED=${DISTRIBUTED:-deepspeed_zero3}      # deepspeed_zero3 | fsdp2 | ddp
 CPU_PROCESSES=${CPU_PROCESSES:-1}                # trainer processes on a CPU node (GPUS_PER_NODE=0, NODES=1)
 VLLM_PORT=${VLLM_PORT:-8000}                     # rollout server port on the first node
 VLLM_BIND=${VLLM_BIND:-auto}                     # address the rollout server binds and the trainers use (auto = node 0's address towards node 1)
-VLLM_CMD=${VLLM_CMD:-}                           # rollout server command (empty = the launch plan's trl vllm-serve)
+VLLM_CMD=${VLLM_CMD:-}                           # rollout server command, run behind the key gate: it listens on $UNIFIED_ROLLOUT_UPSTREAM = 127.0.0.1:VLLM_PORT+1 (empty = the launch plan's trl vllm-serve)
 VLLM_TIMEOUT_S=${VLLM_TIMEOUT_S:-1800}           # how long the rollout server may take to load (a server that exits fails at once)
 MAIN_PORT=${MAIN_PORT:-29500}                    # torch.distributed rendezvous port
 VENV=${VENV:-}                                   # virtual environment to activate (unset, with PYTHON unset: $REPO/.venv)
@@ -89,8 +92,16 @@ if [ "$NODES" -gt 1 ] || [ "$GPUS_PER_NODE" -gt 1 ] || [ "$CPU_PROCESSES" -gt 1 
 fi
 ARGS+=("$@")
 
-TRAINER_CMD=$("$PYTHON" -m unified.warmup "${ARGS[@]}" --print-command trainer)
-[ -n "$VLLM_CMD" ] || VLLM_CMD=$("$PYTHON" -m unified.warmup "${ARGS[@]}" --print-command vllm)
+# one line per role: the trainer, the rollout server (the key gate, then trl vllm-serve), the key gate alone
+COMMANDS=$("$PYTHON" -m unified.warmup "${ARGS[@]}" --print-command trainer --print-command vllm \
+           --print-command rollout-gate)
+{ read -r TRAINER_CMD; read -r PLAN_VLLM_CMD; read -r GATE_CMD; } <<< "$COMMANDS"
+if [ -z "$VLLM_CMD" ]; then
+    VLLM_CMD=$PLAN_VLLM_CMD
+else  # your server command, behind the same key gate
+    VLLM_CMD="$GATE_CMD bash -c $(printf %q "$VLLM_CMD")"
+fi
+KEY_FILE=$OUTPUT/rollout_server.key  # the rollout server's key for this run (rollout_gate.py: KEY_FILE_NAME)
 echo "lwm_warmup: job ${SLURM_JOB_ID:-local}${SLURM_RESTART_COUNT:+ (restart $SLURM_RESTART_COUNT)}, ${NODES} node(s) x ${GPUS_PER_NODE} GPU(s): ${HOSTS[*]:0:$NODES}"
 echo "lwm_warmup: output ${OUTPUT}"
 # the memory/time plan of this layout (the preflight above already refused one that does not fit)
@@ -134,15 +145,19 @@ else
                 "${STEP_GPUS[@]}" --export=ALL,VLLM_HOST="$VLLM_HOST",MAIN_PROCESS_IP="${TRAIN_HOSTS[0]}"
                 "${UNIFIED_IN_IMAGE[@]}" bash -c "MACHINE_RANK=\$SLURM_PROCID; $SYNC_ADDRESS $TRAINER_CMD")
     if [ "$DRY_RUN" = "1" ]; then
+        unified_run "$PYTHON" "$REPO/unified/warmup/rollout_gate.py" new-key "$KEY_FILE"
         unified_run "${VLLM_STEP[@]}"
-        unified_wait_http "http://${VLLM_HOST}:${VLLM_PORT}/health/" "$VLLM_TIMEOUT_S"
+        unified_wait_http "http://${VLLM_HOST}:${VLLM_PORT}/health/" "$VLLM_TIMEOUT_S" 0 "" "$KEY_FILE"
         unified_run "${TRAIN_STEP[@]}"
     else
+        # a fresh random key for this run of the job, mode 0600 from its creation, before the server step starts
+        # (the module as a file: standard library only, it starts at once)
+        "$PYTHON" "$REPO/unified/warmup/rollout_gate.py" new-key "$KEY_FILE" || unified_die "cannot write the rollout key $KEY_FILE"
         "${VLLM_STEP[@]}" &
         VLLM_PID=$!
-        trap '[ -n "${VLLM_PID:-}" ] && kill "$VLLM_PID" 2>/dev/null; [ -n "${TRAIN_PID:-}" ] && kill "$TRAIN_PID" 2>/dev/null; true' EXIT
+        trap 'rm -f "$KEY_FILE"; [ -n "${VLLM_PID:-}" ] && kill "$VLLM_PID" 2>/dev/null; [ -n "${TRAIN_PID:-}" ] && kill "$TRAIN_PID" 2>/dev/null; true' EXIT
         # fails as soon as the server's srun step has ended (trl vllm-serve died), not after the timeout
-        unified_wait_http "http://${VLLM_HOST}:${VLLM_PORT}/health/" "$VLLM_TIMEOUT_S" "$VLLM_PID"
+        unified_wait_http "http://${VLLM_HOST}:${VLLM_PORT}/health/" "$VLLM_TIMEOUT_S" "$VLLM_PID" "" "$KEY_FILE"
         "${TRAIN_STEP[@]}" &
         TRAIN_PID=$!
         UNIFIED_CHILD_PID=$TRAIN_PID  # SIGUSR1 goes on to the trainer step (unified_preempt_on_usr1)

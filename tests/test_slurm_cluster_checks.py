@@ -114,7 +114,10 @@ def test_sigusr1_requeues_and_the_job_resumes_in_the_same_directory(cluster, tmp
 def test_a_rollout_server_that_exits_fails_the_warmup_at_once(cluster, tmp_path):
     fake = tmp_path / "fake_vllm_serve.sh"  # stands in for `trl vllm-serve` dying while it loads
     fake.write_text('#!/bin/bash\necho "fake rollout server: GPUs on this step: ${SLURM_GPUS_ON_NODE:-none}, '
-                    'CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-unset}, binding $VLLM_HOST"\nexit 3\n')
+                    'CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-unset}, binding $VLLM_HOST"\n'
+                    # behind the key gate, on loopback; the key file already there, private, when the server starts
+                    'echo "fake rollout server: on $UNIFIED_ROLLOUT_UPSTREAM, key file mode '
+                    '$(stat -c %a "$OUTPUT/rollout_server.key")"\nexit 3\n')
     fake.chmod(0o755)
     log = tmp_path / "warmup.log"
     env = {"PYTHON": sys.executable, "REPO": str(REPO), "RECIPE": "recipes/warmup/embedded_cpu.yaml",
@@ -130,8 +133,11 @@ def test_a_rollout_server_that_exits_fails_the_warmup_at_once(cluster, tmp_path)
     # its own GPU, bound to the step (a character device: slurmd sets CUDA_VISIBLE_DEVICES), the cluster address
     bound = "0" if cluster.char_devices else "unset"
     assert f"fake rollout server: GPUs on this step: 1, CUDA_VISIBLE_DEVICES={bound}, binding 127.0.0.1" in text
+    assert "fake rollout server: on 127.0.0.1:8001, key file mode 600" in text
+    assert "rollout gate: 127.0.0.1:8000 -> 127.0.0.1:8001" in text
+    assert "rollout gate: the rollout server exited (status 3)" in text
     assert "exited before it answered" in text and "accelerate" not in text.split("exited before it answered")[1]
-    assert not (tmp_path / "out").exists()  # the trainer never started
+    assert list((tmp_path / "out").iterdir()) == []  # the trainer never started; the key was removed at the end
 
 
 def test_each_step_is_bound_to_the_gpus_it_asked_for(cluster, tmp_path):

@@ -12,17 +12,21 @@ import pytest
 from _slurm_cluster import SlurmCluster, require_slurm
 from _warmup_support import tiny_cli_overrides, write_fixture_awb_dir
 
+from unified.warmup.rollout_gate import rollout_key_path, write_new_key
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "slurm" / "lwm_warmup.sh"
 PYTHON = sys.executable
 
 
-def dry_run(*args: str, **env: str) -> str:
+def dry_run(*args: str, _stderr: list[str] | None = None, **env: str) -> str:
     full = {**os.environ, "PYTHON": PYTHON, "REPO": str(REPO), "DRY_RUN": "1",
             "JUDGE": "openai:http://judge:8001/v1#judge", **env}  # the paper recipe needs a judge
     out = subprocess.run(["bash", str(SCRIPT), *args], env=full, capture_output=True, text=True, cwd=REPO,
                          timeout=120)
     assert out.returncode == 0, out.stderr
+    if _stderr is not None:
+        _stderr.append(out.stderr)
     return out.stdout
 
 
@@ -39,14 +43,25 @@ def test_script_conventions():
     assert '"$@"' in text
 
 
-def test_multi_node_layout_is_the_python_launch_plan():
+def test_multi_node_layout_is_the_python_launch_plan(tmp_path):
     # 8 trainer GPUs: the 35B's states (64.7 GiB a GPU) fit an H200 at short prompts, not an H100
+    output = tmp_path / "out"
+    old_key = write_new_key(rollout_key_path(output))  # a key of an earlier run: never printed, not replaced
+    key_text, stderr = old_key.read_text(), []
     out = dry_run("--set", "train.max_steps=7", "--set", "data.max_prompt_tokens=16384", UNIFIED_HOSTNAMES="n0 n1 n2",
-                  NODES="3", GPUS_PER_NODE="4", GPU="h200")
+                  NODES="3", GPUS_PER_NODE="4", GPU="h200", OUTPUT=str(output), _stderr=stderr)
     srun = [line for line in out.splitlines() if line.startswith("srun ")]
     assert len(srun) == 2
     vllm, trainer = srun
     assert "--nodelist=n0" in vllm and "vllm-serve" in vllm and r"--tensor-parallel-size\ 4" in vllm
+    # the server on 127.0.0.1 only, behind the key gate on $VLLM_HOST; the key is written (0600) before it starts
+    key_file = str(rollout_key_path(output))
+    assert (r"-m\ unified.warmup.rollout_gate\ serve\ --key-file\ " + key_file + r"\ --host\ \$VLLM_HOST\ --port\ 8000"
+            r"\ --upstream-port\ 8001\ --\ ") in vllm
+    assert r"vllm-serve\ --model" in vllm.split(r"\ --\ ")[1] and r"--host\ 127.0.0.1\ --port\ 8001" in vllm
+    lines = out.splitlines()
+    assert lines[lines.index(vllm) - 1].endswith(f"unified/warmup/rollout_gate.py new-key {key_file} ")
+    assert old_key.read_text() == key_text and key_text.strip() not in out + "".join(stderr)
     assert r"--nodelist=n1\,n2" in trainer and "--ntasks-per-node=1" in trainer
     for piece in (r"--num_machines\ 2", r"--num_processes\ 8", r"train.max_steps=7",
                   r"generation.backend=vllm_server", "VLLM_HOST=n0", "MAIN_PROCESS_IP=n1",
@@ -56,6 +71,7 @@ def test_multi_node_layout_is_the_python_launch_plan():
     # every step asks for its GPUs; the server binds the address the trainers use, never 0.0.0.0
     assert "--gres=gpu:4" in vllm and "--gres=gpu:4" in trainer
     assert r"--host\ \$VLLM_HOST" in vllm and "VLLM_HOST=n0" in vllm and "0.0.0.0" not in out
+    assert r"generation.vllm_server_port=8000" in trainer  # the trainers talk to the gate's port
     assert "export\\ VLLM_HOST_IP=" in trainer  # TRL's weight-sync listener on the interface facing n0
 
 

@@ -197,24 +197,41 @@ def test_gpu_vllm_colocate_rollouts(tmp_path, tiny_checkpoint):
 
 @pytest.mark.gpu
 def test_gpu_vllm_server_rollouts(tmp_path, tiny_checkpoint):
-    """A real `trl vllm-serve` on this GPU and the trainer talking to it (the multi-node layout on one box)."""
+    """A real `trl vllm-serve` on this GPU behind the key gate, as the multi-node launch runs it (the key written
+    first, the server on 127.0.0.1 at port + 1), and the trainer talking to it with the job's key: generation,
+    the NCCL weight-transfer routes and every sync pass through the gate (the multi-node layout on one box)."""
     pytest.importorskip("vllm")
     import socket
+    import urllib.error
+    import urllib.request
+
+    from unified.warmup.rollout_gate import rollout_key_path, write_new_key
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "trl.cli", "vllm-serve", "--model", str(tiny_checkpoint),
-                               "--port", str(port), "--gpu-memory-utilization", "0.3"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    key_file = write_new_key(rollout_key_path(tmp_path / "run"))
+    gate_log = tmp_path / "gate.log"
+    with gate_log.open("w") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "unified.warmup.rollout_gate", "serve", "--key-file", str(key_file), "--host",
+             "127.0.0.1", "--port", str(port), "--upstream-port", str(port + 1), "--",
+             sys.executable, "-m", "trl.cli", "vllm-serve", "--model", str(tiny_checkpoint), "--host", "127.0.0.1",
+             "--port", str(port + 1), "--gpu-memory-utilization", "0.3"],
+            stdout=subprocess.DEVNULL, stderr=log, env={**os.environ, "PYTHONPATH": str(REPO)})
     try:
         done = _gpu_launch(tmp_path, tiny_checkpoint, "generation.backend=vllm_server",
                            "generation.vllm_server_host=127.0.0.1", f"generation.vllm_server_port={port}",
                            "generation.vllm_server_timeout_s=600")
         assert done.returncode == 0, done.stderr[-3000:]
+        with pytest.raises(urllib.error.HTTPError, match="401"):  # the same server, asked without the key
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/get_world_size", timeout=30)
     finally:
-        server.terminate()
-        server.wait(timeout=60)
+        server.terminate()  # the gate stops the server's process group, then exits
+        server.wait(timeout=120)
+    text = gate_log.read_text()
+    assert "rollout gate: refused GET /get_world_size from 127.0.0.1: no Authorization header" in text
+    assert key_file.read_text().strip() not in text + done.stdout + done.stderr
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the message is for machines without CUDA")

@@ -40,9 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--heldout-temperature", type=float, default=None,
                         help="sampling temperature of the --eval-before-after scoring (default: the recipe's; "
                              "0 = greedy, one completion per prompt)")
-    parser.add_argument("--print-command", choices=["trainer", "vllm"],
+    parser.add_argument("--print-command", action="append", choices=["trainer", "vllm", "rollout-gate"],
                         help="print the shell command of one role of the launch plan (empty if the layout has "
-                             "none) and exit; used by slurm/lwm_warmup.sh")
+                             "none; rollout-gate: the key gate up to its --, which a server command follows) and "
+                             "exit; repeatable: one line per role, in order; used by slurm/lwm_warmup.sh")
     parser.add_argument("--plan", action="store_true",
                         help="print the memory/time plan of the recipe's layout (unified/warmup/plan.py) and exit: "
                              "0 it fits, 2 it does not")
@@ -110,11 +111,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"unified.warmup: {line}", file=sys.stderr)
         return 2
     if args.print_command:
-        from unified.warmup.launch import launch_plan, step_for_role
+        from unified.warmup.launch import LaunchStep, launch_plan, rollout_gate_argv, step_for_role
 
-        step = step_for_role(launch_plan(cfg, args.recipe, overrides, resume_anyway=args.resume_anyway),
-                             args.print_command)
-        print(step.shell() if step else "")
+        steps = launch_plan(cfg, args.recipe, overrides, resume_anyway=args.resume_anyway)
+        steps.append(LaunchStep("rollout-gate", "node 0", rollout_gate_argv(cfg)))
+        lines = [step.shell() if step else "" for step in (step_for_role(steps, r) for r in args.print_command)]
+        if any("\n" in line for line in lines):  # the script reads one line per role
+            print("unified.warmup: a launch command contains a line break (in a path or a --set value)",
+                  file=sys.stderr)
+            return 2
+        print("\n".join(lines))
         return 0
     if args.dry_run:
         from unified.warmup.launch import format_plan, launch_plan, vllm_rollouts_blocker

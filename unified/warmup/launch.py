@@ -9,9 +9,11 @@ Three layouts, chosen from ``launch.nodes`` and ``launch.gpus_per_node``:
   ZeRO-3 or FSDP2), vLLM colocated;
 - several nodes: ``trl vllm-serve`` on the first node (tensor parallel over its GPUs) and
   ``accelerate launch`` on the others (``num_machines = nodes - 1``), the trainer talking to the
-  server (``generation.backend=vllm_server``). The server binds ``$VLLM_HOST``, the address the
-  trainers reach it at (never ``0.0.0.0``: TRL's client sends no key and the weight-update routes
-  of vLLM's dev mode take none, so the port must face the cluster network only).
+  server (``generation.backend=vllm_server``). The server binds ``127.0.0.1`` at port + 1 only; in
+  front of it the key gate (:mod:`unified.warmup.rollout_gate`) listens on ``$VLLM_HOST`` (the address
+  the trainers reach it at, never ``0.0.0.0``) at the recipe's port and forwards only requests that
+  carry the job's key (``<output_dir>/rollout_server.key``, written by the launch; the trainer sends it:
+  :mod:`unified.warmup.rollout_client`).
 
 ``slurm/lwm_warmup.sh`` runs the same layout under Slurm (a test compares the two).
 Placeholders that only the launcher knows are left as shell variables: ``$MACHINE_RANK``,
@@ -30,6 +32,7 @@ from pathlib import Path
 from unified.inference.spec import parse_spec
 from unified.models.embedded import embedded_checkpoint_dir
 from unified.warmup.config import WarmupConfig
+from unified.warmup.rollout_gate import UPSTREAM_HOST, rollout_key_path
 
 _PLACEHOLDER = re.compile(r"\$[A-Z_][A-Z0-9_]*")
 
@@ -105,10 +108,11 @@ def launch_plan(cfg: WarmupConfig, recipe: str | None, overrides: list[str], *, 
         return [LaunchStep("trainer", f"one node, {gpus} processes", argv)]
 
     trainer_nodes = nodes - 1
-    vllm = LaunchStep("vllm", "node 0", [
+    vllm = LaunchStep("vllm", "node 0 (loopback, behind the key gate)", [
+        *rollout_gate_argv(cfg, python),
         _tool("trl", python), "vllm-serve", "--model", _vllm_model(cfg.model.name_or_path),
-        "--tensor-parallel-size", str(max(gpus, 1)), "--host", "$VLLM_HOST",
-        "--port", str(cfg.generation.vllm_server_port),
+        "--tensor-parallel-size", str(max(gpus, 1)), "--host", UPSTREAM_HOST,
+        "--port", str(upstream_port(cfg)),
         *(["--max-model-len", str(cfg.generation.vllm_max_model_length)]
           if cfg.generation.vllm_max_model_length else []),
     ])
@@ -119,6 +123,19 @@ def launch_plan(cfg: WarmupConfig, recipe: str | None, overrides: list[str], *, 
         *entry, *sets, "--set", "generation.backend=vllm_server", "--set", "generation.vllm_server_host=$VLLM_HOST",
     ])
     return [vllm, trainer]
+
+
+def upstream_port(cfg: WarmupConfig) -> int:
+    """The rollout server's own port on node 0's loopback: the public port + 1 (- 1 at 65535)."""
+    port = cfg.generation.vllm_server_port
+    return port + 1 if port < 65535 else port - 1
+
+
+def rollout_gate_argv(cfg: WarmupConfig, python: str | None = None) -> list[str]:
+    """The key gate in front of the rollout server, up to the ``--`` that the server command follows."""
+    return [python or sys.executable, "-m", "unified.warmup.rollout_gate", "serve",
+            "--key-file", str(rollout_key_path(cfg.output_dir)), "--host", "$VLLM_HOST",
+            "--port", str(cfg.generation.vllm_server_port), "--upstream-port", str(upstream_port(cfg)), "--"]
 
 
 def _display_path(path: Path) -> str:

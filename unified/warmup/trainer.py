@@ -53,6 +53,7 @@ from unified.warmup.launch import vllm_rollouts_blocker
 from unified.warmup.model_card import reward_names, write_model_card
 from unified.warmup.parity_probe import probe_trainer
 from unified.warmup.preempt import Preempted, PreemptionCallback
+from unified.warmup.rollout_client import keyed_rollout_client, rollout_server_key
 from unified.warmup.routing import RoutingState
 
 log = logging.getLogger(__name__)
@@ -269,11 +270,13 @@ def build_trainer(cfg: WarmupConfig, *, train_dataset, reward_funcs: Sequence[Ca
     m = cfg.monitor
     failfast = FailFastMonitor(max_dropped_share=m.max_dropped_share, max_zero_variance_share=m.max_zero_variance_share,
                                patience=m.patience_batches)
-    trainer = gspo_trainer_class()(
-        model=model, reward_funcs=list(reward_funcs), args=args, train_dataset=train_dataset,
-        processing_class=tokenizer,
-        callbacks=[JsonlMetricsCallback(Path(cfg.output_dir) / METRICS_FILE), *callbacks, failfast],
-    )
+    # server mode: TRL's client sends the job's key (rollout_client.py)
+    with keyed_rollout_client(rollout_server_key(cfg), server_mode=cfg.generation.backend == "vllm_server"):
+        trainer = gspo_trainer_class()(
+            model=model, reward_funcs=list(reward_funcs), args=args, train_dataset=train_dataset,
+            processing_class=tokenizer,
+            callbacks=[JsonlMetricsCallback(Path(cfg.output_dir) / METRICS_FILE), *callbacks, failfast],
+        )
     trainer.generation_cpu_threads = cfg.generation.cpu_threads
     trainer.rollout_bounds = (m.rollout_max_mean_logp_diff, m.rollout_min_mean_weight)
     trainer.sync_bounds = (m.rollout_max_logp_diff_rise, m.rollout_probe_max_logp_diff)
