@@ -8,6 +8,8 @@
 #   server_sync      two GPUs: trl vllm-serve on one, the trainer on the other; after one update at a large lr
 #                    the server's log-probs match the trainer's (skipped, saying so, with fewer than two GPUs)
 #   gpu_tests        (not in the default set) every @pytest.mark.gpu test
+#   vllm_routes      (not in the default set; needs vLLM) R3: vllm.LLM with enable_return_routed_experts on a tiny
+#                    Qwen3-MoE in bf16, its routes replayed by transformers (scripts/gpu_checks_vllm_routes.py)
 #
 #   bash scripts/gpu_checks.sh [--cpu] [--only CHECK[,CHECK...]] [--list] [OUT_DIR]  (default OUT_DIR runs/gpu_checks)
 #
@@ -20,8 +22,9 @@
 # one H200 (the per-check limits below add up to 690 s; server_sync skips at once on one GPU).
 set -uo pipefail
 DEFAULT_CHECKS=(imports flash_attention layer_bench colocate server_sync)
-ALL_CHECKS=("${DEFAULT_CHECKS[@]}" gpu_tests)
-declare -A LIMIT_S=([imports]=60 [flash_attention]=90 [layer_bench]=240 [colocate]=180 [server_sync]=420 [gpu_tests]=600)
+ALL_CHECKS=("${DEFAULT_CHECKS[@]}" gpu_tests vllm_routes)
+declare -A LIMIT_S=([imports]=60 [flash_attention]=90 [layer_bench]=240 [colocate]=180 [server_sync]=420 [gpu_tests]=600
+                    [vllm_routes]=240)
 PY=${PYTHON:-python3}
 OUT_DIR=runs/gpu_checks
 CHECKS=("${DEFAULT_CHECKS[@]}")
@@ -71,6 +74,13 @@ for check in "${CHECKS[@]}"; do
             printf '{"check": "gpu_tests", "passed": null, "skipped": "no CPU variant"}\n' >"$OUT_DIR/$check.json"
         elif [ "$check" = gpu_tests ]; then
             cmd=("$PY" -m pytest -m gpu -v -rs -p no:cacheprovider --durations=0 tests)
+        elif [ "$check" = vllm_routes ] && [ "$DEVICE" = cpu ]; then  # on CPU: tests/test_vllm_routes.py (make vllm)
+            cmd=(sh -c 'echo "vllm_routes: the CPU variant is tests/test_vllm_routes.py (needs make vllm)"; exit 77')
+            printf '{"check": "vllm_routes", "passed": null, "skipped": "CPU variant in tests/test_vllm_routes.py"}\n' \
+                >"$OUT_DIR/$check.json"
+        elif [ "$check" = vllm_routes ]; then  # writes $OUT_DIR/vllm_routes.json; exit 4 = vLLM not importable
+            cmd=(sh -c '"$0" scripts/gpu_checks_vllm_routes.py all --device cuda --dtype bf16 --out "$1"; rc=$?
+                        [ $rc = 4 ] && exit 77; exit $rc' "$PY" "$OUT_DIR")
         else
             cmd=("$PY" -m measurements.gpu_checks "$check" "$OUT_DIR" --device "$DEVICE")
         fi

@@ -21,6 +21,8 @@ SKIPPING = "gold_run_fixture:SkippingGoldFixture"
 PROTOCOL = "gold_run_fixture:ProtocolGoldFixture"
 UNAVAILABLE = "gold_run_fixture:UnavailableGoldFixture"
 FAILING = "gold_run_fixture:FailingTasksGoldFixture"
+ECHO_NAME, DEPENDS_NAME = "fixture_echo", "fixture_depends"  # one name per benchmark: the class's `name` keys
+FAILING_NAME = "gold_failing"                                  # its plan, its summary and its directory
 EXPECTED = Path(__file__).parent / "fixtures" / "eval_gold_run"
 
 

@@ -31,16 +31,20 @@ def test_the_listing_in_the_docs_is_the_example_file():
 def test_the_example_runs_end_to_end_through_the_eval_cli(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLE.parent), str(ROOT)])}
     proc = subprocess.run([sys.executable, "-m", "unified.eval", "--benchmarks", "unit_converter:UnitConverterAdapter",
-                           "--set", "benchmarks.unit_converter:UnitConverterAdapter.tolerance=0.05",
+                           "--set", "benchmarks.unit_converter.tolerance=0.05",
                            "--model", "gold", "--out", str(tmp_path / "run")], capture_output=True, text=True,
                           cwd=tmp_path, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "SDKDeprecationWarning" not in proc.stderr  # the example uses today's names only
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    # the names the docs give a module:Class benchmark: its settings and summary row under that text
-    entry = summary["benchmarks"]["unit_converter:UnitConverterAdapter"]
+    # one name per benchmark: the class's, for its settings, its plan, its summary row, its directory and its suites
+    assert list(summary["benchmarks"]) == ["unit_converter"] and list(summary["suites"]) == ["examples"]
+    entry = summary["benchmarks"]["unit_converter"]
     assert entry["status"] == "ok" and entry["aggregate"]["score"] == 100.0 and entry["results"] == 3, entry
-    assert entry["settings"] == {"tolerance": 0.05}
+    assert entry["settings"] == {"tolerance": 0.05} and entry["suites"] == ["examples"]
+    plan = json.loads((tmp_path / "run" / "plan.json").read_text())
+    assert [(b["name"], b["directory"], b["adapter_path"]) for b in plan["benchmarks"]] == \
+        [("unit_converter", "unit_converter", "unit_converter:UnitConverterAdapter")]
     episodes = [json.loads(line) for line in (tmp_path / "run" / "unit_converter" / "episodes.jsonl").open()]
     assert all(e["stop_reason"] == "answer" and e["tools"][0]["name"] == "convert" for e in episodes)
 
@@ -84,7 +88,7 @@ def test_the_docs_put_the_environments_init_in_the_environment_and_say_what_gold
         in open_section
     assert '"Done."' in text and "next_user_turn(self, episode: Episode) -> str | None" in text
     assert "ToolSpec.from_function(self.lookup)" in text and "DetailsNotJSONWarning" in text
-    assert "--set benchmarks.module:Class.KEY=VALUE" in text
+    assert "--set benchmarks.unit_converter.tolerance=" in text and "**One name per benchmark.**" in text
 
 
 def test_the_docs_bound_method_tool_example_runs():

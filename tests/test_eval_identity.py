@@ -20,6 +20,7 @@ from unified.eval.config import EvalConfig
 
 TESTS = Path(__file__).parent
 FIXTURE = "fixture_eval_bench:FixtureAdapter"  # a benchmark in the adapter contract's format (tests/)
+ECHO = "fixture_echo"  # its one name (the class's `name`)
 
 
 def _results(run: Path) -> list[dict]:
@@ -52,10 +53,10 @@ def test_another_model_and_prompting_on_the_same_out_refuses_and_the_same_comman
     assert "model gold -> embedded" in line and "prompting act -> predict_then_act" in line
     assert "new --out" in line and "--resume-anyway" in line
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["benchmarks"][FIXTURE]["aggregate"]["n"] == 3  # untouched
+    assert summary["benchmarks"][ECHO]["aggregate"]["n"] == 3  # untouched
     # sampling and benchmark settings are part of the identity too
     assert "sampling.temperature 0.0 -> 0.7" in _one_line_error(capsys, _gold(out, "--temperature", "0.7"))
-    assert f"benchmarks.{FIXTURE}" in _one_line_error(
+    assert f"benchmarks.{ECHO} " in _one_line_error(
         capsys, _gold(out, "--set", f"benchmarks.{FIXTURE}.crash=1"))
     # the same command resumes (nothing to run), a larger selection extends the run
     capsys.readouterr()
@@ -171,7 +172,7 @@ def test_ctrl_c_writes_the_summary_of_what_finished_and_exits_130(tmp_path):
     assert 3 <= saved < 12 and "Traceback" not in err and "KeyboardInterrupt" not in err
     assert err.strip().splitlines()[-1] == (f"python -m unified.eval: interrupted: {saved} results saved; "
                                             "rerun the same command to resume")
-    entry = json.loads((out / "summary.json").read_text())["benchmarks"][FIXTURE]
+    entry = json.loads((out / "summary.json").read_text())["benchmarks"][ECHO]
     assert entry["status"] == "partial" and entry["aggregate"]["n"] == saved
     env["FIXTURE_STEP_SECONDS"] = "0"
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)

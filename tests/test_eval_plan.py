@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from fixture_eval_bench import FixtureAdapter
-from gold_run_fixture import ECHO, EXPECTED, gold_argv, normalised
+from gold_run_fixture import DEPENDS, DEPENDS_NAME, ECHO, ECHO_NAME, EXPECTED, FAILING, FAILING_NAME, gold_argv, \
+    normalised
 from unified.benchmarks.contract import AgentLimits
 from unified.eval.cli import main
 from unified.eval.plan import PLAN_FILE, read_plan
@@ -35,8 +36,9 @@ def test_the_gold_run_is_byte_identical_to_the_one_captured_before_the_run_plan(
     for name in want:
         assert got[name] == want[name], name
     plan = read_plan(run)  # strict: written through unified.store, read back through from_dict
-    assert [b.name for b in plan.benchmarks][:2] == [ECHO, "fixture_eval_bench:DependentFixtureAdapter"]
-    echo = plan.benchmark(ECHO)
+    assert [b.name for b in plan.benchmarks][:2] == [ECHO_NAME, DEPENDS_NAME]
+    assert [b.adapter_path for b in plan.benchmarks][:2] == [ECHO, DEPENDS]  # recorded, never loaded from
+    echo = plan.benchmark(ECHO_NAME)
     assert echo.tasks == [f"echo_{i}" for i in range(5)] + ["crash_0"] and echo.to_run == echo.pairs
     assert [b.status for b in plan.benchmarks][-2:] == ["skipped", "error"]
     # a rerun resumes: its plan has nothing to run and the summary is the same bytes
@@ -50,7 +52,7 @@ def test_shards_then_merge_give_the_gold_run_and_the_merge_never_enters_the_runn
     for i, d in enumerate(shards):
         assert main(gold_argv(d) + ["--shard", f"{i}/3"]) == 0
         plan = read_plan(d)
-        assert plan.config.shard == f"{i}/3" and all(p in plan.benchmark(ECHO).pairs for p in plan.benchmark(ECHO).to_run)
+        assert plan.config.shard == f"{i}/3" and all(p in plan.benchmark(ECHO_NAME).pairs for p in plan.benchmark(ECHO_NAME).to_run)
     import unified.eval.runner as runner
 
     def refuse(*args, **kwargs):
@@ -70,11 +72,12 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(gold_argv(out)[:-2] + ["--dry-run", "--shard", "1/2"]) == 0
     text = capsys.readouterr().out
-    assert f"# plan: {ECHO}: 6 tasks x 1 trial(s) = 6 episodes, shard 1/2: " in text
+    assert f"# plan: {ECHO_NAME}: 6 tasks x 1 trial(s) = 6 episodes, shard 1/2: " in text
     assert "each episode <= 40 turns, <= 20 calls a user turn, <= 32768 tokens, <= 3600 s" in text
     total = next(line for line in text.splitlines() if line.startswith("# plan: in all: "))
     assert "each policy call <= 512 tokens, thinking on" in total and "estimate: " in total
-    assert "# plan: gold_run_fixture:FailingTasksGoldFixture: error: ValueError: the task file is corrupt" in text
+    assert f"# plan: {FAILING_NAME}: error: ValueError: the task file is corrupt" in text
+    assert not any(FAILING in line for line in text.splitlines() if line.startswith("# "))  # one name per benchmark
     assert text.splitlines()[-1] == f"# --out {out}: new run directory"
     assert not out.exists()
 
@@ -109,19 +112,19 @@ def test_an_adapter_failing_in_agent_limits_aggregate_or_an_import_stops_only_it
     bad = ["test_eval_plan:Tau2ShapedAdapter", "test_eval_plan:AggregateFails", "test_eval_plan:ImportsLate"]
     assert main(["--model", "gold", "--out", str(out), "--benchmarks", bad[0], ECHO, bad[1], bad[2]]) == 0
     summary = json.loads((out / "summary.json").read_text())["benchmarks"]
-    assert list(summary) == [bad[0], ECHO, bad[1], bad[2]]
-    tau2 = summary[bad[0]]
+    assert list(summary) == ["tau2_shaped", ECHO_NAME, "aggregate_fails", "imports_late"]
+    tau2 = summary["tau2_shaped"]
     assert tau2["status"] == "error" and tau2["reason"].startswith("agent_limits() raised TypeError")
     assert "max_tool_calls_per_user_turn" in tau2["reason"] and "Traceback" in tau2["traceback"]
-    assert summary[ECHO]["status"] == "ok" and summary[ECHO]["aggregate"]["score"] == 100.0
-    agg = summary[bad[1]]
+    assert summary[ECHO_NAME]["status"] == "ok" and summary[ECHO_NAME]["aggregate"]["score"] == 100.0
+    agg = summary["aggregate_fails"]
     assert agg["status"] == "error" and agg["reason"] == "aggregate() raised KeyError: 'pass^k'"
     assert agg["tasks_run"] == 6 and agg["results"] == 6  # its episodes ran and are recorded
-    late = summary[bad[2]]
+    late = summary["imports_late"]
     assert late["status"] == "skipped" and "tau2_not_installed_here" in late["reason"]
     md = (out / "summary.md").read_text()
-    assert "error: agent_limits() raised TypeError" in md and "| fixture_eval_bench:FixtureAdapter | 100.00 |" in md
+    assert "error: agent_limits() raised TypeError" in md and "| fixture_echo | 100.00 |" in md
     err = capsys.readouterr().err
-    assert f"{bad[0]}: failed before any episode: TypeError" in err
-    assert f"{bad[2]}: skipped: tasks() needs the module 'tau2_not_installed_here'" in err
+    assert "tau2_shaped: failed before any episode: TypeError" in err
+    assert "imports_late: skipped: tasks() needs the module 'tau2_not_installed_here'" in err
     assert (out / PLAN_FILE).is_file()

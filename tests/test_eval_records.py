@@ -22,6 +22,7 @@ from unified.eval.merge import merge_runs
 from unified.types import EpisodeResult
 
 FIXTURE = "fixture_eval_bench:FixtureAdapter"
+ECHO = "fixture_echo"  # its one name (the class's `name`)
 
 
 def _old_format_summary() -> dict:
@@ -95,12 +96,12 @@ def test_an_unknown_field_is_an_error_naming_the_field_and_the_file(tmp_path, ca
 def test_a_run_writes_records_that_read_back_equal(tmp_path):
     summary = run_eval(EvalConfig(benchmarks=[FIXTURE], model="gold", out=str(tmp_path),
                                   benchmark_config={FIXTURE: {"n": 2}}))
-    assert isinstance(summary.benchmarks[FIXTURE], BenchmarkEntry)
+    assert isinstance(summary.benchmarks[ECHO], BenchmarkEntry)
     on_disk = json.loads((tmp_path / "summary.json").read_text())
-    assert not [k for k in on_disk["benchmarks"][FIXTURE] if k.startswith("_")]  # no live objects through a dict
+    assert not [k for k in on_disk["benchmarks"][ECHO] if k.startswith("_")]  # no live objects through a dict
     assert "general" not in on_disk  # the run did not ask for it
     assert "shard" not in on_disk and "merged_from" not in on_disk  # a plain run: neither key
-    assert "shard" not in on_disk["benchmarks"][FIXTURE]
+    assert "shard" not in on_disk["benchmarks"][ECHO]
     assert load_summary(tmp_path) == summary
 
 
@@ -111,12 +112,12 @@ def test_a_merge_of_shards_still_reads_its_summary(tmp_path):
     for i in (0, 1):  # a shard's summary reads back typed: the run's ShardRun, each entry's ShardPart
         shard = load_summary(tmp_path / f"s{i}")
         assert isinstance(shard.shard, ShardRun) and (shard.shard.shard, shard.shard.count) == (f"{i}/2", 2)
-        part = shard.benchmarks[FIXTURE].shard
+        part = shard.benchmarks[ECHO].shard
         assert isinstance(part, ShardPart) and part.pairs_total == 4 and part.pairs == shard.shard.pairs
         assert shard.merged_from is None
     merged = merge_runs([str(tmp_path / "s0"), str(tmp_path / "s1")], str(tmp_path / "m"), trusted={FIXTURE})
-    assert merged.benchmarks[FIXTURE].tasks_run == 4 and load_summary(tmp_path / "m") == merged
-    assert merged.shard is None and merged.benchmarks[FIXTURE].shard is None
+    assert merged.benchmarks[ECHO].tasks_run == 4 and load_summary(tmp_path / "m") == merged
+    assert merged.shard is None and merged.benchmarks[ECHO].shard is None
     assert [s["shard"] for s in merged.merged_from["shards"]] == ["0/2", "1/2"]
 
 
@@ -153,12 +154,12 @@ def test_read_run_gives_the_plan_summary_identity_and_typed_records_without_adap
                         benchmark_config={FIXTURE: {"n": 3}}))
     run = read_run(tmp_path)
     assert run.plan is not None and run.summary is not None and run.identity["fields"]["model"] == "gold"
-    bench = run.benchmarks[FIXTURE]
+    bench = run.benchmarks[ECHO]
     assert bench.directory == "fixture_echo" and len(bench.results) == 6 and len(bench.episodes) == 6
     assert bench.entry.aggregate["score"] == 100.0
     rows = run.rows()
     assert [(r["task_id"], r["trial"]) for r in rows] == [(r.task_id, r.trial) for r in bench.results]
-    assert all(r["score"] == 1.0 and r["steps"] >= 1 and r["benchmark"] == FIXTURE for r in rows)
+    assert all(r["score"] == 1.0 and r["steps"] >= 1 and r["benchmark"] == ECHO for r in rows)
     # a fresh interpreter reads it without the adapter's module on the path and never imports it
     code = ("import sys; from unified.eval.reader import read_run; r = read_run(sys.argv[1]); "
             "assert 'fixture_eval_bench' not in sys.modules; print(len(r.rows()))")

@@ -17,6 +17,8 @@ from unified.types import EpisodeResult
 FIXTURE = "fixture_eval_bench:FixtureAdapter"
 SKIPPING = "test_eval_report:SkippingFixtureAdapter"
 STATING = "test_eval_report:ComparableFixtureAdapter"
+# one name per benchmark: a --benchmarks module:Class benchmark is summarised under its class's `name`
+ECHO_NAME, SKIPPING_NAME, STATING_NAME = "fixture_echo", "fixture_skipping", "fixture_comparable"
 
 
 from fixture_eval_bench import FixtureAdapter  # noqa: E402
@@ -53,6 +55,7 @@ class ComparableSkippingFixtureAdapter(ComparableFixtureAdapter):
 
 
 STATING_SKIPPING = "test_eval_report:ComparableSkippingFixtureAdapter"
+STATING_SKIPPING_NAME = "fixture_comparable_skipping"
 
 
 def _result(task_id, trial=0, score=1.0, **kw):
@@ -62,43 +65,43 @@ def _result(task_id, trial=0, score=1.0, **kw):
 def test_every_task_skipped_is_never_ok(tmp_path):
     summary = run_eval(EvalConfig(benchmarks=[SKIPPING], model="gold", out=str(tmp_path),
                                   benchmark_config={SKIPPING: {"n": 3}}))
-    entry = summary.benchmarks[SKIPPING]
+    entry = summary.benchmarks[SKIPPING_NAME]
     assert entry.status == "skipped" and entry.tasks_run == 0 and entry.tasks_skipped == 3
     assert entry.skip_reasons == {"needs ffmpeg (not installed)": 3}
-    assert summary.suites["other"][SKIPPING] is None and entry.comparable is False
+    assert summary.suites["other"][SKIPPING_NAME] is None and entry.comparable is False
     md = (tmp_path / "summary.md").read_text()
-    row = [line for line in md.splitlines() if line.startswith(f"| {SKIPPING} |")][0]
+    row = [line for line in md.splitlines() if line.startswith(f"| {SKIPPING_NAME} |")][0]
     assert "0.00" not in row and "| ok |" not in row and "skipped: every task was skipped" in row
 
 
 def test_every_task_errored_is_error_without_a_score(tmp_path):
     summary = run_eval(EvalConfig(benchmarks=[FIXTURE], model="gold", out=str(tmp_path),
                                   benchmark_config={FIXTURE: {"n": 0, "crash": 2}}))
-    entry = summary.benchmarks[FIXTURE]
+    entry = summary.benchmarks[ECHO_NAME]
     assert entry.status == "error" and entry.tasks_errored == 2 and entry.tasks_run == 0
     assert "fixture environment crashed" in next(iter(entry.error_reasons))
-    row = [line for line in (tmp_path / "summary.md").read_text().splitlines() if line.startswith(f"| {FIXTURE} |")][0]
+    row = [line for line in (tmp_path / "summary.md").read_text().splitlines() if line.startswith(f"| {ECHO_NAME} |")][0]
     assert "0.00" not in row and "| ok |" not in row and "| error: no task ran" in row
 
 
 def test_limit_and_missing_statement_make_a_run_not_comparable(tmp_path):
     summary = run_eval(EvalConfig(benchmarks=[FIXTURE, STATING], model="gold", out=str(tmp_path), limit=2,
                                   benchmark_config={FIXTURE: {"n": 5}, STATING: {"n": 5}}))
-    plain, stating = summary.benchmarks[FIXTURE], summary.benchmarks[STATING]
+    plain, stating = summary.benchmarks[ECHO_NAME], summary.benchmarks[STATING_NAME]
     assert plain.status == "ok" and plain.tasks_run == 2 and plain.tasks_in_benchmark == 5
     assert NOT_STATED in plain.not_comparable_because
     assert "partial: 2 of 5 tasks selected" in plain.not_comparable_because and not plain.comparable
     assert stating.not_comparable_because == ["partial: 2 of 5 tasks selected"] and not stating.comparable
     md = (tmp_path / "summary.md").read_text()
-    assert f"**{STATING}** not comparable: partial: 2 of 5 tasks selected" in md
+    assert f"**{STATING_NAME}** not comparable: partial: 2 of 5 tasks selected" in md
 
 
 def test_a_full_run_the_adapter_vouches_for_is_comparable_and_fewer_trials_is_not(tmp_path):
     full = run_eval(EvalConfig(benchmarks=[STATING], model="gold", out=str(tmp_path / "full"),
-                               benchmark_config={STATING: {"n": 2}})).benchmarks[STATING]
+                               benchmark_config={STATING: {"n": 2}})).benchmarks[STATING_NAME]
     assert full.status == "ok" and full.comparable and full.not_comparable_because == []
     one = run_eval(EvalConfig(benchmarks=[STATING], model="gold", out=str(tmp_path / "one"), runs=1,
-                              benchmark_config={STATING: {"n": 2}})).benchmarks[STATING]
+                              benchmark_config={STATING: {"n": 2}})).benchmarks[STATING_NAME]
     assert one.not_comparable_because == ["fewer trials than the protocol's 2 (1)"] and not one.comparable
 
 
@@ -128,11 +131,11 @@ def test_compare_shows_status_counts_and_marks_partial_deltas(tmp_path, capsys):
                         benchmark_config={FIXTURE: {"n": 4, "crash": 1}}))
     assert main(["--compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
     table = capsys.readouterr().out
-    row = [line for line in table.splitlines() if f"| {FIXTURE} |" in line][0]
+    row = [line for line in table.splitlines() if f"| {ECHO_NAME} |" in line][0]
     assert "66.67 (partial; 2/3 run, 0 skipped, 1 errored; not comparable)" in row
     assert "80.00 (partial; 4/5 run, 0 skipped, 1 errored; not comparable)" in row
     assert row.endswith("| +13.33* NOT COMPARABLE |")  # other data (n=2 vs n=4), other selection
-    skipped = [line for line in table.splitlines() if f"| {SKIPPING} |" in line][0]
+    skipped = [line for line in table.splitlines() if f"| {SKIPPING_NAME} |" in line][0]
     assert "— (skipped; 0/2 run, 2 skipped, 0 errored; not comparable)" in skipped
     assert "1 of 3 tasks errored" in table
 
@@ -150,7 +153,7 @@ def test_paper_column_marks_non_comparable_rows():
 @pytest.mark.parametrize("n", [0, 1])
 def test_json_round_trip(tmp_path, n):
     run_eval(EvalConfig(benchmarks=[FIXTURE], model="gold", out=str(tmp_path), benchmark_config={FIXTURE: {"n": n}}))
-    entry = json.loads((tmp_path / "summary.json").read_text())["benchmarks"][FIXTURE]
+    entry = json.loads((tmp_path / "summary.json").read_text())["benchmarks"][ECHO_NAME]
     assert entry["status"] == ("ok" if n else "skipped")
     assert {"tasks_run", "tasks_skipped", "tasks_errored", "comparable", "not_comparable_because"} <= set(entry)
 
@@ -167,11 +170,11 @@ def test_long_reasons_are_cut_at_a_word_boundary():
 def test_nothing_ran_is_never_comparable_in_summary_json_or_compare(tmp_path, capsys):
     summary = run_eval(EvalConfig(benchmarks=[STATING_SKIPPING], model="gold", out=str(tmp_path / "a"),
                                   benchmark_config={STATING_SKIPPING: {"n": 2}}))
-    entry = summary.benchmarks[STATING_SKIPPING]
+    entry = summary.benchmarks[STATING_SKIPPING_NAME]
     assert entry.status == "skipped" and entry.comparable is False
     assert entry.aggregate["comparable"] is False  # the adapter said True with 0 scored episodes
     assert "nothing ran: no scored episode" in entry.not_comparable_because
-    on_disk = json.loads((tmp_path / "a" / "summary.json").read_text())["benchmarks"][STATING_SKIPPING]
+    on_disk = json.loads((tmp_path / "a" / "summary.json").read_text())["benchmarks"][STATING_SKIPPING_NAME]
     assert '"comparable": true' not in json.dumps(on_disk)
     # every trial errored: same
     errored = benchmark_entry(tasks=[Task(id="t", benchmark="b")], results=[_result("t", error="boom")], runs=1,

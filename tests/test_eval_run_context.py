@@ -54,7 +54,7 @@ def test_the_runner_passes_work_dir_and_runs_and_sets_no_attribute(tmp_path):
     spec = "test_eval_run_context:RecordingAdapter"
     summary = run_eval(EvalConfig(benchmarks=[spec], model="gold", out=str(tmp_path), runs=1,
                                   benchmark_config={spec: {"n": 2}}))
-    assert summary.benchmarks[spec].tasks_run == 2
+    assert summary.benchmarks["fixture_recording"].tasks_run == 2
     work = tmp_path / "fixture_recording" / "work"
     # each open() also learns the policy's sampling and backend (issue 43: request fields named per run)
     assert [(c.work_dir, c.runs, c.policy_backend) for c in SEEN["open"]] == [(work, 1, "gold")] * 2
@@ -70,7 +70,7 @@ def test_an_adapter_of_the_earlier_contract_still_runs_with_a_deprecation_warnin
         warnings.simplefilter("always")
         summary = run_eval(EvalConfig(benchmarks=[spec], model="gold", out=str(tmp_path),
                                       benchmark_config={spec: {"n": 1}}))
-    assert summary.benchmarks[spec].status == "ok"
+    assert summary.benchmarks["fixture_old_contract"].status == "ok"
     assert SEEN["old_open"] == [tmp_path / "fixture_old_contract" / "work"] and SEEN["old_runs"] == [1]
     assert any(issubclass(w.category, SDKDeprecationWarning) and "run: RunContext" in str(w.message) for w in caught)
 

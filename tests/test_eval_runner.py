@@ -18,6 +18,7 @@ from unified.eval.runner import run_eval
 
 TESTS = Path(__file__).parent
 FIXTURE = "fixture_eval_bench:FixtureAdapter"
+ECHO = "fixture_echo"  # its one name (the class's `name`): settings, plan, summary and directory
 
 
 def _results(run: Path, bench: str = "fixture_echo") -> list[dict]:
@@ -56,7 +57,7 @@ def test_sigkill_then_rerun_leaves_exactly_one_result_per_task(tmp_path):
     assert sorted(ids) == sorted(f"echo_{i}" for i in range(12)) and len(ids) == len(set(ids))
     assert all(r["passed"] for r in results)
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["benchmarks"][FIXTURE]["aggregate"]["score"] == 100.0
+    assert summary["benchmarks"][ECHO]["aggregate"]["score"] == 100.0
     assert "episodes/s" in done.stderr or "ep/s" in done.stderr
 
 
@@ -64,7 +65,7 @@ def test_crash_recorded_and_unavailable_benchmark_skipped(tmp_path, capsys):
     cfg = EvalConfig(benchmarks=[FIXTURE, "widesearch_typo_not_registered:Nope", "claw_eval"], model="gold",
                      out=str(tmp_path), benchmark_config={FIXTURE: {"n": 3, "crash": 1}})
     summary = run_eval(cfg)
-    bench = summary.benchmarks[FIXTURE]
+    bench = summary.benchmarks[ECHO]
     assert bench.results == 4 and bench.errors == 1
     assert bench.aggregate["score"] == pytest.approx(75.0)  # the crash scores 0, recorded, not dropped
     crash = [r for r in _results(tmp_path) if r["task_id"] == "crash_0"][0]
@@ -73,8 +74,8 @@ def test_crash_recorded_and_unavailable_benchmark_skipped(tmp_path, capsys):
     assert skipped.status == "skipped" and skipped.reason == "not yet available"
     assert "skipped" in capsys.readouterr().err
     markdown = (tmp_path / "summary.md").read_text()
-    assert markdown.count("| fixture_eval_bench:FixtureAdapter |") == 1
-    assert "**fixture_eval_bench:FixtureAdapter** errors: 1 x RuntimeError: fixture environment crashed" in markdown
+    assert markdown.count("| fixture_echo |") == 1
+    assert "**fixture_echo** errors: 1 x RuntimeError: fixture environment crashed" in markdown
     assert bench.limits == {"max_turns": 40, "max_steps_per_turn": 20, "max_episode_tokens": 32768,
                                "max_seconds": 3600.0}
 
@@ -107,8 +108,8 @@ def test_compare_prints_deltas(tmp_path, capsys):
                             benchmark_config={FIXTURE: {"n": n, "crash": 1}}))
     assert main(["--compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
     table = capsys.readouterr().out
-    assert "| other | fixture_eval_bench:FixtureAdapter | 66.67 (partial;" in table
-    assert "| +13.33* NOT COMPARABLE |" in table and f"- {FIXTURE}.settings.n: A 2 vs B 4" in table
+    assert "| other | fixture_echo | 66.67 (partial;" in table
+    assert "| +13.33* NOT COMPARABLE |" in table and f"- {ECHO}.settings.n: A 2 vs B 4" in table
 
 
 def test_lwm_is_a_subcommand_with_its_own_help(capsys):
@@ -157,5 +158,5 @@ def test_task_ids_flag_runs_only_those_tasks(tmp_path, capsys):
     assert main(["--benchmarks", FIXTURE, "--model", "gold", "--out", str(tmp_path / "none"),
                  "--task-ids", "echo_99"]) == 0
     summary = json.loads((tmp_path / "none" / "summary.json").read_text())
-    assert summary["benchmarks"][FIXTURE]["status"] == "skipped"
+    assert summary["benchmarks"][ECHO]["status"] == "skipped"
     assert "none of --task-ids" in capsys.readouterr().err

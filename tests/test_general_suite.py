@@ -293,9 +293,9 @@ def test_agent_benchmark_and_general_suite_in_one_run_share_the_loaded_weights(t
          *_general_args(tmp_path, str(tiny_checkpoint), [MC]))
     assert len(loads) == 1  # the agent policy's checkpoint is the one lm-eval's HFLM wraps
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["benchmarks"][agent]["results"] == 2 and summary["general"]["tasks"][MC]["status"] == "ok"
+    assert summary["benchmarks"]["fixture_echo"]["results"] == 2  # the class's name: one name per benchmark and summary["general"]["tasks"][MC]["status"] == "ok"
     md = (tmp_path / "summary.md").read_text()
-    assert f"| {agent} |" in md and f"| {MC} | acc |" in md
+    assert "| fixture_echo |" in md and f"| {MC} | acc |" in md
 
 
 # ------------------------------------------------------------------------------------------ HTTP (local server)

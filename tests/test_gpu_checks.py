@@ -29,7 +29,7 @@ def _summary(out: Path) -> list[list[str]]:
 
 def test_list_names_the_checks():
     done = _run("--list")
-    assert done.returncode == 0 and done.stdout.split() == [*DEFAULT, "gpu_tests"]
+    assert done.returncode == 0 and done.stdout.split() == [*DEFAULT, "gpu_tests", "vllm_routes"]
 
 
 @pytest.mark.parametrize("args, message", [(["--only", "flash,imports"], "unknown check 'flash'"),

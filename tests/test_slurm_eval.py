@@ -190,7 +190,8 @@ def test_sbatch_serves_a_checkpoint_and_writes_the_results(tmp_path, tiny_checkp
     assert sorted(r["task_id"] for r in results) == ["echo_0", "echo_1"]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["model"] == f"openai:http://127.0.0.1:{port}/v1#policy"
-    assert summary["benchmarks"][FIXTURE]["status"] == "ok" and summary["benchmarks"][FIXTURE]["errors"] == 0
+    entry = summary["benchmarks"]["fixture_echo"]  # one name per benchmark: the class's `name`
+    assert entry["status"] == "ok" and entry["errors"] == 0
     episodes = [json.loads(line) for line in (out / "fixture_echo" / "episodes.jsonl").read_text().splitlines()]
     assert len(episodes) == 2 and all(e["steps"] and e["error"] is None for e in episodes)  # the server answered
     assert (out / "server.log").is_file()  # the server wrote its log beside the results

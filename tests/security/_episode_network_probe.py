@@ -47,6 +47,12 @@ def main(image: str) -> None:
     with ThreadPoolExecutor(2) as pool:  # two episodes at once
         a, b = pool.map(lambda _: backend.start(spec), range(2))
     try:
+        # the engine's firewall (re)inserts its jump at the top of filter FORWARD when a container starts: do it once
+        # more now, above every rule made so far, as a later episode's start would (our rules must not depend on order)
+        jump = ["FORWARD", "-m", "comment", "--comment", "netavark firewall plugin rules", "-j", "NETAVARK_FORWARD"]
+        if subprocess.run(["iptables", "-w", "-C", *jump], capture_output=True).returncode == 0:
+            subprocess.run(["iptables", "-w", "-D", *jump], check=True)
+            subprocess.run(["iptables", "-w", "-I", *jump], check=True)
         a.exec(["sh", "-c", SERVICE], timeout_s=30)
         ip_a, gateway_b = _inspect(a.name, "IPAddress"), _inspect(b.name, "Gateway")
         own = b.exec(["sh", "-c", f"{PROBE} 127.0.0.1 8080"], timeout_s=30).stdout  # b has no such service

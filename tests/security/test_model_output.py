@@ -105,7 +105,7 @@ class HostileOutputPolicy(Replayer):
 def test_hostile_completions_finish_the_eval_and_a_rerun_runs_nothing_again(tmp_path):
     cfg = EvalConfig(benchmarks=[FIXTURE], model="hostile", out=str(tmp_path), benchmark_config={FIXTURE: {"n": 6}})
     summary = run_eval(cfg, policy=HostileOutputPolicy(HOSTILE))
-    bench = summary.benchmarks[FIXTURE]
+    bench = summary.benchmarks["fixture_echo"]
     assert bench.results == 6 and bench.errors == 0
     store = BenchmarkStore(tmp_path, "fixture_echo")
     results, episodes = store.load(), store.episodes()

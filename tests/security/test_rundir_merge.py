@@ -139,21 +139,29 @@ if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
 
 
-def test_a_shard_plan_naming_code_never_runs_it_in_the_merge(shards, tmp_path, capsys):
+@pytest.mark.parametrize("shape", ["adapter_path", "version_2_name"])
+def test_a_shard_plan_naming_code_never_runs_it_in_the_merge(shards, tmp_path, capsys, shape):
     """Issue 42, R5: a shard's plan.json naming ``os:system`` with a config ``{"command": ...}`` ran the
     command as the merging user (the summary loaded the adapter the plan named). A run directory never
-    decides what code runs: the entry is a skip saying how to give the adapter, and nothing runs."""
+    decides what code runs: the entry is a skip saying how to give the adapter, and nothing runs. Both
+    places a plan can name code: a benchmark's ``adapter_path`` (plan version 3, one name per benchmark), and
+    the benchmark's name itself in a version-2 plan (read back under its directory's name)."""
     marker = tmp_path / "PWNED"
     for shard in shards:
         path = shard / "plan.json"
-        text = path.read_text().replace(DEPENDS, "os:system")
-        plan = json.loads(text)
-        plan["config"]["benchmark_config"] = {"os:system": {"command": f"touch {marker}"}}
+        plan = json.loads(path.read_text().replace(DEPENDS, "os:system"))
+        planned = plan["benchmarks"][0]
+        assert planned["name"] == BENCH and planned["adapter_path"] == "os:system"
+        key = BENCH
+        if shape == "version_2_name":
+            plan["version"], planned["name"], key = 2, "os:system", "os:system"
+            del planned["adapter_path"]
+        plan["config"]["benchmark_config"] = {key: {"command": f"touch {marker}"}}
         path.write_text(json.dumps(plan))
     merged = tmp_path / "merged"
     assert main(["--merge", *map(str, shards), "--out", str(merged)]) == 0
     assert not marker.exists()
-    entry = json.loads((merged / "summary.json").read_text())["benchmarks"]["os:system"]
+    entry = json.loads((merged / "summary.json").read_text())["benchmarks"][BENCH]
     # summarised from the records alone (the adapter keeps the SDK's mean), saying that no code was loaded
     assert entry["status"] == "ok" and entry["aggregate"]["score"] == 100.0
     assert "never decides what code runs" in entry["aggregate"]["computed_without_adapter"]

@@ -51,7 +51,7 @@ class DuplicateIdsAdapter(FixtureAdapter):
 def test_the_runner_refuses_a_benchmark_with_duplicate_ids(tmp_path):
     spec = "security.test_task_ids:DuplicateIdsAdapter"
     summary = run_eval(EvalConfig(benchmarks=[spec], model="gold", out=str(tmp_path), benchmark_config={spec: {"n": 2}}))
-    entry = summary.benchmarks[spec]
+    entry = summary.benchmarks["fixture_duplicate_ids"]
     assert entry.status == "error" and "task id 'echo_0' appears more than once" in entry.reason
     assert not list(tmp_path.rglob("results.jsonl"))  # nothing ran: no result to replace another
 

@@ -13,6 +13,12 @@ NAME, ordered by ``suite_position`` then name. ``all`` is the study's agent suit
 (:data:`STUDY_SUITES`: ``in_domain`` then ``ood``), outside adapters that declare one of them
 included; a suite under a new name is run only when asked for by name. Nothing here names a
 benchmark.
+
+**One name per benchmark.** A ``--benchmarks`` item is a registered name or ``module:Class`` (a class no entry
+point names yet); the latter is known everywhere by its class's ``name`` (:func:`benchmark_name`): its settings
+(``benchmarks.NAME``), its plan and summary entry and its ``RUN/NAME/`` directory. Which code a name stands for
+is not global state: :func:`adapter_paths` maps the names of the items one command line gave to their
+``module:Class``, and the callers pass that mapping on (a run directory never decides what code runs).
 """
 
 from __future__ import annotations
@@ -59,6 +65,60 @@ def adapter_class(name: str) -> type:
                                    f"{exc}", "fix or reinstall the package that provides it") from None
 
 
+def _class_at(path: str) -> type:
+    """The object at ``package.module:Factory`` (an adapter no entry point names, yet)."""
+    module_name, _, attr = path.partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except ImportError as exc:
+        raise import_failure(exc, module_name) from None
+    except AttributeError as exc:
+        raise BenchmarkUnavailable("not yet available", f"cannot import {path!r}: {exc}") from None
+
+
+def benchmark_name(item: str) -> str:
+    """The one name of a ``--benchmarks`` item: a registered name as is; ``module:Class`` its class's ``name``
+    (``unit_converter:UnitConverterAdapter`` -> ``unit_converter``; the class's own name when it sets none).
+
+    An item that does not import keeps its ``module:Class`` text (the run records it as skipped, saying why).
+    A class whose ``name`` is an installed benchmark's is that benchmark when it is the same class, else a
+    ConfigError (two benchmarks never share a name)."""
+    if ":" not in item:
+        return item
+    try:
+        cls = _class_at(item)
+    except BenchmarkUnavailable:
+        return item
+    name = str(getattr(cls, "name", "") or "") or item.partition(":")[2]
+    if name in registered_benchmarks():
+        try:
+            same = adapter_class(name) is cls
+        except BenchmarkUnavailable:
+            same = False
+        if not same:
+            raise ConfigError(f"--benchmarks {item}: its name {name!r} is the installed benchmark {name}'s; give "
+                              f"the class another `name`")
+    return name
+
+
+def adapter_paths(items: Iterable[str]) -> dict[str, str]:
+    """``{name: module:Class}`` of the ``module:Class`` items among ``items`` (comma-separated parts too) that
+    import and are not an installed benchmark's class: where :func:`load_adapter` finds the benchmark a name
+    stands for. Two items of one command with the same name are a ConfigError naming both."""
+    paths: dict[str, str] = {}
+    for item in items:
+        for part in (p.strip() for p in str(item).split(",")):
+            if ":" not in part:
+                continue
+            name = benchmark_name(part)
+            if name == part or name in registered_benchmarks():
+                continue
+            if paths.setdefault(name, part) != part:
+                raise ConfigError(f"--benchmarks {paths[name]} and {part} are both named {name!r}: one name is one "
+                                  "benchmark; give one of the classes another `name`")
+    return paths
+
+
 def declared_suites() -> tuple[dict[str, list[str]], dict[str, str]]:
     """(suite -> benchmark names in suite order, name -> why its suites are unknown).
 
@@ -96,16 +156,18 @@ def expand_benchmarks(suite: str | None = None, benchmarks: Iterable[str] | None
     names: list[str] = []
     if suite:
         names += suite_members(suite)
-    for item in benchmarks or []:
-        names += [part.strip() for part in str(item).split(",") if part.strip()]
+    items = [part.strip() for item in benchmarks or [] for part in str(item).split(",") if part.strip()]
+    adapter_paths(items)  # two classes under one name: refused
+    names += [benchmark_name(item) for item in items]
     return list(dict.fromkeys(names))
 
 
-def benchmark_facts(name: str) -> dict[str, Any]:
+def benchmark_facts(name: str, path: str | None = None) -> dict[str, Any]:
     """What a summary records about a benchmark from its class: ``suites`` and ``paper_reference``
-    (empty when the class cannot be loaded)."""
+    (empty when the class cannot be loaded). ``path``: the ``module:Class`` the user's command named it by
+    (:func:`adapter_paths`); without it only an installed adapter is looked up."""
     try:
-        cls = adapter_class(name) if ":" not in name else None
+        cls = _class_at(path) if path else adapter_class(name) if ":" not in name else None
     except Exception:
         cls = None
     if cls is None:
@@ -128,12 +190,29 @@ def world_model_domain(name: str) -> str | None:
     return str(domain) if domain else None
 
 
-def check_benchmark_config(benchmark_config: dict[str, dict[str, Any]]) -> None:
+def named_benchmark_config(benchmark_config: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``benchmark_config`` with each ``module:Class`` section under its benchmark's one name
+    (:func:`benchmark_name`): ``--set benchmarks.unit_converter:UnitConverterAdapter.tolerance=0.05`` is
+    ``benchmarks.unit_converter.tolerance``. Both spellings of one benchmark given is a ConfigError."""
+    named: dict[str, dict[str, Any]] = {}
+    spelled: dict[str, str] = {}
+    for key, section in benchmark_config.items():
+        name = benchmark_name(key)
+        if name in named:
+            raise ConfigError(f"benchmarks.{spelled[name]} and benchmarks.{key} are settings of one benchmark, "
+                              f"{name}: give them once, as benchmarks.{name}")
+        named[name], spelled[name] = section, key
+    return named
+
+
+def check_benchmark_config(benchmark_config: dict[str, dict[str, Any]], paths: dict[str, str] | None = None) -> None:
     """Parse every ``benchmarks.NAME`` section against its adapter's ``Config`` before anything runs:
     an unknown benchmark or key is a ConfigError/UnknownNameError with "did you mean". Sections of
-    adapters that cannot be loaded here are left for the run to report as skipped."""
+    adapters that cannot be loaded here are left for the run to report as skipped. ``paths``: the
+    command's ``module:Class`` benchmarks by name (:func:`adapter_paths`), whose settings their class
+    parses when planning constructs it (a bad key is then the same usage error, before ``--out`` is touched)."""
     for name, section in benchmark_config.items():
-        if ":" in name:
+        if ":" in name or name in (paths or {}):
             continue
         try:
             cls = adapter_class(name)
@@ -150,22 +229,15 @@ def check_benchmark_config(benchmark_config: dict[str, dict[str, Any]]) -> None:
 
 
 def load_adapter(name: str, **config: Any) -> Adapter:
-    """The adapter registered as ``name``, constructed with ``config``.
+    """The adapter registered as ``name`` (or at the ``module:Class`` path ``name``), constructed with ``config``.
 
     Raises UnknownNameError (listing valid names) for a name nobody registered, and
     BenchmarkUnavailable when the entry point's module is not installed/written yet.
     """
     if ":" in name:  # "package.module:Factory", an adapter that no entry point names (yet)
-        module_name, _, attr = name.partition(":")
-        try:
-            factory = getattr(importlib.import_module(module_name), attr)
-        except ImportError as exc:
-            raise import_failure(exc, module_name) from None
-        except AttributeError as exc:
-            raise BenchmarkUnavailable("not yet available", f"cannot import {name!r}: {exc}") from None
-        adapter = factory(**config)
+        adapter = _class_at(name)(**config)
         if not getattr(adapter, "name", ""):
-            adapter.name = attr  # type: ignore[misc]
+            adapter.name = name.partition(":")[2]  # type: ignore[misc]
         return adapter
     factory = adapter_class(name)
     adapter = factory(**config)

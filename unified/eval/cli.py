@@ -32,7 +32,7 @@ import sys
 
 from unified.config import (ArgumentParser, ConfigError, add_recipe_arguments, apply_overrides, dump_yaml, flag_type,
                              from_dict, mark_overrides, read_yaml)
-from unified.benchmarks.discovery import check_benchmark_config
+from unified.benchmarks.discovery import adapter_paths, check_benchmark_config
 from unified.eval.config import EvalConfig
 from unified.eval.identity import RESUME_ANYWAY_FLAG, dry_run_line
 from unified.eval.preflight import PreflightError, check_names
@@ -40,7 +40,7 @@ from unified.eval.merge import ShardError, merge_runs
 from unified.eval.plan import plan_lines, plan_run
 from unified.eval.shards import shard_type
 from unified.eval.rundir import RunDirError
-from unified.eval.runner import EvalInterrupted, benchmarks_to_run, engine_for, run_eval
+from unified.eval.runner import EvalInterrupted, benchmarks_to_run, engine_for, run_eval, with_benchmark_names
 from unified.registry import UnknownNameError
 
 # flag -> config key (flags left at None do not override the recipe)
@@ -219,19 +219,22 @@ def _dry_run(parser: argparse.ArgumentParser, cfg: EvalConfig) -> int:
     """``--dry-run``: the resolved config and the run plan (:func:`unified.eval.plan.plan_run`: the adapters
     list their tasks, ``--out`` is read), printed; nothing is written, not even ``plan.json``."""
     try:
-        check_benchmark_config(cfg.benchmark_config)
+        cfg = with_benchmark_names(cfg)
+        paths = adapter_paths(cfg.benchmarks)
+        check_benchmark_config(cfg.benchmark_config, paths)
         names, _ = benchmarks_to_run(cfg)
         choice = engine_for(cfg, names)
         plan = plan_run(cfg, names, engine=choice, repair=False)
     except (ConfigError, UnknownNameError) as exc:
         parser.error(str(exc))
     print(dump_yaml(cfg))
-    names += [f"general (lm-eval: {', '.join(plan.general.tasks)})"] if plan.general is not None else []
+    names += [part.label() for part in plan.parts()]
     print(f"# would evaluate: {', '.join(dict.fromkeys(names))}")
     if choice.line:
         print(f"# {choice.line}")
     print("\n".join(plan_lines(plan)))
-    print(dry_run_line(cfg.out, plan.config, [b.name for b in plan.benchmarks]))
+    print(dry_run_line(cfg.out, plan.config, [b.name for b in plan.benchmarks],
+                       renamed={path: name for name, path in paths.items()}))
     return 0
 
 

@@ -61,7 +61,8 @@ def run_fingerprint(run_dir: str | Path) -> dict[str, Any]:
         flat[f"{b.name}.tasks"] = len(b.tasks)
         if b.limits is not None:
             flat.update(flatten_identity(to_dict(b.limits), f"{b.name}.limits."))
-        given = (identity.get("benchmarks") or {}).get(b.name) or {}  # as given, where the adapter resolves none
+        recorded = identity.get("benchmarks") or {}  # an identity from before one name per benchmark: module:Class
+        given = recorded.get(b.name) or recorded.get(b.adapter_path or b.name) or {}  # as given, where the adapter resolves none
         resolved = {**flatten_identity(given, f"{b.name}.settings."), **flatten_identity(b.settings, f"{b.name}.settings.")}
         settings = {k: v for k, v in resolved.items() if not (isinstance(v, str) and v.startswith("/"))}
         flat.update(settings)

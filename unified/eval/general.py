@@ -37,7 +37,7 @@ import time
 import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from unified.config import ConfigError, from_dict
 from unified.eval.records import GeneralSection
@@ -144,8 +144,11 @@ def split_suites(suite: str | None) -> tuple[list[str], bool]:
 class PlannedGeneral:
     """The general suite's part of a run plan (``plan.json``'s ``general``), planned like a benchmark:
     its tasks, which of them are already recorded in ``--out`` under the same model and settings
-    (resume), and which will run. :meth:`run` and :meth:`section` are all the runner and the summary
-    call, so neither needs lm-eval's options or records."""
+    (resume), and which will run. A :class:`unified.eval.parts.PlannedPart`: :meth:`lines`, :meth:`run` and
+    :meth:`section` are all the plan, the runner and the summary call, so none needs lm-eval's options or
+    records."""
+
+    suite: ClassVar[str] = GENERAL_SUITE
 
     config: GeneralConfig
     """lm-eval's options (``--limit`` applied, :func:`general_with_limit`)."""
@@ -158,15 +161,23 @@ class PlannedGeneral:
     def tasks(self) -> list[str]:
         return list(self.config.tasks)
 
+    def label(self) -> str:
+        return f"{GENERAL_SUITE} (lm-eval: {', '.join(self.tasks)})"
+
     def lines(self) -> list[str]:
         """The ``--dry-run`` plan line, in the benchmarks' form."""
         return [f"# plan: {GENERAL_SUITE} (lm-eval): {len(self.config.tasks)} tasks x 1 run(s) = "
                 f"{len(self.config.tasks)} pairs; {len(self.recorded)} recorded, {len(self.to_run)} to run "
                 f"({', '.join(self.config.tasks)})"]
 
-    def run(self, out: str | os.PathLike[str], *, backend: str | None = None, loaded: Any = None) -> None:
-        """Run (or resume) the planned tasks into ``out`` (:func:`run_general`)."""
-        run_general(self.config, self.model, out, backend=backend, loaded=loaded)
+    def run(self, out: str | os.PathLike[str], *, backend: str | None = None, auto: bool = False,
+            loaded: Any = None) -> None:
+        """Run (or resume) the planned tasks into ``out`` (:func:`run_general`) on the agent suites' loaded
+        checkpoint when there is one (``loaded``). An auto-chosen vLLM server (``auto``) is for the agent
+        suites: lm-eval's vllm class runs vLLM in this process (the gpu extra), so the tasks then run
+        in-process unless ``--backend vllm`` itself said so."""
+        run_general(self.config, self.model, out, backend="hf" if auto and backend == "vllm" else backend,
+                    loaded=loaded)
 
     def section(self, out: str | os.PathLike[str]) -> GeneralSection:
         """The summary's ``general`` section from the records in ``out`` (its shape:

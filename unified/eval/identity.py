@@ -165,12 +165,22 @@ def weights_comparison(run_a: str | Path, run_b: str | Path) -> tuple[bool, str 
     return False, None
 
 
-def dry_run_line(out: str | Path, cfg: Any, benchmarks: list[str]) -> str:
-    """What a run of ``cfg`` would do with ``out`` (for ``--dry-run``; writes nothing)."""
+def _renamed(recorded: dict[str, Any] | None, renamed: dict[str, str] | None) -> dict[str, Any] | None:
+    """``recorded`` with its benchmarks' settings keyed by their one name (``renamed``: ``{module:Class: name}``
+    of the command's ``--benchmarks module:Class`` items; an identity recorded before one name per benchmark
+    keyed them by that text)."""
+    if not recorded or not renamed:
+        return recorded
+    return {**recorded, "benchmarks": {renamed.get(k, k): v for k, v in recorded.get("benchmarks", {}).items()}}
+
+
+def dry_run_line(out: str | Path, cfg: Any, benchmarks: list[str], renamed: dict[str, str] | None = None) -> str:
+    """What a run of ``cfg`` would do with ``out`` (for ``--dry-run``; writes nothing; ``renamed``:
+    :func:`claim_run_dir`'s)."""
     out = Path(out)
     if not _has_results(out):
         return f"# --out {out}: new run directory"
-    recorded = _recorded(out, type(cfg))
+    recorded = _renamed(_recorded(out, type(cfg)), renamed)
     diffs = differences(recorded, eval_identity(cfg, benchmarks, weights=False)) if recorded else []
     if diffs:
         return f"# --out {out}: would stop: it holds results of another run ({'; '.join(diffs)})"
@@ -178,13 +188,16 @@ def dry_run_line(out: str | Path, cfg: Any, benchmarks: list[str]) -> str:
 
 
 def claim_run_dir(out: str | Path, cfg: Any, benchmarks: list[str], *, resume_anyway: bool = False,
-                  policy_given: bool = False) -> list[str]:
+                  policy_given: bool = False, renamed: dict[str, str] | None = None) -> list[str]:
     """Check ``cfg`` against the identity recorded in ``out`` and record it (merged with the
     benchmarks recorded before). Raises :class:`IdentityMismatch` when ``out`` holds results of
-    another identity, unless ``resume_anyway``; returns the differences accepted (empty if none)."""
+    another identity, unless ``resume_anyway``; returns the differences accepted (empty if none).
+    ``renamed``: ``{module:Class: name}`` of the command's ``--benchmarks module:Class`` items: an identity
+    recorded before one name per benchmark keyed their settings by that text; they are compared (and
+    recorded again) under the name."""
     out = Path(out)
     current = eval_identity(cfg, benchmarks, policy_given=policy_given)
-    recorded = _recorded(out, type(cfg)) if _has_results(out) else None
+    recorded = _renamed(_recorded(out, type(cfg)), renamed) if _has_results(out) else None
     diffs = differences(recorded, current) if recorded else []
     if diffs and not resume_anyway:
         raise IdentityMismatch(
@@ -203,9 +216,9 @@ def claim_run_dir(out: str | Path, cfg: Any, benchmarks: list[str], *, resume_an
 
 
 def record_run_dir(out: str | Path, cfg: Any, benchmarks: list[str], *, resume_anyway: bool = False,
-                   policy_given: bool = False) -> None:
+                   policy_given: bool = False, renamed: dict[str, str] | None = None) -> None:
     """The run directory's identity (:func:`claim_run_dir`, which may refuse) and ``run.json`` (the config
     of the engine that runs), at the start of a run, on the auto engine's fallback and for a merge."""
     out = Path(out)
-    claim_run_dir(out, cfg, benchmarks, resume_anyway=resume_anyway, policy_given=policy_given)
+    claim_run_dir(out, cfg, benchmarks, resume_anyway=resume_anyway, policy_given=policy_given, renamed=renamed)
     write_json_atomic(out / "run.json", {"config": to_dict(cfg), "updated_at": time.time()})

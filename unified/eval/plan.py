@@ -4,7 +4,7 @@
 
     plan_run(cfg)      -> RunPlan     which benchmarks, their resolved settings and limits, the engine,
                                       the (task, trial) pairs after the --shard and resume filters,
-                                      the general suite's lm-eval tasks (unified.eval.general.PlannedGeneral)
+                                      the parts that are not episodes (unified.eval.parts: lm-eval's tasks)
     execute(plan)                     runs those pairs and appends their records (unified.eval.runner)
     summarize(run_dir) -> RunSummary  summary.json / summary.md from plan.json and the records on disk
                                       (unified.eval.summarize)
@@ -31,13 +31,14 @@ from typing import Any, Literal
 
 from unified.agent.replay import replay_name
 from unified.benchmarks.contract import Adapter, AgentLimits, BenchmarkUnavailable, Task, check_task_ids
-from unified.benchmarks.discovery import load_adapter
+from unified.benchmarks.discovery import adapter_paths, load_adapter
 from unified.benchmarks.helpers import limit_runnable, select_task_ids
 from unified.config import ConfigError, from_dict, to_dict
 from unified.eval.config import EvalConfig
 from unified.eval.costs import estimate_line
 from unified.eval.engine import EngineChoice
-from unified.eval.general import PlannedGeneral, plan_general
+from unified.eval.general import PlannedGeneral
+from unified.eval.parts import PART_SUITES, PlannedPart, plan_parts
 from unified.eval.rundir import BenchmarkStore
 from unified.eval.shards import parse_shard, shard_pairs
 from unified.registry import UnknownNameError
@@ -46,8 +47,10 @@ from unified.store import read_regular_file, write_json_atomic
 PLAN_FILE = "plan.json"
 PLAN_MAX_BYTES = 256 << 20
 """Most bytes of a ``plan.json`` that are read (it lists every (task, trial) pair)."""
-PLAN_VERSION = 2
-"""2: ``general`` is a :class:`unified.eval.general.PlannedGeneral` (was lm-eval's options alone)."""
+PLAN_VERSION = 3
+"""2: ``general`` is a :class:`unified.eval.general.PlannedGeneral` (was lm-eval's options alone); 3: a
+``--benchmarks module:Class`` benchmark is planned under its class's ``name`` (``adapter_path`` keeps the
+``module:Class``); a version-2 plan named it by that text, read back under its ``directory``."""
 
 Pair = tuple[str, int]
 """(task id, trial)."""
@@ -69,9 +72,13 @@ class PlannedBenchmark:
     says why and nothing of it runs."""
 
     name: str
-    """As asked for (``--benchmarks`` / the suite): the key of its summary entry."""
+    """The benchmark's one name (:func:`unified.benchmarks.discovery.benchmark_name`): a registered name, or
+    a ``module:Class`` item's class ``name``; the key of its settings and its summary entry."""
     directory: str
     """``OUT/<directory>`` holds its records (the adapter's ``name``, else ``name``)."""
+    adapter_path: str | None = None
+    """The ``module:Class`` the command named it by (``--benchmarks module:Class``), None for an installed
+    benchmark. Recorded for messages only: code is loaded from the command line, never from a plan."""
     status: Literal["run", "skipped", "error"] = "run"
     reason: str | None = None
     how_to_fix: str | None = None
@@ -126,10 +133,15 @@ class RunPlan:
     benchmarks: list[PlannedBenchmark] = field(default_factory=list)
     general: PlannedGeneral | None = None
     """The general suite's part (lm-eval options with ``--limit`` applied, recorded and to-run tasks),
-    None when it was not asked for."""
+    None when it was not asked for; a field of its own so that ``plan.json`` keeps its shape. Code reaches
+    it through :meth:`parts`."""
 
     def benchmark(self, name: str) -> PlannedBenchmark:
         return next(b for b in self.benchmarks if b.name == name)
+
+    def parts(self) -> list[PlannedPart]:
+        """The planned parts that are not episodes (:mod:`unified.eval.parts`), in :data:`PART_SUITES` order."""
+        return [part for part in (getattr(self, suite, None) for suite in PART_SUITES) if part is not None]
 
 
 @dataclass
@@ -164,11 +176,12 @@ def adapter_failure(name: str, call: str, exc: BaseException) -> tuple[str, str,
     return "error", reason, None
 
 
-def open_adapter(name: str, cfg: EvalConfig) -> Adapter:
+def open_adapter(name: str, cfg: EvalConfig, paths: dict[str, str] | None = None) -> Adapter:
     """The adapter of benchmark ``name`` with its ``benchmark_config`` settings, told before any
     ``tasks()`` call which replayer answers its episodes (``Adapter.replay``: ``"gold"`` for
-    ``--model gold``, else None)."""
-    adapter = load_adapter(name, **cfg.benchmark_config.get(name, {}))
+    ``--model gold``, else None). ``paths``: the ``module:Class`` of the names the user's command gave
+    (:func:`unified.benchmarks.discovery.adapter_paths`); any other name is an installed benchmark."""
+    adapter = load_adapter((paths or {}).get(name, name), **cfg.benchmark_config.get(name, {}))
     adapter.replay = replay_name(cfg.model)
     return adapter
 
@@ -209,19 +222,21 @@ def tasks_digest(tasks: list[Task]) -> str:
 
 
 def plan_benchmark(name: str, cfg: EvalConfig, out: Path, *, repair: bool = True,
-                   loaded: dict[str, Loaded] | None = None) -> PlannedBenchmark:
+                   loaded: dict[str, Loaded] | None = None, paths: dict[str, str] | None = None) -> PlannedBenchmark:
     """One benchmark's plan; every adapter call in it is guarded (a failure is the planned status).
-    ``repair``: cut a torn last record before reading the recorded pairs (False for ``--dry-run``)."""
+    ``repair``: cut a torn last record before reading the recorded pairs (False for ``--dry-run``);
+    ``paths``: :func:`open_adapter`'s."""
     call, directory = "load", name
+    path = (paths or {}).get(name) or (name if ":" in name else None)
     try:
-        adapter = open_adapter(name, cfg)
+        adapter = open_adapter(name, cfg, paths)
         directory = adapter.name or name
         call = "tasks"
         tasks = select_tasks(adapter, cfg)
         if cfg.task_ids and not tasks:
             _log(f"{name}: skipped: none of --task-ids is a task of this benchmark (split {cfg.split!r})")
-            return PlannedBenchmark(name, directory, "skipped", "none of the requested task ids is a task of this "
-                                    "benchmark", "check the ids against the benchmark's results.jsonl or its data")
+            return PlannedBenchmark(name, directory, path, "skipped", "none of the requested task ids is a task of "
+                                    "this benchmark", "check the ids against the benchmark's results.jsonl or its data")
         check_task_ids(tasks, f"benchmark {name}")  # ids key records and name scratch paths: checked, unique
         call = "agent_limits"
         limits = adapter.agent_limits(cfg.limits)  # the protocol's own budgets, recorded in the summary
@@ -234,7 +249,7 @@ def plan_benchmark(name: str, cfg: EvalConfig, out: Path, *, repair: bool = True
         raise
     except Exception as exc:  # this benchmark cannot be planned: recorded, the others go on
         status, reason, fix = adapter_failure(name, call, exc)
-        return PlannedBenchmark(name, directory, status, reason, fix,
+        return PlannedBenchmark(name, directory, path, status, reason, fix,
                                 traceback.format_exc() if status == "error" else None)
     runs = cfg.runs or adapter.runs_default
     wanted = shard_pairs(directory, tasks, runs, parse_shard(cfg.shard))
@@ -243,7 +258,7 @@ def plan_benchmark(name: str, cfg: EvalConfig, out: Path, *, repair: bool = True
     if loaded is not None:
         loaded[name] = Loaded(adapter, tasks)
     return PlannedBenchmark(
-        name, directory, settings=settings, limits=limits, runs=runs, runs_protocol=adapter.runs_default,
+        name, directory, path, settings=settings, limits=limits, runs=runs, runs_protocol=adapter.runs_default,
         tasks=[t.id for t in tasks], not_scored=[t.id for t in tasks if not t.scored], tasks_in_benchmark=in_benchmark,
         pairs=pairs, pairs_total=len(tasks) * runs, to_run=[p for p in pairs if p not in recorded],
         judge=_judge_spec(adapter), data_digest=tasks_digest(tasks),
@@ -261,13 +276,14 @@ def _judge_spec(adapter: Adapter) -> str | None:
 def plan_run(cfg: EvalConfig, names: list[str], *, engine: EngineChoice = EngineChoice(None),
              policy_given: bool = False, repair: bool = True, loaded: dict[str, Loaded] | None = None) -> RunPlan:
     """The plan of ``cfg`` for the benchmarks ``names`` (:func:`unified.eval.runner.benchmarks_to_run`) and,
-    when ``--suite`` names it, the general suite (:func:`unified.eval.general.plan_general`). ``engine``: the engine chosen for the policy
+    the parts ``--suite`` names that are not episodes (:func:`unified.eval.parts.plan_parts`). ``engine``: the engine chosen for the policy
     (``cfg.backend`` is set to it). ``loaded`` (optional) is filled with the adapters and tasks listed."""
     cfg = replace(cfg, backend=engine.backend)
     out = Path(cfg.out)
+    paths = adapter_paths(cfg.benchmarks)
     return RunPlan(config=cfg, engine=PlannedEngine(engine.backend, engine.auto, engine.line), policy_given=policy_given,
-                   benchmarks=[plan_benchmark(n, cfg, out, repair=repair, loaded=loaded) for n in names],
-                   general=plan_general(cfg, repair=repair))
+                   benchmarks=[plan_benchmark(n, cfg, out, repair=repair, loaded=loaded, paths=paths) for n in names],
+                   **{part.suite: part for part in plan_parts(cfg, repair=repair)})
 
 
 def recount_recorded(plan: RunPlan) -> RunPlan:
@@ -308,7 +324,21 @@ def read_plan(run_dir: str | Path) -> RunPlan:
     general = data.get("general") if isinstance(data, dict) else None
     if isinstance(general, dict) and "config" not in general:  # version 1: lm-eval's options alone
         data["general"] = {"config": general, "model": (data.get("config") or {}).get("model", "")}
-    return from_dict(RunPlan, data, source=str(path))
+    plan = from_dict(RunPlan, data, source=str(path))
+    return _named_by_directory(plan) if plan.version < 3 else plan
+
+
+def _named_by_directory(plan: RunPlan) -> RunPlan:
+    """A plan of version 2 or older read under one name per benchmark: a benchmark it named by its
+    ``module:Class`` text is renamed to its records' directory (its class's ``name``), the text kept as its
+    ``adapter_path``; its settings in ``config.benchmark_config`` move with it. Nothing is imported."""
+    renamed = {b.name: b.directory for b in plan.benchmarks if ":" in b.name and b.directory and ":" not in b.directory}
+    if not renamed:
+        return replace(plan, version=PLAN_VERSION)
+    settings = {renamed.get(k, k): v for k, v in plan.config.benchmark_config.items()}
+    return replace(plan, version=PLAN_VERSION, config=replace(plan.config, benchmark_config=settings),
+                   benchmarks=[replace(b, name=renamed[b.name], adapter_path=b.name) if b.name in renamed else b
+                               for b in plan.benchmarks])
 
 
 def plan_lines(plan: RunPlan) -> list[str]:
@@ -341,4 +371,4 @@ def plan_lines(plan: RunPlan) -> list[str]:
                      f"tokens, thinking {'on' if sampling.thinking else 'off'}, temperature {sampling.temperature:g}; "
                      + estimate_line(to_run, model=plan.config.model, max_new_tokens=sampling.max_new_tokens,
                                      max_turns=turns))
-    return lines + (plan.general.lines() if plan.general is not None else [])
+    return lines + [line for part in plan.parts() for line in part.lines()]

@@ -190,18 +190,29 @@ def load_summary(run_dir: str | Path) -> RunSummary:
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"{path}: not JSON ({exc})") from None
     summary = from_dict(RunSummary, data, source=str(path))
+    summary.benchmarks = {_one_name(name, entry): entry for name, entry in summary.benchmarks.items()}
     for name, entry in summary.benchmarks.items():
         if entry.suites is None:  # written before the adapter's facts were recorded: the installed adapter's
             fill_facts(name, entry)
     return summary
 
 
-def fill_facts(name: str, entry: BenchmarkEntry) -> BenchmarkEntry:
+def _one_name(key: str, entry: BenchmarkEntry) -> str:
+    """The name of a summary entry: a summary written before one name per benchmark keyed a ``--benchmarks
+    module:Class`` benchmark by that text; it is read under its records' directory (its class's ``name``)."""
+    if ":" in key and entry.runs_dir:
+        directory = Path(entry.runs_dir).name
+        return directory if directory and ":" not in directory else key
+    return key
+
+
+def fill_facts(name: str, entry: BenchmarkEntry, path: str | None = None) -> BenchmarkEntry:
     """Set ``entry``'s adapter-declared facts (``suites``, ``paper_reference``) from the adapter class
-    installed here (no suites when it cannot be loaded); returns ``entry``."""
+    installed here, or at ``path`` (the ``module:Class`` the user's command gave), no suites when it
+    cannot be loaded; returns ``entry``."""
     from unified.benchmarks.discovery import benchmark_facts
 
-    facts = benchmark_facts(name)
+    facts = benchmark_facts(name, path)
     entry.suites = list(facts.get("suites") or [])
     if entry.paper_reference is None and facts.get("paper_reference"):
         entry.paper_reference = PaperReference(**facts["paper_reference"])

@@ -21,9 +21,11 @@ from typing import Any
 from unified.agent.loop import AgentLoop, Job
 from unified.agent.replay import Replayer, replayer_for
 from unified.benchmarks.contract import RunContext
-from unified.benchmarks.discovery import ALL_SUITE, check_benchmark_config, declared_suites, expand_benchmarks
+from unified.benchmarks.discovery import (ALL_SUITE, adapter_paths, check_benchmark_config, declared_suites,
+                                          expand_benchmarks, named_benchmark_config)
+from unified.config import ConfigError
 from unified.eval.config import EvalConfig
-from unified.eval.general import GENERAL_SUITE, split_suites
+from unified.eval.parts import PART_SUITES, split_suites
 from unified.eval.engine import EngineChoice, choose_backend, fallback_line
 from unified.eval.identity import record_run_dir, recorded_backend
 from unified.eval.plan import (Loaded, PlannedBenchmark, PlannedEngine, RunPlan, open_adapter, plan_lines, plan_run,
@@ -83,11 +85,13 @@ def run_eval(cfg: EvalConfig, *, policy: ChatModel | Replayer | None = None,
     ``cfg.backend`` ``auto`` (or None) is resolved first (:func:`engine_for`; its line is printed when the
     policy loads); the run directory, ``run.json`` and ``plan.json`` record the engine chosen.
     """
-    names, want_general = benchmarks_to_run(cfg)
-    if not names and not want_general:
-        suites = sorted({*declared_suites()[0], ALL_SUITE, GENERAL_SUITE})
+    cfg = with_benchmark_names(cfg)
+    names, parts = benchmarks_to_run(cfg)
+    if not names and not parts:
+        suites = sorted({*declared_suites()[0], ALL_SUITE, *PART_SUITES})
         raise ValueError(f"nothing to evaluate: give --suite or --benchmarks (suites: {', '.join(suites)})")
-    check_benchmark_config(cfg.benchmark_config)  # a mistyped key fails now, not after hours of other benchmarks
+    paths = adapter_paths(cfg.benchmarks)
+    check_benchmark_config(cfg.benchmark_config, paths)  # a mistyped key fails now, not after hours of other benchmarks
     choice = engine_for(cfg, names, policy_given=policy is not None)
     cfg = replace(cfg, backend=choice.backend)
     loaded: dict[str, Loaded] = {}
@@ -97,7 +101,8 @@ def run_eval(cfg: EvalConfig, *, policy: ChatModel | Replayer | None = None,
     except KeyboardInterrupt:  # while the adapters listed their tasks: nothing new was run
         raise EvalInterrupted(_saved_results(Path(cfg.out))) from None
     with RunDirLock(cfg.out):
-        record_run_dir(cfg.out, cfg, names, resume_anyway=resume_anyway, policy_given=policy is not None)
+        record_run_dir(cfg.out, cfg, names, resume_anyway=resume_anyway, policy_given=policy is not None,
+                       renamed={path: name for name, path in paths.items()})
         plan = recount_recorded(plan)  # under the lock: torn tails cut, what another run added meanwhile counted
         write_plan(cfg.out, plan)
         for line in plan_lines(plan):  # what will run, its budgets and an estimate, before the first episode
@@ -105,10 +110,16 @@ def run_eval(cfg: EvalConfig, *, policy: ChatModel | Replayer | None = None,
         return execute(plan, policy=policy, loaded=loaded, resume_anyway=resume_anyway)
 
 
+def with_benchmark_names(cfg: EvalConfig) -> EvalConfig:
+    """``cfg`` with its ``benchmarks.module:Class`` settings under the benchmark's one name
+    (:func:`unified.benchmarks.discovery.named_benchmark_config`); both spellings of one benchmark: ConfigError."""
+    return replace(cfg, benchmark_config=named_benchmark_config(cfg.benchmark_config))
+
+
 def engine_for(cfg: EvalConfig, names: list[str], *, policy_given: bool = False) -> EngineChoice:
     """The policy's engine: chosen for a checkpoint spec (:func:`unified.eval.engine.choose_backend`, a resume
     keeping the engine of the results in ``--out``); the caller's for a live model; ``cfg.backend`` for
-    the general suite alone (lm-eval's own classes)."""
+    the parts alone (lm-eval's own classes: :mod:`unified.eval.parts`)."""
     if not policy_given and names:
         return choose_backend(cfg.model, cfg.backend, recorded=recorded_backend(cfg.out, EvalConfig))
     return EngineChoice(None if cfg.backend in (None, "auto") else cfg.backend)
@@ -169,24 +180,31 @@ class _Policy:
             self.model.close()
 
 
-def benchmarks_to_run(cfg: EvalConfig) -> tuple[list[str], bool]:
-    """(benchmark names from ``--suite`` and ``--benchmarks``, whether ``general`` was asked for).
+def benchmarks_to_run(cfg: EvalConfig) -> tuple[list[str], list[str]]:
+    """(benchmark names from ``--suite`` and ``--benchmarks``, the parts that are not episodes asked for:
+    :func:`unified.eval.parts.split_suites`).
 
-    A ``--shard`` command naming ``general`` is a ConfigError (:func:`unified.eval.shards.check_unsharded_parts`).
-    An unknown suite is an UnknownNameError listing every suite (the adapters', ``all``, ``general``);
+    A ``--shard`` command naming a part is a ConfigError (:func:`unified.eval.shards.check_unsharded_parts`).
+    An unknown suite is an UnknownNameError listing every suite (the adapters', ``all``, the parts'); a
+    benchmark named like a part (``general``) is a ConfigError (one name, one directory);
     the world-model eval is the ``lwm`` subcommand of the CLI, not a suite. An installed adapter whose module does not import cannot say which suites it joins,
     so it gets one line saying so when suites are asked for."""
-    agent_suites, want_general = split_suites(cfg.suite)
-    check_unsharded_parts(cfg, want_general)  # a sharded command naming `general` is refused before anything
+    agent_suites, parts = split_suites(cfg.suite)
+    check_unsharded_parts(cfg, bool(parts))  # a sharded command naming a part is refused before anything
     try:
         names = [n for s in agent_suites for n in expand_benchmarks(s)]
     except UnknownNameError as exc:
-        raise UnknownNameError("suite", exc.name, [*exc.valid, GENERAL_SUITE]) from None
+        raise UnknownNameError("suite", exc.name, [*exc.valid, *PART_SUITES]) from None
     if agent_suites:
         for name, why in declared_suites()[1].items():
             _log(f"{name}: not in any suite here: its adapter does not load ({why}); --benchmarks {name} "
                  "runs it as a recorded skip")
-    return list(dict.fromkeys(names + expand_benchmarks(None, cfg.benchmarks))), want_general
+    names = list(dict.fromkeys(names + expand_benchmarks(None, cfg.benchmarks)))
+    taken = [n for n in names if n in PART_SUITES]
+    if taken:  # its records would land in the part's own directory (OUT/general/)
+        raise ConfigError(f"--benchmarks: a benchmark named {taken[0]!r} is the {taken[0]} suite's name (its records' "
+                          f"directory OUT/{taken[0]}/); give the adapter class another `name`")
+    return names, parts
 
 
 def execute(plan: RunPlan, *, policy: ChatModel | Replayer | None = None, loaded: dict[str, Loaded] | None = None,
@@ -196,9 +214,12 @@ def execute(plan: RunPlan, *, policy: ChatModel | Replayer | None = None, loaded
 
     The caller holds the run directory. ``loaded``: the adapters and tasks the planner listed in this process
     (else each benchmark with pairs to run is loaded again from the plan's settings). A benchmark planned as
-    skipped or errored runs nothing. Ctrl-C raises :class:`EvalInterrupted` after the summary."""
+    skipped or errored runs nothing. Ctrl-C raises :class:`EvalInterrupted` after the summary. The plan's
+    own ``--benchmarks`` items are the ``module:Class`` code its summary may load (``trusted``): executing a
+    plan runs its adapters in any case."""
     out = Path(plan.config.out)
     names = [b.name for b in plan.benchmarks]
+    trusted = frozenset(plan.config.benchmarks)
 
     def use_backend(backend: str) -> EvalConfig:  # the auto choice's fallback: record the engine that runs
         nonlocal plan
@@ -216,21 +237,17 @@ def execute(plan: RunPlan, *, policy: ChatModel | Replayer | None = None, loaded
         for planned in plan.benchmarks:
             interrupted = planned.status == "run" and _run_pairs(plan, planned, out, holder, loaded)
             done.append(planned.name)
-            summarize(out, benchmarks=done, plan=plan, loaded=loaded, finished=entries)
+            summarize(out, benchmarks=done, plan=plan, loaded=loaded, finished=entries, trusted=trusted)
             if interrupted:
                 raise KeyboardInterrupt
-        if plan.general is not None:  # lm-eval on the same weights (the agent suites' loaded checkpoint if any)
-            # an auto-chosen vLLM server is for the agent suites: lm-eval's vllm class runs vLLM in this
-            # process (the gpu extra), so the general suite runs in-process unless --backend vllm says so
-            cfg = plan.config
-            plan.general.run(out, backend="hf" if engine.auto and cfg.backend == "vllm" else cfg.backend,
-                             loaded=getattr(holder.model, "loaded", None))
+        for part in plan.parts():  # on the same weights (the agent suites' loaded checkpoint if any)
+            part.run(out, backend=plan.config.backend, auto=engine.auto, loaded=getattr(holder.model, "loaded", None))
     except KeyboardInterrupt:
-        summarize(out, benchmarks=done, plan=plan, loaded=loaded, finished=entries)
+        summarize(out, benchmarks=done, plan=plan, loaded=loaded, finished=entries, trusted=trusted)
         raise EvalInterrupted(_saved_results(out)) from None
     finally:
         holder.close()
-    return summarize(out, plan=plan, loaded=loaded, finished=entries)
+    return summarize(out, plan=plan, loaded=loaded, finished=entries, trusted=trusted)
 
 
 def _run_pairs(plan: RunPlan, planned: PlannedBenchmark, out: Path, policy: _Policy,
@@ -276,7 +293,7 @@ def _run_pairs(plan: RunPlan, planned: PlannedBenchmark, out: Path, policy: _Pol
 
 def _load_again(planned: PlannedBenchmark, cfg: EvalConfig) -> Loaded:
     """The adapter and tasks of a plan made in another process (its planned tasks must still be listed)."""
-    adapter = open_adapter(planned.name, cfg)
+    adapter = open_adapter(planned.name, cfg, adapter_paths(cfg.benchmarks))
     tasks = select_tasks(adapter, cfg)
     missing = sorted({task_id for task_id, _ in planned.to_run} - {t.id for t in tasks})
     if missing:

@@ -1,7 +1,7 @@
 """``summarize(run_dir)``: a run's summary (``summary.json`` + ``summary.md``) from what is on disk only.
 
-It reads ``RUN/plan.json`` (:mod:`unified.eval.plan`), each planned benchmark's ``results.jsonl``, the general
-suite's records and, for a merge, ``RUN/shards.json``; it asks each adapter for its official ``aggregate`` of
+It reads ``RUN/plan.json`` (:mod:`unified.eval.plan`), each planned benchmark's ``results.jsonl``, each planned
+part's records (:mod:`unified.eval.parts`: the general suite's) and, for a merge, ``RUN/shards.json``; it asks each adapter for its official ``aggregate`` of
 those results (the adapter's code, loaded from the plan's settings) and writes the summary atomically. Nothing
 of the process that ran the episodes is needed: the runner calls it after every benchmark, ``--merge`` calls it
 once on the joined records, and calling it again on a finished run rewrites the same summary (its
@@ -10,7 +10,7 @@ once on the joined records, and calling it again on a finished run rewrites the 
 An ``aggregate`` that raises (or an adapter that no longer loads here) makes that benchmark's entry an
 ``error`` (an ImportError a ``skipped``) naming the call; the other entries and the summary are written.
 What code runs is never read from the run directory: a ``module:Factory`` adapter that only ``plan.json``
-names is a ``skipped`` entry saying how to give it (:func:`adapter_for_summary`).
+names (its ``adapter_path``) is a ``skipped`` entry saying how to give it (:func:`adapter_for_summary`).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any
 
 from unified.benchmarks.aggregate import mean_score
 from unified.benchmarks.contract import BenchmarkUnavailable, RunContext, Task, with_run
+from unified.benchmarks.discovery import adapter_paths
 from unified.config import to_dict
 from unified.eval.plan import Loaded, PlannedBenchmark, RunPlan, adapter_failure, open_adapter, read_plan
 from unified.eval.records import BenchmarkEntry, RunSummary, ShardRun, fill_facts
@@ -40,20 +41,23 @@ class UntrustedAdapterPath(BenchmarkUnavailable):
     """A ``module:Factory`` adapter named only by a run directory's ``plan.json`` (never imported)."""
 
 
-def adapter_for_summary(name: str, cfg: Any, loaded: dict[str, Loaded] | None,
-                        trusted: frozenset[str] | set[str]) -> Any:
-    """The adapter whose ``aggregate`` summarises ``name``: the one this process loaded, an installed
+def adapter_for_summary(planned: PlannedBenchmark, cfg: Any, loaded: dict[str, Loaded] | None,
+                        paths: dict[str, str]) -> Any:
+    """The adapter whose ``aggregate`` summarises ``planned``: the one this process loaded, an installed
     adapter (a registered entry-point name), or a ``module:Factory`` path the user gave on this command
-    line (``trusted``). A code path that only a run directory names is never imported (issue 42, R5:
-    a shard's plan.json naming ``os:system`` ran it as the merging user): UntrustedAdapterPath."""
+    line (``paths``: :func:`unified.benchmarks.discovery.adapter_paths` of the trusted items, by name). A
+    code path that only a run directory names is never imported (issue 42, R5: a shard's plan.json naming
+    ``os:system`` ran it as the merging user): UntrustedAdapterPath."""
+    name = planned.name
     if loaded and name in loaded:
         return loaded[name].adapter
-    if ":" in name and name not in trusted:
+    if name not in paths and (":" in name or planned.adapter_path):
+        path = planned.adapter_path or name
         raise UntrustedAdapterPath(
-            f"its adapter {name!r} is a code path named by the run directory's plan.json, and a run directory "
-            "never decides what code runs", f"give `--benchmarks {name}` on this command line to load it, or "
+            f"its adapter {path!r} is a code path named by the run directory's plan.json, and a run directory "
+            "never decides what code runs", f"give `--benchmarks {path}` on this command line to load it, or "
             "install the package that registers it as a benchmark")
-    return open_adapter(name, cfg)
+    return open_adapter(name, cfg, paths)
 
 
 ShardAggregate = tuple[int, dict[str, Any]]
@@ -88,13 +92,14 @@ def aggregate_without_code(planned: PlannedBenchmark, inputs: list, shards: list
 
 def benchmark_summary(plan: RunPlan, planned: PlannedBenchmark, out: Path,
                       loaded: dict[str, Loaded] | None = None,
-                      trusted: frozenset[str] | set[str] = frozenset(),
+                      paths: dict[str, str] | None = None,
                       shard_aggregates: dict[str, list[ShardAggregate]] | None = None) -> BenchmarkEntry:
-    """One benchmark's summary entry from its plan and its records in ``out`` (``loaded``, ``trusted``:
+    """One benchmark's summary entry from its plan and its records in ``out`` (``loaded``, ``paths``:
     :func:`adapter_for_summary`; ``shard_aggregates``: for a merge, each shard's recorded aggregate, used
     by :func:`aggregate_without_code` when the adapter cannot be loaded)."""
+    paths = paths or {}
     if planned.status != "run":
-        return fill_facts(planned.name, _not_run(planned))
+        return fill_facts(planned.name, _not_run(planned), paths.get(planned.name))
     cfg = plan.config
     store = BenchmarkStore(out, planned.directory)
     wanted = set(planned.pairs)
@@ -108,7 +113,7 @@ def benchmark_summary(plan: RunPlan, planned: PlannedBenchmark, out: Path,
     failure = None
     call = "load"
     try:
-        adapter = adapter_for_summary(planned.name, cfg, loaded, trusted)
+        adapter = adapter_for_summary(planned, cfg, loaded, paths)
         call = "aggregate"
         aggregate = with_run(adapter, "aggregate", inputs, run=RunContext(work_dir=store.work_dir, runs=planned.runs))
         if not isinstance(aggregate, dict):
@@ -134,7 +139,7 @@ def benchmark_summary(plan: RunPlan, planned: PlannedBenchmark, out: Path,
     entry.runs_dir = str(store.dir)
     entry.settings = dict(planned.settings)
     entry.limits = to_dict(planned.limits)
-    return fill_facts(planned.name, entry)
+    return fill_facts(planned.name, entry, paths.get(planned.name))
 
 
 def run_kind(plan: RunPlan, out: str | Path,
@@ -167,20 +172,22 @@ def summarize(run_dir: str | Path, *, benchmarks: list[str] | None = None, plan:
     ``benchmarks``: only these planned benchmarks (the runner's summary after each one; default all).
     ``plan``: the plan already in memory (default: ``run_dir/plan.json``); ``loaded``: the adapters the
     planner loaded in this process (default: installed adapters loaded again with the plan's settings; a
-    ``module:Factory`` path only when it is in ``trusted``, the names the user's own command line gave,
-    never because plan.json names it). ``finished``: the
+    ``module:Factory`` path only when it is in ``trusted``, the ``--benchmarks`` items the user's own command
+    line gave, never because plan.json names it). ``finished``: the
     runner's entries of benchmarks whose records no longer change, reused (each ``aggregate`` is asked
     once per run); the entries computed here are added to it."""
     out = Path(run_dir)
     plan = plan or read_plan(out)
     names = [b.name for b in plan.benchmarks] if benchmarks is None else benchmarks
     finished = {} if finished is None else finished
+    paths = {**{item: item for item in trusted if ":" in item}, **adapter_paths(trusted)}  # a given path that
+    # does not import keeps its text as its name: loading it again says why it is skipped
     for name in names:
         if name not in finished:
-            finished[name] = benchmark_summary(plan, plan.benchmark(name), out, loaded, trusted, shard_aggregates)
+            finished[name] = benchmark_summary(plan, plan.benchmark(name), out, loaded, paths, shard_aggregates)
     entries = {name: finished[name] for name in names}
     cfg = plan.config
-    general = plan.general.section(out) if plan.general is not None else None
+    sections = {part.suite: part.section(out) for part in plan.parts()}
     shard, merged_from = run_kind(plan, out, entries)
     return write_summary(out, build_summary(model=cfg.model, prompting=cfg.prompting, benchmarks=entries,
-                                            general=general, shard=shard, merged_from=merged_from))
+                                            shard=shard, merged_from=merged_from, **sections))

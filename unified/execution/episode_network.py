@@ -8,12 +8,16 @@ bridge's gateway address, and with ``CAP_NET_RAW`` (in the engines' default set)
 - a container with the network off keeps ``--network none``; with the network on it gets a bridge
   network of its own (``ENGINE network create --disable-dns``: the container resolves names through the
   host's upstream servers, so nothing of the host's listens for it) that is removed with the container;
-- as root, two firewall rules (``iptables``, in the netns the engine's bridge lives in) confine that
-  bridge: nothing from it is delivered to the host itself (``INPUT -i BRIDGE -j DROP``: the gateway
+- as root, two firewall rules (``iptables -t mangle``, in the netns the engine's bridge lives in) confine
+  that bridge: nothing from it is delivered to the host itself (``INPUT -i BRIDGE -j DROP``: the gateway
   address, or any other, of the host), and nothing from it is forwarded to a private, link-local or
   shared address (``FORWARD -i BRIDGE -d 10/8,172.16/12,192.168/16,169.254/16,100.64/10 -j DROP``: other
   episodes, the local network, a cloud's metadata service) except DNS to the host's own name servers;
-  egress to the internet stays, as the task allows. Without root (rootless podman puts each container in a user-mode network stack of its own)
+  egress to the internet stays, as the task allows. The rules live in the ``mangle`` table, which the
+  kernel walks before ``filter``: the engine's own firewall (netavark, docker) puts its ACCEPT rules for
+  a bridge's subnet in ``filter`` and (re)inserts its jump at the top of ``filter FORWARD`` whenever a
+  container starts, so rules of ours in ``filter`` were shadowed by every later start (episode B reached
+  episode A under load); a DROP in ``mangle`` is final whatever ``filter`` says. Without root (rootless podman puts each container in a user-mode network stack of its own)
   the episode runs on the engine's default for rootless containers and ``session.info`` says so;
 - every container drops ``CAP_NET_RAW`` (no raw or packet sockets; ``ping`` needs it).
 """
@@ -66,6 +70,10 @@ def _rules(bridge: str) -> list[list[str]]:
             ["FORWARD", "-i", bridge, "-d", BLOCKED_DESTINATIONS, "-j", "DROP"]]
 
 
+FIREWALL_TABLE = ["-t", "mangle"]
+"""The table of :func:`_rules` (see the module docstring: before the engine's ``filter`` rules, never shadowed)."""
+
+
 @dataclass
 class EpisodeNetwork:
     """The network of one container (``name``; ``bridge``: its host interface; ``rules``: the iptables rules added)."""
@@ -94,9 +102,10 @@ class EpisodeNetwork:
                 raise NetworkSetupError(f"cannot confine {net.name}: " + ("no iptables" if iptables is None
                                                                            else "its bridge interface is unknown"))
             for rule in reversed(_rules(net.bridge)):  # each inserted first: the list's order results
-                added = _run([iptables, "-w", "-I", *rule])
+                added = _run([iptables, "-w", *FIREWALL_TABLE, "-I", *rule])
                 if added.returncode != 0:
-                    raise NetworkSetupError(f"iptables -I {' '.join(rule)}: {added.stderr.strip()[-300:]}")
+                    raise NetworkSetupError(f"iptables {' '.join(FIREWALL_TABLE)} -I {' '.join(rule)}: "
+                                            f"{added.stderr.strip()[-300:]}")
                 net.rules.append(rule)
             net.info = f"own network {net.name} (bridge {net.bridge}): no route to the host or private addresses"
             return net
@@ -126,7 +135,7 @@ class EpisodeNetwork:
         for rule in reversed(self.rules):
             if iptables:
                 try:
-                    _run([iptables, "-w", "-D", *rule])
+                    _run([iptables, "-w", *FIREWALL_TABLE, "-D", *rule])
                 except (OSError, subprocess.TimeoutExpired):
                     pass
         self.rules = []

@@ -110,6 +110,9 @@ class SimulatedConfig:
 class SimulatedAdapter(Adapter):
     """An installed adapter with its observations answered by a world model (module docstring)."""
 
+    name = "simulated"
+    """Its settings' key (``benchmarks.simulated.adapter=...``); each instance is named after the benchmark it
+    simulates (``NAME_simulated``), the directory of its records."""
     Config = SimulatedConfig
 
     def __init__(self, **config: Any) -> None:

@@ -320,6 +320,10 @@ class MoESection:
     log_mismatch: bool = True
     """With ``record``/``replay`` and rollout log-probs (vLLM): one more no-grad forward a generation batch
     with the other routing, to log the rollout-vs-trainer mismatch KL with and without replay."""
+    require_rollout_routes: bool = False
+    """With ``record``/``replay`` and a vLLM backend: stop the run when the engine returns no routed experts
+    for a generation batch (vLLM's ``enable_return_routed_experts``; :mod:`unified.warmup.vllm_routes`)
+    instead of replaying the trainer's first forward's routes (R2, ``moe/routes_from_rollout = 0``)."""
 
 
 @dataclass
@@ -414,6 +418,8 @@ class WarmupConfig:
             raise ConfigError("gspo.vllm_importance_sampling_clip_min must be below clip_max, got "
                               f"{self.gspo.vllm_importance_sampling_clip_min} >= "
                               f"{self.gspo.vllm_importance_sampling_clip_max}")
+        if self.moe.require_rollout_routes and self.moe.routing_replay == "off":
+            raise ConfigError("moe.require_rollout_routes: needs moe.routing_replay record or replay (it is off)")
         self._check_judge_against_collective_timeout()
         if self.resume not in ("auto", "never") and not Path(self.resume).is_dir():
             raise ConfigError(f"resume: expected auto, never or an existing checkpoint dir, got {self.resume!r}")
@@ -536,6 +542,8 @@ def describe(cfg: WarmupConfig) -> dict[str, Any]:
         "group_size": g.num_generations,
         "updates_per_generation": updates_per_generation(cfg),
         "routing_replay": cfg.moe.routing_replay,
+        "routes_from": ("the rollout engine (required)" if cfg.moe.require_rollout_routes else
+                        "the rollout engine, else the trainer's first forward") if cfg.moe.routing_replay != "off" else None,
         "vllm_importance_sampling": {"mode": g.vllm_importance_sampling_mode,
                                      "clip": [g.vllm_importance_sampling_clip_min, g.vllm_importance_sampling_clip_max]},
     }

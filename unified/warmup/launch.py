@@ -33,6 +33,7 @@ from unified.inference.spec import parse_spec
 from unified.models.embedded import embedded_checkpoint_dir
 from unified.warmup.config import WarmupConfig
 from unified.warmup.rollout_gate import UPSTREAM_HOST, rollout_key_path
+from unified.warmup.vllm_routes import SERVER_FLAG
 
 _PLACEHOLDER = re.compile(r"\$[A-Z_][A-Z0-9_]*")
 
@@ -115,6 +116,8 @@ def launch_plan(cfg: WarmupConfig, recipe: str | None, overrides: list[str], *, 
         "--port", str(upstream_port(cfg)),
         *(["--max-model-len", str(cfg.generation.vllm_max_model_length)]
           if cfg.generation.vllm_max_model_length else []),
+        # R3: vLLM returns each completion's routed experts (unified/warmup/vllm_routes.py)
+        *([SERVER_FLAG] if cfg.moe.routing_replay != "off" else []),
     ])
     trainer = LaunchStep("trainer", f"nodes 1..{nodes - 1} ({trainer_nodes * gpus} processes)", accel + [
         "--num_machines", str(trainer_nodes), "--num_processes", str(trainer_nodes * gpus),

@@ -353,7 +353,8 @@ def serve(key: str, host: str, port: int, upstream_port: int, command: list[str]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m unified.warmup.rollout_gate", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m unified.warmup.rollout_gate",
+                                     description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="action", required=True)
     new_key = commands.add_parser("new-key", help="write a fresh key (mode 0600) to FILE")
     new_key.add_argument("file")

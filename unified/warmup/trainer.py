@@ -55,6 +55,7 @@ from unified.warmup.parity_probe import probe_trainer
 from unified.warmup.preempt import Preempted, PreemptionCallback
 from unified.warmup.rollout_client import keyed_rollout_client, rollout_server_key
 from unified.warmup.routing import RoutingState
+from unified.warmup.vllm_routes import attach_engine_routes, colocated_llm_returns_routes
 
 log = logging.getLogger(__name__)
 
@@ -270,8 +271,11 @@ def build_trainer(cfg: WarmupConfig, *, train_dataset, reward_funcs: Sequence[Ca
     m = cfg.monitor
     failfast = FailFastMonitor(max_dropped_share=m.max_dropped_share, max_zero_variance_share=m.max_zero_variance_share,
                                patience=m.patience_batches)
-    # server mode: TRL's client sends the job's key (rollout_client.py)
-    with keyed_rollout_client(rollout_server_key(cfg), server_mode=cfg.generation.backend == "vllm_server"):
+    routes_from_engine = cfg.moe.routing_replay != "off" and cfg.generation.backend == "vllm_colocate"
+    # server mode: TRL's client sends the job's key (rollout_client.py); colocate: TRL builds its vllm.LLM
+    # in the constructor, asked to return routed experts (vllm_routes.py)
+    with keyed_rollout_client(rollout_server_key(cfg), server_mode=cfg.generation.backend == "vllm_server"), \
+            colocated_llm_returns_routes(routes_from_engine):
         trainer = gspo_trainer_class()(
             model=model, reward_funcs=list(reward_funcs), args=args, train_dataset=train_dataset,
             processing_class=tokenizer,
@@ -294,6 +298,8 @@ def build_trainer(cfg: WarmupConfig, *, train_dataset, reward_funcs: Sequence[Ca
             raise ConfigError(f"moe.routing_replay={cfg.moe.routing_replay}: {type(trainer.model).__name__} has no "
                               "top-k MoE routers (a dense model): set moe.routing_replay=off")
         trainer.routing = RoutingState.attach(trainer.model, cfg.moe.routing_replay, cfg.moe.log_mismatch)
+        trainer.routing.engine = attach_engine_routes(trainer)  # vLLM's routed experts (R3); None in-process
+        trainer.routing.require_rollout_routes = cfg.moe.require_rollout_routes
     return trainer
 
 
