@@ -83,18 +83,25 @@ def assert_same_step(a: dict, b: dict, *, extra_grads_zero: bool = False) -> Non
     assert moved == len(a["grads"])
 
 
-@pytest.mark.slow
-def test_one_gspo_step_of_two_processes_equals_one_process(tmp_path):
-    a = _one_step(tmp_path / "one", [])
-    b = _one_step(tmp_path / "two", _accelerate(REPO / "recipes/accelerate/ddp_cpu.yaml"))
-    assert_same_step(a, b)
-
-
 NO_CLIP = 1e6  # ZeRO-3's engine clips to gradient_clipping inside its step; one process clips nothing
 
 
+@pytest.fixture(scope="module")
+def one_process_step(tmp_path_factory) -> dict:
+    """The one-process step both layouts below are compared with (one run of it, not one per layout: the program
+    is the same, and ``train.max_grad_norm`` is passed to every run so each comparison is like for like)."""
+    return _one_step(tmp_path_factory.mktemp("one-process") / "one", [], f"train.max_grad_norm={NO_CLIP}")
+
+
 @pytest.mark.slow
-def test_one_zero3_step_of_two_processes_equals_one_process(tmp_path):
+def test_one_gspo_step_of_two_processes_equals_one_process(tmp_path, one_process_step):
+    b = _one_step(tmp_path / "two", _accelerate(REPO / "recipes/accelerate/ddp_cpu.yaml"),
+                  f"train.max_grad_norm={NO_CLIP}")
+    assert_same_step(one_process_step, b)
+
+
+@pytest.mark.slow
+def test_one_zero3_step_of_two_processes_equals_one_process(tmp_path, one_process_step):
     """DeepSpeed ZeRO-3 on 2 CPU processes (its CPU accelerator, gloo): the same step as one process."""
     pytest.importorskip("deepspeed", reason="deepspeed is not installed (`make setup` installs the `deepspeed` "
                         "extra unless DEEPSPEED=0)")
@@ -104,7 +111,7 @@ def test_one_zero3_step_of_two_processes_equals_one_process(tmp_path):
     config["deepspeed_config"]["gradient_clipping"] = NO_CLIP
     path = tmp_path / "zero3.yaml"
     path.write_text(yaml.safe_dump(config))
-    a = _one_step(tmp_path / "one", [], f"train.max_grad_norm={NO_CLIP}")
+    a = one_process_step
     b = _one_step(tmp_path / "two", _accelerate(path), f"train.max_grad_norm={NO_CLIP}")
     assert b["layout"] == "DEEPSPEED"
     assert_same_step(a, b, extra_grads_zero=True)
