@@ -121,7 +121,7 @@ def test_sbatch_usr1_saves_requeues_and_resumes_at_the_saved_step(tmp_path, tiny
     log = tmp_path / "job.log"
     env = {"PYTHON": PYTHON, "REPO": str(REPO), "RECIPE": "recipes/warmup/embedded_cpu.yaml", "GPUS_PER_NODE": "0",
            "MODEL": str(tiny_checkpoint), "DATA": str(data), "OUTPUT": str(output), "HF_HUB_OFFLINE": "1"}
-    max_steps = 6
+    max_steps = 12  # room for the warning to land mid-run on a quiet machine (6 steps could all end before it)
     args = tiny_cli_overrides(None, None, None, f"train.max_steps={max_steps}", "train.save_steps=100")
     metrics = output / "metrics.jsonl"
 
