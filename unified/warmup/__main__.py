@@ -148,14 +148,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     record_output_dir(cfg, accepted)
 
+    from unified.warmup.preempt import PREEMPTED_EXIT, Preempted
+
     if is_agentic(cfg):  # the rollouts are agent episodes of the benchmark's environment
         from unified.warmup.agentic import run_agentic
 
-        report = run_agentic(cfg)
-        print(json.dumps({k: report[k] for k in ("benchmark", "before", "after", "difference") if k in report},
-                         indent=2))
+        try:
+            report = run_agentic(cfg)
+        except Preempted as stop:  # SIGUSR1 / preempt.request: checkpoint-N saved; a rerun resumes at N + 1
+            print(f"unified.warmup: {stop}", file=sys.stderr, flush=True)
+            return PREEMPTED_EXIT
+        print(json.dumps({k: report[k] for k in ("benchmark", "before", "after", "difference", "already_finished")
+                          if k in report}, indent=2))
         return 0
-    from unified.warmup.preempt import PREEMPTED_EXIT, Preempted
     from unified.warmup.trainer import run_warmup
 
     try:

@@ -23,6 +23,7 @@ and the paired difference. ``<output_dir>/metrics.jsonl`` holds one line a step.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -44,8 +45,11 @@ from unified.models import load_checkpoint
 from unified.rewards.entries import BenchmarkEntry, benchmark_entries
 from unified.rewards.environment import BenchmarkEnvironment, Rollout
 from unified.store import append_jsonl, write_json_atomic
+from unified.warmup.agentic_backends import check_backend, rollout_sampler
+from unified.warmup.agentic_checkpoint import AgenticState, keep_metrics_up_to, load_checkpoint_into, resume_point, save_checkpoint
 from unified.warmup.agentic_loss import group_advantages, gspo_sequence_loss, masked_token_logprobs
 from unified.warmup.config import WarmupConfig
+from unified.warmup.preempt import Preempted, PreemptionCallback
 from unified.warmup.trainer import freeze_lower_layers, training_device
 
 log = logging.getLogger(__name__)
@@ -184,50 +188,87 @@ def load_trainable(cfg: WarmupConfig):
     return loaded
 
 
+def make_sampler(cfg: WarmupConfig, loaded):
+    """The episodes' policy on ``generation.backend`` (:mod:`unified.warmup.agentic_backends`)."""
+    return rollout_sampler(cfg, loaded)
+
+
+def preempt_requested(preempt: PreemptionCallback) -> bool:
+    """SIGUSR1 arrived or ``<output_dir>/preempt.request`` appeared (one process: no all-reduce)."""
+    return preempt.signalled or preempt.request.exists()
+
+
 def run_agentic(cfg: WarmupConfig, *, loaded=None) -> dict[str, Any]:
-    """Train ``cfg.train.max_steps`` agentic GSPO steps; returns (and writes) the report."""
+    """Train ``cfg.train.max_steps`` agentic GSPO steps; returns (and writes) the report.
+
+    Every ``train.save_steps`` steps, at the last step and on a pre-emption warning (SIGUSR1 or
+    ``preempt.request``, as the single-turn warmup: :mod:`unified.warmup.preempt`) it saves
+    ``checkpoint-N`` (:mod:`unified.warmup.agentic_checkpoint`); ``resume: auto`` continues from the last
+    complete one at step N + 1 (weights, optimizer, RNG, metrics, task cursor, the eval before). A
+    pre-emption raises :class:`unified.warmup.preempt.Preempted` after the save."""
     entry = the_entry(cfg)
+    check_backend(cfg)
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.train.seed)
     env = BenchmarkEnvironment.from_entry(entry, run=RunContext(work_dir=out / "rollouts", runs=cfg.gspo.num_generations))
+    resume = resume_point(cfg)
     loaded = loaded if loaded is not None else load_trainable(cfg)
     report: dict[str, Any] = {"benchmark": entry.adapter, "settings": entry.settings, "recipe": to_dict(cfg),
                               "train_tasks": [t.id for t in env.train_tasks],
                               "heldout_tasks": [t.id for t in env.heldout_tasks]}
-    if cfg.agentic.eval_before_after and env.heldout_tasks:
-        report["before"] = held_out_eval(cfg, entry, env, loaded, "eval_before")
-    sampler = HFPolicy(cfg.model.name_or_path, SamplingConfig(temperature=cfg.generation.temperature,
-                                                              top_p=cfg.generation.top_p,
-                                                              max_new_tokens=cfg.generation.max_completion_length,
-                                                              thinking=cfg.generation.thinking),  # no per-request seed: a group would repeat one episode
-                       loaded=loaded, max_batch_size=cfg.agentic.max_in_flight, prefix_cache_mb=0)
     params = [p for p in loaded.model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.train.learning_rate, weight_decay=cfg.train.weight_decay)
-    steps = []
-    for step in range(1, cfg.train.max_steps + 1):
-        start = (step - 1) * cfg.agentic.tasks_per_step
-        tasks = [env.train_tasks[(start + k) % len(env.train_tasks)] for k in range(cfg.agentic.tasks_per_step)]
-        loaded.model.eval()
-        rollouts = env.rollouts(sampler, tasks, cfg.gspo.num_generations, max_in_flight=cfg.agentic.max_in_flight,
-                                model_name=cfg.model.name_or_path)
-        stats = train_step(loaded.model, optimizer, rollouts, cfg, step)
-        append_jsonl(out / "metrics.jsonl", to_dict(stats))
-        log.info("agentic step %d: reward %s over %d episodes (%d without), %d samples, loss %.4f", step,
-                 stats.reward_mean, stats.episodes, stats.no_reward, stats.samples, stats.loss)
-        steps.append(to_dict(stats))
-    report["steps"] = steps
+    state = AgenticState()
+    if resume is not None:
+        state = load_checkpoint_into(resume, loaded, optimizer)
+        report["resumed_from"] = str(resume)
+        print(f"unified.warmup: resuming the agentic run from {resume} (step {state.global_step + 1} next)", flush=True)
+    keep_metrics_up_to(out / "metrics.jsonl", state.global_step)
+    if state.global_step >= cfg.train.max_steps and (out / "agentic_report.json").exists():
+        return {**json.loads((out / "agentic_report.json").read_text()), "already_finished": True}
+    if cfg.agentic.eval_before_after and env.heldout_tasks:
+        if state.before is None:
+            state.before = held_out_eval(cfg, entry, env, loaded, "eval_before")
+        report["before"] = state.before
+    sampler = make_sampler(cfg, loaded)
+    preempt = PreemptionCallback(out).install()
+    try:
+        for step in range(state.global_step + 1, cfg.train.max_steps + 1):
+            start = (step - 1) * cfg.agentic.tasks_per_step
+            tasks = [env.train_tasks[(start + k) % len(env.train_tasks)] for k in range(cfg.agentic.tasks_per_step)]
+            loaded.model.eval()
+            sampler.sync_weights(loaded.model, step)
+            rollouts = env.rollouts(sampler.policy, tasks, cfg.gspo.num_generations,
+                                    max_in_flight=cfg.agentic.max_in_flight, model_name=cfg.model.name_or_path)
+            stats = train_step(loaded.model, optimizer, rollouts, cfg, step)
+            append_jsonl(out / "metrics.jsonl", to_dict(stats))
+            log.info("agentic step %d: reward %s over %d episodes (%d without), %d samples, loss %.4f", step,
+                     stats.reward_mean, stats.episodes, stats.no_reward, stats.samples, stats.loss)
+            state.global_step = step
+            state.steps.append(to_dict(stats))
+            state.tasks_used.append([t.id for t in tasks])
+            stop = preempt_requested(preempt)
+            if stop or step % cfg.train.save_steps == 0 or step == cfg.train.max_steps:
+                saved = save_checkpoint(out, loaded, optimizer, state, keep=cfg.train.save_total_limit)
+                if stop and step < cfg.train.max_steps:
+                    raise Preempted(step, saved)
+    finally:
+        preempt.uninstall()
+        sampler.close()
+    report["steps"] = state.steps
+    report["tasks_used"] = state.tasks_used
     if cfg.agentic.save_final:
         final = out / "final"
         loaded.model.save_pretrained(final)
         loaded.tokenizer.save_pretrained(final)
         report["final"] = str(final)
     if cfg.agentic.eval_before_after and env.heldout_tasks:
-        report["after"] = held_out_eval(cfg, entry, env, loaded, "eval_after", steps_done=len(steps))
+        report["after"] = held_out_eval(cfg, entry, env, loaded, "eval_after", steps_done=len(state.steps))
         report["difference"] = paired_difference(report["before"], report["after"])
     write_json_atomic(out / "agentic_report.json", report)
     return report
 
 
-__all__ = ["StepStats", "eval_config", "held_out_eval", "paired_difference", "run_agentic", "scores_with_se",
+__all__ = ["StepStats", "eval_config", "held_out_eval", "paired_difference", "make_sampler", "run_agentic", "scores_with_se",
            "train_step"]
