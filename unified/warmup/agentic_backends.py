@@ -28,6 +28,7 @@ server would sample every later step from the first step's weights).
 from __future__ import annotations
 
 import json
+import os
 import urllib.request
 from typing import Any
 
@@ -36,7 +37,8 @@ from unified.config import ConfigError
 from unified.inference.base import ChatModel, PolicyOutput, PolicyRequest, SamplingConfig
 from unified.inference.hf import HFPolicy
 from unified.inference.openai_backend import OpenAIPolicy
-from unified.inference.vllm_backend import VLLMPolicy, raw_completion
+from unified.inference.server import free_port
+from unified.inference.vllm_backend import VLLMPolicy, checkpoint_dir, raw_completion
 from unified.warmup.agentic_checks import backend_problems, cuda_trainer
 from unified.warmup.config import WarmupConfig
 from unified.warmup.rollout_client import keyed_client_class, rollout_server_key
@@ -186,9 +188,13 @@ class ColocateSampler(RolloutSampler):
         from vllm import LLM
 
         gen = cfg.generation
-        self.llm = LLM(model=cfg.model.name_or_path, tensor_parallel_size=gen.vllm_tensor_parallel_size,
+        for name, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"),
+                            ("MASTER_PORT", str(free_port()))):
+            os.environ.setdefault(name, value)  # one trainer process: vLLM's external launcher is this process
+        self.llm = LLM(model=checkpoint_dir(cfg.model.name_or_path)[0], tensor_parallel_size=1,
                        gpu_memory_utilization=gen.vllm_gpu_memory_utilization, max_model_len=gen.vllm_max_model_length,
-                       seed=cfg.train.seed, logprobs_mode="processed_logprobs", max_num_batched_tokens=4096,
+                       distributed_executor_backend="external_launcher", seed=cfg.train.seed,
+                       logprobs_mode="processed_logprobs", max_num_batched_tokens=4096,
                        trust_remote_code=cfg.model.trust_remote_code)
         super().__init__(ColocatedVLLMPolicy(self.llm, loaded.tokenizer, rollout_sampling(cfg)))
         self.synced_once = False

@@ -30,6 +30,10 @@ def backend_problems(cfg: WarmupConfig) -> list[str]:
     if backend == "vllm_colocate" and importlib.util.find_spec("vllm") is None:
         return ["generation.backend=vllm_colocate: vLLM is not installed in this environment (the gpu extra on a "
                 "CUDA machine); use generation.backend=hf, or vllm_server with a rollout server"]
+    if backend == "vllm_colocate" and cfg.generation.vllm_tensor_parallel_size > 1:
+        return [f"generation.vllm_tensor_parallel_size={cfg.generation.vllm_tensor_parallel_size} with "
+                "generation.backend=vllm_colocate: the agentic trainer is one process, so its colocated vLLM runs "
+                "on one GPU (tensor parallel 1); use vllm_server for a larger engine"]
     if backend == "vllm_server" and cfg.train.max_steps > 1 and not cuda_trainer():
         return ["generation.backend=vllm_server on a trainer without CUDA: the weights reach the server over vLLM's NCCL "
                 "weight-transfer engine (CUDA only), so every step after the first would sample the first step's "
