@@ -80,6 +80,7 @@ def test_interrupted_agentic_run_resumes_to_the_straight_runs_metrics_and_weight
     resumed = run_agentic(load_warmup_config(None, settings(stopped, tiny_checkpoint, 3)))
     assert resumed["resumed_from"] == str(stopped / "checkpoint-2")
     assert resumed["before"] == first["before"]  # measured once, carried by the checkpoint
+    assert (stopped / "eval_after_step2" / "run.json").is_file()  # the 2-step run's eval after, set aside
     assert json.loads((stopped / "eval_before" / "run.json").read_text())  # and not rerun over
     assert metric_rows(stopped) == metric_rows(straight)
     assert resumed["tasks_used"] == report["tasks_used"]

@@ -188,6 +188,15 @@ def load_trainable(cfg: WarmupConfig):
     return loaded
 
 
+def set_aside_stale_eval_after(out: Path) -> None:
+    """An ``eval_after`` of an earlier, shorter run of this output dir (``train.max_steps`` raised since) scored
+    other weights: it moves to ``eval_after_step<N>`` (N: the steps it scored) instead of being resumed."""
+    previous = out / "agentic_report.json"
+    if (out / "eval_after").exists() and previous.exists():
+        steps = len(json.loads(previous.read_text()).get("steps") or [])
+        (out / "eval_after").rename(out / f"eval_after_step{steps}")
+
+
 def make_sampler(cfg: WarmupConfig, loaded):
     """The episodes' policy on ``generation.backend`` (:mod:`unified.warmup.agentic_backends`)."""
     return rollout_sampler(cfg, loaded)
@@ -264,6 +273,7 @@ def run_agentic(cfg: WarmupConfig, *, loaded=None) -> dict[str, Any]:
         loaded.tokenizer.save_pretrained(final)
         report["final"] = str(final)
     if cfg.agentic.eval_before_after and env.heldout_tasks:
+        set_aside_stale_eval_after(out)
         report["after"] = held_out_eval(cfg, entry, env, loaded, "eval_after", steps_done=len(state.steps))
         report["difference"] = paired_difference(report["before"], report["after"])
     write_json_atomic(out / "agentic_report.json", report)
