@@ -63,14 +63,14 @@ def policy_logprob_gap(env, sampler, model) -> float:
 def test_gpu_agentic_colocated_vllm_samples_exact_trajectories_and_takes_the_weights(tmp_path):
     pytest.importorskip("vllm")
     from unified.rewards.environment import BenchmarkEnvironment
-    from unified.warmup.agentic import load_trainable, run_agentic
+    from unified.warmup.agentic import load_trainable, run_agentic, the_entry
     from unified.warmup.agentic_backends import ColocateSampler
 
     checkpoint = save_tiny_checkpoint(tmp_path / "tiny", "qwen3_moe")
     cfg = load_warmup_config(None, agentic_settings(tmp_path / "run", checkpoint, "vllm_colocate"))
     loaded = load_trainable(cfg)
     sampler = ColocateSampler(cfg, loaded)
-    env = BenchmarkEnvironment.from_entry(cfg.rewards[0])
+    env = BenchmarkEnvironment.from_entry(the_entry(cfg))
     fresh = policy_logprob_gap(env, sampler, loaded.model)
     with torch.no_grad():  # a large update the engine has not seen yet
         for p in loaded.model.parameters():

@@ -238,7 +238,7 @@ def test_agentic_episodes_sampled_by_the_vllm_rollout_server_feed_the_gspo_loss(
     import os
 
     from unified.rewards.environment import BenchmarkEnvironment
-    from unified.warmup.agentic import run_agentic
+    from unified.warmup.agentic import run_agentic, the_entry
     from unified.warmup.agentic_backends import ServerSampler
     from unified.warmup.agentic_loss import gspo_sequence_loss, masked_token_logprobs
     from unified.warmup.config import load_warmup_config
@@ -259,7 +259,7 @@ def test_agentic_episodes_sampled_by_the_vllm_rollout_server_feed_the_gspo_loss(
         "gspo.num_generations=4", "agentic.tasks_per_step=1", "agentic.eval_before_after=false",
         "agentic.save_final=false", "train.learning_rate=1e-3"])
     sampler = ServerSampler(cfg, loaded)
-    env = BenchmarkEnvironment.from_entry(cfg.rewards[0])
+    env = BenchmarkEnvironment.from_entry(the_entry(cfg))
     rollouts = env.rollouts(sampler.policy, env.train_tasks[:1], 2, max_in_flight=2)
     sampler.close()
     assert all(r.result.error is None for r in rollouts), [r.result.error for r in rollouts]
