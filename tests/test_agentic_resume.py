@@ -53,7 +53,7 @@ def settings(out: Path, checkpoint: Path, steps: int) -> list[str]:
     return [f"output_dir={out}", f"model.name_or_path={checkpoint}", "logging.wandb=false", "rewards=[]",
             "rewards.benchmark.weight=1", "rewards.benchmark.adapter=test_agentic_resume:EvenTokensFixture",
             "rewards.benchmark.heldout_size=1", "rewards.benchmark.limits.max_turns=1", f"train.max_steps={steps}",
-            "train.learning_rate=1e-2", "gspo.num_generations=2", "generation.max_completion_length=5",
+            "train.learning_rate=1e-2", "gspo.num_generations=2", "generation.max_completion_length=8",
             "agentic.tasks_per_step=2", "agentic.max_in_flight=1", "agentic.save_final=true"]
 
 

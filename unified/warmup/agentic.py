@@ -46,7 +46,8 @@ from unified.rewards.entries import BenchmarkEntry, benchmark_entries
 from unified.rewards.environment import BenchmarkEnvironment, Rollout
 from unified.store import append_jsonl, write_json_atomic
 from unified.warmup.agentic_backends import check_backend, rollout_sampler
-from unified.warmup.agentic_checkpoint import AgenticState, keep_metrics_up_to, load_checkpoint_into, resume_point, save_checkpoint
+from unified.warmup.agentic_checkpoint import (AgenticState, keep_metrics_up_to, load_checkpoint_into, resume_point, save_checkpoint,
+                                               seed_all, set_rng_state)
 from unified.warmup.agentic_loss import group_advantages, gspo_sequence_loss, masked_token_logprobs
 from unified.warmup.config import WarmupConfig
 from unified.warmup.preempt import Preempted, PreemptionCallback
@@ -241,6 +242,10 @@ def run_agentic(cfg: WarmupConfig, *, loaded=None) -> dict[str, Any]:
             state.before = held_out_eval(cfg, entry, env, loaded, "eval_before")
         report["before"] = state.before
     sampler = make_sampler(cfg, loaded)
+    if state.rng is not None:  # the generators as they were after step N, whatever loading and the eval drew
+        set_rng_state(state.rng)
+    else:
+        seed_all(cfg.train.seed)
     preempt = PreemptionCallback(out).install()
     try:
         for step in range(state.global_step + 1, cfg.train.max_steps + 1):

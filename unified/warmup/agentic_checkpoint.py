@@ -47,6 +47,8 @@ class AgenticState:
     """The training task ids of each step."""
     before: dict[str, Any] | None = None
     """The held-out eval before training (``agentic.eval_before_after``), once measured."""
+    rng: dict[str, Any] | None = None
+    """The generators' states saved with the checkpoint (:func:`set_rng_state` them just before step N + 1)."""
 
 
 def rng_state() -> dict[str, Any]:
@@ -98,15 +100,16 @@ def resume_point(cfg) -> Path | None:
 
 
 def load_checkpoint_into(path: Path, loaded, optimizer) -> AgenticState:
-    """Weights, optimizer and RNG states of ``path`` into the run; returns its :class:`AgenticState`."""
+    """Weights and optimizer state of ``path`` into the run; returns its :class:`AgenticState` (with the RNG
+    states, for the caller to set just before the next step: loading and evaluating may draw from them)."""
     data = json.loads((path / STATE_FILE).read_text())
     restored = type(loaded.model).from_pretrained(path, dtype=next(loaded.model.parameters()).dtype)
     loaded.model.load_state_dict(restored.state_dict())
     del restored
     optimizer.load_state_dict(torch.load(path / OPTIMIZER_FILE, map_location="cpu", weights_only=False))
-    set_rng_state(torch.load(path / RNG_FILE, map_location="cpu", weights_only=False))
     return AgenticState(global_step=int(data["global_step"]), steps=list(data.get("steps") or []),
-                        tasks_used=list(data.get("tasks_used") or []), before=data.get("before"))
+                        tasks_used=list(data.get("tasks_used") or []), before=data.get("before"),
+                        rng=torch.load(path / RNG_FILE, map_location="cpu", weights_only=False))
 
 
 def keep_metrics_up_to(metrics: Path, step: int) -> None:
@@ -120,4 +123,12 @@ def keep_metrics_up_to(metrics: Path, step: int) -> None:
         write_bytes_atomic(metrics, b"".join(json_line(r) for r in kept))
 
 
-__all__ = ["AgenticState", "keep_metrics_up_to", "load_checkpoint_into", "resume_point", "save_checkpoint"]
+def seed_all(seed: int) -> None:
+    """The generators of a fresh run, seeded just before step 1 (what loading the model drew is not counted)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+__all__ = ["AgenticState", "keep_metrics_up_to", "load_checkpoint_into", "resume_point", "save_checkpoint", "seed_all",
+           "set_rng_state"]
