@@ -66,7 +66,7 @@ def test_gpu_agentic_colocated_vllm_samples_exact_trajectories_and_takes_the_wei
     from unified.warmup.agentic import load_trainable, run_agentic, the_entry
     from unified.warmup.agentic_backends import ColocateSampler
 
-    checkpoint = save_tiny_checkpoint(tmp_path / "tiny", "qwen3_moe")
+    checkpoint = save_tiny_checkpoint(tmp_path / "tiny", "qwen3_moe", head_dim=64)  # a head size every vLLM attention backend takes
     cfg = load_warmup_config(None, agentic_settings(tmp_path / "run", checkpoint, "vllm_colocate"))
     loaded = load_trainable(cfg)
     sampler = ColocateSampler(cfg, loaded)
