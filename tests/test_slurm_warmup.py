@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _slurm_cluster import SlurmCluster, require_slurm
+from _slurm_cluster import require_slurm
 from _warmup_support import tiny_cli_overrides, write_fixture_awb_dir
 
 from unified.warmup.rollout_gate import rollout_key_path, write_new_key
@@ -107,7 +107,7 @@ def test_too_few_nodes_is_a_clear_error():
 
 
 @pytest.mark.slow
-def test_sbatch_usr1_saves_requeues_and_resumes_at_the_saved_step(tmp_path, tiny_checkpoint):
+def test_sbatch_usr1_saves_requeues_and_resumes_at_the_saved_step(tmp_path, tiny_checkpoint, slurm_cluster):
     """A real sbatch of the warmup on a one-node Slurm, warned (SIGUSR1 to the batch shell, what
     ``--signal=B:USR1@600`` sends) while it trains: the trainer saves checkpoint-k at the end of its step and
     exits, the job is requeued (same id, same output directory) and resumes from checkpoint-k: every step's
@@ -130,27 +130,27 @@ def test_sbatch_usr1_saves_requeues_and_resumes_at_the_saved_step(tmp_path, tiny
             return []
         return [r["step"] for r in map(json.loads, filter(None, metrics.read_text().splitlines())) if "loss" in r]
 
-    with SlurmCluster(tmp_path / "slurm") as cluster:
-        job = cluster.sbatch(SCRIPT, *args, env=env, cwd=REPO, sbatch_args=(
-            "--nodes=1", "--exclusive", "--gpus-per-node=0", f"--output={log}", "--job-name=lwm-test"))
-        deadline = time.time() + 300
-        while not steps() and time.time() < deadline:
-            time.sleep(0.5)
-        assert steps(), (cluster.job_state(job), log.read_text() if log.exists() else "")
-        subprocess.run(["scancel", "--signal=USR1", "--batch", str(job)], env=cluster.env(), check=True)
-        deadline = time.time() + 180
-        while cluster.job_state(job).get("Restarts", "0") == "0" and time.time() < deadline:
-            time.sleep(0.5)
-        while cluster.job_state(job).get("JobState") != "PENDING" and time.time() < deadline:
-            time.sleep(0.5)
-        # Slurm holds a requeued job back for a while before it may start again: let it start now, though not
-        # within the second its old credential was revoked in (slurmd compares whole seconds: "Job credential
-        # revoked" would kill the restart)
-        time.sleep(2)
-        subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=cluster.env(), check=True)
-        state = cluster.wait(job, timeout_s=400)
-        text = log.read_text()
-        assert state["JobState"] == "COMPLETED" and state["Restarts"] == "1", (state, text[-4000:], cluster.logs())
+    cluster = slurm_cluster
+    job = cluster.sbatch(SCRIPT, *args, env=env, cwd=REPO, sbatch_args=(
+        "--nodes=1", "--exclusive", "--gpus-per-node=0", f"--output={log}", "--job-name=lwm-test"))
+    deadline = time.time() + 300
+    while not steps() and time.time() < deadline:
+        time.sleep(0.5)
+    assert steps(), (cluster.job_state(job), log.read_text() if log.exists() else "")
+    subprocess.run(["scancel", "--signal=USR1", "--batch", str(job)], env=cluster.env(), check=True)
+    deadline = time.time() + 180
+    while cluster.job_state(job).get("Restarts", "0") == "0" and time.time() < deadline:
+        time.sleep(0.5)
+    while cluster.job_state(job).get("JobState") != "PENDING" and time.time() < deadline:
+        time.sleep(0.5)
+    # Slurm holds a requeued job back for a while before it may start again: let it start now, though not
+    # within the second its old credential was revoked in (slurmd compares whole seconds: "Job credential
+    # revoked" would kill the restart)
+    time.sleep(2)
+    subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=cluster.env(), check=True)
+    state = cluster.wait(job, timeout_s=400)
+    text = log.read_text()
+    assert state["JobState"] == "COMPLETED" and state["Restarts"] == "1", (state, text[-4000:], cluster.logs())
     saved = int(re.search(r"pre-empted at step (\d+): saved \S+checkpoint-(\d+)", text)[1])
     assert 1 <= saved < max_steps, text[-3000:]
     assert "asking the trainer to save a checkpoint" in text and "requeueing job" in text

@@ -168,7 +168,7 @@ def _processes_mentioning(text: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_sbatch_two_cpu_processes_cancelled_after_a_checkpoint_resume_and_finish(tmp_path, tiny_checkpoint):
+def test_sbatch_two_cpu_processes_cancelled_after_a_checkpoint_resume_and_finish(tmp_path, tiny_checkpoint, slurm_cluster):
     require_slurm()
     data = write_fixture_awb_dir(tmp_path / "data")
     output = tmp_path / "out"
@@ -179,20 +179,20 @@ def test_sbatch_two_cpu_processes_cancelled_after_a_checkpoint_resume_and_finish
     args = tiny_cli_overrides(None, None, None, f"train.max_steps={steps}", "train.save_steps=2",
                               "train.per_device_train_batch_size=2")
     first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
-    with SlurmCluster(tmp_path / "slurm") as cluster:
-        job = cluster.sbatch(SCRIPT, *args, env=env, cwd=REPO,
-                             sbatch_args=("--nodes=1", "--exclusive", "--gpus-per-node=0", f"--output={first_log}",
-                                          "--job-name=warm1"))  # a CPU job (the script asks for GPUs)
-        saved = _first_checkpoint(output, cluster, job)
-        subprocess.run(["scancel", str(job)], env=cluster.env(), check=True)  # the whole job: srun, accelerate, ranks
-        state = cluster.wait(job, timeout_s=120)
-        assert state["JobState"] == "CANCELLED", state
-        assert not (output / "final").exists() and saved < steps
-        deadline = time.time() + 30
-        while _processes_mentioning(str(output)) and time.time() < deadline:
-            time.sleep(1)
-        assert not _processes_mentioning(str(output))  # no rank outlives its job
-        text = cluster.run_job(SCRIPT, *args, log=second_log, name="warm2", env=env, cwd=REPO)
+    cluster = slurm_cluster
+    job = cluster.sbatch(SCRIPT, *args, env=env, cwd=REPO,
+                         sbatch_args=("--nodes=1", "--exclusive", "--gpus-per-node=0", f"--output={first_log}",
+                                      "--job-name=warm1"))  # a CPU job (the script asks for GPUs)
+    saved = _first_checkpoint(output, cluster, job)
+    subprocess.run(["scancel", str(job)], env=cluster.env(), check=True)  # the whole job: srun, accelerate, ranks
+    state = cluster.wait(job, timeout_s=120)
+    assert state["JobState"] == "CANCELLED", state
+    assert not (output / "final").exists() and saved < steps
+    deadline = time.time() + 30
+    while _processes_mentioning(str(output)) and time.time() < deadline:
+        time.sleep(1)
+    assert not _processes_mentioning(str(output))  # no rank outlives its job
+    text = cluster.run_job(SCRIPT, *args, log=second_log, name="warm2", env=env, cwd=REPO)
     assert "lwm_warmup: done" not in first_log.read_text()
     resumed = [line for line in text.splitlines() if "unified.warmup: resuming from" in line]
     assert len(resumed) == 2 and all("checkpoint-" in line for line in resumed), text[-3000:]  # both ranks
