@@ -156,8 +156,10 @@ def test_sbatch_array_shards_merge_after_all_and_a_failed_shard_reruns_alone(tmp
     states = {i: t["JobState"] for i, t in tasks.items()}
     assert states == {0: "COMPLETED", 1: "COMPLETED", 2: "FAILED", 3: "COMPLETED"}, (states, cluster.logs())
     first_merge = merge_job(array, 0)
-    time.sleep(3)  # the controller marks the dependency after the failed task ends
-    state = cluster.job_state(first_merge)
+    deadline = time.time() + 30  # the controller marks the dependency after the failed task ends
+    while (state := cluster.job_state(first_merge)).get("Reason") != "DependencyNeverSatisfied" \
+            and time.time() < deadline:
+        time.sleep(0.5)
     assert state["JobState"] == "PENDING" and state["Reason"] == "DependencyNeverSatisfied", state
     subprocess.run(["scancel", str(first_merge)], env=cluster.env(), check=True)
     assert not (out / "summary.json").exists()
