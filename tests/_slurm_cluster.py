@@ -173,7 +173,7 @@ NodeName={self.host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={mem_mb}{gres} St
             out = subprocess.run(["sinfo", "-h", "-o", "%T"], env=self.env(), capture_output=True, text=True)
             if out.returncode == 0 and out.stdout.strip() in ("idle", "mixed", "allocated"):
                 return
-            time.sleep(1)
+            time.sleep(0.3)
         raise RuntimeError(f"slurm did not come up in {timeout_s}s:\n{self.logs()}")
 
     def stop(self) -> None:

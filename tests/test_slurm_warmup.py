@@ -76,14 +76,18 @@ def test_multi_node_layout_is_the_python_launch_plan(tmp_path):
 
 
 def test_gpus_follow_the_grant_the_output_has_no_job_id_and_the_job_asks_for_gpus_and_memory():
+    from concurrent.futures import ThreadPoolExecutor
+
     env = {"RECIPE": "recipes/warmup/embedded_cpu.yaml", "UNIFIED_HOSTNAMES": "solo", "NODES": "1", "RUNS": "/r"}
+    grants = [{"SLURM_GPUS_PER_NODE": "h200:1", "SLURM_JOB_ID": "5"}, {"SLURM_GPUS_PER_NODE": "h200:1",
+              "SLURM_JOB_ID": "6"}, {"SLURM_GPUS_PER_NODE": "0"}]
+    with ThreadPoolExecutor(len(grants)) as pool:  # three dry runs (Python start-ups) at once
+        *jobs, out = pool.map(lambda grant: dry_run(**grant, **env), grants)
     outs = set()
-    for job in ("5", "6"):
-        out = dry_run(SLURM_GPUS_PER_NODE="h200:1", SLURM_JOB_ID=job, **env)
-        outs.add(re.search(r"output (\S+)", out)[1])
-        assert "x 1 GPU(s)" in out and "--gres=gpu:1" in out
+    for job_out in jobs:
+        outs.add(re.search(r"output (\S+)", job_out)[1])
+        assert "x 1 GPU(s)" in job_out and "--gres=gpu:1" in job_out
     assert outs == {"/r/lwm_warmup-embedded_cpu"}  # a resubmitted job resumes there
-    out = dry_run(SLURM_GPUS_PER_NODE="0", **env)
     assert "x 0 GPU(s)" in out and "--gres" not in out
     headers = [line for line in SCRIPT.read_text().splitlines() if line.startswith("#SBATCH")]
     assert "#SBATCH --gpus-per-node=8" in headers and "#SBATCH --mem=0" in headers
