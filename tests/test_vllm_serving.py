@@ -194,7 +194,7 @@ def test_the_eval_serves_embedded_with_vllm_by_default_and_claw_evals_judge_and_
                         benchmark_config={"claw_eval": {"root": str(checkout), "judge": "embedded",
                                                         "user_model": "embedded", "judge_max_tokens": 16}},
                         sampling=SamplingConfig(max_new_tokens=16, thinking=False),
-                        limits=AgentLimits(max_turns=2)))  # two turns: the simulated user answers the first
+                        limits=AgentLimits(max_turns=2, max_steps_per_turn=2)))  # the simulated user answers turn 1
     assert "engine: vLLM server for embedded" in capfd.readouterr().err
     assert json.loads((out / IDENTITY_FILE).read_text())["fields"]["backend"] == "vllm"
     results = [json.loads(line) for line in (out / "claw_eval" / "results.jsonl").read_text().splitlines()]
