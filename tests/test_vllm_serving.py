@@ -163,8 +163,8 @@ def test_the_eval_serves_embedded_with_vllm_by_default_and_claw_evals_judge_and_
                                                                                            monkeypatch, capfd):
     """``--model embedded`` with no ``--backend`` where ``make vllm`` was run: the eval's policy is served by the
     process's vLLM server (this module's: same checkpoint, tool parser and length), and a Claw-Eval fixture task's
-    judge and simulated user named ``embedded`` (no ``vllm:``) reach that server rather than an in-process copy;
-    ``vllm:embedded`` names the same server, which answers only its token's holders. (One Claw-Eval episode for
+    judge and simulated user named ``embedded`` (no ``vllm:``) reach that server (through its context-fit proxy) rather
+    than an in-process copy; ``vllm:embedded`` names the same server, which answers only its token's holders. (One Claw-Eval episode for
     both the eval's auto choice and the judge and user on the policy's server: each episode and its grader cost
     tens of seconds of CI on a 2-core CPU.)"""
     import json
@@ -180,11 +180,23 @@ def test_the_eval_serves_embedded_with_vllm_by_default_and_claw_evals_judge_and_
 
     judge = resolve_endpoint("vllm:embedded")
     user = resolve_endpoint("vllm:embedded")
-    assert judge.config.base_url == user.config.base_url == vllm_policy.server.base_url  # one server for all three
+    # one server for all three, reached by judge and user through its context-fit proxy
+    assert judge.config.base_url == user.config.base_url == judge.context_fit.base_url
+    assert judge.context_fit.upstream_base_url == vllm_policy.server.base_url
     assert judge.config.api_key == vllm_policy.server.token
     anonymous = httpx.post(f"{judge.config.base_url}/chat/completions", timeout=30,
                            json={"model": "local", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})
     assert anonymous.status_code == 401  # loopback is shared: the server answers only its token's holders
+    # an official client's budget above the context (Claw-Eval's judge asks 8192): vLLM alone answers 400
+    official_budget = {"model": "local", "messages": [{"role": "user", "content": "Say hi."}], "stop": ["\n", "."],
+                       "temperature": 0.0, "max_tokens": 8192}
+    headers = {"Authorization": f"Bearer {judge.config.api_key}"}
+    direct = httpx.post(f"{vllm_policy.server.base_url}/chat/completions", json=official_budget, headers=headers,
+                        timeout=120)
+    fitted = httpx.post(f"{judge.config.base_url}/chat/completions", json=official_budget, headers=headers,
+                        timeout=120)
+    assert direct.status_code == 400 and "max_model_len" in direct.text
+    assert fitted.status_code == 200 and judge.context_fit.lowered >= 1
 
     monkeypatch.delenv(ENV_VAR, raising=False)  # the suite pins hf (conftest.py); this test is the auto choice
     checkout = Path(__file__).parent / "fixtures" / "claw_eval" / "fixture_checkout"
@@ -200,7 +212,8 @@ def test_the_eval_serves_embedded_with_vllm_by_default_and_claw_evals_judge_and_
     results = [json.loads(line) for line in (out / "claw_eval" / "results.jsonl").read_text().splitlines()]
     assert len(results) == 1
     result = results[0]
-    assert vllm_policy.server.base_url in result["details"]["judge"]  # "embedded (local server URL#local)"
+    judge_line = result["details"]["judge"]  # "embedded (local server PROXY#local; answer budgets above ...)"
+    assert "embedded (local server http://127.0.0.1:" in judge_line and "lowered to it" in judge_line
     assert result["details"]["judge_stats"]["requests"] >= 1  # the judge was asked, through the vLLM server
     assert result["error"] is None or result["error"].startswith("grader:")
     episode = BenchmarkStore(out, "claw_eval").episodes()[("fixture_C01_multi_turn", 0)]
