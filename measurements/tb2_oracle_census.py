@@ -114,7 +114,7 @@ def summarize(run_dir: Path) -> dict:
 def _verifier_kind(result: dict) -> str:
     """``pristine`` when the private verifier ran on the image's own toolchain copy, else what ran instead."""
     details = result.get("details") or {}
-    pristine = str((details.get("execution") or {}).get("pristine_toolchain") or "")
+    pristine = str(details.get("pristine_toolchain") or "")
     kept = str(details.get("agent_processes") or "").startswith("kept running")
     if kept and pristine and not pristine.startswith("none"):
         return "pristine"
