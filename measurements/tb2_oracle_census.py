@@ -132,7 +132,6 @@ def main() -> int:
     parser.add_argument("--tasks", default="", help="ID,ID,...: run these (in this order) instead of a sample")
     parser.add_argument("--report-only", action="store_true", help="write the table from what census.jsonl holds")
     args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
     excluded = dict(item.split("=", 1) for item in args.exclude)
     tasks, broken = load_tasks(args.root)
     rows = [{"task": name, "cause": "unsupported", "why": err.splitlines()[0]} for name, err in broken]
@@ -147,6 +146,7 @@ def main() -> int:
     unknown = [t for t in named if t not in {task.id for task in tasks}]
     if unknown:
         parser.error(f"--tasks: no such task under {args.root}: {', '.join(unknown)}")
+    args.out.mkdir(parents=True, exist_ok=True)
     if named:
         sample = [t for t in named if t in runnable]
         how = "named"
