@@ -12,7 +12,8 @@ step under ``flock /tmp/unified-heavy.lock``. Causes: ``pass`` (reward 1), ``tam
 changed the verifier's toolchain, e.g. ``apt-get install``: scored 0 whatever the verifier said), ``solution fail``
 (the verifier ran, reward 0), ``infrastructure`` (the image build or the verifier could not
 fetch what it needs), ``not finished`` (over :data:`RUN_LIMIT_S`), ``other error``. OUT_DIR gets ``census.jsonl`` (a line a task) and
-``census.md`` (the table). Needs ``$CONTAINERS_CONF`` where podman's start probe asks for it.
+``census.md`` (the table). ``--batch`` builds every task in one locked step and runs them in one locked gold run (the lock is
+waited for twice, not twice a task). Needs ``$CONTAINERS_CONF`` where podman's start probe asks for it.
 """
 
 from __future__ import annotations
@@ -71,11 +72,7 @@ def run_one(task_id: str, root: Path, out: Path, limit_s: int = RUN_LIMIT_S) -> 
                 "seconds": round(time.monotonic() - start)}
     run_dir = out / "runs" / task_id
     before = set(_containers())
-    ran = subprocess.run([*LOCK, "timeout", str(limit_s), sys.executable, "-m", "unified.eval", "--benchmarks", "terminal_bench_2", "--model", "gold",
-                    "--runs", "1", "--task-ids", task_id, "--out", str(run_dir),
-                    "--set", f"benchmarks.terminal_bench_2.root={root}",
-                    "--set", "benchmarks.terminal_bench_2.backend=podman",
-                    "--set", "benchmarks.terminal_bench_2.build=always"], capture_output=True, text=True)
+    ran = subprocess.run(_eval_argv([task_id], root, run_dir, limit_s), capture_output=True, text=True)
     if ran.returncode == 124:  # the killed run could not remove its container
         for name in set(_containers()) - before:
             subprocess.run(["podman", "rm", "-f", name], capture_output=True)
@@ -84,9 +81,53 @@ def run_one(task_id: str, root: Path, out: Path, limit_s: int = RUN_LIMIT_S) -> 
     return {"task": task_id, "seconds": round(time.monotonic() - start), **summarize(run_dir)}
 
 
-def summarize(run_dir: Path) -> dict:
-    """``{"cause", "why"}`` of a gold run's recorded result (the decisive evidence line first)."""
+def _eval_argv(task_ids: list[str], root: Path, run_dir: Path, limit_s: int) -> list[str]:
+    return [*LOCK, "timeout", str(limit_s), sys.executable, "-m", "unified.eval", "--benchmarks", "terminal_bench_2",
+            "--model", "gold", "--runs", "1", "--task-ids", ",".join(task_ids), "--out", str(run_dir),
+            "--set", f"benchmarks.terminal_bench_2.root={root}", "--set", "benchmarks.terminal_bench_2.backend=podman",
+            "--set", "benchmarks.terminal_bench_2.build=always"]
+
+
+def run_batch(task_ids: list[str], root: Path, out: Path, limit_s: int = RUN_LIMIT_S) -> dict[str, dict]:
+    """Every task built in one locked step, then one locked gold run of all that built (``--batch``: on a busy
+    machine the lock is waited for twice, not twice a task); a rerun resumes the run's records."""
+    start = time.monotonic()
+    builds = out / "builds.jsonl"
+    seen = len(read_jsonl(builds)) if builds.exists() else 0
+    subprocess.run([*LOCK, "timeout", str(900 * len(task_ids)), sys.executable, "-m", "unified.execution.images", "build",
+                    *[str(root / t) for t in task_ids], "--jsonl", str(builds)], capture_output=True, text=True)
+    built = {r["task"]: r for r in read_jsonl(builds)[seen:]} if builds.exists() else {}
+    rows: dict[str, dict] = {}
+    for task_id in task_ids:
+        b = built.get(task_id)
+        if b is None or b["status"] != "built":
+            reason = b["reason"] if b else "the build step ended before this task (its time limit?)"
+            evidence = infrastructure_evidence(reason)
+            rows[task_id] = {"task": task_id, "cause": "infrastructure" if evidence else "other error",
+                             "why": "image build failed: " + (evidence[0] if evidence else reason.splitlines()[0][:200])}
+    runnable = [t for t in task_ids if t not in rows]
+    run_dir = out / "runs" / "batch"
+    if runnable:
+        before = set(_containers())
+        ran = subprocess.run(_eval_argv(runnable, root, run_dir, limit_s * len(runnable)), capture_output=True, text=True)
+        if ran.returncode == 124:
+            for name in set(_containers()) - before:
+                subprocess.run(["podman", "rm", "-f", name], capture_output=True)
+    for task_id in runnable:
+        row = summarize(run_dir, task_id)
+        if row["why"] == "no result recorded":
+            row = {"cause": "not finished", "why": f"the batch's {limit_s * len(runnable)} s cap ended before it"}
+        rows[task_id] = {"task": task_id, **row}
+    for row in rows.values():
+        row["batch_seconds"] = round(time.monotonic() - start)
+    return rows
+
+
+def summarize(run_dir: Path, task_id: str | None = None) -> dict:
+    """``{"cause", "why"}`` of a gold run's recorded result (the decisive evidence line first): ``task_id``'s
+    last record, or the run's last."""
     results = read_jsonl(run_dir / "terminal_bench_2" / "results.jsonl") if (run_dir / "terminal_bench_2").is_dir() else []
+    results = [r for r in results if task_id is None or r.get("task_id") == task_id]
     if not results:
         return {"cause": "other error", "why": "no result recorded"}
     r = results[-1]
@@ -130,6 +171,7 @@ def main() -> int:
     parser.add_argument("--exclude", action="append", default=[], help="TASK=REASON (unsupported)")
     parser.add_argument("--run-limit", type=int, default=RUN_LIMIT_S, help="seconds a gold run may take")
     parser.add_argument("--tasks", default="", help="ID,ID,...: run these (in this order) instead of a sample")
+    parser.add_argument("--batch", action="store_true", help="build all in one locked step, run all in one locked run")
     parser.add_argument("--report-only", action="store_true", help="write the table from what census.jsonl holds")
     args = parser.parse_args()
     excluded = dict(item.split("=", 1) for item in args.exclude)
@@ -155,6 +197,11 @@ def main() -> int:
         how = f"sampled (seed {args.seed})"
     print(f"{len(tasks) + len(broken)} tasks; {len(runnable)} buildable; {how}: {sample}", flush=True)
     done = {r["task"]: r for r in read_jsonl(args.out / "census.jsonl")} if (args.out / "census.jsonl").exists() else {}
+    todo = [t for t in sample if t not in done]
+    if args.batch and todo and not args.report_only:
+        for task_id, row in run_batch(todo, args.root, args.out, args.run_limit).items():
+            done[task_id] = row
+            append_jsonl(args.out / "census.jsonl", row)
     for task_id in sample:
         if task_id not in done and args.report_only:
             done[task_id] = {"task": task_id, "cause": "sampled, not run", "why": "the session's time ran out"}
@@ -163,6 +210,10 @@ def main() -> int:
             append_jsonl(args.out / "census.jsonl", done[task_id])
         elif done[task_id]["cause"] not in ("not finished",) and (args.out / "runs" / task_id).is_dir():
             done[task_id].update(summarize(args.out / "runs" / task_id))  # read again from the run's own record
+        elif done[task_id]["cause"] not in ("not finished",) and (args.out / "runs" / "batch").is_dir():
+            again = summarize(args.out / "runs" / "batch", task_id)
+            if again["why"] != "no result recorded":
+                done[task_id].update(again)
         print(json.dumps(done[task_id]), flush=True)
     rows += [done[t] for t in sample]
     rows += [{"task": t, "cause": "not sampled", "why": ""} for t in runnable if t not in sample]
@@ -174,7 +225,7 @@ def main() -> int:
              "| cause | tasks |", "|---|---:|", *[f"| {c} | {n} |" for c, n in counts.most_common()], "",
              "| task | cause | verifier | why | s |", "|---|---|---|---|---:|"]
     grouped = ("not sampled", "cannot rebuild the base")
-    lines += [f"| {r['task']} | {r['cause']} | {r.get('verifier', '')} | {r['why'].replace('|', '/')[:160]} | {r.get('seconds', '')} |"
+    lines += [f"| {r['task']} | {r['cause']} | {r.get('verifier', '')} | {r['why'].replace('|', '/')[:160]} | {r.get('seconds', r.get('batch_seconds', ''))} |"
               for r in sorted(rows, key=lambda r: (r["cause"], r["task"])) if r["cause"] not in grouped]
     bases = Counter(r["why"] for r in rows if r["cause"] == "cannot rebuild the base")
     lines += ["", "| cannot rebuild the base | tasks |", "|---|---:|", *[f"| {b} | {n} |" for b, n in bases.most_common()]]
