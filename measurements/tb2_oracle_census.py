@@ -132,15 +132,16 @@ def summarize(run_dir: Path, task_id: str | None = None) -> dict:
         return {"cause": "other error", "why": "no result recorded"}
     r = results[-1]
     err = r.get("error")
+    verifier = _verifier_kind(r)
     if err:
         lines = err.splitlines()
         decisive = next((ln for ln in lines[1:] if "Failed to download" in ln or "interpreter:" in ln),
                         lines[1] if len(lines) > 1 else "")
         cause = "infrastructure" if err.startswith("infrastructure") else "other error"
-        return {"cause": cause, "why": f"{lines[0]}: {decisive}"[:300]}
+        confirmed = " (reproduced without the agent)" if "reproduced without the agent" in err else ""
+        return {"cause": cause, "verifier": verifier, "why": f"{lines[0]}{confirmed}: {decisive}"[:300]}
     if r.get("skipped"):
         return {"cause": "unsupported", "why": r["skipped"].splitlines()[0]}
-    verifier = _verifier_kind(r)
     if r["details"].get("tampered"):
         changed = r["details"]["tampered"].split("scored 0: ", 1)[-1]
         return {"cause": "tampered", "verifier": verifier,
