@@ -115,9 +115,7 @@ def test_a_full_context_ends_the_episode_as_a_limit_scored_as_it_stands():
     conversation outgrew ``max_model_len``: a 400 "maximum context length". The episode ends with
     ``context_full`` (a limit of the model, like ``max_turns``) and is scored, not recorded as an error
     (before: an infrastructure error, left out of the score's denominator)."""
-    import json
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from _fake_chat import JSONServer
 
     from unified.inference.openai_backend import OpenAIPolicy
 
@@ -127,31 +125,12 @@ def test_a_full_context_ends_the_episode_as_a_limit_scored_as_it_stands():
                (400, {"error": {"message": "This model's maximum context length is 4096 tokens. However, your "
                                            "prompt contains at least 4097 input tokens", "code": 400}})]
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802
-            self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            status, payload = answers.pop(0) if answers else (500, {"error": "no more answers"})
-            body = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with JSONServer(lambda request, n: answers[n] if n < len(answers) else (500, {"error": "no more"})) as server:
         adapter = FixtureAdapter(n=1)
-        policy = OpenAIPolicy(f"openai:http://127.0.0.1:{server.server_address[1]}/v1#m", max_retries=0)
+        policy = OpenAIPolicy(f"openai:{server.url}#m", max_retries=0)
         results, episodes = [], []
         AgentLoop(adapter, policy, on_result=lambda r, e: (results.append(r), episodes.append(e))).run(
             [Job(adapter.tasks()[0])])
-    finally:
-        server.shutdown()
-        server.server_close()
     episode, result = episodes[0], results[0]
     assert episode.stop_reason == "context_full" and episode.error is None and len(episode.steps) == 1
     assert "maximum context length" in episode.metadata["context_full"]
