@@ -77,6 +77,28 @@ def tiny_checkpoint(tmp_path_factory) -> Path:
     return save_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "qwen3_moe", "qwen3_moe")
 
 
+@pytest.fixture(scope="session")
+def _slurm_session():
+    """Stops the shared one-node Slurm (tests/_slurm_cluster.py) at the end of the session, if a test started it."""
+    from _slurm_cluster import stop_shared_cluster
+
+    yield
+    stop_shared_cluster()
+
+
+@pytest.fixture
+def slurm_cluster(_slurm_session, tmp_path_factory):
+    """The session's one-node Slurm in the default layout (started on first use; skips where Slurm is missing).
+    Each test's jobs must end in the test; whatever is left is cancelled after it, so the next test starts on an
+    empty cluster."""
+    from _slurm_cluster import require_slurm, shared_cluster
+
+    require_slurm()
+    cluster = shared_cluster(lambda: tmp_path_factory.mktemp("slurm"))
+    yield cluster
+    cluster.cancel_all()
+
+
 @pytest.fixture(autouse=True)
 def _fresh_shared_models():
     """Each test starts and ends without models or loopback servers shared from an earlier test

@@ -108,3 +108,30 @@ def test_hf_policy_batches_tiny_model(tiny_checkpoint):
         step = episode.steps[0]
         assert step.prompt.startswith("<|im_start|>system") and "<tools>" in step.prompt
         assert 0 < len(step.completion_token_ids) <= 8 and step.completion_tokens == len(step.completion_token_ids)
+
+
+def test_a_full_context_ends_the_episode_as_a_limit_scored_as_it_stands():
+    """An OpenAI-compatible server (real HTTP on loopback) answers the second call as vLLM does when the
+    conversation outgrew ``max_model_len``: a 400 "maximum context length". The episode ends with
+    ``context_full`` (a limit of the model, like ``max_turns``) and is scored, not recorded as an error
+    (before: an infrastructure error, left out of the score's denominator)."""
+    from _fake_chat import JSONServer
+
+    from unified.inference.openai_backend import OpenAIPolicy
+
+    answers = [(200, {"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant",
+                "content": '<tool_call>{"name": "echo", "arguments": {"text": "0"}}</tool_call>'}}],
+                      "usage": {"prompt_tokens": 9, "completion_tokens": 5}}),
+               (400, {"error": {"message": "This model's maximum context length is 4096 tokens. However, your "
+                                           "prompt contains at least 4097 input tokens", "code": 400}})]
+
+    with JSONServer(lambda request, n: answers[n] if n < len(answers) else (500, {"error": "no more"})) as server:
+        adapter = FixtureAdapter(n=1)
+        policy = OpenAIPolicy(f"openai:{server.url}#m", max_retries=0)
+        results, episodes = [], []
+        AgentLoop(adapter, policy, on_result=lambda r, e: (results.append(r), episodes.append(e))).run(
+            [Job(adapter.tasks()[0])])
+    episode, result = episodes[0], results[0]
+    assert episode.stop_reason == "context_full" and episode.error is None and len(episode.steps) == 1
+    assert "maximum context length" in episode.metadata["context_full"]
+    assert result.error is None and result.score is not None  # scored as it stands

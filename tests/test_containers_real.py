@@ -72,4 +72,5 @@ def test_a_service_the_solution_left_running_answers_the_verifier(podman):
     gold = AgentLoop(adapter, GoldReplayer()).run([Job(task, 0)])[0]
     assert gold.error is None and gold.score == 1.0, gold.details.get("verifier_output")
     assert gold.details["agent_processes"] == KEPT_RUNNING
+    assert not gold.details["pristine_toolchain"].startswith("none"), gold.details["pristine_toolchain"]  # the image's copy
     assert "service answered: service-ok" in gold.details["verifier_output"]

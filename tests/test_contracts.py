@@ -110,7 +110,8 @@ def test_token_views_need_ids():
 
 def test_stop_reasons_are_documented_once_and_round_trip_as_strings():
     assert {r.value for r in StopReason} == {"answer", "env_done", "max_turns", "max_steps_per_turn",
-                                             "max_episode_tokens", "timeout", "error", "skipped"}
+                                             "max_episode_tokens", "timeout", "context_full", "error",
+                                             "skipped"}
     assert StopReason("max_tokens") is StopReason.MAX_EPISODE_TOKENS  # stored by older runs
     assert StopReason("timeout") is StopReason.TIMEOUT and str(StopReason.TIMEOUT) == "timeout"
 

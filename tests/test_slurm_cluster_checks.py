@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _slurm_cluster import SlurmCluster, require_slurm
+from _slurm_cluster import SlurmCluster, require_slurm, stop_shared_cluster
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).parent
@@ -37,6 +37,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     require_slurm()
+    stop_shared_cluster()  # its own layout, and never beside another cluster (the requeue test is timing-sensitive)
     root = tmp_path_factory.mktemp("slurm")
     partitions = ("PartitionName=login Default=YES MaxTime=INFINITE State=DRAIN",
                   "PartitionName=work Default=NO MaxTime=30 State=UP")

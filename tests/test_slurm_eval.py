@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _slurm_cluster import SlurmCluster, free_port, require_slurm
+from _slurm_cluster import free_port, require_slurm
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).parent
@@ -127,7 +127,7 @@ def test_gpus_follow_the_grant_and_asking_for_more_is_a_clear_error():
 
 
 @pytest.mark.slow
-def test_sbatch_array_shards_merge_after_all_and_a_failed_shard_reruns_alone(tmp_path):
+def test_sbatch_array_shards_merge_after_all_and_a_failed_shard_reruns_alone(tmp_path, slurm_cluster):
     require_slurm()
     from test_eval_shards import DEPENDS, ECHO, comparable_summary, records
 
@@ -150,31 +150,33 @@ def test_sbatch_array_shards_merge_after_all_and_a_failed_shard_reruns_alone(tmp
         text = (logs / f"{array_job}_{index}.out").read_text()
         return int(re.search(r"merge job (\d+) starts after array job", text)[1])
 
-    with SlurmCluster(tmp_path / "slurm") as cluster:
-        array = cluster.sbatch(SCRIPT, *args, env=env, sbatch_args=("--array=0-3", *sbatch), cwd=REPO)
-        tasks = cluster.wait_array(array, timeout_s=600)
-        states = {i: t["JobState"] for i, t in tasks.items()}
-        assert states == {0: "COMPLETED", 1: "COMPLETED", 2: "FAILED", 3: "COMPLETED"}, (states, cluster.logs())
-        first_merge = merge_job(array, 0)
-        time.sleep(3)  # the controller marks the dependency after the failed task ends
-        state = cluster.job_state(first_merge)
-        assert state["JobState"] == "PENDING" and state["Reason"] == "DependencyNeverSatisfied", state
-        subprocess.run(["scancel", str(first_merge)], env=cluster.env(), check=True)
-        assert not (out / "summary.json").exists()
+    cluster = slurm_cluster
+    array = cluster.sbatch(SCRIPT, *args, env=env, sbatch_args=("--array=0-3", *sbatch), cwd=REPO)
+    tasks = cluster.wait_array(array, timeout_s=600)
+    states = {i: t["JobState"] for i, t in tasks.items()}
+    assert states == {0: "COMPLETED", 1: "COMPLETED", 2: "FAILED", 3: "COMPLETED"}, (states, cluster.logs())
+    first_merge = merge_job(array, 0)
+    deadline = time.time() + 30  # the controller marks the dependency after the failed task ends
+    while (state := cluster.job_state(first_merge)).get("Reason") != "DependencyNeverSatisfied" \
+            and time.time() < deadline:
+        time.sleep(0.5)
+    assert state["JobState"] == "PENDING" and state["Reason"] == "DependencyNeverSatisfied", state
+    subprocess.run(["scancel", str(first_merge)], env=cluster.env(), check=True)
+    assert not (out / "summary.json").exists()
 
-        (out / "shard-2").unlink()  # what broke the shard is fixed: rerun it alone
-        rerun = cluster.sbatch(SCRIPT, *args, env={**env, "SHARDS": "4"}, sbatch_args=("--array=2", *sbatch), cwd=REPO)
-        assert cluster.wait_array(rerun)[2]["JobState"] == "COMPLETED"
-        merged = cluster.wait(merge_job(rerun, 2))
-        merge_log = next(out.glob("merge-*.out")).read_text()
-        assert merged["JobState"] == "COMPLETED" and merged["ExitCode"] == "0:0", (merged, merge_log)
+    (out / "shard-2").unlink()  # what broke the shard is fixed: rerun it alone
+    rerun = cluster.sbatch(SCRIPT, *args, env={**env, "SHARDS": "4"}, sbatch_args=("--array=2", *sbatch), cwd=REPO)
+    assert cluster.wait_array(rerun)[2]["JobState"] == "COMPLETED"
+    merged = cluster.wait(merge_job(rerun, 2))
+    merge_log = next(out.glob("merge-*.out")).read_text()
+    assert merged["JobState"] == "COMPLETED" and merged["ExitCode"] == "0:0", (merged, merge_log)
     for bench in ("fixture_echo", "fixture_depends"):
         assert records(out, bench) == records(tmp_path / "whole", bench)
     assert comparable_summary(out) == comparable_summary(tmp_path / "whole")
 
 
 @pytest.mark.slow
-def test_sbatch_serves_a_checkpoint_and_writes_the_results(tmp_path, tiny_checkpoint):
+def test_sbatch_serves_a_checkpoint_and_writes_the_results(tmp_path, tiny_checkpoint, slurm_cluster):
     require_slurm()
     out = tmp_path / "eval"
     port = free_port()
@@ -183,8 +185,8 @@ def test_sbatch_serves_a_checkpoint_and_writes_the_results(tmp_path, tiny_checkp
            "SERVER_TIMEOUT_S": "240", "HF_HUB_OFFLINE": "1",
            "PYTHONPATH": f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     args = ("--limit", "2", "--max-turns", "2", "--max-new-tokens", "8", "--set", f"benchmarks.{FIXTURE}.n=2")
-    with SlurmCluster(tmp_path / "slurm") as cluster:
-        text = cluster.run_job(SCRIPT, *args, log=tmp_path / "job.log", name="eval-test", env=env, cwd=REPO)
+    cluster = slurm_cluster
+    text = cluster.run_job(SCRIPT, *args, log=tmp_path / "job.log", name="eval-test", env=env, cwd=REPO)
     assert f"results in {out}" in text
     results = [json.loads(line) for line in (out / "fixture_echo" / "results.jsonl").read_text().splitlines()]
     assert sorted(r["task_id"] for r in results) == ["echo_0", "echo_1"]

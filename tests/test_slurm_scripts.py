@@ -37,13 +37,18 @@ def test_an_interpreter_without_torch_is_refused_even_from_the_checkout(script, 
 
 
 def test_a_dry_run_says_it_started_nothing():
-    out = _run(REPO / "slurm" / "eval.sh", "--limit", "1", SERVER="none", MODEL="embedded")
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:  # the two dry runs (Python start-ups, nothing written) at once
+        evaluation = pool.submit(_run, REPO / "slurm" / "eval.sh", "--limit", "1", SERVER="none", MODEL="embedded")
+        warmup = pool.submit(_run, REPO / "slurm" / "lwm_warmup.sh", RECIPE="recipes/warmup/embedded_cpu.yaml",
+                             GPUS_PER_NODE="0", NODES="1")
+    out = evaluation.result()
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[-1].endswith("dry run: nothing was started (the commands above are what a "
                                                 "real run would do)")
     assert "done;" not in out.stdout
-    out = _run(REPO / "slurm" / "lwm_warmup.sh", RECIPE="recipes/warmup/embedded_cpu.yaml", GPUS_PER_NODE="0",
-               NODES="1")
+    out = warmup.result()
     assert out.returncode == 0, out.stderr
     assert "dry run: nothing was started" in out.stdout.splitlines()[-1] and "checkpoint is" not in out.stdout
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _slurm_cluster import SlurmCluster, require_slurm
+from _slurm_cluster import require_slurm
 from _warmup_support import tiny_cli_overrides, write_fixture_awb_dir
 
 from unified.warmup.rollout_gate import rollout_key_path, write_new_key
@@ -76,14 +76,18 @@ def test_multi_node_layout_is_the_python_launch_plan(tmp_path):
 
 
 def test_gpus_follow_the_grant_the_output_has_no_job_id_and_the_job_asks_for_gpus_and_memory():
+    from concurrent.futures import ThreadPoolExecutor
+
     env = {"RECIPE": "recipes/warmup/embedded_cpu.yaml", "UNIFIED_HOSTNAMES": "solo", "NODES": "1", "RUNS": "/r"}
+    grants = [{"SLURM_GPUS_PER_NODE": "h200:1", "SLURM_JOB_ID": "5"}, {"SLURM_GPUS_PER_NODE": "h200:1",
+              "SLURM_JOB_ID": "6"}, {"SLURM_GPUS_PER_NODE": "0"}]
+    with ThreadPoolExecutor(len(grants)) as pool:  # three dry runs (Python start-ups) at once
+        *jobs, out = pool.map(lambda grant: dry_run(**grant, **env), grants)
     outs = set()
-    for job in ("5", "6"):
-        out = dry_run(SLURM_GPUS_PER_NODE="h200:1", SLURM_JOB_ID=job, **env)
-        outs.add(re.search(r"output (\S+)", out)[1])
-        assert "x 1 GPU(s)" in out and "--gres=gpu:1" in out
+    for job_out in jobs:
+        outs.add(re.search(r"output (\S+)", job_out)[1])
+        assert "x 1 GPU(s)" in job_out and "--gres=gpu:1" in job_out
     assert outs == {"/r/lwm_warmup-embedded_cpu"}  # a resubmitted job resumes there
-    out = dry_run(SLURM_GPUS_PER_NODE="0", **env)
     assert "x 0 GPU(s)" in out and "--gres" not in out
     headers = [line for line in SCRIPT.read_text().splitlines() if line.startswith("#SBATCH")]
     assert "#SBATCH --gpus-per-node=8" in headers and "#SBATCH --mem=0" in headers
@@ -107,7 +111,7 @@ def test_too_few_nodes_is_a_clear_error():
 
 
 @pytest.mark.slow
-def test_sbatch_usr1_saves_requeues_and_resumes_at_the_saved_step(tmp_path, tiny_checkpoint):
+def test_sbatch_usr1_saves_requeues_and_resumes_at_the_saved_step(tmp_path, tiny_checkpoint, slurm_cluster):
     """A real sbatch of the warmup on a one-node Slurm, warned (SIGUSR1 to the batch shell, what
     ``--signal=B:USR1@600`` sends) while it trains: the trainer saves checkpoint-k at the end of its step and
     exits, the job is requeued (same id, same output directory) and resumes from checkpoint-k: every step's
@@ -130,27 +134,27 @@ def test_sbatch_usr1_saves_requeues_and_resumes_at_the_saved_step(tmp_path, tiny
             return []
         return [r["step"] for r in map(json.loads, filter(None, metrics.read_text().splitlines())) if "loss" in r]
 
-    with SlurmCluster(tmp_path / "slurm") as cluster:
-        job = cluster.sbatch(SCRIPT, *args, env=env, cwd=REPO, sbatch_args=(
-            "--nodes=1", "--exclusive", "--gpus-per-node=0", f"--output={log}", "--job-name=lwm-test"))
-        deadline = time.time() + 300
-        while not steps() and time.time() < deadline:
-            time.sleep(0.5)
-        assert steps(), (cluster.job_state(job), log.read_text() if log.exists() else "")
-        subprocess.run(["scancel", "--signal=USR1", "--batch", str(job)], env=cluster.env(), check=True)
-        deadline = time.time() + 180
-        while cluster.job_state(job).get("Restarts", "0") == "0" and time.time() < deadline:
-            time.sleep(0.5)
-        while cluster.job_state(job).get("JobState") != "PENDING" and time.time() < deadline:
-            time.sleep(0.5)
-        # Slurm holds a requeued job back for a while before it may start again: let it start now, though not
-        # within the second its old credential was revoked in (slurmd compares whole seconds: "Job credential
-        # revoked" would kill the restart)
-        time.sleep(2)
-        subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=cluster.env(), check=True)
-        state = cluster.wait(job, timeout_s=400)
-        text = log.read_text()
-        assert state["JobState"] == "COMPLETED" and state["Restarts"] == "1", (state, text[-4000:], cluster.logs())
+    cluster = slurm_cluster
+    job = cluster.sbatch(SCRIPT, *args, env=env, cwd=REPO, sbatch_args=(
+        "--nodes=1", "--exclusive", "--gpus-per-node=0", f"--output={log}", "--job-name=lwm-test"))
+    deadline = time.time() + 300
+    while not steps() and time.time() < deadline:
+        time.sleep(0.5)
+    assert steps(), (cluster.job_state(job), log.read_text() if log.exists() else "")
+    subprocess.run(["scancel", "--signal=USR1", "--batch", str(job)], env=cluster.env(), check=True)
+    deadline = time.time() + 180
+    while cluster.job_state(job).get("Restarts", "0") == "0" and time.time() < deadline:
+        time.sleep(0.5)
+    while cluster.job_state(job).get("JobState") != "PENDING" and time.time() < deadline:
+        time.sleep(0.5)
+    # Slurm holds a requeued job back for a while before it may start again: let it start now, though not
+    # within the second its old credential was revoked in (slurmd compares whole seconds: "Job credential
+    # revoked" would kill the restart)
+    time.sleep(2)
+    subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=cluster.env(), check=True)
+    state = cluster.wait(job, timeout_s=400)
+    text = log.read_text()
+    assert state["JobState"] == "COMPLETED" and state["Restarts"] == "1", (state, text[-4000:], cluster.logs())
     saved = int(re.search(r"pre-empted at step (\d+): saved \S+checkpoint-(\d+)", text)[1])
     assert 1 <= saved < max_steps, text[-3000:]
     assert "asking the trainer to save a checkpoint" in text and "requeueing job" in text

@@ -158,20 +158,32 @@ def test_greedy_agreement_with_the_in_process_engine(vllm_policy, loaded, tmp_pa
 
 
 @needs_bwrap
-def test_claw_eval_task_with_its_judge_and_user_on_the_same_vllm_server(vllm_policy, tmp_path):
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with CUDA the eval's auto choice keeps the in-process engine")
+def test_the_eval_serves_embedded_with_vllm_by_default_and_claw_evals_judge_and_user_follow(vllm_policy, tmp_path,
+                                                                                           monkeypatch, capfd):
+    """``--model embedded`` with no ``--backend`` where ``make vllm`` was run: the eval's policy is served by the
+    process's vLLM server (this module's: same checkpoint, tool parser and length), and a Claw-Eval fixture task's
+    judge and simulated user named ``embedded`` (no ``vllm:``) reach that server (through its context-fit proxy) rather
+    than an in-process copy; ``vllm:embedded`` names the same server, which answers only its token's holders. (One Claw-Eval episode for
+    both the eval's auto choice and the judge and user on the policy's server: each episode and its grader cost
+    tens of seconds of CI on a 2-core CPU.)"""
+    import json
     from pathlib import Path
 
-    from evaluators.claw_eval import ClawEvalAdapter
+    import httpx
 
-    checkout = Path(__file__).parent / "fixtures" / "claw_eval" / "fixture_checkout"
+    from unified.eval.config import EvalConfig
+    from unified.eval.engine import ENV_VAR
+    from unified.eval.identity import IDENTITY_FILE
+    from unified.eval.rundir import BenchmarkStore
+    from unified.eval.runner import run_eval
+
     judge = resolve_endpoint("vllm:embedded")
     user = resolve_endpoint("vllm:embedded")
     # one server for all three, reached by judge and user through its context-fit proxy
     assert judge.config.base_url == user.config.base_url == judge.context_fit.base_url
     assert judge.context_fit.upstream_base_url == vllm_policy.server.base_url
     assert judge.config.api_key == vllm_policy.server.token
-    import httpx
-
     anonymous = httpx.post(f"{judge.config.base_url}/chat/completions", timeout=30,
                            json={"model": "local", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})
     assert anonymous.status_code == 401  # loopback is shared: the server answers only its token's holders
@@ -186,33 +198,6 @@ def test_claw_eval_task_with_its_judge_and_user_on_the_same_vllm_server(vllm_pol
                         timeout=120)
     assert direct.status_code == 400 and "max_model_len" in direct.text
     assert fitted.status_code == 200 and judge.context_fit.lowered >= 1
-    adapter = ClawEvalAdapter(root=str(checkout), judge="vllm:embedded", user_model="vllm:embedded",
-                              judge_max_tokens=16)
-    try:
-        task = next(t for t in adapter.tasks() if t.id == "fixture_C01_multi_turn")
-        results, episodes = _run(adapter, [task], vllm_policy)
-    finally:
-        adapter.stop_services()
-    result, episode = results[0], episodes[task.id]
-    assert episode.steps and all(s.prompt_token_ids and s.completion_token_ids for s in episode.steps)
-    assert result.details["judge_stats"]["requests"] >= 1  # the judge was asked, through the vLLM server
-    assert result.error is None or result.error.startswith("grader:")
-
-
-@needs_bwrap
-@pytest.mark.skipif(torch.cuda.is_available(), reason="with CUDA the eval's auto choice keeps the in-process engine")
-def test_the_eval_serves_embedded_with_vllm_by_default_and_its_judge_follows(vllm_policy, tmp_path, monkeypatch,
-                                                                              capfd):
-    """``--model embedded`` with no ``--backend`` where ``make vllm`` was run: the eval's policy is served by the
-    process's vLLM server (this module's: same checkpoint, tool parser and length), and a judge and simulated
-    user named ``embedded`` (no ``vllm:``) reach that server rather than an in-process copy."""
-    import json
-    from pathlib import Path
-
-    from unified.eval.config import EvalConfig
-    from unified.eval.engine import ENV_VAR
-    from unified.eval.identity import IDENTITY_FILE
-    from unified.eval.runner import run_eval
 
     monkeypatch.delenv(ENV_VAR, raising=False)  # the suite pins hf (conftest.py); this test is the auto choice
     checkout = Path(__file__).parent / "fixtures" / "claw_eval" / "fixture_checkout"
@@ -221,13 +206,19 @@ def test_the_eval_serves_embedded_with_vllm_by_default_and_its_judge_follows(vll
                         runs=1,  # Claw-Eval's own default is 3 trials (pass^3); one is enough here
                         benchmark_config={"claw_eval": {"root": str(checkout), "judge": "embedded",
                                                         "user_model": "embedded", "judge_max_tokens": 16}},
-                        sampling=SamplingConfig(max_new_tokens=16, thinking=False), limits=AgentLimits(max_turns=1)))
+                        sampling=SamplingConfig(max_new_tokens=16, thinking=False),
+                        limits=AgentLimits(max_turns=2, max_steps_per_turn=2)))  # the simulated user answers turn 1
     assert "engine: vLLM server for embedded" in capfd.readouterr().err
     assert json.loads((out / IDENTITY_FILE).read_text())["fields"]["backend"] == "vllm"
     results = [json.loads(line) for line in (out / "claw_eval" / "results.jsonl").read_text().splitlines()]
     assert len(results) == 1
-    judge = results[0]["details"]["judge"]  # "embedded (local server PROXY#local; answer budgets above ...)"
-    assert "embedded (local server http://127.0.0.1:" in judge and "lowered to it" in judge
+    result = results[0]
+    judge_line = result["details"]["judge"]  # "embedded (local server PROXY#local; answer budgets above ...)"
+    assert "embedded (local server http://127.0.0.1:" in judge_line and "lowered to it" in judge_line
+    assert result["details"]["judge_stats"]["requests"] >= 1  # the judge was asked, through the vLLM server
+    assert result["error"] is None or result["error"].startswith("grader:")
+    episode = BenchmarkStore(out, "claw_eval").episodes()[("fixture_C01_multi_turn", 0)]
+    assert episode.steps and all(s.prompt_token_ids and s.completion_token_ids for s in episode.steps)
 
 
 def test_agentic_episodes_sampled_by_the_vllm_rollout_server_feed_the_gspo_loss(vllm_policy, loaded, tmp_path):

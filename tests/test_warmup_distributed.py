@@ -123,22 +123,25 @@ def _dry_run(**env: str) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(SCRIPT)], env=full, capture_output=True, text=True, cwd=REPO, timeout=120)
 
 
-@pytest.mark.slow  # four dry runs of the script, each a Python start: 10-20 s
+@pytest.mark.slow  # four dry runs of the script, each Python start-ups: 10-20 s one after the other; run at once
 def test_cpu_processes_are_an_accelerate_launch_under_srun_and_fsdp2_says_why_not():
-    out = _dry_run(CPU_PROCESSES="2", DISTRIBUTED="ddp", MAIN_PORT="29611")
+    from concurrent.futures import ThreadPoolExecutor
+
+    layouts = [dict(CPU_PROCESSES="2", DISTRIBUTED="ddp", MAIN_PORT="29611"),
+               dict(CPU_PROCESSES="2", DISTRIBUTED="deepspeed_zero3"), dict(CPU_PROCESSES="2", DISTRIBUTED="fsdp2"),
+               dict(CPU_PROCESSES="2", DISTRIBUTED="ddp", GPUS_PER_NODE="4")]
+    with ThreadPoolExecutor(len(layouts)) as pool:
+        out, zero3, fsdp, gpus = pool.map(lambda env: _dry_run(**env), layouts)
     assert out.returncode == 0, out.stderr
     srun = [line for line in out.stdout.splitlines() if line.startswith("srun ")]
     assert len(srun) == 1 and "--ntasks=1" in srun[0]  # one launcher per node, as for GPUs
     for piece in (r"accelerate\ launch\ --config_file\ recipes/accelerate/ddp_cpu.yaml", r"--num_processes\ 2",
                   r"--main_process_port\ 29611", r"launch.distributed=ddp", r"launch.cpu_processes=2"):
         assert piece in srun[0], piece
-    zero3 = _dry_run(CPU_PROCESSES="2", DISTRIBUTED="deepspeed_zero3")
     assert zero3.returncode == 0 and r"--config_file\ recipes/accelerate/deepspeed_zero3_cpu.yaml" in zero3.stdout
-    fsdp = _dry_run(CPU_PROCESSES="2", DISTRIBUTED="fsdp2")
     assert fsdp.returncode != 0
     assert "launch.distributed=fsdp2 with launch.cpu_processes=2: accelerate (1.15) applies FSDP only on " \
            "accelerator devices" in fsdp.stderr
-    gpus = _dry_run(CPU_PROCESSES="2", DISTRIBUTED="ddp", GPUS_PER_NODE="4")
     assert gpus.returncode != 0 and "several CPU processes need launch.nodes=1 and launch.gpus_per_node=0" in gpus.stderr
 
 
@@ -168,7 +171,7 @@ def _processes_mentioning(text: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_sbatch_two_cpu_processes_cancelled_after_a_checkpoint_resume_and_finish(tmp_path, tiny_checkpoint):
+def test_sbatch_two_cpu_processes_cancelled_after_a_checkpoint_resume_and_finish(tmp_path, tiny_checkpoint, slurm_cluster):
     require_slurm()
     data = write_fixture_awb_dir(tmp_path / "data")
     output = tmp_path / "out"
@@ -179,20 +182,20 @@ def test_sbatch_two_cpu_processes_cancelled_after_a_checkpoint_resume_and_finish
     args = tiny_cli_overrides(None, None, None, f"train.max_steps={steps}", "train.save_steps=2",
                               "train.per_device_train_batch_size=2")
     first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
-    with SlurmCluster(tmp_path / "slurm") as cluster:
-        job = cluster.sbatch(SCRIPT, *args, env=env, cwd=REPO,
-                             sbatch_args=("--nodes=1", "--exclusive", "--gpus-per-node=0", f"--output={first_log}",
-                                          "--job-name=warm1"))  # a CPU job (the script asks for GPUs)
-        saved = _first_checkpoint(output, cluster, job)
-        subprocess.run(["scancel", str(job)], env=cluster.env(), check=True)  # the whole job: srun, accelerate, ranks
-        state = cluster.wait(job, timeout_s=120)
-        assert state["JobState"] == "CANCELLED", state
-        assert not (output / "final").exists() and saved < steps
-        deadline = time.time() + 30
-        while _processes_mentioning(str(output)) and time.time() < deadline:
-            time.sleep(1)
-        assert not _processes_mentioning(str(output))  # no rank outlives its job
-        text = cluster.run_job(SCRIPT, *args, log=second_log, name="warm2", env=env, cwd=REPO)
+    cluster = slurm_cluster
+    job = cluster.sbatch(SCRIPT, *args, env=env, cwd=REPO,
+                         sbatch_args=("--nodes=1", "--exclusive", "--gpus-per-node=0", f"--output={first_log}",
+                                      "--job-name=warm1"))  # a CPU job (the script asks for GPUs)
+    saved = _first_checkpoint(output, cluster, job)
+    subprocess.run(["scancel", str(job)], env=cluster.env(), check=True)  # the whole job: srun, accelerate, ranks
+    state = cluster.wait(job, timeout_s=120)
+    assert state["JobState"] == "CANCELLED", state
+    assert not (output / "final").exists() and saved < steps
+    deadline = time.time() + 30
+    while _processes_mentioning(str(output)) and time.time() < deadline:
+        time.sleep(1)
+    assert not _processes_mentioning(str(output))  # no rank outlives its job
+    text = cluster.run_job(SCRIPT, *args, log=second_log, name="warm2", env=env, cwd=REPO)
     assert "lwm_warmup: done" not in first_log.read_text()
     resumed = [line for line in text.splitlines() if "unified.warmup: resuming from" in line]
     assert len(resumed) == 2 and all("checkpoint-" in line for line in resumed), text[-3000:]  # both ranks

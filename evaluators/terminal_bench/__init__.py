@@ -285,7 +285,8 @@ class TerminalBench2Adapter(Adapter):
                 details["loop_caps"] = dict(self.loop_caps)
         if episode.metadata.get("limit_hit"):
             details["loop_limit"] = episode.metadata["limit_hit"]
-        details.update({k: v for k, v in env.metadata.get("execution", {}).items() if k.startswith("rebuilt_base")})
+        details.update({k: v for k, v in env.metadata.get("execution", {}).items()
+                        if k.startswith("rebuilt_base") or k == "pristine_toolchain"})  # which toolchain verified
         checkable = env.session is not None and not details.get("tampered") and "grader_error" not in details  # a changed toolchain's output proves nothing
         infra = verifier_infrastructure_error(env.task.path, env.read_verifier_file, details) if checkable else None
         if infra is not None:  # the output that shows it is the agent's to shape: does it fail without the agent?

@@ -66,7 +66,7 @@ from unified.agent.workers import (FINISH, GENERATE, OPEN, READY, STEP, USER, Ep
                                    close_environment, crash_result, finish_episode, next_user_turn, open_environment,
                                    step_environment)
 from unified.benchmarks.contract import Adapter, AgentLimits, RunContext, StopReason, Task
-from unified.inference.base import ChatModel, PolicyOutput, PolicyRequest
+from unified.inference.base import ChatModel, ContextFull, PolicyOutput, PolicyRequest
 from unified.types import Episode, EpisodeResult, Message, Step, ToolCall
 
 
@@ -432,6 +432,11 @@ class AgentLoop:
     def _record_output(self, state: EpisodeState, output: PolicyOutput | Exception,
                        gen_seconds: float) -> tuple[str, Step | None, list[ToolCall]]:
         episode = state.episode
+        if isinstance(output, ContextFull):  # the model's limit, not the infrastructure's: scored as it stands
+            episode.stop_reason = StopReason.CONTEXT_FULL
+            episode.metadata["limit_hit"] = StopReason.CONTEXT_FULL.value
+            episode.metadata["context_full"] = str(output)[:500]
+            return END, None, []
         if isinstance(output, Exception):
             episode.stop_reason = StopReason.ERROR
             episode.error = "".join(traceback.format_exception(output)) or repr(output)

@@ -92,6 +92,9 @@ class StopReason(str, enum.Enum, metaclass=renamed_members_meta(enum.EnumMeta)):
     before this name say ``max_tokens``; they load as this member)."""
     TIMEOUT = "timeout"
     """``AgentLimits.max_seconds`` of wall time passed (generation is cut at the deadline too)."""
+    CONTEXT_FULL = "context_full"
+    """The conversation no longer fit the model's context window (the server said so before generating):
+    a limit of the model, so the episode is scored as it stands, like ``max_turns``."""
     ERROR = "error"
     """Something raised while running the episode; the traceback is in ``Episode.error``."""
     SKIPPED = "skipped"

@@ -78,6 +78,13 @@ class PolicyRequest:
     comes back with ``finish_reason="timeout"`` and the text generated so far. None: no deadline."""
 
 
+class ContextFull(RuntimeError):
+    """The conversation no longer fits the model's context window (a server's "maximum context length"
+    400): a limit of the model, as ``max_turns`` is one of the run, not a failure of the infrastructure.
+    The agent loop ends the episode with ``StopReason.CONTEXT_FULL`` and it is scored as it stands
+    (inspect_ai ends such a sample with its ``model_length`` stop reason)."""
+
+
 @dataclass
 class PolicyOutput:
     """One completion."""

@@ -28,6 +28,7 @@ from typing import Any
 
 import httpx
 
+from unified.inference.base import ContextFull
 from unified.inference.spec import ENDPOINT_EXAMPLE, ModelSpec, SpecError, is_endpoint_spec, parse_spec
 from unified.chatformat.untrusted import UntrustedJSONError, load_untrusted_json
 
@@ -44,6 +45,16 @@ class EndpointError(RuntimeError):
 
 class DeadlineExceeded(EndpointError):
     """The request's deadline passed before an answer came."""
+
+
+class EndpointContextFull(EndpointError, ContextFull):
+    """The server refused the request because the prompt (with its answer budget) does not fit the model's
+    context: vLLM's and OpenAI's 400 "maximum context length" / ``context_length_exceeded``."""
+
+
+CONTEXT_FULL_MARKERS = ("maximum context length", "context_length_exceeded")
+"""How a 400 says the prompt no longer fits (vLLM: "This model's maximum context length is N tokens";
+OpenAI: the error code ``context_length_exceeded``)."""
 
 
 def _content_text(content: Any) -> str:
@@ -223,6 +234,8 @@ class OpenAICompatClient:
                             raise EndpointError(f"{url}: answer is not a JSON object: {response.text[:300]}")
                         return _parse_response(data, time.perf_counter() - start)
                     last_error = f"HTTP {response.status_code}: {response.text[:500]}"
+                    if response.status_code == 400 and any(m in response.text for m in CONTEXT_FULL_MARKERS):
+                        raise EndpointContextFull(f"{url}: {last_error}", status=400)
                     if response.status_code not in RETRYABLE_STATUS:
                         raise EndpointError(f"{url}: {last_error}", status=response.status_code)
                 if attempt < self.config.max_retries:
