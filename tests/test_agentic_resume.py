@@ -67,7 +67,7 @@ def final_weights(out: Path) -> dict[str, torch.Tensor]:
 
 def test_interrupted_agentic_run_resumes_to_the_straight_runs_metrics_and_weights(tmp_path, tiny_checkpoint):
     straight = tmp_path / "straight"
-    report = run_agentic(load_warmup_config(None, settings(straight, tiny_checkpoint, 3)))
+    report = run_agentic(load_warmup_config(None, settings(straight, tiny_checkpoint, 3) + ["agentic.eval_before_after=false"]))
     assert [s["step"] for s in report["steps"]] == [1, 2, 3] and all(s["samples"] > 0 for s in report["steps"])
     # the task cursor: 5 training tasks, 2 a step
     assert report["tasks_used"] == [["echo_0", "echo_1"], ["echo_2", "echo_3"], ["echo_4", "echo_0"]]
