@@ -9,8 +9,10 @@ quote it). A measurement program, not library API.
 Each command runs once, as ``nice -n 10 /usr/bin/time -f ... bash -c COMMAND`` from the repository root
 (heavy ones under ``flock /tmp/unified-heavy.lock``, one heavy job at a time on a shared machine), in the
 order given: later commands read what earlier ones wrote (``eval_ood_warmup`` needs ``warmup_1_step``).
-Peak RSS is GNU time's maximum resident set of the command's largest process; CPU time is user +
-system of the command and its children; disk is what its output directory holds after it; load is
+Peak RSS is GNU time's maximum resident set of the command's largest process, and the tree's peak is the
+largest sum of resident sets over the command's whole process tree (servers it started included), sampled
+every 0.5 s; CPU time is user + system of the command and its children (the larger of GNU time's figure and
+the tree's samples); disk is what its output directory holds after it; load is
 ``/proc/loadavg``'s 1-minute figure before and after. A measured row replaces the older one of that name.
 """
 
@@ -100,6 +102,33 @@ def disk_mb(path: Path) -> float | None:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink()) / 2**20
 
 
+def sample_tree(child: subprocess.Popen, every_s: float = 0.5) -> tuple[float, float]:
+    """Wait for ``child``, sampling its whole process tree every ``every_s``: the largest sum of the tree's
+    resident sets (bytes) and the user + system seconds of every process seen (each at its last sample).
+    GNU time sees only the processes its command waited for, and a server the command started (vLLM's
+    engine and worker, in their own session) is not among them: the tree is what the machine holds."""
+    import psutil
+
+    peak, cpu_seen = 0.0, {}
+    root = psutil.Process(child.pid)
+    while child.poll() is None:
+        try:
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            procs = []
+        total = 0.0
+        for proc in procs:
+            try:
+                total += proc.memory_info().rss
+                times = proc.cpu_times()
+                cpu_seen[(proc.pid, proc.create_time())] = times.user + times.system
+            except psutil.Error:
+                continue
+        peak = max(peak, total)
+        time.sleep(every_s)
+    return peak, sum(cpu_seen.values())
+
+
 def measure(name: str, scratch: Path) -> dict[str, Any]:
     command, output, heavy = COMMANDS[name]
     command = command.replace("$SCRATCH", str(scratch))
@@ -111,14 +140,17 @@ def measure(name: str, scratch: Path) -> dict[str, Any]:
     log = REPO / RUNS / f"{name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as fh:
-        rc = subprocess.run(argv, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT).returncode
+        child = subprocess.Popen(argv, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT)
+        tree_rss, tree_cpu = sample_tree(child)
+        rc = child.returncode
     after = load1()
     fields = timing.read_text().split()[-4:] if timing.is_file() else []
     wall, user, system, rss_kb = (float(x) for x in fields) if len(fields) == 4 else (None,) * 4
     out = Path(output.replace("$SCRATCH", str(scratch))) if output else None
     row = {"name": name, "command": command.replace(str(scratch), "SCRATCH").replace(f"{PY} ", "python "),
-           "wall_s": wall, "cpu_s": None if user is None else round(user + system, 1),
+           "wall_s": wall, "cpu_s": None if user is None else round(max(user + system, tree_cpu), 1),
            "peak_rss_gib": None if rss_kb is None else round(rss_kb / 2**20, 2),
+           "peak_tree_rss_gib": round(tree_rss / 2**30, 2) if tree_rss else None,
            "disk_mb": None if out is None else (lambda d: None if d is None else round(d, 3))(
                disk_mb(out if out.is_absolute() else REPO / out)),
            "load": [before, after], "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

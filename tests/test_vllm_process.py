@@ -99,3 +99,26 @@ def test_raw_completion_decodes_like_the_in_process_engine(tiny_checkpoint):
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     assert raw_completion(tokenizer, ids + [tokenizer.eos_token_id]) == text
     assert raw_completion(tokenizer, ids) == text  # cut by max_tokens: nothing to drop
+
+
+def test_a_saved_checkpoint_is_served_with_the_parser_its_template_writes(tmp_path):
+    """A checkpoint the warmup saved from the embedded model is a directory of kind "path": it keeps the
+    embedded model's Qwen3.5-style template, so it gets ``qwen3_coder`` (before: no parser, and every
+    tool request of ``make demo``'s eval of the warmed-up weights was a 400 "auto tool choice requires
+    --enable-auto-tool-choice")."""
+    import json
+
+    from unified.inference.vllm_server import template_tool_parser, tool_parser_for
+    from unified.models.chat_template import qwen35_chat_template
+
+    saved, hermes, plain, old_style, bare = (tmp_path / n for n in ("saved", "hermes", "plain", "old", "bare"))
+    for d in (saved, hermes, plain, old_style, bare):
+        d.mkdir()
+    (saved / "chat_template.jinja").write_text(qwen35_chat_template())
+    (hermes / "chat_template.jinja").write_text('<tool_call>\n{"name": {{ name }}}\n</tool_call>')
+    (plain / "chat_template.jinja").write_text("{{ messages[0].content }}")
+    (old_style / "tokenizer_config.json").write_text(json.dumps({"chat_template": qwen35_chat_template()}))
+    assert tool_parser_for(saved, "path") == "qwen3_coder" == template_tool_parser(old_style)
+    assert template_tool_parser(hermes) == "hermes"
+    assert template_tool_parser(plain) is None and template_tool_parser(bare) is None
+    assert tool_parser_for(bare, "embedded") == "qwen3_coder"

@@ -166,13 +166,26 @@ def test_claw_eval_task_with_its_judge_and_user_on_the_same_vllm_server(vllm_pol
     checkout = Path(__file__).parent / "fixtures" / "claw_eval" / "fixture_checkout"
     judge = resolve_endpoint("vllm:embedded")
     user = resolve_endpoint("vllm:embedded")
-    assert judge.config.base_url == user.config.base_url == vllm_policy.server.base_url  # one server for all three
+    # one server for all three, reached by judge and user through its context-fit proxy
+    assert judge.config.base_url == user.config.base_url == judge.context_fit.base_url
+    assert judge.context_fit.upstream_base_url == vllm_policy.server.base_url
     assert judge.config.api_key == vllm_policy.server.token
     import httpx
 
     anonymous = httpx.post(f"{judge.config.base_url}/chat/completions", timeout=30,
                            json={"model": "local", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})
     assert anonymous.status_code == 401  # loopback is shared: the server answers only its token's holders
+    # an official client's budget above the context (Claw-Eval's judge asks 8192 of a 4096-token default
+    # server; this module's server holds 8192): vLLM alone answers 400
+    official_budget = {"model": "local", "messages": [{"role": "user", "content": "Say hi."}], "stop": [" ", "\n", "."],
+                       "temperature": 0.0, "max_tokens": vllm_policy.server.max_model_len + 4096}
+    headers = {"Authorization": f"Bearer {judge.config.api_key}"}
+    direct = httpx.post(f"{vllm_policy.server.base_url}/chat/completions", json=official_budget, headers=headers,
+                        timeout=120)
+    fitted = httpx.post(f"{judge.config.base_url}/chat/completions", json=official_budget, headers=headers,
+                        timeout=120)
+    assert direct.status_code == 400 and "max_model_len" in direct.text
+    assert fitted.status_code == 200 and judge.context_fit.lowered >= 1
     adapter = ClawEvalAdapter(root=str(checkout), judge="vllm:embedded", user_model="vllm:embedded",
                               judge_max_tokens=16)
     try:
@@ -213,4 +226,5 @@ def test_the_eval_serves_embedded_with_vllm_by_default_and_its_judge_follows(vll
     assert json.loads((out / IDENTITY_FILE).read_text())["fields"]["backend"] == "vllm"
     results = [json.loads(line) for line in (out / "claw_eval" / "results.jsonl").read_text().splitlines()]
     assert len(results) == 1
-    assert vllm_policy.server.base_url in results[0]["details"]["judge"]  # "embedded (local server URL#local)"
+    judge = results[0]["details"]["judge"]  # "embedded (local server PROXY#local; answer budgets above ...)"
+    assert "embedded (local server http://127.0.0.1:" in judge and "lowered to it" in judge

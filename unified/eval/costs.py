@@ -4,7 +4,8 @@
 plan line (:func:`estimate_line`). Nothing else states a cost.
 
 Each row: ``name``, ``command``, ``wall_s``, ``cpu_s`` (user + system of the command and its children),
-``peak_rss_gib`` (the largest process), ``disk_mb`` (what it added under its output), ``load`` (the 1-minute
+``peak_rss_gib`` (the largest process), ``peak_tree_rss_gib`` (the largest sum over the command's process
+tree, servers it started included: what the machine must hold; None where not sampled), ``disk_mb`` (what it added under its output), ``load`` (the 1-minute
 load average before and after: the machine is shared, so a wall time is an upper bound), ``measured_at``,
 ``source`` (``measurements/costs.py`` or where an older figure came from), ``note``; a row not measured has
 ``wall_s`` None and says why in ``note``. ``per_episode``: mean wall seconds of one episode per benchmark
@@ -28,6 +29,7 @@ class CostRow:
     wall_s: float | None = None
     cpu_s: float | None = None
     peak_rss_gib: float | None = None
+    peak_tree_rss_gib: float | None = None
     disk_mb: float | None = None
     load: list[float] = field(default_factory=list)
     measured_at: str = ""
@@ -69,10 +71,19 @@ def row_cells(row: CostRow) -> list[str]:
     wall = duration(row.wall_s) if row.finished else f"> {duration(row.wall_s)} (stopped unfinished)"
     return [f"`{row.command}`", wall,
             "—" if row.cpu_s is None else duration(row.cpu_s),
-            "—" if row.peak_rss_gib is None else f"{row.peak_rss_gib:.2f} GiB",
+            _memory(row),
             _size(row.disk_mb),
             load, row.measured_at[:10] or "?",
             (row.note + (f" ({row.source})" if row.source and row.source != "measurements/costs.py" else "")).strip()]
+
+
+def _memory(row: CostRow) -> str:
+    if row.peak_rss_gib is None:
+        return "—"
+    largest = f"{row.peak_rss_gib:.2f} GiB"
+    if row.peak_tree_rss_gib is None or row.peak_tree_rss_gib <= row.peak_rss_gib + 0.05:
+        return largest
+    return f"{row.peak_tree_rss_gib:.2f} GiB in all ({largest} the largest process)"
 
 
 def _size(mb: float | None) -> str:

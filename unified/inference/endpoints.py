@@ -14,7 +14,10 @@ the simulated user's requests. :func:`resolve_endpoint` turns any model spec int
 - a ``vllm:SPEC`` is served by the process's vLLM server for that checkpoint
   (:func:`unified.inference.vllm_backend.server_for_spec`), the same one a ``vllm:SPEC`` policy uses;
   so is a bare checkpoint spec whose checkpoint the eval serves with vLLM
-  (:func:`unified.inference.routes.routed`).
+  (:func:`unified.inference.routes.routed`). vLLM refuses a ``max_tokens`` above its context, which the
+  official judge clients ask for, so such an endpoint is reached through a
+  :class:`unified.inference.context_fit.ContextFitProxy` (one per vLLM server), which lowers only that
+  field to the context and is named in the endpoint's ``describe()`` line.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import atexit
 import threading
 from dataclasses import dataclass
 
+from unified.inference.context_fit import ContextFitProxy
 from unified.inference.openai_compat import EndpointConfig, OpenAICompatClient, parse_endpoint_spec
 from unified.inference.routes import routed
 from unified.inference.server import InProcessServer
@@ -31,6 +35,7 @@ from unified.inference.spec import ENDPOINT_EXAMPLE, SpecError, parse_spec
 from unified.inference.vllm_backend import server_for_spec
 
 _SERVERS: dict[tuple, InProcessServer] = {}
+_FIT_PROXIES: dict[str, ContextFitProxy] = {}
 _LOCK = threading.Lock()
 
 
@@ -44,6 +49,8 @@ class ResolvedEndpoint:
     """Where requests go."""
     local: bool
     """True when this process serves a local checkpoint itself."""
+    context_fit: ContextFitProxy | None = None
+    """The proxy in front of a local vLLM server (module docstring); None elsewhere."""
 
     @property
     def client(self) -> OpenAICompatClient:
@@ -51,7 +58,10 @@ class ResolvedEndpoint:
 
     def describe(self) -> str:
         where = f"{self.config.base_url}#{self.config.model}"
-        return f"{self.spec} (local server {where})" if self.local else where
+        if not self.local:
+            return where
+        fit = f"; {self.context_fit.describe()}" if self.context_fit is not None else ""
+        return f"{self.spec} (local server {where}{fit})"
 
 
 def local_server(spec: str) -> InProcessServer:
@@ -76,8 +86,13 @@ def resolve_endpoint(spec: str, *, timeout_s: float = 600.0) -> ResolvedEndpoint
         return ResolvedEndpoint(text, parse_endpoint_spec(parsed, timeout_s=timeout_s, max_retries=2), local=False)
     if parsed.backend == "vllm":
         vllm = server_for_spec(parsed)
-        config = parse_endpoint_spec(vllm.spec, timeout_s=timeout_s, max_retries=1, api_key=vllm.token)
-        return ResolvedEndpoint(text, config, local=True)
+        with _LOCK:
+            proxy = _FIT_PROXIES.get(vllm.base_url)
+            if proxy is None:
+                proxy = _FIT_PROXIES[vllm.base_url] = ContextFitProxy(vllm.base_url, vllm.max_model_len).start()
+        config = parse_endpoint_spec(f"openai:{proxy.base_url}#{vllm.served_name}", timeout_s=timeout_s,
+                                     max_retries=1, api_key=vllm.token)
+        return ResolvedEndpoint(text, config, local=True, context_fit=proxy)
     if parsed.backend != "hf":
         raise SpecError(f"model spec {text!r}: an endpoint needs {ENDPOINT_EXAMPLE} or a checkpoint served "
                         f"in-process, not a {parsed.backend} spec")
@@ -91,6 +106,10 @@ def stop_local_servers() -> None:
     with _LOCK:
         servers = list(_SERVERS.values())
         _SERVERS.clear()
+        proxies = list(_FIT_PROXIES.values())
+        _FIT_PROXIES.clear()
+    for proxy in proxies:
+        proxy.close()
     for server in servers:
         try:
             server.stop()

@@ -11,7 +11,8 @@ its endpoint). Requests go through the ``openai`` backend (:class:`OpenAIPolicy`
   ``token_ids`` (hence ``Step.prompt_token_ids``/``completion_token_ids``) are vLLM's own;
 - ``logprobs``: each generated token's log-probability (``Step.completion_logprobs``).
 
-With a tool-call parser (``tool_parser``; default by checkpoint, :data:`TOOL_PARSERS`; ``"none"``
+With a tool-call parser (``tool_parser``; default by checkpoint kind or by the checkpoint's chat template,
+:func:`unified.inference.vllm_server.tool_parser_for`; ``"none"``
 turns it off) the server is started with ``--enable-auto-tool-choice`` and its parser: calls come
 back parsed (``PolicyOutput.tool_calls``) and their markup leaves ``content``. The policy's text
 is still the *raw* completion, as every other backend gives it: the generated ids decoded with the
@@ -29,7 +30,7 @@ from typing import Any
 from unified.inference.base import PolicyOutput, PolicyRequest, SamplingConfig
 from unified.inference.openai_backend import OpenAIPolicy
 from unified.inference.spec import ModelSpec, parse_spec
-from unified.inference.vllm_server import TOOL_PARSERS, VLLMServer, VLLMUnavailable, checkpoint_dir, vllm_server_for
+from unified.inference.vllm_server import VLLMServer, VLLMUnavailable, checkpoint_dir, tool_parser_for, vllm_server_for
 from unified.models.checkpoint import load_tokenizer
 
 __all__ = ["VLLMPolicy", "VLLMUnavailable", "checkpoint_dir", "server_for_spec"]
@@ -39,7 +40,7 @@ def server_for_spec(spec: str | ModelSpec, *, tool_parser: str | None = "auto",
                     max_model_len: int | None = None) -> VLLMServer:
     """The process's vLLM server for a checkpoint spec (started on first use)."""
     model_dir, kind = checkpoint_dir(spec)
-    parser = TOOL_PARSERS.get(kind) if tool_parser == "auto" else tool_parser
+    parser = tool_parser_for(model_dir, kind) if tool_parser == "auto" else tool_parser
     return vllm_server_for(model_dir, tool_parser=None if parser in (None, "", "none") else parser,
                            max_model_len=max_model_len)
 

@@ -60,6 +60,36 @@ TOOL_PARSERS = {"embedded": "qwen3_coder"}
 ``<tool_call><function=NAME><parameter=KEY>`` blocks, which vLLM's ``qwen3_coder`` parser reads."""
 
 
+def template_tool_parser(model_dir: str | Path) -> str | None:
+    """vLLM's tool-call parser for a checkpoint directory, read from the chat template it ships
+    (``chat_template.jinja``, else ``tokenizer_config.json``'s ``chat_template``): a template that writes
+    ``<tool_call>`` with ``<function=NAME>`` inside is Qwen3.5/Qwen3-Coder's (``qwen3_coder``), one that
+    writes ``<tool_call>`` with JSON inside is Hermes' (``hermes``); None when it writes neither or the
+    directory has no template. A checkpoint the warmup saved from the embedded model keeps the embedded
+    model's template, so it is served with the same parser."""
+    import json
+
+    root = Path(model_dir)
+    try:
+        text = (root / "chat_template.jinja").read_text(encoding="utf-8")
+    except OSError:
+        try:
+            template = json.loads((root / "tokenizer_config.json").read_text(encoding="utf-8")).get("chat_template")
+        except (OSError, ValueError, AttributeError):
+            return None
+        if isinstance(template, list):
+            template = " ".join(str(t.get("template", "")) for t in template if isinstance(t, dict))
+        text = template if isinstance(template, str) else ""
+    if "<tool_call>" not in text:
+        return None
+    return "qwen3_coder" if "<function=" in text else "hermes"
+
+
+def tool_parser_for(model_dir: str | Path, kind: str) -> str | None:
+    """The parser for checkpoint ``kind`` (:data:`TOOL_PARSERS`), else the one its template implies."""
+    return TOOL_PARSERS.get(kind) or template_tool_parser(model_dir)
+
+
 def serving_dtype(model_dir: str | Path) -> str:
     """``--dtype`` for serving ``model_dir``: float32, except ``bfloat16`` for a checkpoint with
     linear-attention layers (Qwen3.5's gated DeltaNet) on a machine without CUDA, whose vLLM-CPU
@@ -301,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     model_dir, kind = checkpoint_dir(args.model)
     with VLLMServer(model_dir, served_name="local", max_model_len=args.max_model_len,
-                    tool_parser=args.tool_parser or TOOL_PARSERS.get(kind), log_path=args.log) as server:
+                    tool_parser=args.tool_parser or tool_parser_for(model_dir, kind), log_path=args.log) as server:
         print(server.spec, flush=True)
         try:
             while server.running():
