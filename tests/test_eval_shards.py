@@ -236,7 +236,6 @@ def test_bfcl_memory_questions_stay_with_their_conversations(tmp_path):
 
 def test_bad_shard_flags_are_usage_errors(tmp_path, capsys):
     for argv, message in ((["--benchmarks", ECHO, "--shard", "4/4"], "--shard: expected I/N with 0 <= I < N"),
-                          (["--suite", "general", "--shard", "0/2"], "the general suite (lm-eval) cannot be sharded"),
                           (["--merge", str(tmp_path)], "--merge needs --out")):
         with pytest.raises(SystemExit) as exc:
             eval_cli(*argv, *(["--out", str(tmp_path / "x")] if "--merge" not in argv else []))

@@ -144,16 +144,69 @@ def test_general_plan_counts_recorded_tasks_and_summarizes_from_records(tmp_path
            f"({MC}, {GEN})" in capsys.readouterr().out.splitlines()
     assert not (out / "plan.json").exists()  # a dry run writes nothing
     write_plan(out, plan_run(cfg, []))
-    assert read_plan(out).general.to_run == [GEN] and read_plan(out).general.config.limit == 3
-    # a plan.json of version 1 (general = lm-eval's options alone) still reads, and summarises the same
-    legacy = json.loads((out / "plan.json").read_text())
+    [part] = read_plan(out).parts  # plan.json's one list of parts, lm-eval's read back by its name
+    assert part.name == "lm_eval" and part.to_run == [GEN] and part.config.limit == 3
+    current = json.loads((out / "plan.json").read_text())
+    # plan.json of version 3 (a field `general`) and of version 1 (lm-eval's options alone) still read
+    legacy = {**current, "version": 3, "general": {k: v for k, v in current["parts"][0].items() if k != "name"}}
+    del legacy["parts"]
+    (out / "plan.json").write_text(json.dumps(legacy))
+    assert read_plan(out).parts == [part]
     legacy["version"], legacy["general"] = 1, legacy["general"]["config"]
     (out / "plan.json").write_text(json.dumps(legacy))
-    assert read_plan(out).general.config == read_plan(out).general.config.__class__(**legacy["general"])
+    [old] = read_plan(out).parts
+    assert old.config == old.config.__class__(**legacy["general"]) and old.model == cfg.model
     tasks = summarize(out).general.tasks
     assert tasks[MC]["status"] == "ok" and tasks[MC]["metrics"][0]["value"] == 0.5
     assert tasks[GEN] == {"task": GEN, "status": "not run"}
     assert json.loads((out / "summary.json").read_text())["general"]["tasks"][MC]["status"] == "ok"
+
+
+def test_lm_eval_shards_and_merges_like_a_benchmark(tmp_path, monkeypatch, capsys):
+    """`--benchmarks lm_eval --shard I/2`: each shard covers its own tasks (the benchmarks' hash rule), resumes
+    from its records, and `--merge` joins the task records and lm-eval's output files into the summary an
+    unsharded run gives. No model: the two tasks with data have fixture records in our TaskRecord format
+    under the run's fingerprint; the task without data runs through lm-eval and is recorded as a skip."""
+    from unified.eval.general import Metric, TaskRecord, fingerprint
+    from unified.eval.plan import read_plan
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a recorded task was run again")
+
+    monkeypatch.setattr("unified.eval.general_models.make_lm", no_model)
+    tasks = [MC, GEN, ABSENT]  # shard_of("general", task, 0, 2): MC, GEN -> 0; ABSENT -> 1
+    args = ["--benchmarks", "lm_eval", "--model", "embedded", "--set", f"general.include_path={FIXTURE_TASKS}",
+            "--set", f"general.tasks={','.join(tasks)}"]
+    fp = fingerprint("embedded", GeneralConfig(tasks=tasks))
+    fixture = {"model": "embedded", "fingerprint": fp, "metrics": [Metric("acc", "none", 0.5, 0.1)], "status": "ok"}
+    for run in ("whole", "shard-0"):
+        for task in (MC, GEN):
+            GeneralStore(tmp_path / run).append(TaskRecord(task=task, **fixture))
+    (tmp_path / "shard-0" / "general" / "lm_eval" / MC).mkdir(parents=True)  # stands for lm-eval's own output
+    (tmp_path / "shard-0" / "general" / "lm_eval" / MC / "results_fixture.json").write_text("{}")
+    _cli(*args, "--out", str(tmp_path / "shard-1"), "--shard", "1/2", "--dry-run")
+    assert (f"# plan: general (lm-eval): 3 tasks x 1 run(s) = 3 pairs, this shard: 1 of them; 0 recorded, 1 to run "
+            f"({ABSENT})") in capsys.readouterr().out.splitlines()
+    _cli(*args, "--out", str(tmp_path / "whole"))
+    for i in (0, 1):
+        _cli(*args, "--out", str(tmp_path / f"shard-{i}"), "--shard", f"{i}/2")
+    shard0 = json.loads((tmp_path / "shard-0" / "summary.json").read_text())
+    assert list(shard0["general"]["tasks"]) == [MC, GEN] and shard0["shard"]["shard"] == "0/2"
+    assert [r.task for r in GeneralStore(tmp_path / "shard-1").records()] == [ABSENT]
+    shards = [str(tmp_path / f"shard-{i}") for i in (0, 1)]
+    assert cli.main(["--merge", *shards, "--out", str(tmp_path / "merged")]) == 0
+    merged = json.loads((tmp_path / "merged" / "summary.json").read_text())
+    whole = json.loads((tmp_path / "whole" / "summary.json").read_text())
+    assert merged["general"] == whole["general"] and list(merged["general"]["tasks"]) == tasks
+    assert merged["general"]["tasks"][ABSENT]["status"] == "skipped"
+    assert (tmp_path / "merged" / "general" / "lm_eval" / MC / "results_fixture.json").is_file()
+    [part] = read_plan(tmp_path / "merged").parts
+    assert part.covered is None and part.recorded == [MC, GEN] and part.to_run == []
+    GeneralStore(tmp_path / "shard-1").path.write_text("")  # shard 1 never finished: the merge names it
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--merge", *shards, "--out", str(tmp_path / "merged2")])
+    assert exit_info.value.code == 2
+    assert f"lm-eval task(s) {ABSENT} of shard {shards[1]} have no record" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------------------ missing data
@@ -252,11 +305,11 @@ def test_general_is_planned_like_a_benchmark(tiny_runs, tiny_checkpoint, capsys)
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("# plan: general"))
     assert line == (f"# plan: general (lm-eval): 3 tasks x 1 run(s) = 3 pairs; 2 recorded, 1 to run "
                     f"({MC_GROUP}, {GEN}, {ABSENT})")  # the skipped task (no data) is tried again
-    plan = read_plan(a)
-    assert plan.general is not None and plan.general.tasks == [MC_GROUP, GEN, ABSENT]
-    assert plan.general.model == str(tiny_checkpoint) and ABSENT in plan.general.to_run
+    [part] = read_plan(a).parts
+    assert part.name == "lm_eval" and part.tasks == [MC_GROUP, GEN, ABSENT]
+    assert part.model == str(tiny_checkpoint) and ABSENT in part.to_run
     summary = json.loads((a / "summary.json").read_text())["general"]
-    assert json.loads(json.dumps(plan.general.section(a).tasks)) == summary["tasks"]
+    assert json.loads(json.dumps(part.section(a).tasks)) == summary["tasks"]
 
 
 def test_compare_shows_general_deltas_with_stderr(tiny_runs, capsys):

@@ -228,7 +228,7 @@ def _dry_run(parser: argparse.ArgumentParser, cfg: EvalConfig) -> int:
     except (ConfigError, UnknownNameError) as exc:
         parser.error(str(exc))
     print(dump_yaml(cfg))
-    names += [part.label() for part in plan.parts()]
+    names += [part.label() for part in plan.parts]
     print(f"# would evaluate: {', '.join(dict.fromkeys(names))}")
     if choice.line:
         print(f"# {choice.line}")

@@ -22,7 +22,9 @@ Layout under ``--out DIR``::
     DIR/general/lm_eval/<task>/<model>/    lm-eval's own results_*.json and samples_<task>_*.jsonl
 
 ``summary.json`` gets a ``general`` section and ``summary.md`` / ``--compare`` a table with
-lm-eval's standard errors (:mod:`unified.eval.general_report`).
+lm-eval's standard errors (:mod:`unified.eval.general_report`). How the suite is planned, sharded,
+merged and summarised like a benchmark (the ``lm_eval`` part of a run plan) is
+:mod:`unified.eval.general_plan`; this module is lm-eval's options, records and run.
 """
 
 from __future__ import annotations
@@ -37,10 +39,9 @@ import time
 import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from unified.config import ConfigError, from_dict
-from unified.eval.records import GeneralSection
 from unified.store import append_jsonl, read_jsonl, repair_tail
 from unified.types import ROW_SCHEMA, row_fields
 
@@ -138,68 +139,6 @@ def split_suites(suite: str | None) -> tuple[list[str], bool]:
     """``--suite general,ood`` -> (``["ood"]``, True): the agent suites and whether ``general`` is asked."""
     names = [p.strip() for p in (suite or "").split(",") if p.strip()]
     return [n for n in names if n != GENERAL_SUITE], GENERAL_SUITE in names
-
-
-@dataclass
-class PlannedGeneral:
-    """The general suite's part of a run plan (``plan.json``'s ``general``), planned like a benchmark:
-    its tasks, which of them are already recorded in ``--out`` under the same model and settings
-    (resume), and which will run. A :class:`unified.eval.parts.PlannedPart`: :meth:`lines`, :meth:`run` and
-    :meth:`section` are all the plan, the runner and the summary call, so none needs lm-eval's options or
-    records."""
-
-    suite: ClassVar[str] = GENERAL_SUITE
-
-    config: GeneralConfig
-    """lm-eval's options (``--limit`` applied, :func:`general_with_limit`)."""
-    model: str
-    recorded: list[str] = field(default_factory=list)
-    """Tasks with an ``ok`` record of this model and these settings when the plan was made."""
-    to_run: list[str] = field(default_factory=list)
-
-    @property
-    def tasks(self) -> list[str]:
-        return list(self.config.tasks)
-
-    def label(self) -> str:
-        return f"{GENERAL_SUITE} (lm-eval: {', '.join(self.tasks)})"
-
-    def lines(self) -> list[str]:
-        """The ``--dry-run`` plan line, in the benchmarks' form."""
-        return [f"# plan: {GENERAL_SUITE} (lm-eval): {len(self.config.tasks)} tasks x 1 run(s) = "
-                f"{len(self.config.tasks)} pairs; {len(self.recorded)} recorded, {len(self.to_run)} to run "
-                f"({', '.join(self.config.tasks)})"]
-
-    def run(self, out: str | os.PathLike[str], *, backend: str | None = None, auto: bool = False,
-            loaded: Any = None) -> None:
-        """Run (or resume) the planned tasks into ``out`` (:func:`run_general`) on the agent suites' loaded
-        checkpoint when there is one (``loaded``). An auto-chosen vLLM server (``auto``) is for the agent
-        suites: lm-eval's vllm class runs vLLM in this process (the gpu extra), so the tasks then run
-        in-process unless ``--backend vllm`` itself said so."""
-        run_general(self.config, self.model, out, backend="hf" if auto and backend == "vllm" else backend,
-                    loaded=loaded)
-
-    def section(self, out: str | os.PathLike[str]) -> GeneralSection:
-        """The summary's ``general`` section from the records in ``out`` (its shape:
-        :mod:`unified.eval.general_report`), read after lm-eval ran and at the start of a resumed run."""
-        entries = general_entries(GeneralStore(out), self.config, self.model)
-        for entry in entries.values():
-            for key in ("model", "fingerprint", "settings", "finished_at"):
-                entry.pop(key, None)
-        return GeneralSection(model=self.model, settings=self.config.settings(), tasks=entries)
-
-
-def plan_general(cfg: Any, *, repair: bool = True) -> PlannedGeneral | None:
-    """The general suite's plan for an :class:`unified.eval.config.EvalConfig` (None when ``--suite`` does
-    not name ``general``; a sharded command naming it was refused before, by
-    :func:`unified.eval.shards.check_unsharded_parts`). ``repair``: cut a torn last record before reading (False for ``--dry-run``)."""
-    if not split_suites(cfg.suite)[1]:
-        return None
-    general = general_with_limit(cfg.general, cfg.limit)
-    latest = GeneralStore(cfg.out).latest(fingerprint(cfg.model, general), repair=repair)
-    recorded = {t for t, r in latest.items() if r.status == "ok"}
-    return PlannedGeneral(general, cfg.model, recorded=[t for t in general.tasks if t in recorded],
-                          to_run=[t for t in general.tasks if t not in recorded])
 
 
 # --------------------------------------------------------------------------------------------

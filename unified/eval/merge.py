@@ -7,7 +7,8 @@ and ``shard``, the same tasks listed, every index once; none still running); cop
 episode lines into ``OUT`` (one line per pair, sorted by task id and trial) and their ``<benchmark>/work/``
 files (adapter state such as BFCL memory snapshots and SWE-bench test logs) into ``OUT/<benchmark>/work/``
 (:func:`_merge_work`); writes the plan of the unsharded command (its pairs: the union of the shards') with
-the directory's identity and ``run.json``; and calls :func:`unified.eval.summarize.summarize`, which
+the directory's identity and ``run.json``; joins the parts that are not episodes (lm-eval's task records and
+output files: :meth:`unified.eval.parts.PlannedPart.merged`); and calls :func:`unified.eval.summarize.summarize`, which
 computes the same aggregates and summary an unsharded run would, from the same records. The runner is not
 entered. A pair of a shard's plan with no result is an error naming that shard, to rerun. A work file that
 two shards hold with different bytes keeps the copy of the lower shard index; ``OUT/shards.json`` and the
@@ -28,17 +29,13 @@ from unified.eval.identity import record_run_dir
 from unified.eval.plan import PLAN_FILE, PlannedBenchmark, RunPlan, read_plan, write_plan
 from unified.eval.records import RunSummary, load_summary
 from unified.eval.rundir import BenchmarkStore, RunDirLock
-from unified.eval.shards import SHARDS_FILE, Shard, parse_shard
+from unified.eval.shards import SHARDS_FILE, Shard, ShardError, parse_shard
 from unified.eval.summarize import summarize
 from unified.execution.copying import CopyBudget, merge_tree
 from unified.store import append_jsonl, write_json_atomic
 
 MERGE_WORK_BUDGET_BYTES = 16 << 30
 """Most bytes a merge writes for the shards' work files (holes are free); files past it stay in their shard."""
-
-
-class ShardError(ValueError):
-    """Shard directories that cannot be merged (one line)."""
 
 
 def _shard_plans(dirs: list[Path]) -> tuple[list[RunPlan], list[Shard]]:
@@ -135,7 +132,8 @@ def merge_runs(shard_dirs: list[str], out: str, *, trusted: frozenset[str] | set
         for d in dirs:  # a shard still running would change under us: refuse (names its process)
             stack.enter_context(RunDirLock(d))
         stack.enter_context(RunDirLock(target))
-        benches = sorted({p.parent.name for d in dirs for p in d.glob("*/results.jsonl")})
+        parts_dirs = {part.directory for part in plans[0].parts}  # the parts join their own records
+        benches = sorted({p.parent.name for d in dirs for p in d.glob("*/results.jsonl")} - parts_dirs)
         work: dict[str, Any] = {}
         conflicts: list[dict[str, str]] = []
         skipped: list[dict[str, str]] = []
@@ -153,6 +151,8 @@ def merge_runs(shard_dirs: list[str], out: str, *, trusted: frozenset[str] | set
                                                             for d, s in zip(dirs, given_shards)],
                                                  "work": work, "work_conflicts": conflicts, "work_skipped": skipped})
         plan = merged_plan(plans, shards, in_order, target)
+        plan = replace(plan, parts=[part.merged([p.part(part.name) for p in plans], in_order, target)
+                                    for part in plans[0].parts])
         record_run_dir(target, plan.config, [b.name for b in plan.benchmarks], policy_given=plan.policy_given)
         write_plan(target, plan)
         return summarize(target, plan=plan, trusted=trusted, shard_aggregates=_shard_aggregates(in_order))

@@ -4,7 +4,8 @@
 
     plan_run(cfg)      -> RunPlan     which benchmarks, their resolved settings and limits, the engine,
                                       the (task, trial) pairs after the --shard and resume filters,
-                                      the parts that are not episodes (unified.eval.parts: lm-eval's tasks)
+                                      the parts that are not episodes (unified.eval.parts: lm-eval's tasks,
+                                      sharded and resumed by the same rules)
     execute(plan)                     runs those pairs and appends their records (unified.eval.runner)
     summarize(run_dir) -> RunSummary  summary.json / summary.md from plan.json and the records on disk
                                       (unified.eval.summarize)
@@ -37,8 +38,7 @@ from unified.config import ConfigError, from_dict, to_dict
 from unified.eval.config import EvalConfig
 from unified.eval.costs import estimate_line
 from unified.eval.engine import EngineChoice
-from unified.eval.general import PlannedGeneral
-from unified.eval.parts import PART_SUITES, PlannedPart, plan_parts
+from unified.eval.parts import PlannedPart, parts_of_plan, plan_parts
 from unified.eval.rundir import BenchmarkStore
 from unified.eval.shards import parse_shard, shard_pairs
 from unified.registry import UnknownNameError
@@ -47,10 +47,12 @@ from unified.store import read_regular_file, write_json_atomic
 PLAN_FILE = "plan.json"
 PLAN_MAX_BYTES = 256 << 20
 """Most bytes of a ``plan.json`` that are read (it lists every (task, trial) pair)."""
-PLAN_VERSION = 3
-"""2: ``general`` is a :class:`unified.eval.general.PlannedGeneral` (was lm-eval's options alone); 3: a
-``--benchmarks module:Class`` benchmark is planned under its class's ``name`` (``adapter_path`` keeps the
-``module:Class``); a version-2 plan named it by that text, read back under its ``directory``."""
+PLAN_VERSION = 4
+"""2: ``general`` is lm-eval's planned part (was lm-eval's options alone); 3: a ``--benchmarks module:Class``
+benchmark is planned under its class's ``name`` (``adapter_path`` keeps the ``module:Class``); a version-2 plan
+named it by that text, read back under its ``directory``; 4: the parts that are not episodes are one list,
+``parts`` (:mod:`unified.eval.parts`), each item read by its ``name``; a plan of 1-3 keeps lm-eval's in
+``general``, read back as an item of ``parts``."""
 
 Pair = tuple[str, int]
 """(task id, trial)."""
@@ -131,17 +133,15 @@ class RunPlan:
     policy_given: bool = False
     """The caller passed a live model (``config.model`` is its label)."""
     benchmarks: list[PlannedBenchmark] = field(default_factory=list)
-    general: PlannedGeneral | None = None
-    """The general suite's part (lm-eval options with ``--limit`` applied, recorded and to-run tasks),
-    None when it was not asked for; a field of its own so that ``plan.json`` keeps its shape. Code reaches
-    it through :meth:`parts`."""
+    parts: list[PlannedPart] = field(default_factory=list)
+    """The planned benchmarks whose work is not an episode (:mod:`unified.eval.parts`: lm-eval's tasks), each
+    with what it covers after ``--shard`` and what ``--out`` records; read back by :func:`read_plan`."""
 
     def benchmark(self, name: str) -> PlannedBenchmark:
         return next(b for b in self.benchmarks if b.name == name)
 
-    def parts(self) -> list[PlannedPart]:
-        """The planned parts that are not episodes (:mod:`unified.eval.parts`), in :data:`PART_SUITES` order."""
-        return [part for part in (getattr(self, suite, None) for suite in PART_SUITES) if part is not None]
+    def part(self, name: str) -> PlannedPart:
+        return next(p for p in self.parts if p.name == name)
 
 
 @dataclass
@@ -283,7 +283,7 @@ def plan_run(cfg: EvalConfig, names: list[str], *, engine: EngineChoice = Engine
     paths = adapter_paths(cfg.benchmarks)
     return RunPlan(config=cfg, engine=PlannedEngine(engine.backend, engine.auto, engine.line), policy_given=policy_given,
                    benchmarks=[plan_benchmark(n, cfg, out, repair=repair, loaded=loaded, paths=paths) for n in names],
-                   **{part.suite: part for part in plan_parts(cfg, repair=repair)})
+                   parts=plan_parts(cfg, repair=repair))
 
 
 def recount_recorded(plan: RunPlan) -> RunPlan:
@@ -321,10 +321,10 @@ def read_plan(run_dir: str | Path) -> RunPlan:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"{path}: not JSON ({exc})") from None
-    general = data.get("general") if isinstance(data, dict) else None
-    if isinstance(general, dict) and "config" not in general:  # version 1: lm-eval's options alone
-        data["general"] = {"config": general, "model": (data.get("config") or {}).get("model", "")}
-    plan = from_dict(RunPlan, data, source=str(path))
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    parts = parts_of_plan(data, str(path))  # each by its name (a plan of 1-3: lm-eval's in its own field)
+    plan = replace(from_dict(RunPlan, data, source=str(path)), parts=parts)
     return _named_by_directory(plan) if plan.version < 3 else plan
 
 
@@ -371,4 +371,4 @@ def plan_lines(plan: RunPlan) -> list[str]:
                      f"tokens, thinking {'on' if sampling.thinking else 'off'}, temperature {sampling.temperature:g}; "
                      + estimate_line(to_run, model=plan.config.model, max_new_tokens=sampling.max_new_tokens,
                                      max_turns=turns))
-    return lines + [line for part in plan.parts() for line in part.lines()]
+    return lines + [line for part in plan.parts for line in part.lines()]

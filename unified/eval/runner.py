@@ -25,13 +25,12 @@ from unified.benchmarks.discovery import (ALL_SUITE, adapter_paths, check_benchm
                                           expand_benchmarks, named_benchmark_config)
 from unified.config import ConfigError
 from unified.eval.config import EvalConfig
-from unified.eval.parts import PART_SUITES, split_suites
+from unified.eval.parts import part_suites, parts_asked, reserved_names, split_benchmarks, split_suites
 from unified.eval.engine import EngineChoice, choose_backend, fallback_line
 from unified.eval.identity import record_run_dir, recorded_backend
 from unified.eval.plan import (Loaded, PlannedBenchmark, PlannedEngine, RunPlan, open_adapter, plan_lines, plan_run,
                                recount_recorded, select_tasks, write_plan)
 from unified.eval.records import BenchmarkEntry, RunSummary
-from unified.eval.shards import check_unsharded_parts
 from unified.eval.rundir import BenchmarkStore, RunDirLock
 from unified.eval.summarize import summarize
 from unified.inference.base import ChatModel, make_chat_model
@@ -88,7 +87,7 @@ def run_eval(cfg: EvalConfig, *, policy: ChatModel | Replayer | None = None,
     cfg = with_benchmark_names(cfg)
     names, parts = benchmarks_to_run(cfg)
     if not names and not parts:
-        suites = sorted({*declared_suites()[0], ALL_SUITE, *PART_SUITES})
+        suites = sorted({*declared_suites()[0], ALL_SUITE, *part_suites()})
         raise ValueError(f"nothing to evaluate: give --suite or --benchmarks (suites: {', '.join(suites)})")
     paths = adapter_paths(cfg.benchmarks)
     check_benchmark_config(cfg.benchmark_config, paths)  # a mistyped key fails now, not after hours of other benchmarks
@@ -181,30 +180,31 @@ class _Policy:
 
 
 def benchmarks_to_run(cfg: EvalConfig) -> tuple[list[str], list[str]]:
-    """(benchmark names from ``--suite`` and ``--benchmarks``, the parts that are not episodes asked for:
-    :func:`unified.eval.parts.split_suites`).
+    """(benchmark names from ``--suite`` and ``--benchmarks``, the names of the parts that are not episodes
+    asked for by either: :func:`unified.eval.parts.parts_asked`).
 
-    A ``--shard`` command naming a part is a ConfigError (:func:`unified.eval.shards.check_unsharded_parts`).
-    An unknown suite is an UnknownNameError listing every suite (the adapters', ``all``, the parts'); a
-    benchmark named like a part (``general``) is a ConfigError (one name, one directory);
+    An unknown suite is an UnknownNameError listing every suite (the adapters', ``all``, the parts'); an
+    adapter named like a part or its records' directory (``lm_eval``, ``general``) is a ConfigError (one
+    name, one directory);
     the world-model eval is the ``lwm`` subcommand of the CLI, not a suite. An installed adapter whose module does not import cannot say which suites it joins,
     so it gets one line saying so when suites are asked for."""
-    agent_suites, parts = split_suites(cfg.suite)
-    check_unsharded_parts(cfg, bool(parts))  # a sharded command naming a part is refused before anything
+    agent_suites, _ = split_suites(cfg.suite)
     try:
         names = [n for s in agent_suites for n in expand_benchmarks(s)]
     except UnknownNameError as exc:
-        raise UnknownNameError("suite", exc.name, [*exc.valid, *PART_SUITES]) from None
+        raise UnknownNameError("suite", exc.name, [*exc.valid, *part_suites()]) from None
     if agent_suites:
         for name, why in declared_suites()[1].items():
             _log(f"{name}: not in any suite here: its adapter does not load ({why}); --benchmarks {name} "
                  "runs it as a recorded skip")
-    names = list(dict.fromkeys(names + expand_benchmarks(None, cfg.benchmarks)))
-    taken = [n for n in names if n in PART_SUITES]
-    if taken:  # its records would land in the part's own directory (OUT/general/)
-        raise ConfigError(f"--benchmarks: a benchmark named {taken[0]!r} is the {taken[0]} suite's name (its records' "
-                          f"directory OUT/{taken[0]}/); give the adapter class another `name`")
-    return names, parts
+    adapters, _ = split_benchmarks(cfg.benchmarks)
+    names = list(dict.fromkeys(names + expand_benchmarks(None, adapters)))
+    taken = [n for n in names if n in reserved_names()]
+    if taken:  # its records would land in a part's own directory
+        raise ConfigError(f"--benchmarks: a benchmark named {taken[0]!r} takes the name of a part of the run that "
+                          f"is not episodes (its records' directory OUT/{taken[0]}/); give the adapter class "
+                          "another `name`")
+    return names, parts_asked(cfg)
 
 
 def execute(plan: RunPlan, *, policy: ChatModel | Replayer | None = None, loaded: dict[str, Loaded] | None = None,
@@ -240,7 +240,7 @@ def execute(plan: RunPlan, *, policy: ChatModel | Replayer | None = None, loaded
             summarize(out, benchmarks=done, plan=plan, loaded=loaded, finished=entries, trusted=trusted)
             if interrupted:
                 raise KeyboardInterrupt
-        for part in plan.parts():  # on the same weights (the agent suites' loaded checkpoint if any)
+        for part in plan.parts:  # on the same weights (the agent suites' loaded checkpoint if any)
             part.run(out, backend=plan.config.backend, auto=engine.auto, loaded=getattr(holder.model, "loaded", None))
     except KeyboardInterrupt:
         summarize(out, benchmarks=done, plan=plan, loaded=loaded, finished=entries, trusted=trusted)

@@ -17,6 +17,9 @@ The shard's run directory holds its plan (``plan.json``: its pairs, :mod:`unifie
 ``python -m unified.eval --merge OUT_0 ... OUT_{N-1} --out OUT`` joins the shards' records and plans
 (:mod:`unified.eval.merge`) and summarizes them as the unsharded run, without running anything.
 
+The parts of a run that are not episodes are sharded by the same rule (:mod:`unified.eval.parts`): lm-eval's
+tasks are its pairs, one trial each (``shard_of("general", task, 0, N)``, :mod:`unified.eval.general_plan`).
+
 Summaries say which kind of run they describe: a shard's ``summary.json`` has a top-level
 ``"shard"`` (a :class:`unified.eval.records.ShardRun`: ``{"shard": "I/N", "index", "count", "pairs": n,
 "pairs_total": m, "merge_command": ..., "note": ...}``), its benchmarks' entries a ``"shard"``
@@ -34,7 +37,6 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from unified.benchmarks.contract import Task
 from unified.config import ConfigError
@@ -42,6 +44,10 @@ from unified.eval.records import ShardPart
 
 SHARDS_FILE = "shards.json"
 """Written into a merged run directory: the shard directories it was made from."""
+
+
+class ShardError(ValueError):
+    """Shard directories that cannot be merged (one line)."""
 
 
 @dataclass(frozen=True)
@@ -162,11 +168,3 @@ def shard_reason(shard: Shard, pairs: int, total: int) -> str:
 def shard_part(shard: Shard, pairs: int, total: int) -> ShardPart:
     """A shard's counts for one benchmark's entry (its ``shard``)."""
     return ShardPart(shard=str(shard), pairs=pairs, pairs_total=total)
-
-
-def check_unsharded_parts(cfg: Any, want_general: bool) -> None:
-    """``cfg.shard`` is I/N, and a sharded run does not include the general suite (lm-eval runs its
-    tasks in one process). ConfigError otherwise, before anything runs."""
-    if parse_shard(getattr(cfg, "shard", None)) and want_general:
-        raise ConfigError("--shard: the general suite (lm-eval) cannot be sharded; run it in its own job "
-                          "without --shard")

@@ -187,7 +187,7 @@ def summarize(run_dir: str | Path, *, benchmarks: list[str] | None = None, plan:
             finished[name] = benchmark_summary(plan, plan.benchmark(name), out, loaded, paths, shard_aggregates)
     entries = {name: finished[name] for name in names}
     cfg = plan.config
-    sections = {part.suite: part.section(out) for part in plan.parts()}
+    sections = {part.suite: part.section(out) for part in plan.parts}
     shard, merged_from = run_kind(plan, out, entries)
     return write_summary(out, build_summary(model=cfg.model, prompting=cfg.prompting, benchmarks=entries,
                                             shard=shard, merged_from=merged_from, **sections))
