@@ -1,7 +1,8 @@
 """Loopback JSON servers for tests: real HTTP on 127.0.0.1.
 
 - :class:`JSONServer`: each POST's JSON body goes to ``answer(request, n)`` (n: how many came before),
-  which returns ``(status, payload)``; ``asked`` keeps every request.
+  which returns ``(status, payload)``; ``asked`` keeps every request; a GET goes to ``get(path)`` (when
+  given, else 404).
 - :class:`FakeChat`: an OpenAI-compatible chat endpoint on it, each answer's text made by
   ``reply(request, n)``, named ``model`` (None: the model the request named)."""
 
@@ -17,7 +18,8 @@ from typing import Any
 class JSONServer:
     """``with JSONServer(answer) as server:`` serves ``server.url`` (``.../v1``) until the block ends."""
 
-    def __init__(self, answer: Callable[[dict[str, Any], int], tuple[int, Any]]) -> None:
+    def __init__(self, answer: Callable[[dict[str, Any], int], tuple[int, Any]],
+                 get: Callable[[str], tuple[int, Any]] | None = None) -> None:
         self.answer = answer
         self.asked: list[dict[str, Any]] = []
         owner = self
@@ -27,7 +29,12 @@ class JSONServer:
                 request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
                 n = len(owner.asked)
                 owner.asked.append(request)
-                status, payload = owner.answer(request, n)
+                self._send(*owner.answer(request, n))
+
+            def do_GET(self):  # noqa: N802
+                self._send(*(get(self.path) if get is not None else (404, {"error": "no GET here"})))
+
+            def _send(self, status: int, payload: Any) -> None:
                 body = json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -39,7 +46,8 @@ class JSONServer:
                 pass
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+        self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self.url = f"{self.base_url}/v1"
 
     def __enter__(self) -> "JSONServer":
         threading.Thread(target=self._server.serve_forever, daemon=True).start()

@@ -14,13 +14,12 @@ from __future__ import annotations
 import base64
 import io
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
 import torch
 
+from _fake_chat import JSONServer
 from _requires import needs_vllm
 from _warmup_support import build_tiny_trainer, fixture_rl_rows, tiny_policy
 from unified.models.routing_replay import NO_ROUTE, RoutingReplay, moe_routers, routes_from_generation
@@ -48,42 +47,26 @@ class VllmFormatEngineFixture:
         self.model, self.returns_routes = engine_model.eval(), returns_routes
         self.replay = RoutingReplay(self.model)
         self.sent: list[tuple[list[int], list[int], np.ndarray]] = []
-        fixture = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:
-                pass
-
-            def _answer(self, body: dict, status: int = 200) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self) -> None:
-                self._answer({"data": [{"id": "engine"}]} if self.path == "/v1/models" else {})
-
-            def do_POST(self) -> None:
-                request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                try:
-                    self._answer({"choices": fixture.complete(request)})
-                except Exception as exc:  # the test sees the fixture's error in TRL's "Request failed: 500"
-                    self._answer({"error": repr(exc)}, status=500)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.server = JSONServer(self._answer, get=self._get)
+        self.base_url = self.server.base_url
 
     def __enter__(self) -> "VllmFormatEngineFixture":
-        self.thread.start()
+        self.server.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.__exit__(*exc)
         self.replay.remove()
+
+    @staticmethod
+    def _get(path: str) -> tuple[int, dict]:
+        return 200, ({"data": [{"id": "engine"}]} if path == "/v1/models" else {})
+
+    def _answer(self, request: dict, n: int) -> tuple[int, dict]:
+        try:
+            return 200, {"choices": self.complete(request)}
+        except Exception as exc:  # the test sees the fixture's error in TRL's "Request failed: 500"
+            return 500, {"error": repr(exc)}
 
     def complete(self, request: dict) -> list[dict]:
         choices = []
