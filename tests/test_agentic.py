@@ -21,6 +21,7 @@ from unified.rewards.environment import BenchmarkEnvironment, EpisodeReward
 from unified.types import EpisodeResult
 from unified.warmup.__main__ import main as warmup_main
 from unified.warmup.agentic import load_trainable, run_agentic
+from unified.warmup.agentic_checks import ignored_settings, unapplied_settings
 from unified.warmup.agentic_loss import group_advantages, gspo_sequence_loss, masked_token_logprobs
 from unified.warmup.config import describe, is_agentic, load_warmup_config
 
@@ -90,6 +91,30 @@ def test_benchmark_entry_names_the_adapter_and_checks_its_settings(capsys):
     assert warmup_main([*argv[:-1], "--set", "rewards.benchmark.adapter=bfcl_v5", "--dry-run"]) == 2
     assert "unknown benchmark 'bfcl_v5'" in capsys.readouterr().err
     assert not is_agentic(load_warmup_config(ROOT / RECIPE, []))
+
+
+def test_settings_the_agentic_trainer_would_not_apply_are_refused_or_named(capsys):
+    """A KL beta, bf16, routing replay or a multi-node launch on an agentic recipe would look used and not be:
+    refused with the key; the single-turn recipe's data/batching/monitor settings are named, not refused."""
+    sets = ["rewards.benchmark.weight=1", "rewards.benchmark.adapter=bfcl_v4"]
+    moe = load_warmup_config(ROOT / "recipes/warmup/qwen35_35b_a3b.yaml", sets)
+    refused = [line.split("=")[0] for line in unapplied_settings(moe)]
+    assert refused == ["launch.nodes", "launch.gpus_per_node", "launch.distributed", "moe.routing_replay",
+                       "moe.require_rollout_routes"]
+    for extra, key in (("gspo.beta=0.04", "gspo.beta"), ("model.precision=bf16", "model.precision"),
+                       ("generation.top_k=20", "generation.top_k"), ("train.lr_scheduler_type=cosine",
+                                                                   "train.lr_scheduler_type")):
+        lines = unapplied_settings(load_warmup_config(ROOT / "recipes/warmup/agentic_cpu.yaml", [extra]))
+        assert [line.split("=")[0] for line in lines] == [key] and "leave it at its default" in lines[0]
+        argv = ["--recipe", str(ROOT / "recipes/warmup/agentic_cpu.yaml"), "--set", extra, "--dry-run"]
+        assert warmup_main(argv) == 2 and f"unified.warmup: {key}=" in capsys.readouterr().err
+    single_turn = load_warmup_config(ROOT / RECIPE, sets)
+    assert unapplied_settings(single_turn) == [] and "gspo.steps_per_generation=32" in ignored_settings(single_turn)
+    assert unapplied_settings(load_warmup_config(ROOT / RECIPE, ["gspo.beta=0.04"])) == []  # not agentic: all apply
+    argv = ["--recipe", str(ROOT / RECIPE), *[a for s in sets for a in ("--set", s)], "--dry-run"]
+    assert warmup_main(argv) == 0
+    assert "# not applied by the agentic trainer (single-turn data, batching or monitors): data.heldout_size=24" in (
+        capsys.readouterr().out)
 
 
 def test_gold_policy_reward_equals_its_eval_score(tmp_path):

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from unified.models.tiny import save_tiny_checkpoint
-from unified.warmup.agentic_checks import backend_problems
+from unified.warmup.agentic_checks import agentic_problems, backend_problems
 from unified.warmup.config import load_warmup_config
 
 
@@ -28,7 +28,8 @@ def test_vllm_backends_refuse_what_they_cannot_do(tmp_path):
     """One line each, before anything loads (the warmup's preflight lists them)."""
     routes = load_warmup_config(None, agentic_settings(tmp_path, "embedded", "vllm_server") +
                                 ["moe.routing_replay=record", "moe.require_rollout_routes=true"])
-    assert "returns no routed experts" in backend_problems(routes)[0]
+    assert [line.split("=")[0] for line in agentic_problems(routes)[:2]] == ["moe.routing_replay", "moe.require_rollout_routes"]
+    assert "returns none" in agentic_problems(routes)[0]
     tp = load_warmup_config(None, agentic_settings(tmp_path, "embedded", "vllm_colocate") +
                             ["generation.vllm_tensor_parallel_size=2"])
     assert backend_problems(tp) and ("tensor parallel 1" in backend_problems(tp)[0]

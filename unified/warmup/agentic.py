@@ -46,6 +46,7 @@ from unified.rewards.entries import BenchmarkEntry, benchmark_entries
 from unified.rewards.environment import BenchmarkEnvironment, Rollout
 from unified.store import append_jsonl, write_json_atomic
 from unified.warmup.agentic_backends import check_backend, rollout_sampler
+from unified.warmup.agentic_checks import ignored_settings
 from unified.warmup.agentic_checkpoint import (AgenticState, keep_metrics_up_to, load_checkpoint_into, resume_point, save_checkpoint,
                                                seed_all, set_rng_state)
 from unified.warmup.agentic_loss import group_advantages, gspo_sequence_loss, masked_token_logprobs
@@ -225,8 +226,11 @@ def run_agentic(cfg: WarmupConfig, *, loaded=None) -> dict[str, Any]:
     resume = resume_point(cfg)
     loaded = loaded if loaded is not None else load_trainable(cfg)
     report: dict[str, Any] = {"benchmark": entry.adapter, "settings": entry.settings, "recipe": to_dict(cfg),
+                              "settings_not_applied": ignored_settings(cfg),
                               "train_tasks": [t.id for t in env.train_tasks],
                               "heldout_tasks": [t.id for t in env.heldout_tasks]}
+    for setting in report["settings_not_applied"]:
+        log.warning("not applied by the agentic trainer (single-turn data, batching or monitors): %s", setting)
     params = [p for p in loaded.model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.train.learning_rate, weight_decay=cfg.train.weight_decay)
     state = AgenticState()

@@ -18,9 +18,9 @@ weights into the engine before each step (``sync_weights``):
   with the checkpoint's chat template (as ``hf`` renders them) and fed as token ids, weights loaded into
   its model runner before every step after the first (TRL's colocate sync).
 
-Refused with one line before anything loads (:func:`check_backend`): ``moe.require_rollout_routes`` on a
-vLLM engine (vLLM returns routed experts on ``/v1/completions`` and ``LLM.generate``, not on chat
-completions; the agentic loss does not replay routes yet), ``vllm_colocate`` without vLLM in this
+Refused with one line before anything loads (:func:`check_backend`): any setting the agentic trainer does not
+apply, ``moe.*`` among them (vLLM returns routed experts on ``/v1/completions`` and ``LLM.generate``, not on
+chat completions; the agentic loss does not replay routes yet), ``vllm_colocate`` without vLLM in this
 environment, and ``vllm_server`` on a trainer without CUDA for more than one step (no weight sync: the
 server would sample every later step from the first step's weights).
 """
@@ -39,7 +39,7 @@ from unified.inference.hf import HFPolicy
 from unified.inference.openai_backend import OpenAIPolicy
 from unified.inference.server import free_port
 from unified.inference.vllm_backend import VLLMPolicy, checkpoint_dir, raw_completion
-from unified.warmup.agentic_checks import backend_problems, cuda_trainer
+from unified.warmup.agentic_checks import agentic_problems, cuda_trainer
 from unified.warmup.config import WarmupConfig
 from unified.warmup.rollout_client import keyed_client_class, rollout_server_key
 
@@ -52,9 +52,9 @@ def rollout_sampling(cfg: WarmupConfig) -> SamplingConfig:
 
 
 def check_backend(cfg: WarmupConfig) -> None:
-    """Raise ConfigError when the agentic run cannot sample on ``generation.backend`` as configured
-    (:func:`unified.warmup.agentic_checks.backend_problems`)."""
-    found = backend_problems(cfg)
+    """Raise ConfigError when the agentic run cannot do what its recipe says: a setting it would not apply, or an
+    engine it cannot sample on as configured (:func:`unified.warmup.agentic_checks.agentic_problems`)."""
+    found = agentic_problems(cfg)
     if found:
         raise ConfigError(found[0])
 

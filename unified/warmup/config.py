@@ -529,13 +529,15 @@ def describe(cfg: WarmupConfig) -> dict[str, Any]:
     """A short human summary of the objective, for logs and ``--dry-run``."""
     g = cfg.gspo
     environments = benchmark_entries(cfg.rewards)
-    rollouts: dict[str, Any] = {"rollouts": "single-turn world-model completions (data.train)"}
-    if environments:
-        rollouts = {"rollouts": "agent episodes (unified.warmup.agentic) of " + ", ".join(e.describe() for e in environments),
-                    "rewards_not_applied_to_episodes": [e.name for e in cfg.rewards
-                                                        if e.weight > 0 and e not in environments]}
+    if environments:  # the agentic trainer's own loss (unified.warmup.agentic_loss): no KL, no vLLM IS correction
+        return {"rollouts": "agent episodes (unified.warmup.agentic) of " + ", ".join(e.describe() for e in environments),
+                "rewards_not_applied_to_episodes": [e.name for e in cfg.rewards if e.weight > 0 and e not in environments],
+                "objective": "GSPO over the policy's tokens of each episode (unified.warmup.agentic_loss), ratio against "
+                             "the sampler's own log-probs",
+                "clip_range": [1 - g.epsilon, 1 + g.epsilon_high], "group_size": g.num_generations,
+                "updates_per_generation": g.num_iterations, "metrics": "output_dir/metrics.jsonl (no wandb)"}
     return {
-        **rollouts,
+        "rollouts": "single-turn world-model completions (data.train)",
         "objective": "GSPO" if g.importance_sampling_level == "sequence" else "GRPO (token-level ratio)",
         "clip_range": [1 - g.epsilon, 1 + g.epsilon_high],
         "kl_beta": g.beta,

@@ -23,7 +23,7 @@ import dataclasses
 from pathlib import Path
 
 from unified.registry import UnknownNameError
-from unified.warmup.agentic_checks import backend_problems
+from unified.warmup.agentic_checks import agentic_problems
 from unified.warmup.config import WarmupConfig
 from unified.inference.spec import parse_spec
 from unified.lwm.dataset import rl_rows
@@ -50,7 +50,7 @@ def problems(cfg: WarmupConfig) -> list[str]:
         for item in getattr(cfg.data, name):
             if not Path(item).exists():
                 out.append(f"data.{name}: {item} does not exist (relative paths are read from {Path.cwd()})")
-    out.extend(backend_problems(cfg))  # agentic rollouts on a vLLM engine (unified/warmup/agentic_checks.py)
+    out.extend(agentic_problems(cfg))  # settings an agentic run would not apply, its engine (unified/warmup/agentic_checks.py)
     out.extend(plan_problems(cfg))  # memory/time plan of the layout (unified/warmup/plan.py)
     return out
 
