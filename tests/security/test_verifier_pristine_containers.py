@@ -78,3 +78,35 @@ def test_planted_toolchain_files_are_tampered_and_never_run(podman_service_adapt
     assert details["reward_claimed"] == 0.0, details.get("verifier_output")
     assert "service answered: nothing" in details["verifier_output"]
     assert "tests read-only" in details["verifier_output"]
+
+
+TOOLS_TEST_SH = """#!/bin/bash
+# Fixture verifier that uses the system's tools as a test.sh does when it installs what it needs: ldconfig
+# (dpkg's libc-bin trigger after an apt-get install) renames a new /etc/ld.so.cache over the old one.
+mkdir -p /logs/verifier
+ldconfig; rc=$?
+echo "ldconfig exit $rc"
+grep -q "$(cat /proc/sys/kernel/hostname)" /etc/hosts && echo "engine hosts file kept"
+if [ "$rc" = 0 ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
+"""
+
+
+def test_the_pristine_toolchain_lets_the_verifier_run_ldconfig(podman_service_adapter, tmp_path):
+    """The image's toolchain files are plain files in the verifier's private view of /etc, not bind mounts:
+    before, ldconfig's rename over /etc/ld.so.cache failed with EBUSY (dpkg: 'Errors were encountered while
+    processing: libc-bin'), so a test.sh that checks it scored an untouched container 0. The engine's own
+    files under /etc (the hosts file naming the container) are still there."""
+    task_dir = tmp_path / "fixture_container_service"
+    shutil.copytree(ROOT / "fixture_container_service", task_dir)
+    (task_dir / "tests" / "test.sh").write_text(TOOLS_TEST_SH)
+    adapter = TerminalBench2Adapter(root=str(tmp_path), backend="podman", build="always",
+                                    tasks="fixture_container_service", agent="tool_calling")
+    task = adapter.tasks()[0]
+    with adapter.open(task) as env:
+        env.step([ToolCall("task_complete", {}, "c0")])
+        result = adapter.score(task, Episode(benchmark=adapter.name, task_id=task.id), env)
+    details = result.details
+    assert details.get("pristine_toolchain") and not details["pristine_toolchain"].startswith("none"), details
+    assert "ldconfig exit 0" in details["verifier_output"], details.get("verifier_output")
+    assert "engine hosts file kept" in details["verifier_output"], details.get("verifier_output")
+    assert result.score == 1.0 and details.get("stop_reason") != "tampered", details

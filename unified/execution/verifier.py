@@ -53,6 +53,19 @@ $bb mount -t tmpfs -o mode=0700 unified-verifier "$mnt" || exit 91
 scratch=$mnt/io
 $bb mkdir -m 0700 "$scratch" || exit 90
 if [ -n "$pristine" ]; then
+  emounts=$($bb cut -d " " -f 5 /proc/self/mountinfo | $bb grep "^/etc/.")
+  n=0
+  for m in $emounts; do
+    n=$((n + 1)); if [ -d "$m" ]; then $bb mkdir "$mnt/k$n"; else $bb touch "$mnt/k$n"; fi || exit 94
+    $bb mount -o bind "$m" "$mnt/k$n" || exit 94
+  done
+  $bb mkdir -p "$mnt/e/u" "$mnt/e/w" || exit 94
+  $bb mount -t overlay -o "lowerdir=/etc,upperdir=$mnt/e/u,workdir=$mnt/e/w" unified-etc /etc || exit 94
+  n=0
+  for m in $emounts; do
+    n=$((n + 1)); [ -e "$m" ] || if [ -d "$mnt/k$n" ]; then $bb mkdir -p "$m"; else $bb touch "$m"; fi || exit 94
+    $bb mount -o bind "$mnt/k$n" "$m" || exit 94
+  done
   oldifs=$IFS; IFS=:; k=0
   for d in $tdirs; do
     [ -d "$pristine$d" ] && [ ! -L "$pristine$d" ] || continue
@@ -61,9 +74,8 @@ if [ -n "$pristine" ]; then
     $bb mount -t overlay -o "lowerdir=$pristine$d,upperdir=$mnt/o$k/u,workdir=$mnt/o$k/w" unified-pristine "$d" || exit 94
   done
   for f in $tfiles; do
-    [ -e "$f" ] || [ -L "$f" ] || continue
-    if [ -f "$pristine$f" ] && [ ! -L "$pristine$f" ]; then src=$pristine$f; else src=/dev/null; fi
-    $bb mount -o bind "$src" "$f" || exit 94
+    $bb rm -f "$f" || exit 94
+    if [ -f "$pristine$f" ] && [ ! -L "$pristine$f" ]; then $bb cp -p "$pristine$f" "$f" || exit 94; fi
   done
   IFS=$oldifs
 fi
@@ -120,8 +132,11 @@ and each private directory is a bind mount of a fresh directory of it, retried u
 own device and inode (a process left running may remove or swap the path meanwhile). ``PRIVATE_DIRS`` is
 ``:``-separated and starts with ``OUT``. With ``PRISTINE`` (the image's toolchain, :mod:`unified.execution.pristine`;
 empty: none), each of the ``:``-separated ``TOOLCHAIN_DIRS`` that is a directory there becomes an overlay of that copy
-under a private upper layer (the verifier installs what it needs; it sees nothing of the agent's there), and each of
-``TOOLCHAIN_FILES`` present in the container is bound from the copy (or ``/dev/null`` where the image has none).
+under a private upper layer (the verifier installs what it needs; it sees nothing of the agent's there), and ``/etc``
+an overlay of the container's own under a private upper layer, the engine's mounts under it (``/etc/hosts``,
+``/etc/resolv.conf``, ``/etc/hostname``) carried over, in which each of ``TOOLCHAIN_FILES`` is the copy's file (removed
+where the image has none): plain files the verifier's tools may replace, as ``ldconfig`` renames a new
+``/etc/ld.so.cache`` over the old one (a file bind-mounted there answered ``EBUSY`` and dpkg's trigger failed).
 ``/tests`` is remounted read-only once the tests are unpacked; a private directory found replaced when unpacking or
 remounting fails is reported as ``tampered`` (a process left running raced it). Exit 90-94: the isolation could not
 be set up (nothing of the command ran).
