@@ -91,6 +91,10 @@ def test_benchmark_entry_names_the_adapter_and_checks_its_settings(capsys):
     assert warmup_main([*argv[:-1], "--set", "rewards.benchmark.adapter=bfcl_v5", "--dry-run"]) == 2
     assert "unknown benchmark 'bfcl_v5'" in capsys.readouterr().err
     assert not is_agentic(load_warmup_config(ROOT / RECIPE, []))
+    # the default recipe's judge-scored rewards do not apply to episodes: their missing judge is not asked for
+    assert warmup_main([a for s in sets for a in ("--set", s)] + ["--dry-run"]) == 0
+    out = capsys.readouterr()
+    assert '"rewards_not_applied_to_episodes": ["rubric", "rule"]' in out.out and "judge" not in out.err
 
 
 def test_settings_the_agentic_trainer_would_not_apply_are_refused_or_named(capsys):

@@ -24,10 +24,11 @@ from pathlib import Path
 
 from unified.registry import UnknownNameError
 from unified.warmup.agentic_checks import agentic_problems
-from unified.warmup.config import WarmupConfig
+from unified.warmup.config import WarmupConfig, is_agentic
 from unified.inference.spec import parse_spec
 from unified.lwm.dataset import rl_rows
 from unified.rewards import CallableEntry, RubricEntry
+from unified.rewards.entries import benchmark_entries
 from unified.warmup.plan import plan_problems
 
 _SPEC_ERRORS = (ValueError, FileNotFoundError, UnknownNameError)  # SpecError, CheckpointNotFoundError
@@ -43,16 +44,24 @@ def problems(cfg: WarmupConfig) -> list[str]:
                        "a checkpoint directory, a .gguf or a hub id)")
     except _SPEC_ERRORS as exc:
         out.append(f"model.name_or_path: {exc}")
+    agentic = is_agentic(cfg)
     for i, entry in enumerate(cfg.rewards):
-        if entry.weight > 0:
+        if entry in applied_rewards(cfg):
             out.extend(_reward_problems(entry, i))
-    for name in ("train", "heldout"):
+    for name in ("train", "heldout") if not agentic else ():  # an agentic run's tasks are its benchmark's
         for item in getattr(cfg.data, name):
             if not Path(item).exists():
                 out.append(f"data.{name}: {item} does not exist (relative paths are read from {Path.cwd()})")
     out.extend(agentic_problems(cfg))  # settings an agentic run would not apply, its engine (unified/warmup/agentic_checks.py)
     out.extend(plan_problems(cfg))  # memory/time plan of the layout (unified/warmup/plan.py)
     return out
+
+
+def applied_rewards(cfg: WarmupConfig) -> list:
+    """The reward entries the run scores with: those of weight > 0, and of them only the ``benchmark`` entries in an
+    agentic run (the others do not apply to episodes; ``describe`` lists them as ``rewards_not_applied_to_episodes``),
+    so a judge they name is neither required nor asked."""
+    return benchmark_entries(cfg.rewards) if is_agentic(cfg) else [e for e in cfg.rewards if e.weight > 0]
 
 
 def _reward_problems(entry, index: int) -> list[str]:
@@ -85,7 +94,7 @@ def _reward_problems(entry, index: int) -> list[str]:
 
 def judge_problems(cfg: WarmupConfig) -> list[str]:
     """One line per judge-backed reward entry whose endpoint does not answer one real request usably."""
-    entries = [e for e in cfg.rewards if isinstance(e, RubricEntry) and e.weight > 0 and e.judge_endpoint]
+    entries = [e for e in applied_rewards(cfg) if isinstance(e, RubricEntry) and e.judge_endpoint]
     if not entries:
         return []
     try:
