@@ -17,6 +17,7 @@ from unified.eval.config import EvalConfig
 from unified.eval.reader import read_run
 from unified.models.tiny import tiny_moe_model
 from unified.eval.runner import run_eval
+from unified.rewards.entries import benchmark_entries
 from unified.rewards.environment import BenchmarkEnvironment, EpisodeReward
 from unified.types import EpisodeResult
 from unified.warmup.__main__ import main as warmup_main
@@ -176,3 +177,42 @@ def test_agentic_run_trains_and_contains_a_raising_scorer(tmp_path, tiny_checkpo
     report = run_agentic(cfg, loaded=loaded)
     assert report["steps"][0]["samples"] > 0  # varied rewards: nonzero advantages, trajectories in the loss
     assert any(not torch.equal(a, p) for a, p in zip(start, loaded.model.parameters()))  # and an update
+
+
+def test_one_step_moves_probability_towards_the_better_episodes(tmp_path, tiny_checkpoint):
+    """The update's direction, not just that one happened: over the step's own episodes,
+    sum_i A_i (log pi_after(y_i) - log pi_before(y_i)) > 0, the policy-improvement sign a flipped loss or
+    advantage would turn negative (first order at a small learning rate; policy tokens only)."""
+    from unified.warmup.agentic import make_sampler, train_step
+
+    sets = [f"output_dir={tmp_path}", f"model.name_or_path={tiny_checkpoint}", "logging.wandb=false", "rewards=[]",
+            "rewards.benchmark.weight=1", "rewards.benchmark.adapter=test_agentic:TokenScoredFixture",
+            "rewards.benchmark.heldout_size=1", "gspo.num_generations=4", "generation.max_completion_length=8",
+            "train.learning_rate=1e-3", "train.max_grad_norm=1e6"]
+    cfg = load_warmup_config(None, sets)
+    loaded = load_trainable(cfg)
+    env = BenchmarkEnvironment.from_entry(benchmark_entries(cfg.rewards)[0])
+    torch.manual_seed(0)
+    sampler = make_sampler(cfg, loaded)
+    try:
+        rollouts = env.rollouts(sampler.policy, env.train_tasks[:2], 4, max_in_flight=4)
+    finally:
+        sampler.close()
+    advantages = group_advantages([r.reward for r in rollouts], [r.task.id for r in rollouts])
+
+    def sequence_logps() -> list[float]:
+        out = []
+        with torch.no_grad():
+            for rollout in rollouts:
+                (sample,) = rollout.samples()
+                logps = masked_token_logprobs(loaded.model, sample.prompt_ids, sample.response_ids)
+                out.append(float((logps * torch.tensor(sample.response_mask, dtype=logps.dtype)).sum()))
+        return out
+
+    before = sequence_logps()
+    optimizer = torch.optim.SGD([p for p in loaded.model.parameters() if p.requires_grad], lr=1e-3)
+    stats = train_step(loaded.model, optimizer, rollouts, cfg, step=1)
+    after = sequence_logps()
+    assert stats.samples == len(rollouts) and any(a for a in advantages)
+    improvement = sum(a * (y - x) for a, x, y in zip(advantages, before, after))
+    assert improvement > 0, (advantages, before, after)
