@@ -55,6 +55,9 @@ COMMANDS: dict[str, tuple[str, str | None, bool]] = {
                        f"{RUNS}/eval/quick", True),
     "eval_ood_with_checkouts": (f"{PY} -m unified.eval --suite ood --model embedded --limit 1 "
                                 f"--out {RUNS}/eval/ood-checkouts", f"{RUNS}/eval/ood-checkouts", True),
+    "eval_ood_with_checkouts_quick": (f"{PY} -m unified.eval --suite ood --model embedded --preset quick "
+                                      f"--out {RUNS}/eval/ood-checkouts-quick", f"{RUNS}/eval/ood-checkouts-quick",
+                                      True),
     # two runs of the same weights under other settings (sft, quick): the cost of a comparison, which reads
     # records only, does not depend on which two runs it reads
     "compare": (f"{PY} -m unified.eval --compare {RUNS}/eval/sft {RUNS}/eval/quick", None, False),
@@ -74,10 +77,10 @@ COMMANDS: dict[str, tuple[str, str | None, bool]] = {
 # which rows each doc block quotes (README's "What each command needs", the quickstart's first hour)
 BLOCKS = {
     "README.md": ["setup", "demo", "test", "warmup_1_step", "eval_ood_embedded", "eval_ood_quick",
-                  "eval_ood_with_checkouts", "eval_pta"],
+                  "eval_ood_with_checkouts", "eval_ood_with_checkouts_quick", "eval_pta"],
     "docs/quickstart.md": ["setup", "demo", "test", "warmup_1_step", "plot_warmup",
                            "eval_ood_embedded", "eval_ood_warmup", "eval_ood_quick", "eval_ood_with_checkouts",
-                           "compare", "plot_compare", "view", "eval_pta", "trace", "lwm", "general"],
+                           "eval_ood_with_checkouts_quick", "compare", "plot_compare", "view", "eval_pta", "trace", "lwm", "general"],
 }
 BEGIN, END = "<!-- costs:begin (python -m measurements.costs --render) -->", "<!-- costs:end -->"
 

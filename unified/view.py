@@ -410,7 +410,7 @@ def render_index(run_dirs: list[str | Path], out: Path) -> str:
             summaries[str(run)] = None
     names = sorted({n for s in summaries.values() if s for n in s.benchmarks})
     head = ("<tr><th>run</th><th>model</th><th>weights</th><th>prompting</th><th>tokens a call</th><th>thinking</th>"
-            "<th>turns</th><th>limit</th><th>trials</th>" + "".join(f"<th>{_e(n)}</th>" for n in names) + "</tr>")
+            "<th title=\"the run's --max-turns: a benchmark's protocol may override it (plan.json, the plan line)\">turns asked</th><th>limit</th><th>trials</th>" + "".join(f"<th>{_e(n)}</th>" for n in names) + "</tr>")
     rows = []
     for i, run in enumerate(run_dirs):
         summary, fp = summaries[str(run)], run_fingerprint(run)
