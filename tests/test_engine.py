@@ -144,3 +144,46 @@ def test_a_client_thread_hands_its_idle_openmp_workers_back_when_it_submits(load
     assert seen["freed"] is True and seen["without_pool"] < seen["with_pool"]  # the pool is real and freeable
     assert seen["output"].token_ids  # the engine generated for this client
     assert seen["released_again"] == seen["after_submit"]  # submit had already freed it
+
+
+def test_the_local_server_cuts_an_official_budget_to_the_context_window_as_vllm_does(tiny_checkpoint):
+    """Claw-Eval's simulated user asks max_tokens 65536: the local server generates at most what the model's
+    window (the tiny checkpoint's max_position_embeddings, 1024) leaves after the prompt, and a prompt that fills
+    the window is a 400 in vLLM's words (which the eval's client reads as the context being full)."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    from unified.inference.server import InProcessServer, context_window, fit_new_tokens
+
+    def ask(server, content: str, max_tokens: int) -> tuple[int, dict]:
+        body = json.dumps({"model": server.served_name, "max_tokens": max_tokens,
+                           "messages": [{"role": "user", "content": content}]}).encode()
+        request = urllib.request.Request(f"{server.base_url}/chat/completions", data=body, method="POST",
+                                         headers={"Content-Type": "application/json",
+                                                  "Authorization": f"Bearer {server.token}"})
+        try:
+            with urllib.request.urlopen(request, timeout=300) as answer:
+                return answer.status, json.loads(answer.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+    with InProcessServer(str(tiny_checkpoint), max_new_tokens=6) as server:
+        window = context_window(server.loaded.model)
+        assert window == 1024
+        tokenizer = server.loaded.tokenizer
+        n = 1
+        while True:  # a prompt that leaves the window 8 tokens, so the cut decides the answer's length
+            longer = "word " * (n + 1)
+            rendered = tokenizer.apply_chat_template([{"role": "user", "content": longer}], tokenize=False,
+                                                     add_generation_prompt=True)
+            if len(tokenizer(rendered, add_special_tokens=False)["input_ids"]) > window - 8:
+                break
+            n += 1
+        status, answer = ask(server, "word " * n, 65536)
+        usage = answer["usage"]
+        assert status == 200 and window - 8 - 4 <= usage["prompt_tokens"] <= window - 8, usage
+        assert usage["prompt_tokens"] + usage["completion_tokens"] <= window, usage
+        assert fit_new_tokens(65536, 1000, window) == 24 and fit_new_tokens(16, 10, None) == 16
+        status, answer = ask(server, "word " * 1500, 16)
+        assert status == 400 and "maximum context length is 1024 tokens" in answer["error"]["message"]

@@ -17,7 +17,9 @@ template; the reasoning (split by :func:`unified.chatformat.reasoning.split_reas
 as ``reasoning_content`` and tool-call markup stays in ``content`` (like a vLLM server started
 without a tool parser). Every request brings its own ``max_tokens`` (``--max-new-tokens`` is
 only the default for requests that give none), so one server serves a judge, a simulated user
-and a policy with different budgets. ``"logprobs": true`` on a chat request returns each
+and a policy with different budgets; as vLLM does, a budget is cut to what the model's context window
+(``max_position_embeddings``) leaves after the prompt, and a prompt that fills it is a 400 in vLLM's words
+(:func:`fit_new_tokens`: Claw-Eval's simulated user asks 65,536 tokens of a 8,192-token model). ``"logprobs": true`` on a chat request returns each
 generated token's log-probability in ``choices[0].logprobs.content`` (OpenAI's shape).
 
 :class:`InProcessServer` serves the same routes from threads of *this* process over its shared
@@ -126,9 +128,37 @@ TOKEN_ENV = "UNIFIED_SERVER_API_KEY"
 """Environment variable holding the bearer token the command-line server requires (unset: none)."""
 
 
+class PromptTooLong(ValueError):
+    """A prompt that already fills the model's context window (answered 400 in vLLM's words)."""
+
+
+def context_window(model: Any) -> int | None:
+    """The model's context window in tokens (``config.max_position_embeddings``, or its ``text_config``'s), None
+    when the config does not say."""
+    config = getattr(model, "config", None)
+    for cfg in (config, getattr(config, "text_config", None)):
+        value = getattr(cfg, "max_position_embeddings", None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def fit_new_tokens(asked: int, prompt_tokens: int, window: int | None) -> int:
+    """The answer budget a request gets: what it asked, cut to what the context window leaves after its prompt, as
+    vLLM does (an official client's ``max_tokens=65536`` on a 8,192-token model generates at most 8,192 - prompt;
+    generating past the window would decode positions the model was never trained on, at a cost that grows with
+    every token). Raises :class:`PromptTooLong` when the prompt leaves no room."""
+    if window is None:
+        return max(1, asked)
+    if prompt_tokens >= window:
+        raise PromptTooLong(f"This model's maximum context length is {window} tokens; the prompt has {prompt_tokens}")
+    return max(1, min(asked, window - prompt_tokens))
+
+
 def make_handler(loaded, client: _Client, served_name: str, default_max_tokens: int, token: str | None = None):
     """The request handler; with ``token``, every route but ``/health`` needs ``Authorization: Bearer <token>``."""
     expected = f"Bearer {token}".encode() if token else None
+    window = context_window(loaded.model)  # answer budgets are cut to it (fit_new_tokens)
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -178,11 +208,14 @@ def make_handler(loaded, client: _Client, served_name: str, default_max_tokens: 
                 kwargs = dict(request.get("chat_template_kwargs") or {})
                 prompt = loaded.tokenizer.apply_chat_template(
                     messages, tools=request.get("tools") or None, tokenize=False, add_generation_prompt=True, **kwargs)
+                asked = int(request.get("max_completion_tokens") or request.get("max_tokens") or default_max_tokens)
+                prompt_tokens = len(loaded.tokenizer(prompt, add_special_tokens=False)["input_ids"])
                 params = SamplingParams(
-                    max_new_tokens=int(request.get("max_completion_tokens") or request.get("max_tokens")
-                                       or default_max_tokens),
+                    max_new_tokens=fit_new_tokens(asked, prompt_tokens, window),
                     temperature=float(request.get("temperature") or 0.0), top_p=float(request.get("top_p") or 1.0),
                     seed=request.get("seed"))
+            except PromptTooLong as exc:
+                return self._send(400, {"error": {"message": str(exc), "code": "context_length_exceeded"}})
             except (KeyError, ValueError, TypeError) as exc:
                 return self._send(400, {"error": {"message": f"bad request: {type(exc).__name__}: {exc}"}})
             except Exception as exc:  # template errors (e.g. raise_exception in the template)
@@ -220,13 +253,17 @@ def make_handler(loaded, client: _Client, served_name: str, default_max_tokens: 
                 echo = bool(request.get("echo"))
                 if echo and max_tokens > 1:
                     raise ValueError("echo is supported with max_tokens 0 or 1 (log-likelihood scoring)")
-                params = SamplingParams(max_new_tokens=max(1, max_tokens),
-                                        temperature=float(request.get("temperature") or 0.0),
-                                        top_p=float(request.get("top_p") or 1.0), seed=request.get("seed"))
+                params = [SamplingParams(max_new_tokens=fit_new_tokens(max_tokens, len(ids), window) if not echo
+                                         else max(1, max_tokens),
+                                         temperature=float(request.get("temperature") or 0.0),
+                                         top_p=float(request.get("top_p") or 1.0), seed=request.get("seed"))
+                          for ids in prompts]
+            except PromptTooLong as exc:
+                return self._send(400, {"error": {"message": str(exc), "code": "context_length_exceeded"}})
             except (KeyError, ValueError, TypeError) as exc:
                 return self._send(400, {"error": {"message": f"bad request: {type(exc).__name__}: {exc}"}})
             futures = [client.score(ids, int(request.get("logprobs") or 1), max_tokens == 1) if echo
-                       else client.generate(ids, params) for ids in prompts]
+                       else client.generate(ids, p) for ids, p in zip(prompts, params)]
             choices, prompt_tokens, completion_tokens = [], 0, 0
             for index, (ids, future) in enumerate(zip(prompts, futures)):
                 try:
