@@ -187,3 +187,38 @@ def test_the_local_server_cuts_an_official_budget_to_the_context_window_as_vllm_
         assert fit_new_tokens(65536, 1000, window) == 24 and fit_new_tokens(16, 10, None) == 16
         status, answer = ask(server, "word " * 1500, 16)
         assert status == 400 and "maximum context length is 1024 tokens" in answer["error"]["message"]
+
+
+def test_stopping_the_engine_fails_its_running_jobs_and_a_process_exits_cleanly_with_one_running(tiny_checkpoint,
+                                                                                                 monkeypatch):
+    """At interpreter exit every engine is stopped: a job still decoding (a judge request its grader gave up on)
+    fails with EngineStopped instead of a daemon thread inside torch aborting the exiting process (exit 134).
+    The tiny model's end-of-sequence tokens are taken away so that its jobs decode until stopped."""
+    import subprocess
+    import sys
+
+    import unified.models.continuous as continuous
+    from unified.inference.engine import EngineStopped
+
+    monkeypatch.setattr(continuous, "_eos_ids", lambda model, tokenizer: [])
+    loaded = load_checkpoint(tiny_checkpoint, device="cpu")
+    engine = Engine(loaded)
+    future = engine.generate("hello", SamplingParams(max_new_tokens=100000))
+    deadline = time.monotonic() + 60
+    while not engine.running and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    assert not future.done()  # decoding now
+    assert engine.stop(timeout_s=60) and not engine.running
+    with pytest.raises(EngineStopped):
+        future.result(timeout=5)
+    assert engine.generate("hello", SamplingParams(max_new_tokens=2)).result(timeout=60).text is not None  # restarts
+
+    program = ("import time, sys\nimport unified.models.continuous as c\nc._eos_ids = lambda model, tokenizer: []\n"
+               "from unified.models import load_checkpoint\n"
+               "from unified.inference.engine import engine_for\nfrom unified.models.generation import SamplingParams\n"
+               f"loaded = load_checkpoint({str(tiny_checkpoint)!r}, device='cpu')\n"
+               "engine_for(loaded).generate('hello', SamplingParams(max_new_tokens=100000))\n"
+               "time.sleep(2)\nprint('exiting with a job running', flush=True)\n")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "exiting with a job running" in done.stdout, (done.returncode, done.stderr[-2000:])

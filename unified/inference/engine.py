@@ -41,6 +41,7 @@ futex wake-up: on a 2-core machine a decode step ran on ~1 core instead of 2 (cp
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import functools
 import queue
@@ -138,6 +139,22 @@ class Engine:
         self._jobs: queue.SimpleQueue[GenerationJob | CallJob] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._stopping = False
+
+    def stop(self, timeout_s: float = 30.0) -> bool:
+        """Fail every queued and running job (:class:`EngineStopped`) and end the thread after its current step;
+        True when it ended within ``timeout_s``. Called for every engine at interpreter exit (:func:`stop_engines`):
+        a daemon thread still inside a torch op when the interpreter finalises aborts the process ("terminate
+        called without an active exception", exit status 134), as a judge request left running by a grader that
+        timed out did at the end of an eval whose results were all written."""
+        self._stopping = True
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout_s)
+            if thread.is_alive():
+                return False
+        self._stopping = False  # a later submit starts a fresh thread
+        return True
 
     def reserve(self, max_rows: int) -> None:
         """Let the engine decode at least ``max_rows`` rows together (a client's batch size)."""
@@ -174,6 +191,8 @@ class Engine:
         state = _Loop(self, loaded)
         try:
             while True:
+                if self._stopping:
+                    raise EngineStopped("the engine was stopped (the process is exiting)")
                 if not state.take(self._jobs):
                     with self._lock:  # nothing came within IDLE_EXIT_S: exit unless a job just arrived
                         if self._jobs.empty():
@@ -298,6 +317,21 @@ class _Loop:
 
 _ENGINES: "weakref.WeakKeyDictionary[Any, Engine]" = weakref.WeakKeyDictionary()
 _ENGINES_LOCK = threading.Lock()
+
+
+class EngineStopped(RuntimeError):
+    """What the jobs of a stopped engine fail with."""
+
+
+def stop_engines(timeout_s: float = 30.0) -> None:
+    """Stop every engine's thread (:meth:`Engine.stop`); registered with :mod:`atexit`."""
+    with _ENGINES_LOCK:
+        engines = list(_ENGINES.values())
+    for engine in engines:
+        engine.stop(timeout_s)
+
+
+atexit.register(stop_engines)
 
 
 def engine_for(loaded: Any, *, max_rows: int = 16) -> Engine:
