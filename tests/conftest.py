@@ -78,6 +78,21 @@ def tiny_checkpoint(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_judge_checkpoint(tiny_checkpoint, tmp_path_factory) -> Path:
+    """The tiny checkpoint with a context window of 4096 positions (its own is 1024): a rubric judge's prompt
+    (about 1,500 tokens) must fit the judge's window, or the local server answers 400 as vLLM does."""
+    import json
+    import shutil
+
+    path = tmp_path_factory.mktemp("tiny_judge") / "qwen3_moe"
+    shutil.copytree(tiny_checkpoint, path)
+    config = json.loads((path / "config.json").read_text())
+    config["max_position_embeddings"] = 4096
+    (path / "config.json").write_text(json.dumps(config))
+    return path
+
+
+@pytest.fixture(scope="session")
 def _slurm_session():
     """Stops the shared one-node Slurm (tests/_slurm_cluster.py) at the end of the session, if a test started it."""
     from _slurm_cluster import stop_shared_cluster

@@ -43,7 +43,7 @@ def test_limit_is_seeded_and_covers_every_domain():
 
 
 @pytest.mark.slow
-def test_suite_runs_end_to_end_with_a_tiny_world_model_and_a_loopback_judge(tiny_checkpoint, tmp_path, capsys,
+def test_suite_runs_end_to_end_with_a_tiny_world_model_and_a_loopback_judge(tiny_checkpoint, tiny_judge_checkpoint, tmp_path, capsys,
                                                                           monkeypatch):
     monkeypatch.delenv("AGENTWORLD_ROOT", raising=False)  # the own protocol: our rubric judge
     from unified.inference.server import LocalOpenAIServer
@@ -55,7 +55,7 @@ def test_suite_runs_end_to_end_with_a_tiny_world_model_and_a_loopback_judge(tiny
     out = tmp_path / "out"
     args = ["--model", str(tiny_checkpoint), "--data", str(data), "--out", str(out), "--limit", "4",
             "--max-new-tokens", "8", "--judge-max-tokens", "8", "--batch-size", "4"]
-    with LocalOpenAIServer(str(tiny_checkpoint), served_name="judge", max_new_tokens=8) as server:
+    with LocalOpenAIServer(str(tiny_judge_checkpoint), served_name="judge", max_new_tokens=8) as server:
         assert main([*args, "--judge", server.spec]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["n"] == 4 and set(summary["domains"]) == {"terminal", "mcp"}

@@ -168,10 +168,10 @@ def test_mix_is_the_weighted_sum_of_named_functions_and_logging_and_config():
 
 
 @pytest.mark.slow
-def test_judge_end_to_end_against_a_loopback_server(tiny_checkpoint, tmp_path):
+def test_judge_end_to_end_against_a_loopback_server(tiny_judge_checkpoint, tmp_path):
     from unified.inference.server import LocalOpenAIServer
 
-    with LocalOpenAIServer(str(tiny_checkpoint), served_name="tiny-judge", max_new_tokens=24) as server:
+    with LocalOpenAIServer(str(tiny_judge_checkpoint), served_name="tiny-judge", max_new_tokens=24) as server:
         entries = [RubricEntry(name="rubric", weight=0.9, judge_endpoint=server.spec,
                                cache_dir=str(tmp_path / "cache"), judge_max_tokens=24, judge_max_retries=0),
                    RuleEntry(name="rule", weight=0.1)]

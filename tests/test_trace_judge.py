@@ -63,12 +63,12 @@ def test_domain_of_benchmarks():
 
 
 @pytest.mark.slow
-def test_judge_through_a_real_local_server(tiny_checkpoint, tmp_path):
+def test_judge_through_a_real_local_server(tiny_judge_checkpoint, tmp_path):
     """A tiny random model is a bad judge: its answers don't parse, and the rule verdicts stay."""
     from unified.inference.server import LocalOpenAIServer
 
     rule_only = trace_run([fixture_weather_episode()])
-    with LocalOpenAIServer(str(tiny_checkpoint), max_new_tokens=8) as server:
+    with LocalOpenAIServer(str(tiny_judge_checkpoint), max_new_tokens=8) as server:
         judge = RubricJudge(server.spec, cache_dir=str(tmp_path / "cache"), judge_max_tokens=8)
         run = trace_run([fixture_weather_episode()], judge=judge)
     assert judge.requests_sent == 5 and judge.judge.calls == 5

@@ -150,6 +150,7 @@ class Engine:
         self._stopping = True
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
+            self._jobs.put(CallJob(lambda loaded: None))  # wakes an idle thread now, not after IDLE_EXIT_S
             thread.join(timeout_s)
             if thread.is_alive():
                 return False
