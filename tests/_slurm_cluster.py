@@ -226,6 +226,14 @@ NodeName={self.host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={mem_mb}{gres} St
                 fields[key] = value
         return fields
 
+    def node_idle(self) -> bool:
+        """Whether the node runs nothing and is cleaning up after nothing (state IDLE: not ALLOCATED, MIXED or
+        COMPLETING)."""
+        out = subprocess.run(["scontrol", "show", "node", self.host, "-o"], env=self.env(), capture_output=True,
+                             text=True)
+        state = dict(t.split("=", 1) for t in out.stdout.split() if "=" in t).get("State", "")
+        return state.split("+")[0] == "IDLE" and "COMPLETING" not in state
+
     def wait(self, job_id: int, timeout_s: float = 600.0) -> dict[str, str]:
         deadline = time.time() + timeout_s
         while time.time() < deadline:

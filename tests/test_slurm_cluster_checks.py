@@ -98,14 +98,22 @@ def test_sigusr1_requeues_and_the_job_resumes_in_the_same_directory(cluster, tmp
         time.sleep(0.5)
     assert results(out), (cluster.job_state(job), log.read_text() if log.exists() else "")
     subprocess.run(["scancel", "--signal=USR1", "--batch", str(job)], env=cluster.env(), check=True)
-    deadline = time.time() + 120
-    while cluster.job_state(job).get("Restarts", "0") == "0" and time.time() < deadline:
+    # Slurm holds a requeued job back for a while before it may start again. Lift the hold only once the first
+    # run has ended on the node (job PENDING again, node idle): lifted while the old batch step was still being
+    # killed (KillWait), the second launch raced it on a loaded machine and the job ended FAILED with no output.
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        state = cluster.job_state(job)
+        if state.get("Restarts", "0") != "0" and state.get("JobState") == "PENDING" and cluster.node_idle():
+            break
         time.sleep(0.5)
-    # Slurm holds a requeued job back for a while before it may start again: let it start now
+    else:
+        pytest.fail(f"job {job} not pending and idle after its requeue: {state}\n{cluster.logs()}")
     subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=cluster.env(), check=True)
     state = cluster.wait(job, timeout_s=300)
     text = log.read_text()
-    assert state["JobState"] == "COMPLETED" and state["Restarts"] == "1", (state, text)
+    if not (state["JobState"] == "COMPLETED" and state["Restarts"] == "1"):
+        pytest.fail(f"job {job}: {state}\n-- its log:\n{text}\n-- the daemons' logs:\n{cluster.logs()}")
     assert "requeueing job" in text
     done = results(out)
     assert sorted(done) == [f"echo_{i}" for i in range(6)]  # every task once: the second run resumed
