@@ -17,7 +17,7 @@ from unified.eval.config import EvalConfig
 from unified.eval.reader import read_run
 from unified.models.tiny import tiny_moe_model
 from unified.eval.runner import run_eval
-from unified.rewards.entries import benchmark_entries
+from unified.rewards.entries import applied_entries, benchmark_entries, entries_not_applied
 from unified.rewards.environment import BenchmarkEnvironment, EpisodeReward
 from unified.types import EpisodeResult
 from unified.warmup.__main__ import main as warmup_main
@@ -96,6 +96,18 @@ def test_benchmark_entry_names_the_adapter_and_checks_its_settings(capsys):
     assert warmup_main([a for s in sets for a in ("--set", s)] + ["--dry-run"]) == 0
     out = capsys.readouterr()
     assert '"rewards_not_applied_to_episodes": ["rubric", "rule"]' in out.out and "judge" not in out.err
+
+
+def test_one_rule_decides_which_entries_a_run_scores_with():
+    """applied_entries is what the preflight asks judges for and what describe() names as not applied."""
+    single = load_warmup_config(ROOT / RECIPE, ["rewards.benchmark.weight=0", "rewards.benchmark.adapter=bfcl_v4"])
+    names = [e.name for e in applied_entries(single.rewards)]
+    assert names == [e.name for e in single.rewards if e.weight > 0] and "benchmark" not in names  # weight 0: off
+    assert entries_not_applied(single.rewards) == []
+    agentic = load_warmup_config(ROOT / RECIPE, ["rewards.benchmark.weight=1", "rewards.benchmark.adapter=bfcl_v4"])
+    assert [e.name for e in applied_entries(agentic.rewards)] == ["benchmark"]
+    not_applied = entries_not_applied(agentic.rewards)
+    assert not_applied == describe(agentic)["rewards_not_applied_to_episodes"] == names  # every other entry named
 
 
 def test_settings_the_agentic_trainer_would_not_apply_are_refused_or_named(capsys):

@@ -361,6 +361,21 @@ def benchmark_entries(entries: list[RewardEntry]) -> list[BenchmarkEntry]:
     return [e for e in entries if isinstance(e, BenchmarkEntry) and e.weight > 0]
 
 
-__all__ = ["REWARDS", "AgentWorldRubricEntry", "BenchmarkEntry", "benchmark_entries", "CallableEntry", "LEGACY_KEYS", "RepetitionEntry", "RewardEntry", "RubricEntry", "RuleEntry",
+def applied_entries(entries: list[RewardEntry]) -> list[RewardEntry]:
+    """The entries a run scores with: of those of weight > 0, only the ``benchmark`` ones when there is one (an
+    agentic run's rewards are its episodes' scores; the other entries score single-turn completions, which such a
+    run has none of), else all of them. A judge that an entry left out here names is neither required nor asked."""
+    environments = benchmark_entries(entries)
+    return list(environments) if environments else [e for e in entries if e.weight > 0]
+
+
+def entries_not_applied(entries: list[RewardEntry]) -> list[str]:
+    """The names of the entries of weight > 0 that :func:`applied_entries` leaves out (said in ``--dry-run``)."""
+    applied = {id(e) for e in applied_entries(entries)}
+    return [e.name for e in entries if e.weight > 0 and id(e) not in applied]
+
+
+__all__ = ["REWARDS", "AgentWorldRubricEntry", "BenchmarkEntry", "applied_entries", "benchmark_entries",
+           "entries_not_applied", "CallableEntry", "LEGACY_KEYS", "RepetitionEntry", "RewardEntry", "RubricEntry", "RuleEntry",
            "SimilarityEntry", "build_rewards", "check_entries", "default_rewards", "entry_class", "find_entry",
            "legacy_entries"]

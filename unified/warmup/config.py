@@ -25,7 +25,7 @@ import yaml
 
 from unified.config import ConfigError, bounded, load_config
 from unified.rewards.entries import (LEGACY_KEYS, RewardEntry, benchmark_entries, check_entries, default_rewards,
-                                     legacy_entries)
+                                     entries_not_applied, legacy_entries)
 from unified.rewards.functions import JudgeSettings, judge_worst_case_s
 
 Precision = Literal["auto", "bf16", "fp32"]
@@ -531,7 +531,7 @@ def describe(cfg: WarmupConfig) -> dict[str, Any]:
     environments = benchmark_entries(cfg.rewards)
     if environments:  # the agentic trainer's own loss (unified.warmup.agentic_loss): no KL, no vLLM IS correction
         return {"rollouts": "agent episodes (unified.warmup.agentic) of " + ", ".join(e.describe() for e in environments),
-                "rewards_not_applied_to_episodes": [e.name for e in cfg.rewards if e.weight > 0 and e not in environments],
+                "rewards_not_applied_to_episodes": entries_not_applied(cfg.rewards),
                 "objective": "GSPO over the policy's tokens of each episode (unified.warmup.agentic_loss), ratio against "
                              "the sampler's own log-probs",
                 "clip_range": [1 - g.epsilon, 1 + g.epsilon_high], "group_size": g.num_generations,

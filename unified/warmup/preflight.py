@@ -28,7 +28,7 @@ from unified.warmup.config import WarmupConfig, is_agentic
 from unified.inference.spec import parse_spec
 from unified.lwm.dataset import rl_rows
 from unified.rewards import CallableEntry, RubricEntry
-from unified.rewards.entries import benchmark_entries
+from unified.rewards.entries import applied_entries
 from unified.warmup.plan import plan_problems
 
 _SPEC_ERRORS = (ValueError, FileNotFoundError, UnknownNameError)  # SpecError, CheckpointNotFoundError
@@ -45,8 +45,9 @@ def problems(cfg: WarmupConfig) -> list[str]:
     except _SPEC_ERRORS as exc:
         out.append(f"model.name_or_path: {exc}")
     agentic = is_agentic(cfg)
+    applied = {id(e) for e in applied_entries(cfg.rewards)}  # an agentic run's single-turn entries are not asked
     for i, entry in enumerate(cfg.rewards):
-        if entry in applied_rewards(cfg):
+        if id(entry) in applied:
             out.extend(_reward_problems(entry, i))
     for name in ("train", "heldout") if not agentic else ():  # an agentic run's tasks are its benchmark's
         for item in getattr(cfg.data, name):
@@ -55,13 +56,6 @@ def problems(cfg: WarmupConfig) -> list[str]:
     out.extend(agentic_problems(cfg))  # settings an agentic run would not apply, its engine (unified/warmup/agentic_checks.py)
     out.extend(plan_problems(cfg))  # memory/time plan of the layout (unified/warmup/plan.py)
     return out
-
-
-def applied_rewards(cfg: WarmupConfig) -> list:
-    """The reward entries the run scores with: those of weight > 0, and of them only the ``benchmark`` entries in an
-    agentic run (the others do not apply to episodes; ``describe`` lists them as ``rewards_not_applied_to_episodes``),
-    so a judge they name is neither required nor asked."""
-    return benchmark_entries(cfg.rewards) if is_agentic(cfg) else [e for e in cfg.rewards if e.weight > 0]
 
 
 def _reward_problems(entry, index: int) -> list[str]:
@@ -94,7 +88,7 @@ def _reward_problems(entry, index: int) -> list[str]:
 
 def judge_problems(cfg: WarmupConfig) -> list[str]:
     """One line per judge-backed reward entry whose endpoint does not answer one real request usably."""
-    entries = [e for e in applied_rewards(cfg) if isinstance(e, RubricEntry) and e.judge_endpoint]
+    entries = [e for e in applied_entries(cfg.rewards) if isinstance(e, RubricEntry) and e.judge_endpoint]
     if not entries:
         return []
     try:
