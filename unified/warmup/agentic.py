@@ -45,8 +45,8 @@ from unified.models import load_checkpoint
 from unified.rewards.entries import BenchmarkEntry, benchmark_entries
 from unified.rewards.environment import BenchmarkEnvironment, Rollout
 from unified.store import append_jsonl, write_json_atomic
-from unified.warmup.agentic_backends import check_backend, rollout_sampler
-from unified.warmup.agentic_checks import ignored_settings
+from unified.warmup.agentic_backends import rollout_sampler
+from unified.warmup.agentic_checks import ignored_settings, refuse_agentic_problems
 from unified.warmup.agentic_checkpoint import (AgenticState, keep_metrics_up_to, load_checkpoint_into, resume_point, save_checkpoint,
                                                seed_all, set_rng_state)
 from unified.warmup.agentic_loss import group_advantages, gspo_sequence_loss, masked_token_logprobs
@@ -218,7 +218,7 @@ def run_agentic(cfg: WarmupConfig, *, loaded=None) -> dict[str, Any]:
     complete one at step N + 1 (weights, optimizer, RNG, metrics, task cursor, the eval before). A
     pre-emption raises :class:`unified.warmup.preempt.Preempted` after the save."""
     entry = the_entry(cfg)
-    check_backend(cfg)
+    refuse_agentic_problems(cfg)
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.train.seed)

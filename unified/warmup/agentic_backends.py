@@ -18,11 +18,11 @@ weights into the engine before each step (``sync_weights``):
   with the checkpoint's chat template (as ``hf`` renders them) and fed as token ids, weights loaded into
   its model runner before every step after the first (TRL's colocate sync).
 
-Refused with one line before anything loads (:func:`check_backend`): any setting the agentic trainer does not
-apply, ``moe.*`` among them (vLLM returns routed experts on ``/v1/completions`` and ``LLM.generate``, not on
-chat completions; the agentic loss does not replay routes yet), ``vllm_colocate`` without vLLM in this
-environment, and ``vllm_server`` on a trainer without CUDA for more than one step (no weight sync: the
-server would sample every later step from the first step's weights).
+Refused with one line before anything loads (:func:`unified.warmup.agentic_checks.refuse_agentic_problems`):
+any setting the agentic trainer does not apply, ``moe.*`` among them (vLLM returns routed experts on
+``/v1/completions`` and ``LLM.generate``, not on chat completions; the agentic loss does not replay routes yet),
+``vllm_colocate`` without vLLM in this environment, and ``vllm_server`` on a trainer without CUDA for more than
+one step (no weight sync: the server would sample every later step from the first step's weights).
 """
 
 from __future__ import annotations
@@ -33,13 +33,12 @@ import urllib.request
 from typing import Any
 
 
-from unified.config import ConfigError
 from unified.inference.base import ChatModel, PolicyOutput, PolicyRequest, SamplingConfig
 from unified.inference.hf import HFPolicy
 from unified.inference.openai_backend import OpenAIPolicy
 from unified.inference.server import free_port
 from unified.inference.vllm_backend import VLLMPolicy, checkpoint_dir, raw_completion
-from unified.warmup.agentic_checks import agentic_problems, cuda_trainer
+from unified.warmup.agentic_checks import cuda_trainer
 from unified.warmup.config import WarmupConfig
 from unified.warmup.rollout_client import keyed_client_class, rollout_server_key
 
@@ -49,14 +48,6 @@ def rollout_sampling(cfg: WarmupConfig) -> SamplingConfig:
     g = cfg.generation
     return SamplingConfig(temperature=g.temperature, top_p=g.top_p, max_new_tokens=g.max_completion_length,
                           thinking=g.thinking)
-
-
-def check_backend(cfg: WarmupConfig) -> None:
-    """Raise ConfigError when the agentic run cannot do what its recipe says: a setting it would not apply, or an
-    engine it cannot sample on as configured (:func:`unified.warmup.agentic_checks.agentic_problems`)."""
-    found = agentic_problems(cfg)
-    if found:
-        raise ConfigError(found[0])
 
 
 class RolloutSampler:
@@ -210,7 +201,8 @@ class ColocateSampler(RolloutSampler):
 
 
 def rollout_sampler(cfg: WarmupConfig, loaded) -> RolloutSampler:
-    """The sampler of ``cfg.generation.backend`` (after :func:`check_backend`)."""
+    """The sampler of ``cfg.generation.backend`` (after
+    :func:`unified.warmup.agentic_checks.refuse_agentic_problems`)."""
     backend = cfg.generation.backend
     if backend == "vllm_server":
         return ServerSampler(cfg, loaded)
@@ -221,4 +213,4 @@ def rollout_sampler(cfg: WarmupConfig, loaded) -> RolloutSampler:
 
 
 __all__ = ["ColocateSampler", "ColocatedVLLMPolicy", "RolloutSampler", "ServedVLLMPolicy", "ServerSampler",
-           "check_backend", "rollout_sampler", "rollout_sampling"]
+           "rollout_sampler", "rollout_sampling"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 
+from unified.config import ConfigError
 from unified.warmup.config import WarmupConfig, is_agentic
 
 AGENTIC_APPLIED: dict[str, frozenset[str]] = {
@@ -128,5 +129,13 @@ def backend_problems(cfg: WarmupConfig) -> list[str]:
     return []
 
 
+def refuse_agentic_problems(cfg: WarmupConfig) -> None:
+    """Raise ConfigError naming the first of :func:`agentic_problems` (a setting the agentic trainer would not
+    apply, or an engine it cannot sample on as configured); called before anything loads."""
+    found = agentic_problems(cfg)
+    if found:
+        raise ConfigError(found[0])
+
+
 __all__ = ["AGENTIC_APPLIED", "ONLY_LISTED", "UNAPPLIED_WHY", "agentic_problems", "backend_problems", "cuda_trainer",
-           "ignored_settings", "unapplied_settings"]
+           "ignored_settings", "refuse_agentic_problems", "unapplied_settings"]
