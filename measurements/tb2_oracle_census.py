@@ -85,7 +85,10 @@ def _eval_argv(task_ids: list[str], root: Path, run_dir: Path, limit_s: int) -> 
     return [*LOCK, "timeout", str(limit_s), sys.executable, "-m", "unified.eval", "--benchmarks", "terminal_bench_2",
             "--model", "gold", "--runs", "1", "--task-ids", ",".join(task_ids), "--out", str(run_dir),
             "--set", f"benchmarks.terminal_bench_2.root={root}", "--set", "benchmarks.terminal_bench_2.backend=podman",
-            "--set", "benchmarks.terminal_bench_2.build=always"]
+            "--set", "benchmarks.terminal_bench_2.build=always",
+            # the gold replay of solve.sh goes through the tool-calling agent's shell: what is measured is the
+            # verifier, and Terminus-2 (the default agent) would need harbor's own interpreter besides
+            "--set", "benchmarks.terminal_bench_2.agent=tool_calling"]
 
 
 def run_batch(task_ids: list[str], root: Path, out: Path, limit_s: int = RUN_LIMIT_S) -> dict[str, dict]:
