@@ -22,7 +22,7 @@ import sys
 
 from unified.config import ArgumentParser, ConfigError, add_recipe_arguments, dump_yaml
 from unified.registry import UnknownNameError
-from unified.warmup.agentic_checks import ignored_settings
+from unified.warmup.agentic_checks import IGNORED_LINE, ignored_settings
 from unified.warmup.plan import describe as describe_plan
 
 
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         print("# objective: " + json.dumps(describe(cfg)))
         if is_agentic(cfg):
             for setting in ignored_settings(cfg):
-                print(f"# not applied by the agentic trainer (single-turn data, batching or monitors): {setting}")
+                print("# " + IGNORED_LINE.format(setting))
         print(f"# launch: {cfg.launch.nodes} node(s) x {cfg.launch.gpus_per_node} GPU(s), "
               f"distributed={cfg.launch.distributed}, generation={cfg.generation.backend}")
         print(format_plan(launch_plan(cfg, args.recipe, overrides)))

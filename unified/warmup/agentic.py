@@ -46,7 +46,7 @@ from unified.rewards.entries import BenchmarkEntry, benchmark_entries
 from unified.rewards.environment import BenchmarkEnvironment, Rollout
 from unified.store import append_jsonl, write_json_atomic
 from unified.warmup.agentic_backends import rollout_sampler
-from unified.warmup.agentic_checks import ignored_settings, refuse_agentic_problems
+from unified.warmup.agentic_checks import IGNORED_LINE, ignored_settings, refuse_agentic_problems
 from unified.warmup.agentic_checkpoint import (AgenticState, keep_metrics_up_to, load_checkpoint_into, resume_point, save_checkpoint,
                                                seed_all, set_rng_state)
 from unified.warmup.agentic_loss import group_advantages, gspo_sequence_loss, masked_token_logprobs
@@ -230,7 +230,7 @@ def run_agentic(cfg: WarmupConfig, *, loaded=None) -> dict[str, Any]:
                               "train_tasks": [t.id for t in env.train_tasks],
                               "heldout_tasks": [t.id for t in env.heldout_tasks]}
     for setting in report["settings_not_applied"]:
-        log.warning("not applied by the agentic trainer (single-turn data, batching or monitors): %s", setting)
+        log.warning(IGNORED_LINE.format(setting))
     params = [p for p in loaded.model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.train.learning_rate, weight_decay=cfg.train.weight_decay)
     state = AgenticState()

@@ -91,6 +91,10 @@ def unapplied_settings(cfg: WarmupConfig) -> list[str]:
             for section, key, value, plain in _not_applied(cfg) if not _only_listed(section, key)]
 
 
+IGNORED_LINE = "not applied by the agentic trainer (single-turn data, batching or monitors): {}"
+"""How the dry run and the run's log name each of :func:`ignored_settings`."""
+
+
 def ignored_settings(cfg: WarmupConfig) -> list[str]:
     """``section.key=value`` of each setting of an agentic recipe that the agentic trainer does not apply and that
     only concerns the single-turn trainer (:data:`ONLY_LISTED`): said, not refused."""
@@ -137,5 +141,5 @@ def refuse_agentic_problems(cfg: WarmupConfig) -> None:
         raise ConfigError(found[0])
 
 
-__all__ = ["AGENTIC_APPLIED", "ONLY_LISTED", "UNAPPLIED_WHY", "agentic_problems", "backend_problems", "cuda_trainer",
+__all__ = ["AGENTIC_APPLIED", "IGNORED_LINE", "ONLY_LISTED", "UNAPPLIED_WHY", "agentic_problems", "backend_problems", "cuda_trainer",
            "ignored_settings", "refuse_agentic_problems", "unapplied_settings"]
