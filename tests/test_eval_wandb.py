@@ -59,7 +59,9 @@ def test_log_run_offline_under_the_run_dir_and_same_id_on_rerun(fixture_run: Pat
     assert table["columns"] == COLUMNS and [row[1] for row in table["data"]] == ["t0", "t1", "t2"]
     assert "WANDB_MODE" not in os.environ and "WANDB_DIR" not in os.environ  # restored
     second = log_run(fixture_run)
-    assert second.name.endswith(run_id)  # a rerun (resume) logs to the same wandb run
+    # A rerun (resume) logs to the same wandb run: the run file carries the same id. The folder's name is
+    # wandb's (offline-run-<start second>-<id>, with "-1" appended when a rerun starts in the same second).
+    assert second != first and (second / f"run-{run_id}.wandb").is_file()
 
 
 @pytest.mark.slow
