@@ -38,6 +38,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from unified.config.cli import ArgumentParser, plain_text
 from unified.store import read_jsonl
 from unified.eval.records import load_summary
 
@@ -398,9 +399,9 @@ def _wrap(text: str, width: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m unified.plot", description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="\n".join(__doc__.splitlines()[2:7]))
+    doc = plain_text(__doc__)  # one-line usage errors, "did you mean" for a mistyped flag
+    parser = ArgumentParser(prog="python -m unified.plot", description=doc.splitlines()[0],
+                            formatter_class=argparse.RawDescriptionHelpFormatter, epilog="\n".join(doc.splitlines()[2:7]))
     parser.add_argument("warmup", nargs="?", help="a warmup --output-dir (or its metrics.jsonl)")
     parser.add_argument("--compare", nargs=2, metavar=("RUN_A", "RUN_B"), help="two eval run directories")
     parser.add_argument("--labels", nargs=2, metavar=("A", "B"), help="bar labels of --compare (default: dir names)")

@@ -36,6 +36,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable
 
+from unified.config.cli import ArgumentParser, plain_text
 from unified.eval.identity import recorded_weights
 from unified.types import Episode, EpisodeResult, Message, Step
 
@@ -473,8 +474,9 @@ def render_compare(run_a: str | Path, run_b: str | Path) -> tuple[str, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m unified.view",
-                                     description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m unified.view", description=plain_text(__doc__.splitlines()[0]),
+                            formatter_class=argparse.RawDescriptionHelpFormatter,  # one-line errors, "did you mean"
+                            epilog=plain_text("\n".join(__doc__.splitlines()[2:5])))
     parser.add_argument("run", nargs="*", help="an eval run directory (python -m unified.eval --out DIR); several: "
                         "an index page over them, and each run's own page")
     parser.add_argument("--compare", nargs=2, metavar=("RUN_A", "RUN_B"), help="two runs' episodes side by side")

@@ -1,11 +1,13 @@
 """The command-line side of recipes: the common ``--recipe``/``--set``/``--dry-run`` flags, an
-argparse ``type`` that checks a field's bounds (:func:`flag_type`), and an ``ArgumentParser`` with
-one-line usage errors."""
+argparse ``type`` that checks a field's bounds (:func:`flag_type`), an ``ArgumentParser`` with
+one-line usage errors, and the plain-text side of ``--help`` (:func:`plain_text` for docstrings written in
+reStructuredText, :class:`DefaultsHelpFormatter` for the defaults)."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import typing
 from typing import Any, Callable
 
@@ -81,3 +83,32 @@ def unknown_flag_hint(parser: argparse.ArgumentParser, words: list[str]) -> str:
         if close:
             return f"; did you mean {close[0]}? (flags are never abbreviated)"
     return ""
+
+
+_ROLE = re.compile(r":(?:mod|class|func|meth|attr|data|obj|exc|ref|doc):`~?([^`]+)`")
+
+
+def plain_text(text: str) -> str:
+    """``text``, a docstring in reStructuredText, as a terminal should show it (argparse prints a
+    description verbatim): inline literals and roles lose their markup (the module name stays), bold loses
+    its stars, and a literal block's ``::`` becomes ``:``."""
+    text = _ROLE.sub(lambda m: m.group(1), text)
+    text = re.sub(r"``(.+?)``", r"\1", text, flags=re.S)
+    text = re.sub(r"\*\*(.+?)\*\*", r"\1", text, flags=re.S)
+    text = re.sub(r"^[ \t]*::[ \t]*\n", "", text, flags=re.M)
+    return re.sub(r"(?<=\S)::$", ":", text, flags=re.M)
+
+
+class DefaultsHelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """``--help`` with the description kept as written and each option's default at the end of its line,
+    ``(default: 8)``, unless its help already says what the default is, the default is unset (``None``) or the
+    option is a switch."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if "default" in text or default is None or default is False or default == argparse.SUPPRESS \
+                or not action.option_strings \
+                or isinstance(action, (argparse._StoreTrueAction, argparse._HelpAction)):
+            return text
+        return f"{text} (default: %(default)s)".lstrip()

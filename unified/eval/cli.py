@@ -32,6 +32,7 @@ import sys
 
 from unified.config import (ArgumentParser, ConfigError, add_recipe_arguments, apply_overrides, dump_yaml, flag_type,
                              from_dict, mark_overrides, read_yaml)
+from unified.config.cli import plain_text
 from unified.benchmarks.discovery import adapter_paths, check_benchmark_config
 from unified.eval.config import EvalConfig
 from unified.eval.identity import RESUME_ANYWAY_FLAG, dry_run_line
@@ -69,9 +70,10 @@ def _flag(flag: str, kind: type = int):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = ArgumentParser(prog="python -m unified.eval", description=__doc__.splitlines()[0],
-                            epilog="python -m unified.eval --list: the benchmarks (suites, what each needs), "
-                                   "suites and prompting modules",
+    doc = plain_text(__doc__)
+    parser = ArgumentParser(prog="python -m unified.eval", description=f"{doc.splitlines()[0]}\n\n{SUBCOMMANDS}",
+                            epilog="\n".join(doc.splitlines()[2:]) + "\npython -m unified.eval --list: the benchmarks "
+                                   "(suites, what each needs), suites and prompting modules",
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", choices=sorted(PRESETS),
                         help="quick: a laptop look (--limit 1 --runs 1 --max-new-tokens 128 --no-thinking "
@@ -261,6 +263,12 @@ def _merge(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 LWM_COMMAND = "lwm"
 """``python -m unified.eval lwm ...``: the world-model eval (:mod:`unified.lwm.evaluation`)."""
+
+SUBCOMMANDS = (f"subcommand (its own options; give it first):\n"
+               f"  python -m unified.eval {LWM_COMMAND} --model SPEC --judge SPEC --out DIR\n"
+               f"        the world-model eval: AgentWorldBench records, one predicted observation each, scored by a "
+               f"judge\n        (python -m unified.eval {LWM_COMMAND} --help)")
+"""The subcommands ``--help`` names before the options."""
 
 
 def _without_suite(argv: list[str]) -> list[str]:

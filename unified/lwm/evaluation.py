@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from unified.config import ArgumentParser
+from unified.config.cli import DefaultsHelpFormatter, plain_text
 from unified.inference import PolicyRequest, SamplingConfig, parse_spec, shared_chat_model
 from unified.inference.judge import make_judge
 from unified.lwm.dataset import sample_one_turn_per_trajectory, to_chat
@@ -340,7 +341,7 @@ def _fmt(value: float | None) -> str:
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m unified.lwm.evaluation") -> int:
-    parser = ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog=prog, description=plain_text(__doc__), formatter_class=DefaultsHelpFormatter)
     parser.add_argument("--model", required=True, help="world model: load_checkpoint spec or openai:URL#MODEL")
     parser.add_argument("--judge", required=True, help="judge: load_checkpoint spec or openai:URL#MODEL")
     parser.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "data" / "lwm"),
@@ -350,16 +351,16 @@ def main(argv: list[str] | None = None, prog: str = "python -m unified.lwm.evalu
                         help=f"Qwen-AgentWorld checkout: score as its eval/eval.py does (default: ${ROOT_ENV}; "
                              "none: our own judge prompt, not comparable)")
     parser.add_argument("--limit", type=int, default=None, help="evaluate this many records (seeded, per domain)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the record selection (--limit: one turn per trajectory)")
     parser.add_argument("--max-new-tokens", type=int, default=official.INFER_MAX_TOKENS,
-                        help="world-model prediction budget (eval.py: 32768)")
+                        help="world-model prediction budget, as eval.py")
     parser.add_argument("--temperature", type=float, default=official.INFER_TEMPERATURE,
-                        help="world-model temperature (eval.py: 0.6)")
-    parser.add_argument("--judge-max-tokens", type=int, default=official.JUDGE_MAX_TOKENS, help="(eval.py: 32768)")
-    parser.add_argument("--judge-temperature", type=float, default=official.JUDGE_TEMPERATURE, help="(eval.py: 0.6)")
+                        help="world-model temperature, as eval.py")
+    parser.add_argument("--judge-max-tokens", type=int, default=official.JUDGE_MAX_TOKENS, help="judge answer budget, as eval.py")
+    parser.add_argument("--judge-temperature", type=float, default=official.JUDGE_TEMPERATURE, help="judge temperature, as eval.py")
     parser.add_argument("--judge-attempts", type=int, default=official.JUDGE_ATTEMPTS,
-                        help="judge attempts per sample, official protocol (eval.py's max_retries: 3)")
-    parser.add_argument("--batch-size", type=int, default=8)
+                        help="judge attempts per sample, official protocol, as eval.py's max_retries")
+    parser.add_argument("--batch-size", type=int, default=8, help="world-model requests sent together")
     parser.add_argument("--cache-dir", default=None, help="judge answer cache (default: OUT/judge_cache)")
     parser.add_argument("--thinking", action=argparse.BooleanOptionalAction, default=None,
                         help="send the chat template's enable_thinking to the world model (default: not sent, the "
