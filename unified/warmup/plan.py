@@ -68,6 +68,8 @@ def model_dims(name_or_path: str) -> tuple[ModelDims | None, str]:
                 path = Path(cached).parent
         except ImportError:
             pass
+        except ValueError as exc:  # HFValidationError: not a valid hub id (the preflight names the path too)
+            return None, f"{name_or_path!r} is not a checkpoint directory or a valid hub id ({str(exc).splitlines()[0]})"
     if (path / "config.json").is_file():
         try:
             return dims_from_checkpoint(path), f"{path}/config.json"
