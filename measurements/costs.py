@@ -162,6 +162,34 @@ def measure(name: str, scratch: Path) -> dict[str, Any]:
     return row
 
 
+def measure_once(name: str) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="costs-") as scratch:
+        return measure(name, Path(scratch))
+
+
+RUN_FIGURES = ("wall_s", "cpu_s", "peak_rss_gib", "peak_tree_rss_gib", "load", "exit_status", "measured_at")
+
+
+def measure_repeated(name: str, times: int) -> dict[str, Any]:
+    """``name`` measured ``times`` times, each after removing its output directory under ``runs/costs`` (so each
+    run does the whole work): one row whose figures are the largest of the runs and whose ``runs`` keeps each."""
+    output = COMMANDS[name][1]
+    runs = []
+    for _ in range(times):
+        if output and output.startswith(RUNS + "/") and (REPO / output).is_dir():
+            shutil.rmtree(REPO / output)
+        runs.append(measure_once(name))
+        print(json.dumps({k: runs[-1][k] for k in RUN_FIGURES}), flush=True)
+    row = dict(runs[-1])
+    for key in ("wall_s", "cpu_s", "peak_rss_gib", "peak_tree_rss_gib"):
+        values = [r[key] for r in runs if r[key] is not None]
+        row[key] = max(values) if values else None
+    row["load"] = [runs[0]["load"][0], runs[-1]["load"][-1]]
+    row["exit_status"] = next((r["exit_status"] for r in runs if r["exit_status"]), 0)
+    row["runs"] = [{k: r[k] for k in RUN_FIGURES} for r in runs]
+    return row
+
+
 def per_episode(run_dir: Path) -> dict[str, dict[str, Any]]:
     """Mean episode wall seconds per benchmark of an eval run directory, with its model and budgets."""
     from unified.eval.fingerprint import run_fingerprint
@@ -210,6 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run", nargs="+", default=[], metavar="NAME", help="commands to measure (--list)")
     parser.add_argument("--list", action="store_true")
     parser.add_argument("--render", action="store_true", help="write docs/costs.md and the doc blocks")
+    parser.add_argument("--repeat", type=int, default=1, metavar="N",
+                        help="measure each command N times, each from an empty output directory (a rerun would "
+                             "resume): one row with every run's figures, the table showing min / median / max")
     args = parser.parse_args(argv)
     if args.list:
         for name, (command, _, heavy) in COMMANDS.items():
@@ -221,8 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     table = read_costs()
     table.setdefault("rows", [])
     for name in args.run:
-        with tempfile.TemporaryDirectory(prefix="costs-") as scratch:
-            row = measure(name, Path(scratch))
+        row = measure_repeated(name, args.repeat) if args.repeat > 1 else measure_once(name)
         print(json.dumps(row), flush=True)
         table["rows"] = [r for r in table["rows"] if r["name"] != name] + [row]
         order = list(COMMANDS)

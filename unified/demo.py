@@ -20,13 +20,12 @@ the eval where they stopped.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import shlex
-import subprocess
 import sys
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +33,7 @@ import torch
 
 from unified.config import ArgumentParser
 from unified.chatformat.toolcalls import parse_completion
+from unified.eval.cli import main as eval_main
 from unified.eval.costs import cost_rows, duration, read_costs
 
 DEMO_TOOLS = [{
@@ -47,8 +47,9 @@ DEMO_TOOLS = [{
 }]
 def demo_cost() -> tuple[float, str]:
     """(GiB of free memory to ask for, the measured cost in words) of ``make demo``, from the cost table's
-    ``demo`` row (:mod:`unified.eval.costs`, the one source of costs): its peak RSS rounded up to the next
-    GiB; 8 GiB and "not measured" when the table has no such row."""
+    ``demo`` row (:mod:`unified.eval.costs`, the one source of costs): the peak RSS of its process tree rounded up
+    to the next GiB, and its wall time; a row of several runs gives the largest peak and the longest wall time of
+    them (what to plan for). 8 GiB and "not measured" when the table has no such row."""
     import math
 
     table = read_costs()
@@ -56,10 +57,15 @@ def demo_cost() -> tuple[float, str]:
     if row is None or row.peak_rss_gib is None:
         return 8.0, "its cost is not measured (docs/costs.md)"
     cpus = (table.get("machine") or {}).get("cpus", "?")
-    peak = max(row.peak_rss_gib, row.peak_tree_rss_gib or 0.0)  # the tree: the vLLM server it starts included
-    return float(math.ceil(peak)), (f"measured {peak:.2f} GiB peak RSS and "
-                                     f"{duration(row.wall_s)} on a shared {cpus}-CPU machine "
+    peaks = [max(r.get("peak_rss_gib") or 0.0, r.get("peak_tree_rss_gib") or 0.0) for r in row.runs] or \
+        [max(row.peak_rss_gib, row.peak_tree_rss_gib or 0.0)]  # the tree: a server it starts included
+    walls = [r["wall_s"] for r in row.runs if r.get("wall_s") is not None] or [row.wall_s]
+    peak, wall = max(peaks), max(w for w in walls if w is not None) if any(w is not None for w in walls) else None
+    of = f", the most of {len(row.runs)} runs" if len(row.runs) > 1 else ""
+    return float(math.ceil(peak)), (f"measured up to {peak:.2f} GiB peak RSS of its process tree and up to "
+                                     f"{duration(wall)}{of} on a shared {cpus}-CPU machine "
                                      f"({row.measured_at[:10]}, docs/costs.md)")
+
 
 DEMO_MESSAGES = [
     {"role": "system", "content": "You are a careful assistant that uses tools."},
@@ -125,8 +131,10 @@ def main(argv: list[str] | None = None) -> int:
     done.append(f"rendered a tool-use prompt through the Qwen3.5-style chat template and generated one turn ({verdict})")
 
     if not args.skip_warmup:
-        report = _warmup(args, loaded, done)
+        holder = [loaded]  # _warmup takes the only reference: the model is freed once the training is done
         del loaded
+        report, training_model = _warmup(args, holder, done)
+        print("    " + release_memory(training_model), flush=True)
         final = Path(report["final_dir"])
         summary = _eval_ood(args, final, done)
         print("\n" + before_after_table(report, summary))
@@ -293,9 +301,14 @@ def demo_warmup_overrides(*, steps: int, heldout: int) -> list[str]:
             "logging.wandb=false"]
 
 
-def _warmup(args, loaded, done: list[str]) -> dict:
+def _warmup(args, holder: list, done: list[str]) -> tuple[dict, weakref.ref]:
     """[4] a few GSPO steps on the model already in memory (no second copy), saved as a HF dir,
-    with the held-out reward before and after (:func:`unified.warmup.benchmark.run_before_after`)."""
+    with the held-out reward before and after (:func:`unified.warmup.benchmark.run_before_after`).
+
+    ``holder``: a one-item list with the loaded checkpoint, which this function takes out: the trained model is
+    then referenced by ``run_before_after`` alone, which drops it before loading the saved checkpoint to score
+    "after", so neither that copy nor the eval's shares the process with the training copy. Returns the report and
+    a weak reference to the training model (dead once it is freed; :func:`release_memory` reports it)."""
     from unified.warmup.benchmark import run_before_after
     from unified.warmup.config import load_warmup_config, updates_per_generation
     from unified.warmup.trainer import TrainablePolicy
@@ -309,11 +322,13 @@ def _warmup(args, loaded, done: list[str]) -> dict:
           f"clip [{1 - cfg.gspo.epsilon:.4f}, {1 + cfg.gspo.epsilon_high:.4f}], no KL, top "
           f"{cfg.model.trainable_layers} layers trained -> {out}; held-out reward on {args.heldout} prompts before "
           "and after", flush=True)
-    policy = TrainablePolicy(model=loaded.model, tokenizer=loaded.tokenizer,
-                    kernels={"attention": loaded.kernels.attention, "experts": loaded.kernels.experts})
+    loaded = holder.pop()
+    training_model = weakref.ref(loaded.model)
+    box = [TrainablePolicy(model=loaded.model, tokenizer=loaded.tokenizer,
+                           kernels={"attention": loaded.kernels.attention, "experts": loaded.kernels.experts})]
     loaded.model.train()
-    report = run_before_after(cfg, temperature=0, policy=policy)
-    del policy
+    del loaded
+    report = run_before_after(cfg, temperature=0, policy=box.pop())  # popped: no reference stays in this frame
     print(f"    {report['steps']} steps: {report['mean_step_seconds']:.1f} s a step (generation + update, metrics.jsonl's "
           f"step_time), {report['seconds_per_step']:.1f} s a step with the validation probe and saving (run.json); "
           f"peak RSS of this process {report['peak_memory'].get('memory/peak_rss_gib', 0):.2f} GiB (the whole "
@@ -329,21 +344,52 @@ def _warmup(args, loaded, done: list[str]) -> dict:
         done.append(f"warmed the weights up with GSPO for {report['steps']} steps "
                     f"({final_weights_note(report.get('collapse') or {}, report['steps'])}), scored {args.heldout} "
                     f"held-out prompts before and after, and saved {report['final_dir']}")
-    return report
+    return report, training_model
+
+
+def process_rss_gib() -> float | None:
+    """This process's resident set now, in GiB (``VmRSS`` of /proc/self/status; None where there is none)."""
+    try:
+        with open("/proc/self/status", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return None
+
+
+def release_memory(training_model: weakref.ref | None = None) -> str:
+    """Collect garbage and give the C heap's free pages back to the system (glibc's ``malloc_trim``), so the
+    eval that follows in this process starts from one model's worth less; says whether the training model is
+    gone (``training_model``: a weak reference to it) and this process's RSS now."""
+    import ctypes
+    import ctypes.util
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: the allocator keeps its pages, the eval reuses them
+        pass
+    rss = process_rss_gib()
+    state = ("the training model is freed" if training_model is None or training_model() is None
+             else "WARNING: the training model is still referenced (the eval adds a copy)")
+    return f"{state}; this process's RSS before the eval: " + ("unknown" if rss is None else f"{rss:.2f} GiB")
 
 
 def _eval_ood(args, final: Path, done: list[str]) -> Any | None:
-    """[5] the same weights as a multi-turn agent: ``python -m unified.eval --suite ood``."""
-    if importlib.util.find_spec("unified.eval.__main__") is None:
-        print("[5] `python -m unified.eval` is not in this checkout yet: the ood eval of the warmed-up "
-              f"checkpoint will run here once it lands (model: {final})")
-        done.append("skipped the ood eval (unified.eval not available yet)")
-        return None
+    """[5] the same weights as a multi-turn agent: ``python -m unified.eval --suite ood``, run in this
+    process (:func:`unified.eval.cli.main`, as the command would run it) once the training model is freed: a
+    subprocess would load its copy beside this process's heap, which keeps the training's pages."""
     cmd = [sys.executable, "-m", "unified.eval", "--suite", "ood", "--model", str(final),
            "--limit", str(args.eval_limit), "--max-new-tokens", str(args.max_new_tokens),
            "--max-turns", str(args.eval_max_turns), "--no-thinking", "--out", str(Path(args.out) / "eval-ood")]
     print("[5] " + shlex.join(cmd), flush=True)  # the whole command, as it can be pasted into a shell
-    rc = subprocess.run(cmd).returncode
+    try:
+        rc = int(eval_main(cmd[3:]) or 0)
+    except SystemExit as exc:  # a usage error: its one line is printed already
+        rc = exc.code if isinstance(exc.code, int) else 1
     if rc != 0:
         print(f"    the eval exited with status {rc}")
     done.append(f"evaluated the warmed-up checkpoint on the ood suite (exit status {rc}, results in "

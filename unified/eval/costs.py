@@ -38,6 +38,23 @@ class CostRow:
     exit_status: int | None = None
     finished: bool = True
     """False: stopped before it ended (``wall_s`` is when it was stopped)."""
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    """A command measured several times (``measurements.costs --repeat N``): each run's ``wall_s``, ``cpu_s``,
+    ``peak_rss_gib``, ``peak_tree_rss_gib``, ``load`` and ``exit_status``; the row's own figures are then the
+    largest of the runs (what to plan for), and the table shows min / median / max."""
+
+
+def spread(values: list[float]) -> tuple[float, float, float]:
+    """(min, median, max) of ``values`` (the median of an even count: the mean of the middle two)."""
+    ordered = sorted(values)
+    n = len(ordered)
+    middle = ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+    return ordered[0], middle, ordered[-1]
+
+
+def _range(values: list[float], show) -> str:
+    low, mid, high = spread(values)
+    return f"{show(low)} / {show(mid)} / {show(high)}"
 
 
 def read_costs(path: str | Path = COSTS_FILE) -> dict[str, Any]:
@@ -67,6 +84,8 @@ def duration(seconds: float | None) -> str:
 
 
 def row_cells(row: CostRow) -> list[str]:
+    if len(row.runs) > 1:
+        return _repeated_cells(row)
     load = "–".join(f"{x:.1f}" for x in row.load) if row.load else "?"
     wall = duration(row.wall_s) if row.finished else f"> {duration(row.wall_s)} (stopped unfinished)"
     return [f"`{row.command}`", wall,
@@ -74,6 +93,24 @@ def row_cells(row: CostRow) -> list[str]:
             _memory(row),
             _size(row.disk_mb),
             load, row.measured_at[:10] or "?",
+            (row.note + (f" ({row.source})" if row.source and row.source != "measurements/costs.py" else "")).strip()]
+
+
+def _repeated_cells(row: CostRow) -> list[str]:
+    """A row of several runs: wall, CPU time and the tree's peak as min / median / max, each run's load."""
+    def figures(key: str) -> list[float]:
+        return [r[key] for r in row.runs if r.get(key) is not None]
+
+    gib = lambda x: f"{x:.2f}"  # noqa: E731
+    walls, cpus, trees, largest = figures("wall_s"), figures("cpu_s"), figures("peak_tree_rss_gib"), \
+        figures("peak_rss_gib")
+    memory = ("—" if not largest else
+              (f"{_range(trees, gib)} GiB in all" if trees else "") +
+              (f" ({_range(largest, gib)} GiB the largest process)" if trees else f"{_range(largest, gib)} GiB"))
+    loads = ", ".join("–".join(f"{x:.1f}" for x in r.get("load") or []) or "?" for r in row.runs)
+    return [f"`{row.command}`", f"{_range(walls, duration)} (min / median / max of {len(row.runs)} runs)",
+            _range(cpus, duration) if cpus else "—", memory.strip(), _size(row.disk_mb), loads,
+            row.measured_at[:10] or "?",
             (row.note + (f" ({row.source})" if row.source and row.source != "measurements/costs.py" else "")).strip()]
 
 
