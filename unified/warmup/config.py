@@ -358,6 +358,10 @@ class AgenticSection:
     ``<output_dir>/eval_before`` and ``eval_after``; the report gives both scores with their SE."""
     save_final: bool = True
     """Save the trained weights to ``<output_dir>/final`` (a Hugging Face directory the eval loads)."""
+    resample_rounds: int = bounded(2, ge=0)
+    """Dynamic sampling (DAPO's, verl's group filtering): a group whose rewards are all equal (advantage 0)
+    is dropped and the next training tasks are rolled out in its place, up to this many extra rounds a
+    step; 0 = train on the groups drawn first. The step's ``zero_variance_share`` counts every group drawn."""
 
 
 @dataclass
@@ -533,7 +537,8 @@ def describe(cfg: WarmupConfig) -> dict[str, Any]:
         return {"rollouts": "agent episodes (unified.warmup.agentic) of " + ", ".join(e.describe() for e in environments),
                 "rewards_not_applied_to_episodes": entries_not_applied(cfg.rewards),
                 "objective": "GSPO over the policy's tokens of each episode (unified.warmup.agentic_loss), ratio against "
-                             "the sampler's own log-probs",
+                             "the trainer's log-probs at the step's start, the sampler's gap corrected by token-level "
+                             "truncated IS",
                 "clip_range": [1 - g.epsilon, 1 + g.epsilon_high], "group_size": g.num_generations,
                 "updates_per_generation": g.num_iterations, "metrics": "output_dir/metrics.jsonl (no wandb)"}
     return {
