@@ -8,7 +8,7 @@ from argparse import Namespace
 from pathlib import Path
 
 from unified.eval.cli import build_parser, load_eval_config
-from unified.eval.costs import duration, estimate_line, read_costs, render_table
+from unified.eval.costs import EpisodeSettings, duration, estimate_line, read_costs, render_table
 
 REPO = Path(__file__).resolve().parents[1]
 TABLE = {"machine": {"cpus": 2, "memory_gib": 23.4, "cpu_model": "x"},
@@ -28,15 +28,14 @@ def test_the_docs_quote_the_table_verbatim():
         assert found == [render_table(names, read_costs())], f"{doc}: rerun python -m measurements.costs --render"
 
 
-def test_estimate_from_seconds_per_episode():
+def test_estimate_from_the_calibrated_estimator():
     assert duration(1186) == "19 min 46 s" and duration(None) == "not measured" and duration(7300) == "2 h 1 min"
-    line = estimate_line({"bfcl_v4": 3, "claw_eval": 2}, model="embedded", max_new_tokens=512, max_turns=40,
-                         table=TABLE)
-    assert line.startswith("estimate: about 4 min 0 s of episodes on a 2-CPU machine like the cost table's "
-                           "(bfcl_v4 3 x 80 s)")
-    assert "not measured: claw_eval (no estimate for them)" in line
-    other = estimate_line({"bfcl_v4": 1}, model="runs/w/final", max_new_tokens=128, max_turns=4, table=TABLE)
-    assert "(measured with embedded, 512 tokens a call, 40 turns)" in other  # not silently rescaled
+    table = {**TABLE, "estimator": {"load_s": 20, "tokens_per_s": {"hf": 8.0}, "fill": {"thinking": 0.5},
+                                    "prompting": {"act": {"calls": 1.0}}, "benchmarks": {"bfcl_v4": {"calls": 1.0}}}}
+    line = estimate_line({"bfcl_v4": 3, "claw_eval": 2}, EpisodeSettings(engine="hf", max_new_tokens=512), table)
+    assert line.startswith("estimate: about 1 min 56 s on a 2-CPU machine like the cost table's")  # 20 + 3 x 32
+    assert "bfcl_v4 3 x 32 s (policy 1 calls x 256 tokens at 8 tokens/s = 32 s)" in line
+    assert "claw_eval: no measurement for this setting" in line
     assert "| `make demo` | 19 min 46 s | 25 min 0 s | 7.41 GiB | 4.2 GB | 3.1–4.0 | 2026-12-04 |" in render_table(table=TABLE)
 
 

@@ -38,6 +38,9 @@ class CostRow:
     exit_status: int | None = None
     finished: bool = True
     """False: stopped before it ended (``wall_s`` is when it was stopped)."""
+    settings: dict[str, Any] = field(default_factory=dict)
+    """An eval row's plan: ``episodes`` per benchmark and the :class:`EpisodeSettings` it ran under (``model``,
+    ``engine``, ``max_new_tokens``, ``thinking``, ``max_turns``, ``prompting``): what the estimator is checked on."""
     runs: list[dict[str, Any]] = field(default_factory=list)
     """A command measured several times (``measurements.costs --repeat N``): each run's ``wall_s``, ``cpu_s``,
     ``peak_rss_gib``, ``peak_tree_rss_gib``, ``load`` and ``exit_status``; the row's own figures are then the
@@ -154,29 +157,146 @@ def episode_seconds(benchmark: str, table: dict[str, Any] | None = None) -> dict
     return (table.get("per_episode") or {}).get(benchmark)
 
 
-def estimate_line(episodes: dict[str, int], *, model: str, max_new_tokens: int, max_turns: int,
-                  table: dict[str, Any] | None = None) -> str:
-    """``estimate: ...`` for a plan of ``episodes`` per benchmark, from the measured seconds per episode
-    of each benchmark (scaled by nothing: a figure measured under other budgets or another model is
-    named as such). Benchmarks with no measured figure are listed as not estimated."""
+@dataclass(frozen=True)
+class EpisodeSettings:
+    """What an episode's time depends on: the policy's model and engine, its budgets and prompting module (the
+    plan's resolved settings of one benchmark)."""
+
+    model: str = "embedded"
+    engine: str | None = None
+    """``hf`` (in-process), ``vllm`` (a local vLLM server), ``openai`` (an endpoint); None: not known (hf's rate)."""
+    max_new_tokens: int = 512
+    thinking: bool = True
+    max_turns: int = 40
+    prompting: str = "act"
+    max_episode_tokens: int = 32768
+    max_seconds: float = 3600.0
+    judge: str | None = None
+    """The benchmark's judge / simulated user spec (None: the embedded default, on the policy's engine)."""
+
+
+@dataclass
+class EpisodeEstimate:
+    """Seconds of one episode: the policy's calls, and the judge / grader / simulated user's share."""
+
+    policy_s: float
+    side_s: float
+    calls: float
+    tokens_per_call: float
+    tokens_per_s: float
+    side: str = ""
+
+    @property
+    def seconds(self) -> float:
+        return self.policy_s + self.side_s
+
+
+class NoMeasurement(ValueError):
+    """The cost table measured nothing like this setting (the message says what)."""
+
+
+def estimator(table: dict[str, Any] | None = None) -> dict[str, Any]:
+    table = read_costs() if table is None else table
+    return table.get("estimator") or {}
+
+
+def episode_estimate(benchmark: str, settings: EpisodeSettings, table: dict[str, Any] | None = None) -> EpisodeEstimate:
+    """One episode of ``benchmark`` under ``settings``, from the cost table's ``estimator`` section (calibrated on
+    its measured eval rows; docs/costs.md says how)::
+
+        calls     = min(max_turns, calls_b x calls_p)        calls_b: the policy calls an episode of b uses
+                                                             (null: every turn); calls_p: the prompting module's
+        tokens    = min(max_new_tokens x fill, max_episode_tokens / calls)
+                                                             fill: thinking on or off (the prompting's own if set)
+        policy_s  = min(calls x tokens / rate(engine), max_seconds)
+        side_s    = grader: min(timeout, judge_tokens / rate(engine)) + user: turns x user_tokens / rate(engine)
+
+    Raises :class:`NoMeasurement` for a benchmark, engine or prompting module the table has no figure for."""
+    est = estimator(table)
+    bench = (est.get("benchmarks") or {}).get(benchmark)
+    if bench is None:
+        raise NoMeasurement(f"{benchmark}: no measurement for this setting (the cost table has no episode of it)")
+    engine = settings.engine or "hf"
+    rates = est.get("tokens_per_s") or {}
+    if settings.model == "gold":
+        raise NoMeasurement(f"{benchmark}: no measurement for this setting (--model gold replays, it generates "
+                            "nothing)")
+    if engine not in rates:
+        raise NoMeasurement(f"{benchmark}: no measurement for this setting (engine {engine}: its speed is the "
+                            "server's)")
+    prompting = (est.get("prompting") or {}).get(settings.prompting)
+    if prompting is None:
+        raise NoMeasurement(f"{benchmark}: no measurement for this setting (prompting {settings.prompting})")
+    rate = float(rates[engine])
+    fills = est.get("fill") or {}
+    fill = prompting.get("fill", fills.get("thinking" if settings.thinking else "no_thinking", 1.0))
+    cap = bench.get("calls")
+    calls = float(settings.max_turns) if cap is None else min(float(settings.max_turns),
+                                                                cap * prompting.get("calls", 1.0))
+    tokens = min(settings.max_new_tokens * fill, settings.max_episode_tokens / max(calls, 1.0))
+    policy = min(calls * tokens / rate, settings.max_seconds)
+    side, words = 0.0, []
+    grader = bench.get("grader")
+    if grader:
+        if settings.judge and settings.judge.startswith("openai:"):
+            words.append("its grader's judge is an endpoint: not estimated")
+        else:
+            seconds = min(float(grader["timeout_s"]), grader["judge_tokens"] / rate)
+            side += seconds
+            words.append(f"grader's judge {duration(seconds)}" + (" (its timeout)" if seconds >= grader["timeout_s"]
+                                                                   else ""))
+    user = bench.get("user_tokens_per_turn")
+    if user:
+        seconds = calls * user / rate
+        side += seconds
+        words.append(f"simulated user {duration(seconds)}")
+    return EpisodeEstimate(policy_s=policy, side_s=side, calls=calls, tokens_per_call=tokens, tokens_per_s=rate,
+                           side=", ".join(words))
+
+
+def estimate_seconds(episodes: dict[str, int], settings: dict[str, EpisodeSettings] | EpisodeSettings,
+                     table: dict[str, Any] | None = None) -> tuple[float, list[str], list[str]]:
+    """(seconds of the whole run, one phrase per estimated benchmark, one per benchmark with no measurement) for
+    ``episodes`` per benchmark, episodes one after another, plus loading (the estimator's ``load_s``)."""
     table = read_costs() if table is None else table
     total, parts, missing = 0.0, [], []
     for name, n in episodes.items():
         if not n:
             continue
-        figure = episode_seconds(name, table)
-        if figure is None:
-            missing.append(name)
+        setting = settings if isinstance(settings, EpisodeSettings) else settings.get(name, EpisodeSettings())
+        try:
+            e = episode_estimate(name, setting, table)
+        except NoMeasurement as exc:
+            missing.append(str(exc))
             continue
-        total += n * figure["seconds"]
-        same = (figure.get("model") == model and figure.get("max_new_tokens") == max_new_tokens
-                and figure.get("max_turns") == max_turns)
-        parts.append(f"{name} {n} x {figure['seconds']:.0f} s" + ("" if same else
-                     f" (measured with {figure.get('model')}, {figure.get('max_new_tokens')} tokens a call, "
-                     f"{figure.get('max_turns')} turns)"))
+        total += n * e.seconds
+        policy = (f"policy {e.calls:g} calls x {e.tokens_per_call:.0f} tokens at {e.tokens_per_s:g} tokens/s = "
+                  f"{duration(e.policy_s)}")
+        parts.append(f"{name} {n} x {duration(e.seconds)} ({policy}" + (f"; {e.side}" if e.side else "") + ")")
+    if parts:
+        total += float(estimator(table).get("load_s", 0.0))
+    return total, parts, missing
+
+
+def row_estimate(row: CostRow, table: dict[str, Any] | None = None) -> tuple[float, list[str], list[str]]:
+    """:func:`estimate_seconds` of an eval row's recorded ``settings`` (what it is checked against)."""
+    given = dict(row.settings)
+    episodes = given.pop("episodes")
+    return estimate_seconds(episodes, EpisodeSettings(**given), table)
+
+
+def estimate_line(episodes: dict[str, int], settings: dict[str, EpisodeSettings] | EpisodeSettings,
+                  table: dict[str, Any] | None = None) -> str:
+    """``estimate: ...`` for a plan of ``episodes`` per benchmark under its ``settings``
+    (:func:`episode_estimate`, the policy's calls and the judge / grader / simulated user's time); a benchmark
+    with nothing measured like its setting says "no measurement for this setting"."""
+    table = read_costs() if table is None else table
+    total, parts, missing = estimate_seconds(episodes, settings, table)
     machine = (table.get("machine") or {}).get("cpus", "?")
-    text = (f"estimate: about {duration(total)} of episodes on a {machine}-CPU machine like the cost table's "
-            f"({'; '.join(parts)}), plus loading the model" if parts else "estimate: none")
+    load = float(estimator(table).get("load_s", 0.0))
+    text = (f"estimate: about {duration(total)} on a {machine}-CPU machine like the cost table's, for a model the "
+            f"size of the embedded one (loading {duration(load)}; {'; '.join(parts)}; episodes counted one after "
+            "another, --max-in-flight may overlap some)" if parts else "estimate: none")
     if missing:
-        text += f"; not measured: {', '.join(missing)} (no estimate for them)"
+        text += "; " + "; ".join(missing)
     return text + " (docs/costs.md)"

@@ -36,7 +36,7 @@ from unified.benchmarks.discovery import adapter_paths, load_adapter
 from unified.benchmarks.helpers import limit_runnable, select_task_ids
 from unified.config import ConfigError, from_dict, to_dict
 from unified.eval.config import EvalConfig
-from unified.eval.costs import estimate_line
+from unified.eval.costs import EpisodeSettings, estimate_line
 from unified.eval.engine import EngineChoice
 from unified.eval.parts import PlannedPart, parts_of_plan, plan_parts
 from unified.eval.rundir import BenchmarkStore
@@ -341,6 +341,15 @@ def _named_by_directory(plan: RunPlan) -> RunPlan:
                                for b in plan.benchmarks])
 
 
+def episode_settings(plan: RunPlan, b: PlannedBenchmark) -> EpisodeSettings:
+    """What the time estimate of ``b``'s episodes depends on (:class:`unified.eval.costs.EpisodeSettings`)."""
+    limits = b.limits or plan.config.limits
+    return EpisodeSettings(model=plan.config.model, engine=plan.engine.backend,
+                           max_new_tokens=plan.config.sampling.max_new_tokens, thinking=bool(plan.config.sampling.thinking),
+                           max_turns=limits.max_turns, prompting=plan.config.prompting,
+                           max_episode_tokens=limits.max_episode_tokens, max_seconds=limits.max_seconds, judge=b.judge)
+
+
 def plan_lines(plan: RunPlan) -> list[str]:
     """The plan in words: one line per benchmark (tasks x trials, what is recorded, the budgets its episodes
     run under), then the whole run (episodes over benchmarks, sampling, a time estimate from the cost table,
@@ -365,10 +374,8 @@ def plan_lines(plan: RunPlan) -> list[str]:
         to_run[b.name] = len(b.to_run)
     running = [b for b in plan.benchmarks if b.status == "run"]
     if running:
-        turns = max((b.limits.max_turns for b in running if b.limits is not None), default=plan.config.limits.max_turns)
         lines.append(f"# plan: in all: {sum(to_run.values())} episode(s) of {len(running)} benchmark(s) still to run "
                      f"({len(plan.benchmarks) - len(running)} benchmark(s) not run); each policy call <= {sampling.max_new_tokens} "
                      f"tokens, thinking {'on' if sampling.thinking else 'off'}, temperature {sampling.temperature:g}; "
-                     + estimate_line(to_run, model=plan.config.model, max_new_tokens=sampling.max_new_tokens,
-                                     max_turns=turns))
+                     + estimate_line(to_run, {b.name: episode_settings(plan, b) for b in running}))
     return lines + [line for part in plan.parts for line in part.lines()]
