@@ -290,6 +290,12 @@ class LaunchSection:
     main_process_port: int = bounded(29500, ge=1, le=65535)
     gpu: GpuModel = "h100"
     """The GPU model of the nodes, for the memory and time plan (``unified.warmup.plan``; ``--plan``)."""
+    memory_max_share: float = bounded(0.9, gt=0, le=1)
+    """The preflight refuses a layout whose planned trainer memory is above this share of the usable
+    device memory (the plan's estimate has an error; docs/warmup_plan.md): 1.0 = up to all of it."""
+    collective_timeout_margin: float = bounded(1.5, ge=1)
+    """The preflight refuses a layout whose ``train.collective_timeout_s`` is under this multiple of the
+    plan's worst-case generation batch (server-mode rollouts; docs/warmup_plan.md): 1.0 = no margin."""
     cpu_processes: int = bounded(1, ge=1)
     """Trainer processes on one node without GPUs (``gpus_per_node: 0``): above 1, ``accelerate launch``
     starts them as data-parallel ranks over gloo (``distributed: ddp``), as it starts one per GPU."""
