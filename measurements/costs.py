@@ -27,13 +27,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from unified.eval.costs import COSTS_FILE, read_costs, render_table  # noqa: E402
+from unified.eval.costs import COSTS_FILE, duration, read_costs, render_table  # noqa: E402
 
 PY = ".venv/bin/python"
 RUNS = "runs/costs"
@@ -213,12 +214,42 @@ def per_episode(run_dir: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
+def estimator_section(table: dict[str, Any]) -> str:
+    """docs/costs.md's account of the dry run's estimate: the formula, the table's constants and, for every eval row
+    that records its settings, the estimate beside the measured wall time."""
+    from unified.eval.costs import cost_rows, episode_estimate, row_estimate
+
+    est = table.get("estimator") or {}
+    lines = ["## The dry run's time estimate", "",
+             "`--dry-run` (and the start of a run) estimates each benchmark's episodes from the `estimator` section of "
+             "`unified/eval/costs.json` (`unified.eval.costs.episode_estimate`):", "", "```",
+             textwrap.dedent((episode_estimate.__doc__ or "").split("::", 1)[1].split("Raises")[0]).strip("\n"),
+             "```", "",
+             f"plus {est.get('load_s', '?')} s of loading; episodes are counted one after another. A benchmark, engine or "
+             "prompting module the section has no figure for is \"no measurement for this setting\".", "",
+             "| constant | value | calibrated on |", "|---|---|---|"]
+    notes = est.get("notes") or {}
+    for key in ("load_s", "tokens_per_s", "fill", "prompting"):
+        lines.append(f"| {key} | `{json.dumps(est.get(key))}` | {notes.get(key, '')} |")
+    for name, value in (est.get("benchmarks") or {}).items():
+        lines.append(f"| {name} | `{json.dumps(value)}` | {notes.get(name, '')} |")
+    lines += ["", "Checked on every eval row that records its settings (tests/test_costs_estimate.py: within 2x, at "
+              "least half for a run stopped unfinished):", "", "| row | estimate | measured | ratio |", "|---|---|---|---|"]
+    for row in cost_rows(table).values():
+        if row.settings:
+            seconds = row_estimate(row, table)[0]
+            measured = duration(row.wall_s) if row.finished else f"> {duration(row.wall_s)}"
+            lines.append(f"| {row.name} | {duration(seconds)} | {measured} | {seconds / row.wall_s:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
 def render(table: dict[str, Any]) -> None:
     (REPO / "docs" / "costs.md").write_text(
         "# Costs: what each command took\n\nThe one place that states a cost; the README, the quickstart and "
-        "the demo's banner quote it, the eval's plan line estimates from its seconds per episode.\n"
-        "Rewrite it with `python -m measurements.costs --run NAME ...` then `--render`.\n\n"
-        + render_table(table=table) + "\n\nSeconds per episode (the plan line's estimates):\n\n"
+        "the demo's banner quote it, the eval's plan line estimates from its calibrated estimator (below).\n"
+        "Rewrite it with `python -m measurements.costs --run NAME ...` (`--repeat N`: N runs, min / median / max) "
+        "then `--render`.\n\n"
+        + render_table(table=table) + "\n\n" + estimator_section(table) + "\nSeconds per episode as measured:\n\n"
         + "| benchmark | s / episode | episodes | model | tokens a call | turns | thinking |\n|---|---|---|---|---|---|---|\n"
         + "".join(f"| {n} | {e['seconds']} | {e['episodes']} | {e['model']} | {e['max_new_tokens']} | {e['max_turns']} "
                   f"| {e['thinking']} |\n" for n, e in (table.get("per_episode") or {}).items()), encoding="utf-8")
