@@ -50,13 +50,13 @@ SAMPLES = {
 }
 
 
-def write_published_fixture(directory: Path) -> dict[str, str]:
+def write_published_fixture(directory: Path, samples: dict | None = None) -> dict[str, str]:
     """One ``{domain}_test.jsonl`` per domain in the published layout (integer ids, the trajectory's
-    whole prompt/response lists); returns action text -> sample tag."""
+    whole prompt/response lists); returns action text -> sample tag. ``samples``: SAMPLES' shape (default SAMPLES)."""
     directory.mkdir(parents=True, exist_ok=True)
     by_domain: dict[str, list[str]] = defaultdict(list)
     actions: dict[str, str] = {}
-    for tag, (domain, traj, t, total, _, _) in SAMPLES.items():
+    for tag, (domain, traj, t, total, _, _) in (samples or SAMPLES).items():
         prompts = [f"### Turn {i}\n**Action:**\nact {traj}-{i} ({tag if i == t else 'history'})"
                    for i in range(1, total + 1)]
         responses = [f"{OBS}real observation {traj}-{i}" for i in range(1, total + 1)]
@@ -75,8 +75,9 @@ class ScriptedServer:
     prediction's tag, the k-th judge request of a sample getting its k-th scripted answer (or, with
     ``own_judge_answer``, always that answer: our own judge prompt's format)."""
 
-    def __init__(self, actions: dict[str, str], own_judge_answer: str = "") -> None:
+    def __init__(self, actions: dict[str, str], own_judge_answer: str = "", samples: dict | None = None) -> None:
         self.actions, self.own_judge_answer = actions, own_judge_answer
+        self.samples = samples or SAMPLES
         self.requests: list[dict] = []
         self.attempts: dict[str, int] = defaultdict(int)
         self.lock = threading.Lock()
@@ -107,7 +108,7 @@ class ScriptedServer:
         with self.lock:
             self.requests.append(body)  # the whole body: every field a client sends is compared
             if body.get("model") == "wm":
-                reply = SAMPLES[self.actions[messages[-1]["content"]]][4]
+                reply = self.samples[self.actions[messages[-1]["content"]]][4]
                 out = {"role": "assistant", "content": reply["content"]}
                 if reply.get("reasoning"):
                     out["reasoning_content"] = reply["reasoning"]
@@ -115,9 +116,10 @@ class ScriptedServer:
             if self.own_judge_answer:
                 return {"role": "assistant", "content": self.own_judge_answer}
             found = re.search(r"PRED[-\" :]+(S\d)", messages[-1]["content"])
-            assert found, "a judge request without a scripted prediction"
-            tag = found.group(1)
-            answers = SAMPLES[tag][5]
+            tags = [t for t in re.findall(r"\((\w+)\)", messages[-1]["content"]) if t in self.samples]
+            assert found or tags, "a judge request without a scripted prediction"
+            tag = found.group(1) if found else tags[0]  # a prediction without its tag ('No output'): the action's
+            answers = self.samples[tag][5]
             k = self.attempts[tag]
             self.attempts[tag] += 1
             return {"role": "assistant", "content": answers[min(k, len(answers) - 1)]}

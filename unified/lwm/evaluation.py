@@ -271,6 +271,7 @@ def _judge_official(checkout, records, predictions, out_dir: Path, *, judge: str
                 judged[row["sample_id"]] = row
     summary = official.aggregate_official([judged[r.key] for r in records], checkout.dimensions)
     summary["score_metric"] = OFFICIAL_METRIC
+    summary["no_output"] = official.no_output_counts([judged[r.key] for r in records])
     if summary["n"] and not summary["valid"]:
         summary["rubric_note"] = ("no sample has a valid judge answer: the AgentWorldBench score is undefined; read "
                                   "the reference-based score (or use a stronger judge)")
@@ -376,6 +377,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m unified.lwm.evalu
         print(f"lwm: AgentWorldBench (official eval.py protocol, {summary['agentworld']['root']}): overall "
               f"{_fmt(summary['overall']).strip()} (eval.py's, over {summary['valid']} valid of {summary['n']} samples; "
               f"{summary['failed']} failed); paper-style domain mean {_fmt(summary['overall_domain_mean']).strip()}")
+        counts = summary["no_output"]
+        print(f"  eval.py's empty-answer rule: {counts['judged_as_no_output']} judged as 'No output', "
+              f"{counts['no_model_generation']} failed as 'No model generation'")
     else:
         print(f"lwm: rubric score (own judge prompt, not comparable): overall {summary['overall']:.2f} "
               f"(sample-weighted {summary['overall_sample_weighted']:.2f}) over {summary['n']} samples; judge parse "

@@ -10,9 +10,15 @@ bookkeeping around them, written for this library:
 - inference (eval.py ``infer``): the chat is ``[system: system_str]`` (left out when empty),
   then ``[user: prompt[i]] [assistant: response[i]]`` for i < t-1, then ``[user: prompt[t-1]]``
   (:attr:`unified.lwm.records.AWBRecord.action`); ``max_tokens`` 32768, temperature 0.6;
-- ``gen`` is the completion's answer, after the reasoning a server split off (what a server with
-  a reasoning parser returns as ``content``); an empty one is eval.py's "No model generation"
-  and that sample has failed without a judge call;
+- ``gen`` is what eval.py's ``infer`` keeps, the server's ``message.content``
+  (:func:`official_gen`): for an endpoint's answer whose reasoning came back apart (our completion
+  joins it as ``R\n</think>\n\n`` + content), the content exactly as sent; otherwise the raw
+  completion, thinking included (eval.py's ``parse_model_output`` removes it, an unclosed
+  ``<think>`` up to the end). An empty ``gen`` is eval.py's "No model generation": that sample
+  has failed without a judge call. A non-empty one whose parsed prediction is empty (a blank
+  answer after the reasoning, a ``<think>`` never closed: a model that loops or runs out of
+  tokens) is judged with the parser's ``"No output"`` as the prediction, as eval.py judges it,
+  and counted (:func:`no_output_counts`, the summary's ``no_output``);
 - judge (eval.py ``judge``): the checkout's messages for the job and the prediction its output
   parser took from ``gen``; up to 3 attempts; a sample none of whose attempts parses has failed;
 - aggregate (eval.py ``score``), for domain d with valid (not failed) samples V_d and each
@@ -38,7 +44,7 @@ from collections import defaultdict
 from statistics import mean
 from typing import Any
 
-from unified.chatformat.reasoning import split_reasoning
+from unified.chatformat.reasoning import THINK_CLOSE, THINK_OPEN
 from unified.lwm.records import AWBRecord
 from unified.rewards.awb_judge import (EVAL_PY_HTTP_RETRIES, EVAL_PY_REQUEST_FIELDS, EVAL_PY_TIMEOUT_S,
                                        AgentWorldCheckout, judge_with_retries, normalise)
@@ -71,9 +77,33 @@ def official_messages(record: AWBRecord) -> list[dict[str, str]]:
     return messages
 
 
+NO_OUTPUT = "No output"
+"""What eval.py's ``parse_model_output`` returns for a generation with nothing left after its thinking."""
+NO_GENERATION = "No model generation"
+"""eval.py's ``error_message`` of a sample whose ``gen`` is empty (failed, never judged)."""
+JOINED = "\n" + THINK_CLOSE + "\n\n"
+"""How an endpoint's answer joins ``reasoning_content`` to ``content`` (:func:`unified.chatformat.join_reasoning`)."""
+
+
 def official_gen(completion: str) -> str:
-    """The completion's answer part, as a server with a reasoning parser returns ``content``."""
-    return split_reasoning(completion or "")[1]
+    """eval.py's ``gen`` for a raw completion: the server's ``content`` (module docstring).
+
+    An endpoint's split answer (``R\n</think>\n\nC``, not opening with ``<think>``) gives ``C`` as
+    sent, ``""`` when the server sent none; any other completion is kept whole (an unclosed
+    ``<think>`` included), since eval.py's own parser removes the thinking."""
+    text = completion or ""
+    if JOINED in text and not text.lstrip().startswith(THINK_OPEN):
+        return text.split(JOINED, 1)[1]
+    return text
+
+
+def no_output_counts(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """How many judged rows eval.py's rule applied to: judged as ``"No output"`` / failed as "No model generation"."""
+    judged = sum(1 for r in rows if r.get("extracted_output") == NO_OUTPUT)
+    empty = sum(1 for r in rows if r.get("error_message") == NO_GENERATION)
+    return {"judged_as_no_output": judged, "no_model_generation": empty,
+            "rule": ("eval.py: an empty gen fails unjudged ('No model generation'); a gen with nothing left after "
+                     "its thinking (blank answer, unclosed <think>) is judged with the prediction 'No output'")}
 
 
 def job_of(record: AWBRecord) -> dict[str, Any]:
@@ -93,7 +123,7 @@ def judge_records(checkout: AgentWorldCheckout, judge, records: list[AWBRecord],
         row = {**job_of(record), "gen": gen, "sample_id": record.key, "domain": record.task}
         rows.append(row)
         if not gen:
-            row.update(failed=1.0, error_message="No model generation", attempts=0)
+            row.update(failed=1.0, error_message=NO_GENERATION, attempts=0)
             continue
         subtask = checkout.subtask(row)
         row["extracted_output"] = checkout.parse_prediction(gen, subtask)
