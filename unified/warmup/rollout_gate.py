@@ -40,12 +40,15 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 KEY_FILE_NAME = "rollout_server.key"
 """The key's file in the run's output directory (``slurm/lwm_warmup.sh`` uses the same name)."""
 MIN_KEY_CHARS = 32
+MAX_KEY_FILE_BYTES = 4096
+"""A key file is read up to this many bytes (a key is 43)."""
 UPSTREAM_HOST = "127.0.0.1"
 UPSTREAM_ENV = "UNIFIED_ROLLOUT_UPSTREAM"
 """Set for the server command: ``127.0.0.1:PORT``, where it must listen (a ``VLLM_CMD`` of one's own)."""
@@ -55,9 +58,18 @@ HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy
 ``Host`` is passed on, so that a redirect of the server (``/health/`` -> ``/health``) points back at the gate."""
 COPY_BYTES = 1 << 16
 IDLE_TIMEOUT_S = 600.0
-"""A client connection idle this long is closed (TRL's pooled connections reconnect)."""
+"""A keyed client connection idle this long is closed (TRL's pooled connections reconnect)."""
+HEADER_TIMEOUT_S = 10.0
+"""A connection whose request line and headers are not all in after this long is closed (slow or idle senders)."""
+MAX_PENDING_PER_PEER = 16
+"""Connections of one peer address whose headers are not yet read; the peer's oldest goes when a new one comes."""
+MAX_PENDING = 256
+"""Such connections of all peers together; the oldest goes when a new one comes."""
+MAX_KEYED = 512
+"""Connections that showed the key (TRL opens up to 64 at once); past this a keyed request gets 503."""
 STOP_GRACE_S = 60.0
 MAX_REFUSALS_LOGGED = 50
+"""Refusal and dropped-connection lines logged in all; later ones are counted, not logged."""
 
 
 class KeyFileError(ValueError):
@@ -87,23 +99,47 @@ def write_new_key(path: str | os.PathLike[str]) -> Path:
     return path
 
 
+def _file_kind(mode: int) -> str:
+    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
 def read_key(path: str | os.PathLike[str]) -> str:
-    """The key in ``path``: a regular file of this user, readable by no one else, of at least 32 characters."""
+    """The key in ``path``: a regular file of this user, readable by no one else, of at least 32 characters.
+
+    ``lstat`` first, then ``open(O_NOFOLLOW | O_NONBLOCK)`` and ``fstat`` of what was opened (the same inode):
+    a symbolic link, directory, FIFO, socket or device is refused in one line naming the path before anything
+    is read (a FIFO would block the open or the read forever), and at most :data:`MAX_KEY_FILE_BYTES` are read.
+    """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        before = os.lstat(path)
     except OSError as exc:
         raise KeyFileError(f"rollout key file {path}: {exc.strerror}") from None
-    with os.fdopen(fd) as handle:
+    if not stat.S_ISREG(before.st_mode):
+        raise KeyFileError(f"rollout key file {path}: {_file_kind(before.st_mode)}, not a regular file")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except OSError as exc:
+        raise KeyFileError(f"rollout key file {path}: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as handle:
         info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise KeyFileError(f"rollout key file {path}: not a regular file")
+        if not stat.S_ISREG(info.st_mode) or (info.st_dev, info.st_ino) != (before.st_dev, before.st_ino):
+            raise KeyFileError(f"rollout key file {path}: replaced while it was opened ({_file_kind(info.st_mode)})")
         if info.st_uid != os.getuid():
             raise KeyFileError(f"rollout key file {path}: owned by uid {info.st_uid}, not this user ({os.getuid()})")
         if info.st_mode & 0o077:
             raise KeyFileError(f"rollout key file {path}: mode {stat.S_IMODE(info.st_mode):04o} lets others read it "
                                "(it must be 0600)")
-        key = handle.read().strip()
-    if len(key) < MIN_KEY_CHARS or any(c.isspace() for c in key):
+        data = handle.read(MAX_KEY_FILE_BYTES + 1)
+    try:
+        key = data.decode("ascii").strip()
+    except UnicodeDecodeError:
+        key = ""
+    if len(data) > MAX_KEY_FILE_BYTES or len(key) < MIN_KEY_CHARS or any(c.isspace() for c in key):
         raise KeyFileError(f"rollout key file {path}: not a key (one word of at least {MIN_KEY_CHARS} characters)")
     return key
 
@@ -118,21 +154,39 @@ class _GateHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "unified-rollout-gate"
     sys_version = ""
-    timeout = IDLE_TIMEOUT_S
+    timeout = HEADER_TIMEOUT_S  # each read until the key is shown (and the gate's deadline on the whole headers)
     server: "RolloutGate"
 
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - the base class's name
         """Quiet: the gate logs refusals only (:meth:`RolloutGate.note_refusal`)."""
+
+    def parse_request(self) -> bool:
+        """The request line and headers; a connection the gate dropped meanwhile (:meth:`RolloutGate._drop`)
+        ends here, unanswered."""
+        if self.server.was_dropped(self.connection):
+            self.close_connection = True
+            return False
+        return super().parse_request()
 
     def _refused(self) -> bool:
         """Answer 401 and close (the body unread) unless the request carries the key."""
         refusal = self.server.refusal(self.headers.get("Authorization"))
         if refusal:
             self.server.note_refusal(self.command, self.path, self.client_address[0], refusal)
-            self._reply_json(401, {"error": "unauthorized: the rollout server needs 'Authorization: Bearer <key>' "
-                                            "(the job's rollout_server.key; docs/slurm.md, Network)"},
-                             {"WWW-Authenticate": 'Bearer realm="rollout"'}, close=True)
-        return bool(refusal)
+            try:
+                self._reply_json(401, {"error": "unauthorized: the rollout server needs 'Authorization: Bearer "
+                                                "<key>' (the job's rollout_server.key; docs/slurm.md, Network)"},
+                                 {"WWW-Authenticate": 'Bearer realm="rollout"'}, close=True)
+            except OSError:  # it hung up before reading its 401: the refusal line above is all there is to say
+                self.close_connection = True
+            return True
+        if not self.server.keyed(self.connection):
+            try:
+                self._reply_json(503, {"error": f"rollout gate: {MAX_KEYED} keyed connections are open"}, close=True)
+            except OSError:
+                self.close_connection = True
+            return True
+        return False
 
     def handle_expect_100(self) -> bool:
         """``Expect: 100-continue``: the key is checked before the client is asked for the body."""
@@ -235,10 +289,17 @@ class RolloutGate(ThreadingHTTPServer):
     """The gate: listens on ``(host, port)``, forwards keyed requests to ``127.0.0.1:upstream_port``.
 
     ``serve_forever()`` in a thread (:meth:`start`); :meth:`close` stops it.
+
+    Connections are bounded before anything of them is trusted: until a connection has shown the key it is
+    *pending*, at most :data:`MAX_PENDING_PER_PEER` per peer address and :data:`MAX_PENDING` in all (a new one
+    pushes out the oldest, so a flood of idle connections cannot keep a new one out), and at most
+    :data:`HEADER_TIMEOUT_S` long. A connection that showed the key leaves the pending set for its own
+    (:data:`MAX_KEYED`), which no unkeyed connection can fill. Refusals and dropped connections are counted
+    one-line notes (:meth:`note`), never tracebacks.
     """
 
     daemon_threads = True
-    request_queue_size = 128  # TRL opens up to 64 generation requests at once
+    request_queue_size = 1024  # TRL opens up to 64 generation requests at once; the backlog outlasts a flood
 
     def __init__(self, key: str, host: str, port: int, upstream_port: int):
         if len(key) < MIN_KEY_CHARS:
@@ -247,8 +308,86 @@ class RolloutGate(ThreadingHTTPServer):
         self._key = key.encode()
         self.upstream_port = upstream_port
         self.refusals = 0
+        self.dropped = 0
+        self._notes = 0
+        self._lock = threading.Lock()
+        self._note_lock = threading.Lock()
+        self._pending: dict[socket.socket, tuple[str, float]] = {}  # oldest first: (peer, accepted at, monotonic)
+        self._keyed: set[socket.socket] = set()
+        self._dropped: set[socket.socket] = set()  # dropped while their handler still runs
         self._thread: threading.Thread | None = None
         super().__init__((host, port), _GateHandler)
+
+    def process_request(self, request, client_address) -> None:
+        """A new connection joins the pending set (pushing out its peer's oldest, or the oldest of all, when full)."""
+        peer = str(client_address[0])
+        with self._lock:
+            mine = [s for s, (p, _) in self._pending.items() if p == peer]
+            if len(mine) >= MAX_PENDING_PER_PEER:
+                self._drop(mine[0], f"{MAX_PENDING_PER_PEER} connections of this peer wait for their headers")
+            elif len(self._pending) >= MAX_PENDING:
+                self._drop(next(iter(self._pending)), f"{MAX_PENDING} connections wait for their headers")
+            self._pending[request] = (peer, time.monotonic())
+        super().process_request(request, client_address)
+
+    def service_actions(self) -> None:
+        """Between accepts (every poll interval): drop the pending connections past :data:`HEADER_TIMEOUT_S`."""
+        now = time.monotonic()
+        with self._lock:
+            late = [s for s, (_, since) in self._pending.items() if now - since > HEADER_TIMEOUT_S]
+            for sock in late:
+                self._drop(sock, f"its headers were not in after {HEADER_TIMEOUT_S:g} s")
+
+    def _drop(self, sock: socket.socket, why: str) -> None:
+        """Close a pending connection (its handler's read ends); the caller holds the lock."""
+        peer, _ = self._pending.pop(sock)
+        self._dropped.add(sock)
+        self.dropped += 1
+        self.note(f"rollout gate: dropped a connection from {peer}: {why}")
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def was_dropped(self, sock: socket.socket) -> bool:
+        with self._lock:
+            return sock in self._dropped
+
+    def keyed(self, sock: socket.socket) -> bool:
+        """A connection showed the key: out of the pending set, the keyed idle timeout; False when those are full."""
+        with self._lock:
+            if sock in self._keyed:
+                return True
+            if len(self._keyed) >= MAX_KEYED:
+                return False
+            self._pending.pop(sock, None)
+            self._keyed.add(sock)
+        sock.settimeout(IDLE_TIMEOUT_S)
+        return True
+
+    def shutdown_request(self, request) -> None:
+        with self._lock:
+            self._pending.pop(request, None)
+            self._keyed.discard(request)
+            self._dropped.discard(request)
+        super().shutdown_request(request)
+
+    def handle_error(self, request, client_address) -> None:
+        """A connection that failed (the client hung up, reset, timed out): one counted line, no traceback."""
+        exc = sys.exc_info()[1]
+        with self._lock:
+            self.dropped += 1
+        self.note(f"rollout gate: connection from {client_address[0]} ended: {type(exc).__name__}")
+
+    def note(self, line: str) -> None:
+        """One stderr line (the first :data:`MAX_REFUSALS_LOGGED` of all refusals and drops), counted after."""
+        with self._note_lock:
+            self._notes += 1
+            notes = self._notes
+        if notes <= MAX_REFUSALS_LOGGED:
+            more = " (further refusals and drops are counted, not logged)" if notes == MAX_REFUSALS_LOGGED \
+                else ""
+            print(line + more, file=sys.stderr, flush=True)
 
     def refusal(self, authorization: str | None) -> str | None:
         """Why a request with this ``Authorization`` header is refused, or None when it carries the key."""
@@ -261,11 +400,9 @@ class RolloutGate(ThreadingHTTPServer):
 
     def note_refusal(self, method: str, path: str, client: str, why: str) -> None:
         """One stderr line per refused request (the first :data:`MAX_REFUSALS_LOGGED`), never the credential."""
-        self.refusals += 1
-        if self.refusals <= MAX_REFUSALS_LOGGED:
-            more = " (further refusals are counted, not logged)" if self.refusals == MAX_REFUSALS_LOGGED else ""
-            print(f"rollout gate: refused {_printable(method, 16)} {_printable(path)} from {client}: {why}{more}",
-                  file=sys.stderr, flush=True)
+        with self._note_lock:
+            self.refusals += 1
+        self.note(f"rollout gate: refused {_printable(method, 16)} {_printable(path)} from {client}: {why}")
 
     def start(self) -> "RolloutGate":
         self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.1}, name="rollout-gate",
@@ -347,8 +484,8 @@ def serve(key: str, host: str, port: int, upstream_port: int, command: list[str]
             signal.signal(sig, handler)
     if exposed:
         return 1
-    print(f"rollout gate: the rollout server exited (status {status}); {gate.refusals} request(s) refused",
-          file=sys.stderr, flush=True)
+    print(f"rollout gate: the rollout server exited (status {status}); {gate.refusals} request(s) refused, "
+          f"{gate.dropped} connection(s) dropped", file=sys.stderr, flush=True)
     return 128 - status if status < 0 else status
 
 
