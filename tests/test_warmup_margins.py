@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from unified.warmup.config import load_warmup_config
 from unified.warmup.plan import model_dims
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,3 +43,95 @@ def test_a_wrong_model_is_one_line_naming_it(tmp_path, model):
 def test_model_dims_of_a_bad_hub_id_is_a_reason_not_an_exception():
     dims, why = model_dims("org/not a repo")
     assert dims is None and "org/not a repo" in why
+
+
+# ---- memory: the estimator against measured CPU runs, the refusal above launch.memory_max_share ----------------
+
+MEASURED = REPO / "unified" / "warmup" / "sizing_measured.json"
+
+
+def _measured_rows() -> list[dict]:
+    import json
+
+    return json.loads(MEASURED.read_text())["rows"]
+
+
+@pytest.mark.parametrize("row", _measured_rows(), ids=lambda r: r["name"])
+def test_the_cpu_plan_is_within_its_stated_error_of_a_measured_peak_rss(row):
+    """Each measured row (peak RSS of a real short CPU run, unified/warmup/sizing_measured.json) against the
+    plan's total for the same recipe and overrides: the estimator planned 4.2 GiB for the demo's warmup that
+    measured 6.9 (-39%) before it counted the CPU's loading copy, KV cache and backward temporaries."""
+    from unified.warmup.plan import build_plan
+
+    cfg = load_warmup_config(REPO / row["recipe"], row["overrides"])
+    dims, source = model_dims(cfg.model.name_or_path)
+    assert dims is not None, source
+    planned = build_plan(cfg, dims).memory.total
+    measured = row["peak_rss_kb"] * 1024
+    assert abs(planned / measured - 1) <= row["max_error"], (row["name"], planned / 2**30, measured / 2**30)
+
+
+def test_the_plan_refuses_above_its_share_of_usable_memory_unless_told():
+    from unified.warmup.plan import plan_problems
+
+    at_64k = ["data.max_prompt_tokens=65536", "generation.vllm_max_model_length=69632", JUDGE]
+    refused = plan_problems(load_warmup_config(PAPER, at_64k))  # 71.0 of 73.2 usable GiB: 97%
+    assert any("97% of the 73.2 GiB usable" in line and "launch.memory_max_share=0.9" in line for line in refused)
+    assert not any(line.startswith("memory plan:") for line in
+                   plan_problems(load_warmup_config(PAPER, [*at_64k, "launch.memory_max_share=1.0"])))
+    assert plan_problems(load_warmup_config(PAPER, [JUDGE])) == []  # the recipe itself keeps the margin
+
+
+# ---- time: assumptions with a range, the collective timeout's margin, the routes line --------------------------
+
+def test_the_time_plan_states_its_assumptions_margin_and_routes():
+    from unified.warmup.plan import build_plan, describe, plan_problems
+    from unified.warmup.sizing_model import QWEN35_35B_A3B
+
+    cfg = load_warmup_config(PAPER, [JUDGE])
+    plan = build_plan(cfg, QWEN35_35B_A3B)
+    lo, hi = plan.time_range
+    assert hi.total_s < plan.time.total_s < lo.total_s  # optimistic < nominal < pessimistic
+    assert cfg.train.collective_timeout_s >= 1.5 * plan.batch_s > plan.time.total_s
+    text = describe(cfg)
+    assert "PREFILL_MFU 0.35 [0.25-0.5]" in text and "DECODE_BW_EFFICIENCY 0.6 [0.45-0.75]" in text
+    routes = next(line for line in text.splitlines() if line.startswith("#   routes (R3"))
+    assert f"{plan.routes.json_bytes / 1e9:,.2f} GB" in routes and "a generation batch" in routes
+    short = plan_problems(load_warmup_config(PAPER, [JUDGE, "train.collective_timeout_s=1800"]))
+    assert any(line.startswith("time plan:") and "launch.collective_timeout_margin=1.5" in line
+               and "--set train.collective_timeout_s=" in line for line in short)
+
+
+@pytest.mark.parametrize("positions", [64, 512, 2048])
+def test_the_routes_formula_is_what_the_server_json_carries(positions):
+    """The plan's bytes a choice = the base64 ``.npy`` of a ``(T, L, k)`` uint8 array, as vLLM's server
+    encodes it, decoded by our client (vllm_routes.decode_routed_experts); measured here at several lengths."""
+    import base64
+    import io
+    import json
+    import time
+
+    import numpy as np
+
+    from unified.warmup.sizing import ROUTES_DECODE_BYTES_PER_S, Workload, routes_transfer
+    from unified.warmup.sizing_model import QWEN35_35B_A3B as d
+    from unified.warmup.vllm_routes import decode_routed_experts
+
+    choices, completion = 8, 16
+    work = Workload(prompt_tokens=positions - completion + 1, completion_tokens=completion,
+                    generation_batch=choices, group_size=4)
+    plan = routes_transfer(d, work)
+    rng = np.random.default_rng(0)
+    body = []
+    for _ in range(choices):
+        buf = io.BytesIO()
+        np.save(buf, rng.integers(0, d.num_experts, (positions, d.num_layers, d.experts_per_token), dtype=np.uint8))
+        body.append({"routed_experts": base64.b64encode(buf.getvalue()).decode()})
+    answer = json.dumps({"choices": body})
+    assert sum(len(c["routed_experts"]) for c in body) == plan.json_bytes  # the formula, byte for byte
+    start = time.perf_counter()
+    arrays = [decode_routed_experts(c["routed_experts"]) for c in json.loads(answer)["choices"]]
+    seconds = time.perf_counter() - start
+    assert all(a.shape == (positions, d.num_layers, d.experts_per_token) for a in arrays)
+    assert plan.seconds == pytest.approx(plan.json_bytes / ROUTES_DECODE_BYTES_PER_S)
+    assert seconds < 50 * plan.seconds + 1.0  # generous: the assumed rate is not a bound on a loaded machine

@@ -53,7 +53,7 @@ def test_the_one_node_35b_layout_is_refused_with_its_numbers():
 
 def test_the_recipe_fits_four_h100_nodes_at_its_cap_and_128k_does_not():
     cfg = _paper()
-    assert cfg.data.max_prompt_tokens == 65536 and plan_problems(cfg) == []
+    assert cfg.data.max_prompt_tokens == 55296 and plan_problems(cfg) == []
     plan = build_plan(cfg, QWEN35_35B_A3B)
     assert plan.memory.fits and plan.time.fits and plan.time.total_s > 0.5 * plan.time.timeout_s
     full = build_plan(cfg, QWEN35_35B_A3B, prompt_tokens=131072)
@@ -83,12 +83,13 @@ def test_plan_flag_and_dry_run_print_the_table(tmp_path):
            "--output-dir", str(tmp_path / "o")]
     ok = subprocess.run([*run, "--plan"], capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
     assert ok.returncode == 0, ok.stderr
-    for piece in ("model states (sharded) | 21.6", "**total** | **71.0** of 73.2 usable (fits)", "replayed routes (generation batch) | 1.3",
-                  "90 sequences of 69632 tokens", "vs collective timeout 1,800 s (fits)"):
+    for piece in ("model states (sharded) | 21.6", "**total** | **65.5** of 73.2 usable (fits, 89%)",
+                  "replayed routes (generation batch) | 1.1", "105 sequences of 59392 tokens",
+                  "vs collective timeout 2,400 s (fits)"):
         assert piece in ok.stdout, piece
     bad = subprocess.run([*run, "--plan", "--set", "launch.nodes=1"], capture_output=True, text=True, env=env,
                          cwd=REPO, timeout=120)
-    assert bad.returncode == 2 and "DOES NOT FIT" in bad.stdout and "memory plan: 138.0 GiB" in bad.stderr
+    assert bad.returncode == 2 and "DOES NOT FIT" in bad.stdout and "memory plan: 132.5 GiB" in bad.stderr
     assert not (tmp_path / "o").exists()  # a refused command writes nothing
 
 

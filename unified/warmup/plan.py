@@ -16,6 +16,7 @@ cache, a hub id already in the local cache); a model whose config is not on this
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,10 +30,17 @@ from unified.warmup.sizing import (
     USABLE_FRACTION,
     Layout,
     MemoryEstimate,
+    ASSUMPTION_RANGES,
+    DECODE_BW_EFFICIENCY,
+    DECODE_STEP_OVERHEAD_S,
+    PREFILL_MFU,
     RolloutEstimate,
+    RoutesTransfer,
     TimeEstimate,
     Workload,
     generation_time,
+    generation_time_range,
+    routes_transfer,
     rollout_capacity,
     trainer_memory,
 )
@@ -49,6 +57,23 @@ class Plan:
     memory: MemoryEstimate
     rollout: RolloutEstimate | None
     time: TimeEstimate | None
+    memory_max_share: float = 1.0
+    """``launch.memory_max_share``: the share of usable memory the plan may fill."""
+    timeout_margin: float = 1.0
+    """``launch.collective_timeout_margin``: the timeout must be this multiple of the batch's time + routes."""
+    time_range: tuple[TimeEstimate, TimeEstimate] | None = None
+    """The batch at the pessimistic and optimistic ends of sizing.ASSUMPTION_RANGES."""
+    routes: RoutesTransfer | None = None
+    """R3's routes of one generation batch over the server's JSON (server-mode routing replay)."""
+
+    @property
+    def batch_s(self) -> float:
+        """One generation batch as the other ranks wait for it: generation + rank 0's routes decode."""
+        return (self.time.total_s if self.time else 0.0) + (self.routes.seconds if self.routes else 0.0)
+
+    @property
+    def timeout_needed_s(self) -> float:
+        return self.timeout_margin * self.batch_s
 
 
 def model_dims(name_or_path: str) -> tuple[ModelDims | None, str]:
@@ -122,9 +147,13 @@ def build_plan(cfg: WarmupConfig, dims: ModelDims, *, nodes: int | None = None, 
     work = workload_of(cfg, layout, prompt_tokens=prompt_tokens)
     memory = trainer_memory(dims, layout, work)
     rollout = rollout_capacity(dims, layout, work)
-    time = generation_time(dims, layout, work, rollout, cfg.train.collective_timeout_s) \
-        if rollout is not None and rollout.sequences > 0 and layout.rollout == "server" else None
-    return Plan(dims, layout, work, memory, rollout, time)
+    served = rollout is not None and rollout.sequences > 0 and layout.rollout == "server"
+    timeout = cfg.train.collective_timeout_s
+    time = generation_time(dims, layout, work, rollout, timeout) if served else None
+    time_range = generation_time_range(dims, layout, work, rollout, timeout) if served else None
+    routes = routes_transfer(dims, work) if served and work.routes_tokens and dims.is_moe else None
+    return Plan(dims, layout, work, memory, rollout, time, memory_max_share=cfg.launch.memory_max_share,
+                timeout_margin=cfg.launch.collective_timeout_margin, time_range=time_range, routes=routes)
 
 
 def largest_prompt_that_fits(cfg: WarmupConfig, dims: ModelDims, *, step: int = 1024, **what_if) -> int:
@@ -156,6 +185,11 @@ def plan_problems_of(plan: Plan) -> list[str]:
                    f"({USABLE_FRACTION:.0%} of {plan.layout.gpu.name}) on {where}: "
                    + ", ".join(f"{k} {_gib(v)}" for k, v in top)
                    + "; fewer tokens (data.max_prompt_tokens), more nodes, or a larger GPU (launch.gpu)")
+    elif m.usable_bytes is not None and m.total > plan.memory_max_share * m.usable_bytes:
+        out.append(f"memory plan: {_gib(m.total)} GiB per trainer GPU is {m.total / m.usable_bytes:.0%} of the "
+                   f"{_gib(m.usable_bytes)} GiB usable on {where}, above launch.memory_max_share="
+                   f"{plan.memory_max_share:g} (the plan's error; docs/warmup_plan.md): fewer tokens "
+                   "(data.max_prompt_tokens), more nodes, or --set launch.memory_max_share=1.0 to run anyway")
     r = plan.rollout
     if r is not None and plan.layout.rollout == "colocate" and r.weights_bytes + 3 * GIB > r.budget_bytes:
         out.append(f"memory plan: colocated vLLM needs {_gib(r.weights_bytes)} GiB of bf16 weights per GPU "
@@ -171,7 +205,18 @@ def plan_problems_of(plan: Plan) -> list[str]:
                    f"{plan.work.prompt_tokens}+{plan.work.completion_tokens} tokens) takes ~{t.total_s:,.0f} s "
                    f"(prefill {t.prefill_s:,.0f} s, decode {t.decode_s:,.0f} s, {t.concurrent} at once) > "
                    f"train.collective_timeout_s={t.timeout_s:g}: the other ranks' collective would time out")
+    elif t is not None and t.timeout_s < plan.timeout_needed_s:
+        routes = f" + routes {plan.routes.seconds:,.0f} s" if plan.routes else ""
+        out.append(f"time plan: train.collective_timeout_s={t.timeout_s:g} is under launch.collective_timeout_margin="
+                   f"{plan.timeout_margin:g} x one generation batch (~{t.total_s:,.0f} s{routes} = "
+                   f"{plan.batch_s:,.0f} s, worst case at the caps): --set train.collective_timeout_s="
+                   f"{math.ceil(plan.timeout_needed_s / 60) * 60} (or fewer prompt tokens)")
     return out
+
+
+def _span(name: str) -> str:
+    lo, hi = ASSUMPTION_RANGES[name]
+    return f"[{lo:g}-{hi:g}]"
 
 
 def _where(plan: Plan) -> str:
@@ -203,8 +248,11 @@ def format_plan(plan: Plan, source: str = "") -> str:
     if m.device_bytes is None:
         lines.append(f"#   | **total** | **{_gib(m.total)}** (host memory, not checked) |")
     else:
-        lines.append(f"#   | **total** | **{_gib(m.total)}** of {_gib(m.usable_bytes)} usable "
-                     f"({'fits' if m.fits else 'DOES NOT FIT'}) |")
+        share = m.total / m.usable_bytes
+        verdict = "DOES NOT FIT" if not m.fits else (
+            f"fits, {share:.0%}" if share <= plan.memory_max_share else
+            f"{share:.0%} > launch.memory_max_share {plan.memory_max_share:g}")
+        lines.append(f"#   | **total** | **{_gib(m.total)}** of {_gib(m.usable_bytes)} usable ({verdict}) |")
     r = plan.rollout
     if r is not None:
         lines.append(f"#   rollout ({lay.rollout}, TP {lay.rollout_tp}, gpu_memory_utilization "
@@ -218,6 +266,22 @@ def format_plan(plan: Plan, source: str = "") -> str:
                      f"{t.prefill_s:,.0f} s ({t.prefill_shared_s:,.0f} s with prefix sharing), decode "
                      f"{t.decode_s:,.0f} s ({t.steps:,} steps, {t.concurrent} at once) = {t.total_s:,.0f} s vs "
                      f"collective timeout {t.timeout_s:,.0f} s ({'fits' if t.fits else 'EXCEEDS'})")
+        if plan.time_range is not None:
+            lo, hi = plan.time_range
+            lines.append(f"#   time assumptions (not measured on a GPU yet): PREFILL_MFU {PREFILL_MFU:g} "
+                         f"{_span('PREFILL_MFU')}, DECODE_BW_EFFICIENCY {DECODE_BW_EFFICIENCY:g} "
+                         f"{_span('DECODE_BW_EFFICIENCY')}, DECODE_STEP_OVERHEAD_S {DECODE_STEP_OVERHEAD_S:g} "
+                         f"{_span('DECODE_STEP_OVERHEAD_S')}: the batch {hi.total_s:,.0f}-{lo.total_s:,.0f} s")
+        rt = plan.routes
+        if rt is not None:
+            once = routes_transfer(plan.dims, w, prompt_once=True)
+            lines.append(f"#   routes (R3, base64 .npy in the server's JSON, decoded on trainer rank 0): "
+                         f"{rt.json_bytes / 1e9:,.2f} GB, ~{rt.seconds:,.0f} s a generation batch ({rt.tokens:,} "
+                         f"route rows); prompt routes once a group (routed_experts_prompt_start, not wired): "
+                         f"{once.json_bytes / 1e9:,.2f} GB, ~{once.seconds:,.0f} s")
+        lines.append(f"#   collective timeout needed: {plan.timeout_margin:g} x {plan.batch_s:,.0f} s = "
+                     f"{plan.timeout_needed_s:,.0f} s (train.collective_timeout_s {t.timeout_s:,.0f}: "
+                     f"{'ok' if t.timeout_s >= plan.timeout_needed_s else 'TOO SHORT'})")
     lines.append("#   assumptions: unified/warmup/sizing.py (ZeRO 16 B/trainable parameter, checkpointed inputs, "
                  f"one layer recomputed, {USABLE_FRACTION:.0%} of device memory usable, prefill MFU and decode "
                  "bandwidth efficiency as stated there)")

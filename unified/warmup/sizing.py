@@ -82,9 +82,32 @@ RUNTIME_GPU_BYTES = int(1.5 * GIB)
 RUNTIME_CPU_BYTES = int(0.3 * GIB)
 VLLM_RESERVED_BYTES = 3 * GIB
 """Per GPU, vLLM's start-up profile activations and CUDA graphs, outside the KV pool."""
+CPU_LOAD_COPY_FACTOR = 1.0
+"""CPU: one fp32 copy of the weights stays in the RSS after loading (the state dict read before it is
+copied into the model; glibc keeps the freed arena): 1.62 GiB above the 0.3 GiB baseline and the
+1.39 GiB of weights after loading the embedded model (docs/warmup_memory.md's profiler)."""
+CPU_BACKWARD_FACTOR = 2.5
+"""CPU: the backward's temporaries (each saved tensor's gradient, the autograd buffers) that the allocator
+keeps, as a multiple of the activation components. Fitted on two measured runs
+(unified/warmup/sizing_measured.json: the demo's warmup and the checkpointed micro-batch-2 run), checked on
+the third; tests/test_warmup_margins.py fails when a row leaves its stated error."""
 PREFILL_MFU = 0.35
+"""Assumed, not measured on this stack (no GPU run yet): prefill's share of the bf16 peak. Range
+:data:`ASSUMPTION_RANGES`; the plan prints the batch's time at both ends."""
 DECODE_BW_EFFICIENCY = 0.6
+"""Assumed, not measured: decode's share of HBM bandwidth (range in :data:`ASSUMPTION_RANGES`)."""
 DECODE_STEP_OVERHEAD_S = 0.003
+"""Assumed: per decode step, scheduling + sampling + the TP all-reduces."""
+ASSUMPTION_RANGES: dict[str, tuple[float, float]] = {
+    "PREFILL_MFU": (0.25, 0.5), "DECODE_BW_EFFICIENCY": (0.45, 0.75), "DECODE_STEP_OVERHEAD_S": (0.002, 0.006)}
+"""(pessimistic, optimistic) ends of each time assumption; the worst case sets the collective timeout's margin."""
+ROUTES_DECODE_BYTES_PER_S = 160e6
+"""Base64 ``.npy`` routes JSON decoded on trainer rank 0 (json.loads + b64decode + np.load, one thread):
+measured 154-189 MB/s on the 2-core CI machine at 1,024 / 4,096 / 16,384 positions x 40 layers x top-8
+(28-112 MB answers; docs/warmup_plan.md), the issue's ~200 MB/s (22.8 GB in ~112 s) elsewhere; the low end
+is taken. tests/test_warmup_margins.py checks the bytes formula against encoded arrays byte for byte."""
+NPY_HEADER_BYTES = 128
+"""``np.save``'s header of a 3-d uint8 array (format 1.0: 128 bytes)."""
 
 
 @dataclass(frozen=True)
@@ -299,10 +322,27 @@ def trainer_memory(dims: ModelDims, layout: Layout, work: Workload) -> MemoryEst
     if layout.sharded:
         out["ZeRO-3/FSDP gathered layers + grads"] = 3 * 2 * dims.layer_params()
     out["runtime (CUDA/NCCL or Python)"] = RUNTIME_GPU_BYTES if layout.gpu else RUNTIME_CPU_BYTES
+    if layout.gpu is None:
+        out.update(cpu_host_memory(dims, layout, work, out))
     if layout.rollout == "colocate" and layout.gpu:
         out["colocated vLLM (utilization x memory)"] = int(layout.rollout_gpu_memory_utilization
                                                            * layout.gpu.memory_gib * GIB)
     return MemoryEstimate(out, int(layout.gpu.memory_gib * GIB) if layout.gpu else None)
+
+
+def cpu_host_memory(dims: ModelDims, layout: Layout, work: Workload, tensors: dict[str, int]) -> dict[str, int]:
+    """What a CPU process's peak RSS holds beyond the tensors above (module docstring, "CPU host memory")."""
+    act = 2 if work.bf16 else 4
+    activations = sum(v for k, v in tensors.items() if k.startswith(("saved activations", "one layer's recompute",
+                                                                      "checkpointed layer inputs")))
+    rows = max(1, work.generation_batch // max(1, layout.trainer_processes))
+    kv = rows * work.tokens * dims.full_attention_layers * 2 * dims.num_kv_heads * dims.head_dim * act
+    if dims.linear_attention_layers:
+        kv += rows * dims.linear_attention_layers * dims.linear_num_value_heads * dims.linear_key_head_dim \
+            * dims.linear_value_head_dim * 4
+    return {"loading copy kept by the allocator (CPU)": int(CPU_LOAD_COPY_FACTOR * 4 * dims.total_params()),
+            "generation KV cache (CPU, generation batch)": kv,
+            "backward temporaries kept by the allocator (CPU)": int(CPU_BACKWARD_FACTOR * activations)}
 
 
 def _kv_heads_per_gpu(dims: ModelDims, tp: int) -> int:
@@ -337,12 +377,17 @@ def prefill_flops(dims: ModelDims, prompt_tokens: int) -> float:
 
 
 def generation_time(dims: ModelDims, layout: Layout, work: Workload, rollout: RolloutEstimate,
-                    timeout_s: float) -> TimeEstimate:
-    """Worst-case seconds of one generation batch on the rollout engine (module docstring)."""
+                    timeout_s: float, *, mfu: float | None = None, bw_efficiency: float | None = None,
+                    step_overhead_s: float | None = None) -> TimeEstimate:
+    """Worst-case seconds of one generation batch on the rollout engine (module docstring); the three
+    assumptions default to :data:`PREFILL_MFU`, :data:`DECODE_BW_EFFICIENCY`, :data:`DECODE_STEP_OVERHEAD_S`."""
+    mfu = PREFILL_MFU if mfu is None else mfu
+    bw_efficiency = DECODE_BW_EFFICIENCY if bw_efficiency is None else bw_efficiency
+    step_overhead_s = DECODE_STEP_OVERHEAD_S if step_overhead_s is None else step_overhead_s
     gpu = layout.gpu
     assert gpu is not None
     tp = max(1, layout.rollout_tp)
-    peak = tp * gpu.bf16_tflops * 1e12 * PREFILL_MFU
+    peak = tp * gpu.bf16_tflops * 1e12 * mfu
     one = prefill_flops(dims, work.prompt_tokens)
     prefill = work.generation_batch * one / peak
     shared = math.ceil(work.generation_batch / max(1, work.group_size)) * one / peak
@@ -354,5 +399,41 @@ def generation_time(dims: ModelDims, layout: Layout, work: Workload, rollout: Ro
     weight_bytes = 2 * (dense + dims.num_layers * hit * expert) / tp
     mean_ctx = work.prompt_tokens + work.completion_tokens / 2
     kv_bytes = concurrent * (mean_ctx * rollout.kv_bytes_per_token + 2 * rollout.state_bytes_per_sequence)
-    step_s = (weight_bytes + kv_bytes) / (gpu.hbm_tb_s * 1e12 * DECODE_BW_EFFICIENCY) + DECODE_STEP_OVERHEAD_S
+    step_s = (weight_bytes + kv_bytes) / (gpu.hbm_tb_s * 1e12 * bw_efficiency) + step_overhead_s
     return TimeEstimate(prefill, shared, steps * step_s, concurrent, steps, timeout_s)
+
+
+@dataclass(frozen=True)
+class RoutesTransfer:
+    """R3's routes over ``/v1/completions`` for one generation batch (base64 ``.npy`` a choice, to rank 0)."""
+
+    choices: int
+    tokens: int
+    """Route rows in the answer (every choice's prompt rows unless fetched once a group)."""
+    json_bytes: int
+    seconds: float
+    prompt_once: bool
+
+
+def routes_transfer(dims: ModelDims, work: Workload, *, prompt_once: bool = False) -> RoutesTransfer:
+    """Bytes and decode seconds of one generation batch's routes (vllm_routes.py: a choice holds
+    ``(P + C - 1)`` rows of ``L x k`` uint8; with ``prompt_once`` the prompt rows come once a group
+    (``routed_experts_prompt_start``), each choice then ``C`` rows). Base64: ``4 ceil(n / 3)`` bytes."""
+    row = dims.num_layers * dims.experts_per_token
+    b, g = work.generation_batch, max(1, work.group_size)
+    if prompt_once:
+        arrays = [(work.prompt_tokens - 1, math.ceil(b / g)), (work.completion_tokens, b)]
+    else:
+        arrays = [(work.prompt_tokens + work.completion_tokens - 1, b)]
+    tokens = sum(rows * n for rows, n in arrays)
+    json_bytes = sum(n * 4 * math.ceil((NPY_HEADER_BYTES + rows * row) / 3) for rows, n in arrays)
+    return RoutesTransfer(b, tokens, json_bytes, json_bytes / ROUTES_DECODE_BYTES_PER_S, prompt_once)
+
+
+def generation_time_range(dims: ModelDims, layout: Layout, work: Workload, rollout: RolloutEstimate,
+                          timeout_s: float) -> tuple[TimeEstimate, TimeEstimate]:
+    """(pessimistic, optimistic) :class:`TimeEstimate` at the ends of :data:`ASSUMPTION_RANGES`."""
+    r = ASSUMPTION_RANGES
+    return tuple(generation_time(dims, layout, work, rollout, timeout_s, mfu=r["PREFILL_MFU"][end],
+                                 bw_efficiency=r["DECODE_BW_EFFICIENCY"][end],
+                                 step_overhead_s=r["DECODE_STEP_OVERHEAD_S"][1 - end]) for end in (0, 1))
