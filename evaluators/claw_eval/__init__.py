@@ -27,7 +27,9 @@ command that fails (an exit code, a timeout: the agent broke the database, the p
 loaded, no clip was written) is handed to the grader as the benchmark hands it, its exit code and
 output, and the trial is graded as the official grader grades it (``details["snapshot_failed"]``
 lists it). Only a command this sandbox cannot run at all (exit 126/127: a program the official
-image has and ours lacks) makes the trial ``error: infrastructure``, left out of the score. The
+image has and ours lacks), or one whose output names a reason of this machine (a recording script
+exiting 1 because Playwright or its browser is missing, :data:`INFRASTRUCTURE_MARKERS`) makes the
+trial ``error: infrastructure``, left out of the score. The
 services of a task stay up across its trials and are reset in between (trials running at the
 same time get separate services); they are stopped when another task opens, when an episode
 fails (crash, or a grader error), and at exit. Scoring: :mod:`evaluators.claw_eval.grading`.
@@ -68,15 +70,35 @@ NOT_RUNNABLE_EXIT_CODES = (126, 127)
 """A shell's exit codes for a command it could not execute or find: our sandbox's failure, not the agent's."""
 
 
+INFRASTRUCTURE_MARKERS = ("No module named", "Executable doesn't exist", "playwright install",
+                          "error while loading shared libraries", "BrowserType.launch")
+"""Output of a snapshot command (a recording script) that failed for a reason of this machine, not the
+agent's: a Python module or Playwright's browser missing, a library the browser needs, a browser that
+could not start. Such a trial is ``error: infrastructure`` (left out of the score), not graded as a fail."""
+
+
+def _infrastructure_reason(output: str) -> str | None:
+    for marker in INFRASTRUCTURE_MARKERS:
+        at = output.find(marker)
+        if at >= 0:
+            line_start = output.rfind("\n", 0, at) + 1
+            line_end = output.find("\n", at)
+            return output[line_start:line_end if line_end >= 0 else None].strip()[:300]
+    return None
+
+
 def failed_snapshot_commands(snapshot: dict[str, Any] | None) -> list[dict[str, str]]:
-    """The task's snapshot commands that failed (non-zero exit or timed out), each ``{command, why, exit_code}``
-    with the end of its error output (graded as the benchmark grades them; see the module docstring)."""
+    """The task's snapshot commands that failed (non-zero exit or timed out), each ``{command, why, exit_code,
+    infrastructure}`` with the end of its error output (graded as the benchmark grades them; see the module
+    docstring) and, when its output names a reason of this machine (:data:`INFRASTRUCTURE_MARKERS`), that line."""
     out = []
     for key, value in (snapshot or {}).items():
         if key.startswith("cmd:") and isinstance(value, dict) and value.get("exit_code") != 0:
+            output = f"{value.get('stderr') or ''}\n{value.get('stdout') or ''}"
             tail = (value.get("stderr") or value.get("stdout") or "").strip().splitlines()
             out.append({"command": key[4:], "exit_code": value.get("exit_code"),
-                        "why": f"exit {value.get('exit_code')}: {tail[-1][:300] if tail else 'no output'}"})
+                        "why": f"exit {value.get('exit_code')}: {tail[-1][:300] if tail else 'no output'}",
+                        "infrastructure": _infrastructure_reason(output)})
     return out
 
 
@@ -270,12 +292,13 @@ class ClawEvalAdapter(Adapter):
         failed = failed_snapshot_commands(snapshot)
         if failed:  # graded with the command's output, as the official grader is (module docstring)
             details["snapshot_failed"] = failed
-        unrunnable = [f for f in failed if f["exit_code"] in NOT_RUNNABLE_EXIT_CODES]
+        unrunnable = [f for f in failed if f["exit_code"] in NOT_RUNNABLE_EXIT_CODES or f.get("infrastructure")]
         if unrunnable:
+            why = unrunnable[0].get("infrastructure") or unrunnable[0]["why"]
             return EpisodeResult(benchmark=self.name, task_id=task.id, trial=episode.trial, score=0.0, passed=None,
                                  details=details, error=infrastructure_error(
                                      f"snapshot command not runnable in this sandbox: {unrunnable[0]['command'][:200]}",
-                                     [unrunnable[0]["why"]]))
+                                     [why]))
         if getattr(env, "snapshot_refused", None):  # files the grader's snapshot left unread (size budget)
             details["snapshot_refused"] = {"files": list(env.snapshot_refused), "budget_mb": env.snapshot_mb}
         try:
@@ -348,9 +371,14 @@ class ClawEvalAdapter(Adapter):
         n_tasks, n_skipped_tasks = len(grouped), len({r.task_id for r in results if r.skipped is not None})
         metric = f"Avg@{trials} (%)" + ("" if trials >= self.runs_default else f", protocol Avg@{self.runs_default}")
         pass_k = out.get(f"pass^{trials}")
+        ran = any(not r.error for r in scored)  # an episode reached the agent: a task ran
+        if not ran:  # no task ran (none selected, all skipped, every episode crashed): no Avg@k, no Pass^k
+            out.update({"score": None, f"pass^{trials}": None, f"pass@{trials}": None, "per_split": {}})
+            pass_k = None
         out["metric"] = (f"{metric} over {n_tasks} tasks run" +
                          (f" ({n_skipped_tasks} skipped, not in the mean)" if n_skipped_tasks else "") +
-                         (f"; Pass^{trials} {pass_k:.2f}" if pass_k is not None else ""))
+                         (f"; Pass^{trials} {pass_k:.2f}" if pass_k is not None else "") +
+                         ("" if ran else f": not run (no task ran), Avg@{trials} and Pass^{trials} n/a"))
         out["headline"] = {"score": f"Avg@{trials}", f"pass^{trials}": pass_k,
                            "paper_table": PAPER_METRIC, "official_headline": OFFICIAL_HEADLINE}
         reasons = ["local bubblewrap sandbox instead of the official Docker agent image (Dockerfile.agent)",

@@ -69,8 +69,9 @@ def aggregate_trials(trial_scores: dict[str, list[float]], trials: int = 3) -> d
         per_task[tid] = {"scores": padded, "avg": sum(padded) / len(padded),
                          "all_pass": all(is_pass(s) for s in padded), "any_pass": any(is_pass(s) for s in padded)}
     n = len(per_task)
-    if n == 0:
-        return {"score": 0.0, "metric": f"Avg@{trials} (%)", "n_tasks": 0}
+    if n == 0:  # nothing ran: no score, not 0
+        return {"score": None, "metric": f"Avg@{trials} (%)", f"pass^{trials}": None, f"pass@{trials}": None,
+                "n_tasks": 0}
     return {"score": 100.0 * sum(t["avg"] for t in per_task.values()) / n, "metric": f"Avg@{trials} (%)",
             f"pass^{trials}": 100.0 * sum(t["all_pass"] for t in per_task.values()) / n,
             f"pass@{trials}": 100.0 * sum(t["any_pass"] for t in per_task.values()) / n,

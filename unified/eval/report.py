@@ -221,6 +221,18 @@ def benchmark_entry(*, tasks: Iterable[Any], results: Iterable[Any], runs: int, 
         not_comparable_because=reasons, reason=reason)
 
 
+def _headline_cell(entry: BenchmarkEntry, shown: str) -> str:
+    """The score cell named by the adapter's ``headline`` (Claw-Eval: ``Avg@3 x · Pass^3 y``); a benchmark
+    with a headline and no score is ``not run (n/a)``, never 0."""
+    headline = entry.aggregate.get("headline")
+    if not isinstance(headline, dict) or not headline.get("score"):
+        return shown
+    extra = [(k, v) for k, v in headline.items() if k.startswith("pass^")]
+    if entry.score() is None:
+        return "not run (" + ", ".join([str(headline["score"]), *(k.capitalize() for k, _ in extra)]) + ": n/a)"
+    return f"{headline['score']} {shown}" + "".join(f" · {k.capitalize()} {_fmt(v)}" for k, v in extra)
+
+
 def _fmt(value: Any) -> str:
     if value is None:
         return "—"
@@ -348,8 +360,9 @@ def render_markdown(summary: RunSummary) -> str:
             entry = benchmarks[name]
             score = entry.score()
             shown = _fmt(score) + ("*" if score is not None and entry.status == "partial" else "")
+            shown = _headline_cell(entry, shown)
             paper = entry.paper_reference
-            paper_cell = (f"{paper.sft:.2f} → {paper.lwm_rl:.2f}"
+            paper_cell = (f"{paper.label}: {paper.sft:.2f} → {paper.lwm_rl:.2f}"
                           + ("" if entry.ran_comparably() else " (not comparable)") if paper else "")
             run, skipped, errored = counts_cells(entry)
             lines.append(f"| {name} | {shown} | {outcomes_cell(entry)} | {entry.aggregate.get('metric', '')} | {run} | "
