@@ -107,6 +107,8 @@ def _repeated_cells(row: CostRow) -> list[str]:
     gib = lambda x: f"{x:.2f}"  # noqa: E731
     walls, cpus, trees, largest = figures("wall_s"), figures("cpu_s"), figures("peak_tree_rss_gib"), \
         figures("peak_rss_gib")
+    if trees and largest and max(trees) <= max(largest) + 0.05:  # the tree is the one process (sampled lower)
+        trees = []
     memory = ("—" if not largest else
               (f"{_range(trees, gib)} GiB in all" if trees else "") +
               (f" ({_range(largest, gib)} GiB the largest process)" if trees else f"{_range(largest, gib)} GiB"))
