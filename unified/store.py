@@ -23,7 +23,7 @@ import os
 import stat
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 
 def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
@@ -89,36 +89,80 @@ def repair_tail(path: str | os.PathLike[str]) -> None:
         handle.seek(-1, os.SEEK_END)
         if handle.read(1) == b"\n":
             return
-        data = path.read_bytes()
-        handle.truncate(data.rfind(b"\n") + 1)
+        end = info.st_size  # look back for the last newline, a MiB at a time, at most one line's cap
+        while end > 0 and info.st_size - end <= JSONL_LINE_MAX_BYTES:
+            start = max(0, end - (1 << 20))
+            handle.seek(start)
+            at = handle.read(end - start).rfind(b"\n")
+            if at >= 0:
+                handle.truncate(start + at + 1)
+                return
+            end = start
+        if end > 0:
+            raise ValueError(f"{path}: its last {info.st_size - end} bytes hold no newline, more than a line this "
+                             f"reader takes ({JSONL_LINE_MAX_BYTES} bytes): not a torn record, not cut")
+        handle.truncate(0)
 
 
 JSONL_MAX_BYTES = 8 << 30
 """Most bytes :func:`read_jsonl` reads from one file (a larger one is an error naming it, not a hang)."""
+JSONL_LINE_MAX_BYTES = 64 << 20
+"""Longest JSONL line read (64 MiB): a longer one is an error naming file and line once this much of it is in,
+so a reader holds at most this much of a line (a sparse multi-GiB file of no newline is refused, not loaded)."""
+
+
+def jsonl_lines(path: str | os.PathLike[str], *, max_bytes: int = JSONL_MAX_BYTES,
+                max_line_bytes: int = JSONL_LINE_MAX_BYTES) -> Iterator[tuple[int, str, bool, bool]]:
+    """Stream ``(line number, text without its newline, whether it ended in a newline, whether it is the last)``
+    of a JSONL file,
+    read only as a regular file (:func:`open_regular`) of at most ``max_bytes``, a line at a time: a line longer
+    than ``max_line_bytes`` or not UTF-8 is a ValueError naming file and line. A last line without its newline
+    (a torn write) comes with ``complete`` False; callers decide. FileNotFoundError when it does not exist."""
+    path = Path(path)
+    fd = open_regular(path)
+    with os.fdopen(fd, "rb", buffering=1 << 20) as handle:
+        size = os.fstat(fd).st_size
+        if size > max_bytes:
+            raise ValueError(f"{path}: {size} bytes, more than the {max_bytes} bytes this reader takes")
+        number, total, line = 0, 0, handle.readline(max_line_bytes + 1)
+        while line:
+            number += 1
+            total += len(line)
+            if total > max_bytes:  # grew while we read
+                raise ValueError(f"{path}: more than the {max_bytes} bytes this reader takes")
+            if len(line) > max_line_bytes and not line.endswith(b"\n") or len(line) > max_line_bytes + 1:
+                raise ValueError(f"{path}:{number}: a line of more than {max_line_bytes} bytes, longer than this "
+                                 "reader takes (not a record the runner writes)")
+            following = handle.readline(max_line_bytes + 1)
+            try:
+                text = line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"{path}:{number}: not UTF-8 ({exc})") from None
+            complete = text.endswith("\n")
+            yield number, text[:-1] if complete else text, complete, not following
+            line = following
 
 
 def read_jsonl(path: str | os.PathLike[str], *, max_bytes: int = JSONL_MAX_BYTES) -> list[dict[str, Any]]:
     """Every complete JSON line of ``path``; a bad line is an error naming file and line. The file is
-    read only as a regular file (:func:`read_regular_file`: a FIFO or a link in a run directory is an
-    error naming it, never a wait)."""
+    read only as a regular file (:func:`open_regular`: a FIFO or a link in a run directory is an
+    error naming it, never a wait), streamed a line at a time (:func:`jsonl_lines`: a line of more than
+    :data:`JSONL_LINE_MAX_BYTES` is an error, so memory follows the rows, not the file's size)."""
     rows: list[dict[str, Any]] = []
     path = Path(path)
     try:
-        data = read_regular_file(path, max_bytes=max_bytes)
+        lines = jsonl_lines(path, max_bytes=max_bytes)
+        for number, line, complete, _ in lines:
+            if not complete:
+                break  # a partial last line
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{number}: not a JSON line ({exc})") from None
     except FileNotFoundError:
         return rows
-    try:
-        lines = data.decode("utf-8").split("\n")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{path}: not UTF-8 ({exc})") from None
-    complete = lines[:-1]  # the last element is "" or a partial line
-    for number, line in enumerate(complete, 1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{number}: not a JSON line ({exc})") from None
     return rows
 
 

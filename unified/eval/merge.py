@@ -181,8 +181,11 @@ def _merge_benchmark(bench: str, dirs: list[Path], target: Path) -> None:
         store = BenchmarkStore(d, bench)
         if not store.results_path.exists():
             continue
-        recorded = store.load()  # repairs a torn tail; first record of a pair wins, as in a resume
-        by_key = {(e.task_id, e.trial): e for e in store.episodes().values()}
+        try:  # streamed, a line at a time within the store's caps: a record file past them is one line
+            recorded = store.load()  # repairs a torn tail; first record of a pair wins, as in a resume
+            by_key = {(e.task_id, e.trial): e for e in store.episodes().values()}
+        except ValueError as exc:
+            raise ShardError(str(exc)) from None
         for key, result in recorded.items():
             row = result.to_row()
             if key in results and results[key][0] != row:

@@ -8,7 +8,8 @@
     import pandas as pd; pd.DataFrame(run.rows())             # one flat row per (benchmark, task, trial)
 
 It reads only the run's own records, each as a regular file (never through a link, never waiting on
-a FIFO, within a size cap: :mod:`unified.store`), strictly typed (:mod:`unified.config`'s loader; an
+a FIFO, within a size cap, streamed a line at a time with a per-line cap, so that memory follows the
+records and a sparse multi-GiB file is one line of refusal: :func:`unified.store.jsonl_lines`), strictly typed (:mod:`unified.config`'s loader; an
 unknown field or a row of a newer schema is an error naming the file and line): ``plan.json``
 (:class:`unified.eval.plan.RunPlan`), ``summary.json`` (:class:`unified.eval.records.RunSummary`),
 ``identity.json`` (a dict), and each benchmark's ``results.jsonl`` / ``episodes.jsonl``

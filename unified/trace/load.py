@@ -9,7 +9,9 @@ any other file: a stray or forged ``*.jsonl`` cannot replace a transcript or add
 record file must be a regular file, opened without following a link and without blocking (a
 FIFO is an error, never a wait; :func:`unified.store.read_regular_file`), of at most
 :data:`MAX_JSONL_BYTES` (JSONL) or :data:`MAX_JSON_BYTES` (JSON) bytes; otherwise a ValueError
-names the file. A benchmark directory that is a link is skipped with a warning.
+names the file. JSONL is streamed a line at a time, each line of at most
+:data:`unified.store.JSONL_LINE_MAX_BYTES` (a longer one is an error naming file and line), so memory
+follows the records read, not the file's size. A benchmark directory that is a link is skipped with a warning.
 
 Each record is recognised by its fields (an Episode has ``steps``; an EpisodeResult has
 ``score`` and no ``steps``; a record may also wrap them as ``{"episode": {...}}`` /
@@ -29,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from unified.store import read_regular_file
+from unified.store import jsonl_lines, read_regular_file
 from unified.types import Episode, EpisodeResult
 
 RECORD_FILES = ("episodes.jsonl", "results.jsonl")
@@ -79,18 +81,14 @@ def _classify(obj: Any, where: str) -> Iterable[Episode | EpisodeResult]:
 def read_jsonl_records(path: str | Path) -> list[Episode | EpisodeResult]:
     """Episodes and EpisodeResults of one JSONL file, in order."""
     path = Path(path)
-    try:
-        lines = read_regular_file(path, max_bytes=MAX_JSONL_BYTES).decode("utf-8").splitlines()
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     out: list[Episode | EpisodeResult] = []
-    for number, line in enumerate(lines, 1):
+    for number, line, _, last in jsonl_lines(path, max_bytes=MAX_JSONL_BYTES):  # streamed, a line at a time
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
-            if number == len(lines):
+            if last:
                 warnings.warn(f"{path}:{number}: skipping a truncated last line ({exc.msg})", stacklevel=2)
                 continue
             raise ValueError(f"{path}:{number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
