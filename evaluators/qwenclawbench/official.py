@@ -96,11 +96,24 @@ def _balanced_objects(text: str) -> list[tuple[int, int]]:
     return spans
 
 
-def _next_marker(text: str, parse: Callable[[str], dict[str, Any]]) -> tuple[int, int, str] | None:
+def _prose_is_read(prose: str, parse: Callable[[str], dict[str, Any]], answer: str) -> bool:
+    """Whether the parser reads ``prose``'s total beside ``answer`` (the judge's answer template), on
+    either side of it. The official parser takes a prose total only from a text with no JSON object,
+    and its answer template is one: there a benign ``Total: 0.95`` line is left alone."""
+    if not _has_score(parse(prose)):
+        return False
+    if not answer:
+        return True
+    alone = parse(answer)
+    return parse(f"{prose}\n{answer}") != alone or parse(f"{answer}\n{prose}") != alone
+
+
+def _next_marker(text: str, parse: Callable[[str], dict[str, Any]], answer: str = "") -> tuple[int, int, str] | None:
     """The first piece of ``text`` the checkout's parser would read a score from, as ``(start, end,
     replacement)``: a code block whose content it parses (its opening fence becomes three ``'``), a
-    balanced object it parses (its outer braces become fullwidth), a prose total (the number's
-    decimal point becomes fullwidth)."""
+    balanced object it parses (its outer braces become fullwidth), a prose total the parser reads
+    even beside the judge's ``answer`` template (:func:`_prose_is_read`; the number's decimal point
+    becomes fullwidth)."""
     for block in _BLOCK.finditer(text):
         if _has_score(parse(block.group(0))):
             return block.start(), block.start() + 3, _NEUTRAL_FENCE
@@ -109,7 +122,7 @@ def _next_marker(text: str, parse: Callable[[str], dict[str, Any]]) -> tuple[int
             return start, end, "\uff5b" + text[start + 1:end - 1] + "\uff5d"
     # prose only: the same text with no object and no block for the parser to prefer
     prose = text.replace("{", " ").replace("}", " ").replace("`", " ")
-    if not _has_score(parse(prose)):
+    if not _prose_is_read(prose, parse, answer):
         return None
     low, high = 0, len(prose)
     while low < high:  # the shortest prefix the parser reads a total from ends in the marker's number
@@ -127,18 +140,20 @@ def neutralise_all(summary: str) -> str:
     return (summary or "").translate(_FULLWIDTH).replace("```", _NEUTRAL_FENCE)
 
 
-def neutralise_summary(summary: str, parse: Callable[[str], dict[str, Any]]) -> tuple[str, int]:
+def neutralise_summary(summary: str, parse: Callable[[str], dict[str, Any]], answer: str = "") -> tuple[str, int]:
     """The transcript summary with only the score markers the checkout's parser (``parse``: its
     ``_parse_judge_text_response`` + ``_normalize_judge_response``) would read neutralised, and how many.
 
     A judge that echoes or quotes the agent's part hands that parser the agent's text; what it can
     take a score from is a code block holding an answer, a balanced ``{...}`` with ``scores`` /
-    ``total`` / ``score``, or a prose "total 0.9". Each such marker, and nothing else, is changed
-    (:func:`_next_marker`); a summary without one stays byte-identical. Tool-call JSON, code and
+    ``total`` / ``score``, or a prose "total 0.9" it reads even beside the judge's answer template
+    ``answer`` (the checkout's prompt with an empty summary; the official parser reads prose only from
+    a text with no JSON object, so there a prose total is no marker). Each such marker, and nothing
+    else, is changed (:func:`_next_marker`); a summary without one stays byte-identical. Tool-call JSON, code and
     headings without a score are left as they are."""
     text, count = summary or "", 0
     while count < MAX_MARKERS:
-        marker = _next_marker(text, parse)
+        marker = _next_marker(text, parse, answer)
         if marker is None:
             return text, count
         start, end, replacement = marker
@@ -157,9 +172,10 @@ def judge_prompt_and_changes(lib: types.ModuleType, task: Any, transcript: list[
                                  llm_judge_rubric=task.llm_judge_rubric, category=task.category)
     rubric = task.llm_judge_rubric or lib._format_grading_criteria(view)
     summary = lib._summarize_transcript(transcript)
-    safe, count = neutralise_summary(summary, lambda text: parse_answer(lib, text))
+    empty = lib._build_judge_prompt(view, "", rubric)  # holds the answer template the judge is told to write
+    safe, count = neutralise_summary(summary, lambda text: parse_answer(lib, text), empty)
     prompt = lib._build_judge_prompt(view, safe, rubric)
-    echoed, template = parse_answer(lib, prompt), parse_answer(lib, lib._build_judge_prompt(view, "", rubric))
+    echoed, template = parse_answer(lib, prompt), parse_answer(lib, empty)
     if _has_score(echoed) and echoed != template:
         prompt, count = lib._build_judge_prompt(view, neutralise_all(summary), rubric), max(count, 1)
     return prompt, count
