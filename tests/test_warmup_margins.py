@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from unified.warmup.config import load_warmup_config
 from unified.warmup.plan import model_dims
@@ -135,3 +136,39 @@ def test_the_routes_formula_is_what_the_server_json_carries(positions):
     assert all(a.shape == (positions, d.num_layers, d.experts_per_token) for a in arrays)
     assert plan.seconds == pytest.approx(plan.json_bytes / ROUTES_DECODE_BYTES_PER_S)
     assert seconds < 50 * plan.seconds + 1.0  # generous: the assumed rate is not a bound on a loaded machine
+
+
+# ---- the weight-sync check that does not depend on the learning rate ----------------------------------------
+
+def _checksum_trainer(tmp_path, syncs_that_work):
+    from test_warmup_rollout_correction import Bf16RolloutEngine, _as_vllm, _recipe_correction
+
+    from _warmup_support import build_tiny_trainer, completion_length_reward
+    from unified.warmup.sync_probe import tensor_checksum
+
+    class ChecksummedEngine(Bf16RolloutEngine):
+        """The tests' bf16 rollout engine that also reports its tensors' bytes, as collective_rpc does on vLLM."""
+
+        def weight_checksums(self, names):
+            params = dict(self.engine.named_parameters())
+            return {n: ("bfloat16", tensor_checksum(params[n], torch.bfloat16)) for n in names if n in params}
+
+    trainer = build_tiny_trainer(tmp_path, "model.router_aux_loss_coef=0", "generation.max_completion_length=8",
+                                 "train.max_steps=3", "train.learning_rate=1e-6",
+                                 *_recipe_correction("qwen35_35b_a3b"), reward_funcs=[completion_length_reward])
+    engine = ChecksummedEngine(trainer, syncs_that_work=syncs_that_work)
+    return _as_vllm(trainer, engine, engine.sync_weights), engine
+
+
+def test_a_sync_broken_after_step_one_is_caught_at_lr_1e_6(tmp_path):
+    """lr 1e-6: the log-prob probe's gap stays far under its 0.1 bound for a stale engine; the engine's bytes
+    of the largest matrices differ from the trainer's at the first missed sync (step 2)."""
+    from unified.warmup.rollout_check import WeightSyncError
+
+    trainer, engine = _checksum_trainer(tmp_path, syncs_that_work=1)
+    with pytest.raises(WeightSyncError, match=r"weights not synced: after the weight sync before step 2 .*bytes of"):
+        trainer.train()
+    assert trainer.state.global_step == 1 and engine.syncs == 2
+    ok, _ = _checksum_trainer(tmp_path / "ok", syncs_that_work=None)
+    ok.train()  # a working sync: equal bytes after every sync
+    assert ok.state.global_step == 3

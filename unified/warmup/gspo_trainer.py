@@ -22,7 +22,7 @@ from unified.warmup.rollout_check import (
     probe_logp_diff,
     rollout_parity,
 )
-from unified.warmup.sync_probe import engine_logps, probe_token_ids, trainer_logps
+from unified.warmup.sync_probe import check_weight_checksums, engine_logps, probe_token_ids, trainer_logps
 
 
 @contextmanager
@@ -156,6 +156,7 @@ def gspo_trainer_class():
             return output
 
         def _check_sync_probe(self) -> None:
+            check_weight_checksums(self, self.state.global_step + 1)  # the engine's bytes (lr-independent)
             if self._probe_ids is None:
                 self._probe_ids = probe_token_ids(self)
             diff, tokens = probe_logp_diff(trainer_logps(self, self._probe_ids), engine_logps(self, self._probe_ids))

@@ -17,7 +17,11 @@ and :func:`unified.warmup.rollout_check.check_probe` compares them. Where the en
 
 from __future__ import annotations
 
+import hashlib
+
 import torch
+
+from unified.warmup.rollout_check import WeightSyncError
 
 PROBE_TOKENS = 128
 """Longest probe sequence (tokens)."""
@@ -75,4 +79,79 @@ def engine_logps(trainer, ids: list[int]) -> list[float]:
     raise TypeError(f"cannot score the weight-sync probe with rollout engine {type(engine).__name__}")
 
 
-__all__ = ["PROBE_TOKENS", "engine_logps", "probe_token_ids", "trainer_logps"]
+# ---- weight checksums: a sync check that does not depend on the learning rate ------------------------------
+#
+# The probe above compares log-probs: at lr 1e-6 one update moves them far less than bf16 noise, so a sync
+# that stopped after step 1 is not seen for many steps. Right after each sync the engine also reports a
+# checksum (SHA-256 of the bytes, in the engine's own dtype) of a few named tensors, and the trainer hashes
+# its own copies cast to that dtype (what the sync sends): equal bytes or "weights not synced". At lr 1e-6 a
+# few of a large matrix's bf16 elements still change each update (an Adam step of ~lr against a bf16 spacing
+# of ~1e-4 at |w| ~ 0.02), so a stale engine's bytes differ from the first missed sync on.
+# Where the checksums come from: any engine with ``weight_checksums(names) -> {name: (dtype, hexdigest)}``
+# (the tests' CPU engines); ``vllm_colocate``: the in-process ``LLM.collective_rpc`` over the workers'
+# ``named_parameters`` (names vLLM keeps unfused and unsharded: not verified on a GPU yet); ``vllm_server``:
+# trl vllm-serve has no endpoint for it (the check is skipped, said once; the log-prob probe remains).
+
+CHECKSUM_TENSORS = 4
+"""How many of the trainer's largest trainable matrices (embeddings and LM head left out) are hashed."""
+
+
+def tensor_checksum(tensor: torch.Tensor, dtype: torch.dtype) -> str:
+    """SHA-256 of ``tensor``'s bytes once cast to ``dtype`` (round to nearest, as a sync's ``copy_`` does)."""
+    flat = tensor.detach().to(dtype).contiguous().reshape(-1).cpu()
+    return hashlib.sha256(flat.view(torch.uint8).numpy().tobytes()).hexdigest()
+
+
+def checksum_names(model, count: int = CHECKSUM_TENSORS) -> list[str]:
+    """The ``count`` largest trainable 2-d parameters outside the embeddings / LM head (ties by name)."""
+    rows = [(p.numel(), n) for n, p in model.named_parameters()
+            if p.requires_grad and p.dim() >= 2 and "embed" not in n and "lm_head" not in n]
+    return [n for _, n in sorted(rows, key=lambda r: (-r[0], r[1]))[:count]]
+
+
+def engine_checksums(trainer, names: list[str]) -> dict[str, tuple[str, str]] | None:
+    """The rollout engine's ``{name: (dtype, sha256)}`` for ``names`` (None: the engine cannot say)."""
+    engine = trainer.vllm_generation
+    own = getattr(engine, "weight_checksums", None)
+    if callable(own):
+        return own(names)
+    if getattr(engine, "mode", None) == "colocate":
+        answers = engine.llm.collective_rpc(_worker_checksums, args=(names,))
+        return answers[0] if answers else None
+    return None
+
+
+def _worker_checksums(worker, names):  # runs inside a vLLM worker (collective_rpc)
+    params = dict(worker.model_runner.model.named_parameters())
+    return {n: (str(params[n].dtype).removeprefix("torch."), tensor_checksum(params[n], params[n].dtype))
+            for n in names if n in params}
+
+
+def check_weight_checksums(trainer, step: int) -> bool:
+    """After a sync: raise ``WeightSyncError`` when the engine's bytes of the chosen tensors differ from the
+    trainer's; False when the engine reports none (nothing checked)."""
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    names = getattr(trainer, "_checksum_names", None)
+    if names is None:
+        names = trainer._checksum_names = checksum_names(model)
+    theirs = engine_checksums(trainer, names) or {}
+    params = dict(model.named_parameters())
+    bad = []
+    for name in names:
+        if name not in theirs:
+            continue
+        dtype, digest = theirs[name]
+        if tensor_checksum(params[name], getattr(torch, dtype)) != digest:
+            bad.append(name)
+    flag = torch.tensor([float(len(bad))], device=trainer.accelerator.device)
+    if float(trainer.accelerator.gather(flag).max()) > 0:
+        raise WeightSyncError(
+            f"unified.warmup: weights not synced: after the weight sync before step {step} the rollout engine's "
+            f"bytes of {', '.join(bad) or 'the checksummed tensors (another rank)'} differ from the trainer's "
+            f"(SHA-256 in the engine's dtype, {len(theirs)} of {len(names)} tensors checked; a check that does not "
+            f"depend on the learning rate). " + WeightSyncError.HINT)
+    return bool(theirs)
+
+
+__all__ = ["CHECKSUM_TENSORS", "PROBE_TOKENS", "check_weight_checksums", "checksum_names", "engine_checksums",
+           "engine_logps", "probe_token_ids", "tensor_checksum", "trainer_logps"]
