@@ -22,3 +22,12 @@ def podman_service_adapter(tmp_path_factory):
 
     with adapter(tmp_path_factory.mktemp("conf")) as opened:
         yield opened
+
+
+def pytest_report_header(config) -> str | None:
+    """As root, one line when another user (make test-security-nonroot's uid 65534) could not run this Python."""
+    import os
+
+    from security._nonroot import nonroot_note
+
+    return nonroot_note() if os.geteuid() == 0 else None
