@@ -63,6 +63,7 @@ from evaluators.terminal_bench.environment import MAX_WAIT_S, TerminalBenchEnvir
 from evaluators.terminal_bench.infra import verifier_infrastructure_error
 from evaluators.terminal_bench.local_support import local_blockers
 from evaluators.terminal_bench.tasks import TBTask, load_tasks, resolve_root
+from evaluators.terminal_bench import taskset
 from evaluators.terminal_bench.terminus import TerminusEnvironment, differences, logs_dir_for, require_harbor_python
 
 __all__ = ["TerminalBench2Adapter", "aggregate_rewards"]
@@ -126,6 +127,8 @@ class TerminalBench2Config:
 
     root: str | None = None
     """Directory of task folders (None: ``$TERMINAL_BENCH_ROOT``, else the fixtures)."""
+    task_set_version: str | None = None
+    """The task set's version ("2.0", "2.1"; None: what the checkout says, :mod:`.taskset`)."""
     backend: str | None = None
     """``local``, ``docker``, ``podman``, ``apptainer`` or ``auto`` (None: ``$UNIFIED_EXEC_BACKEND`` or auto)."""
     tasks: list[str] | str | None = None
@@ -176,6 +179,8 @@ class TerminalBench2Adapter(Adapter):
         """Tasks whose gold solution was asked for: their environments get ``solution/`` copied in."""
         self.loop_caps: dict[str, Any] = {}
         """The loop limits a user set on a Terminus-2 run (:meth:`agent_limits`), recorded per result."""
+        self.task_set: dict[str, Any] | None = None
+        """The task set's identity (:mod:`.taskset`), read with the tasks."""
         self.infrastructure_baselines = InfrastructureBaselines()
         """Each task's verifier on a fresh environment without the agent, once per run (:mod:`unified.execution.infra`)."""
 
@@ -187,6 +192,7 @@ class TerminalBench2Adapter(Adapter):
             require_harbor_python(self.settings.harbor_python)
         root = resolve_root(self.settings.root)
         parsed, broken = load_tasks(root)
+        self.task_set = self._task_set_of(root, parsed)
         backend = self._backend()
         out = []
         for t in parsed:
@@ -206,6 +212,15 @@ class TerminalBench2Adapter(Adapter):
             raise BenchmarkUnavailable(f"no task folders (with task.toml) under {root}",
                                        "point root/$TERMINAL_BENCH_ROOT at the task repository")
         return limit_runnable(out, limit)
+
+    def _task_set_of(self, root: Any, parsed: list[TBTask]) -> dict[str, Any]:
+        return taskset.identity(root, {t.id: t.path for t in parsed}, self.settings.task_set_version)
+
+    def read_task_set(self) -> dict[str, Any]:
+        """The identity of the task set under ``root`` (:mod:`.taskset`), kept for :meth:`aggregate`."""
+        root = resolve_root(self.settings.root)
+        self.task_set = self._task_set_of(root, load_tasks(root)[0])
+        return self.task_set
 
     def _task(self, task: Task) -> TBTask:
         t = TBTask(**task.payload)
@@ -308,7 +323,23 @@ class TerminalBench2Adapter(Adapter):
             return verifier_infrastructure_error(env.task.path, env.read_verifier_file, details)
 
     def aggregate(self, results: list[EpisodeResult], *, run: RunContext = RunContext()) -> dict[str, Any]:
-        return aggregate_rewards(results)
+        """:func:`aggregate_rewards`, with the task set's identity compared with the paper's
+        (:mod:`.taskset`; a 2.1 run is named 2.1 and not comparable) and harbor's denominator rule."""
+        out = aggregate_rewards(results)
+        task_set = self.task_set
+        if task_set is None:
+            task_set = {"version": self.settings.task_set_version,
+                        "version_source": "task_set_version in the adapter config" if self.settings.task_set_version
+                        else "the task list was not read in this process"}
+        out["task_set"] = task_set
+        out["task_set_paper"] = dict(taskset.PAPER_TASK_SET)
+        if task_set.get("version"):
+            out["metric"] += f", Terminal-Bench {task_set['version']}"
+        reasons = taskset.comparison(task_set)
+        out["not_comparable_because"] = list(out["not_comparable_because"]) + reasons
+        out["comparable"] = out["comparable"] and not reasons
+        out["denominator_rule"] = taskset.HARBOR_DENOMINATOR_RULE
+        return out
 
     # -- gold: type the reference solution into the terminal -----------------------------
 
