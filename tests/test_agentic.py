@@ -171,7 +171,8 @@ def test_agentic_run_trains_and_contains_a_raising_scorer(tmp_path, tiny_checkpo
     sets = [f"output_dir={tmp_path / 'run'}", f"model.name_or_path={tiny_checkpoint}", "logging.wandb=false",
             "rewards=[]", "rewards.benchmark.weight=1", "rewards.benchmark.adapter=test_agentic:GradedFixture",
             "rewards.benchmark.heldout_size=2", "train.max_steps=1", "gspo.num_generations=2",
-            "generation.max_completion_length=6", "agentic.tasks_per_step=4", "agentic.save_final=false"]
+            "generation.max_completion_length=6", "agentic.tasks_per_step=4", "agentic.save_final=false",
+            "monitor.max_zero_variance_share=null"]  # its groups are flat (a random policy echoes nothing): not stopped
     report = run_agentic(load_warmup_config(None, sets))
     assert report["heldout_tasks"] == ["echo_3", "echo_4"]  # the last two, never trained on
     assert report["train_tasks"] == ["crash_0", "echo_0", "echo_1", "echo_2"]

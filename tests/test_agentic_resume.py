@@ -58,7 +58,7 @@ def settings(out: Path, checkpoint: Path, steps: int) -> list[str]:
 
 
 def metric_rows(out: Path) -> list[dict]:
-    return [{k: v for k, v in row.items() if k != "seconds"} for row in read_jsonl(out / "metrics.jsonl")]
+    return [{k: v for k, v in row.items() if k not in ("seconds", "peak_rss_gib")} for row in read_jsonl(out / "metrics.jsonl")]
 
 
 def final_weights(out: Path) -> dict[str, torch.Tensor]:

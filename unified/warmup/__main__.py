@@ -162,6 +162,11 @@ def main(argv: list[str] | None = None) -> int:
         except Preempted as stop:  # SIGUSR1 / preempt.request: checkpoint-N saved; a rerun resumes at N + 1
             print(f"unified.warmup: {stop}", file=sys.stderr, flush=True)
             return PREEMPTED_EXIT
+        if report.get("stopped"):  # the fail-fast monitor (zero-variance groups, unscored episodes): checkpoint saved
+            from unified.warmup.failfast import STOP_EXIT_STATUS, stop_message
+
+            print(stop_message(report["stopped"]), file=sys.stderr, flush=True)
+            return STOP_EXIT_STATUS
         print(json.dumps({k: report[k] for k in ("benchmark", "before", "after", "difference", "already_finished")
                           if k in report}, indent=2))
         return 0

@@ -22,7 +22,9 @@ from unified.warmup.config import WarmupConfig, is_agentic
 AGENTIC_APPLIED: dict[str, frozenset[str]] = {
     "model": frozenset({"name_or_path", "attn_implementation", "experts_implementation", "trainable_layers",
                         "trust_remote_code"}),
-    "gspo": frozenset({"epsilon", "epsilon_high", "num_generations", "num_iterations"}),
+    "gspo": frozenset({"epsilon", "epsilon_high", "num_generations", "num_iterations",
+                       "vllm_importance_sampling_clip_max", "vllm_importance_sampling_clip_min"}),
+    "monitor": frozenset({"max_dropped_share", "max_zero_variance_share", "patience_batches"}),
     "generation": frozenset({"backend", "max_completion_length", "temperature", "top_p", "thinking",
                              "vllm_server_host", "vllm_server_port", "vllm_server_timeout_s",
                              "vllm_gpu_memory_utilization", "vllm_tensor_parallel_size", "vllm_max_model_length"}),
@@ -35,9 +37,12 @@ it logs nothing to wandb)."""
 UNAPPLIED_WHY: dict[str, str] = {
     "model": "it loads the checkpoint in fp32 with no gradient checkpointing and adds no router loss",
     "data": "its tasks come from the benchmark entry (rewards: limit, split, heldout_size)",
-    "gspo": ("its loss is GSPO's sequence ratio against the sampler's own log-probs with group-normalised "
-             "advantages: no KL, no TRL loss type or reward scaling, no vLLM importance-sampling correction"),
-    "monitor": "the fail-fast monitors watch the single-turn trainer's judge rewards and rollouts",
+    "gspo": ("its loss is GSPO's sequence ratio against the trainer's log-probs at the step's start with "
+             "group-normalised advantages and token-level truncated IS for the sampler's gap: no KL, no TRL loss "
+             "type or reward scaling, no other importance-sampling mode"),
+    "monitor": ("of the fail-fast monitors it applies max_dropped_share, max_zero_variance_share and "
+                "patience_batches (one step = one generation batch); the others watch the single-turn trainer's "
+                "probe and rollouts"),
     "generation": "the episodes are sampled with temperature, top_p, max_completion_length and thinking only",
     "train": ("it takes one AdamW step a GSPO iteration over all the step's episodes at a constant learning "
               "rate, in one process"),
