@@ -250,6 +250,22 @@ class SWEBenchVerifiedAdapter(_SWEBenchAdapter):
     suite_position = 2
     paper_reference = PaperReference("SWE-bench Verified (3 rollouts)", 64.47, 67.86)
 
+    def aggregate(self, results: list[EpisodeResult], *, run: RunContext = RunContext()) -> dict[str, Any]:
+        """:func:`aggregate_resolved` plus :data:`VERIFIED_CAVEAT` (what a Verified delta can mean)."""
+        out = super().aggregate(results, run=run)
+        out["caveat"] = VERIFIED_CAVEAT
+        return out
+
+
+VERIFIED_CAVEAT = (
+    "SWE-bench Verified's own tests are known to be flawed: its sponsor no longer reports it after an audit found "
+    "flawed tests in 59.4% of 138 audited hard tasks (tests that reject a correct fix or accept an incomplete one). "
+    "A Verified delta between two checkpoints run on the same instances, harness and rollouts says the two pass "
+    "this fixed test set differently; it cannot by itself say that one fixes more real issues, and one instance "
+    "of 500 is 0.2 points, so a delta of a few points is within what flawed tests and 3-rollout noise can move. "
+    "SWE-bench Pro is the cross-check.")
+"""The summary's note on Verified (issue 52)."""
+
 
 class SWEBenchProAdapter(_SWEBenchAdapter):
     """SWE-bench Pro (public set; repository in /app)."""

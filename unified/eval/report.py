@@ -370,6 +370,8 @@ def render_markdown(summary: RunSummary) -> str:
                          f"{status_cell(entry)} | {_comparable_cell(entry)} | {paper_cell} |")
             if entry.not_comparable_because and entry.status in ("ok", "partial"):
                 notes.append(f"- **{name}** not comparable: " + "; ".join(entry.not_comparable_because))
+            if isinstance(entry.aggregate.get("caveat"), str) and entry.status in ("ok", "partial"):
+                notes.append(f"- **{name}** caveat: {entry.aggregate['caveat']}")
             if entry.error_reasons:
                 notes.append(f"- **{name}** errors: " + "; ".join(f"{n} x {reason}" for reason, n
                                                                  in entry.error_reasons.items()))
