@@ -28,6 +28,7 @@ Standard library only: the gate runs on the server node in whatever environment 
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import hmac
 import http.client
@@ -328,7 +329,9 @@ class RolloutGate(ThreadingHTTPServer):
             elif len(self._pending) >= MAX_PENDING:
                 self._drop(next(iter(self._pending)), f"{MAX_PENDING} connections wait for their headers")
             self._pending[request] = (peer, time.monotonic())
-        super().process_request(request, client_address)
+        # a daemon thread per connection, as ThreadingMixIn's, but started without waiting for it to run: under a
+        # flood the acceptor would otherwise wait on the GIL with every connection it pushed out
+        _thread.start_new_thread(self.process_request_thread, (request, client_address))
 
     def service_actions(self) -> None:
         """Between accepts (every poll interval): drop the pending connections past :data:`HEADER_TIMEOUT_S`."""
