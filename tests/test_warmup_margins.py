@@ -172,3 +172,62 @@ def test_a_sync_broken_after_step_one_is_caught_at_lr_1e_6(tmp_path):
     ok, _ = _checksum_trainer(tmp_path / "ok", syncs_that_work=None)
     ok.train()  # a working sync: equal bytes after every sync
     assert ok.state.global_step == 3
+
+
+def test_the_35b_slurm_dry_run_plans_with_its_routes_line(tmp_path):
+    out = _slurm_dry_run(tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "#   routes (R3, base64 .npy" in out.stdout and "GB, ~" in out.stdout
+    assert "collective timeout needed: 1.5 x" in out.stdout and "(train.collective_timeout_s 2,400: ok)" in out.stdout
+
+
+# ---- the step-0 parity probe through a served engine (the 35B recipe's vllm_server) ---------------------------
+
+def _served_engine(trainer, stale=None):
+    from test_warmup_rollout_correction import Bf16RolloutEngine
+
+    class ServedEngine(Bf16RolloutEngine):
+        """The bf16 engine answering the probe's served paths (greedy decode with log-probs; the score path)."""
+
+        @torch.no_grad()
+        def decode_logprobs(self, prompts, n):
+            tokens, logps = [], []
+            for p in prompts:
+                x = torch.tensor([p])
+                out = self.engine.generate(x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=n,
+                                           min_new_tokens=n, output_logits=True, return_dict_in_generate=True,
+                                           pad_token_id=0)
+                new = out.sequences[0, x.shape[1]:]
+                scores = torch.stack(out.logits, 1)[0].float().log_softmax(-1)
+                tokens.append(new.tolist())
+                logps.append(scores.gather(-1, new[:, None]).squeeze(-1).tolist())
+            return tokens, logps
+
+    return ServedEngine(trainer, stale_model=stale)
+
+
+def test_the_parity_probe_scores_the_served_engine_and_refuses_other_weights(tmp_path):
+    import copy
+
+    from _warmup_support import build_tiny_trainer, fixture_rl_dataset
+    from unified.warmup.parity_probe import ParityProbeError, probe_trainer
+
+    trainer = build_tiny_trainer(tmp_path, "parity_probe.sequences=2", "parity_probe.completion_tokens=4")
+    section = load_warmup_config(None, ["parity_probe.sequences=2", "parity_probe.completion_tokens=4",
+                                        "parity_probe.max_mean_abs_logp_diff=0.05"]).parity_probe
+    trainer.vllm_generation = _served_engine(trainer)
+    results = probe_trainer(trainer, section, fixture_rl_dataset(), backend="vllm_server", output_dir=tmp_path)
+    assert [r.engine for r in results] == ["vllm", "vllm+prefix_cache", "vllm prompt_logprobs"]
+    assert all(r.tokens == 8 and r.nan_count == 0 and 0 < r.mean_abs_logp_diff < 0.05 for r in results)
+    other = copy.deepcopy(trainer.model)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(torch.randn_like(p) * 0.2)
+    trainer.vllm_generation = _served_engine(trainer, stale=other)
+    with pytest.raises(ParityProbeError, match=r"vllm: mean \|logp_trainer - logp_engine\|"):
+        probe_trainer(trainer, section, fixture_rl_dataset(), backend="vllm_server")
+
+
+def test_the_35b_recipe_turns_the_parity_probe_on():
+    cfg = load_warmup_config(PAPER, [JUDGE])
+    assert cfg.parity_probe.sequences >= 1 and cfg.generation.backend == "vllm_server"

@@ -218,6 +218,11 @@ def probe_trainer(trainer, section, train_dataset, *, backend: str, output_dir=N
     vLLM engine; the step-1 gate of :mod:`unified.warmup.rollout_check` covers the served one)."""
     if section.sequences < 1:
         return []
+    if backend == "vllm_server":  # the served engine decodes, every rank's trainer scores (ZeRO-3 gathers)
+        if getattr(trainer, "vllm_generation", None) is None:
+            print("unified.warmup: parity_probe: skipped: no rollout server client on this trainer", flush=True)
+            return []
+        return probe_served(trainer, section, train_dataset, output_dir=output_dir)
     if trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled:
         print("unified.warmup: parity_probe: skipped: the in-process engine decodes with the whole model, which "
               "ZeRO-3/FSDP shards on every rank", flush=True)
@@ -249,5 +254,69 @@ def probe_trainer(trainer, section, train_dataset, *, backend: str, output_dir=N
     return results
 
 
-__all__ = ["PROBE_RECORD", "ParityProbeError", "ProbeResult", "check_probe", "compare", "engine_decode",
+def served_engine_logps(trainer, prompts: list[list[int]], new_tokens: int) -> dict[str, tuple[list, list]]:
+    """The rollout server's paths for ``prompts`` (main process): ``{path: (tokens, logps)}``.
+
+    ``vllm``: greedy decoding of ``new_tokens`` with the chosen tokens' log-probs; ``vllm+prefix_cache``: the
+    same request again, whose prompts the server reads from its prefix cache when it keeps one (vLLM's
+    hybrid Gated DeltaNet path; a server without prefix caching recomputes them: the same path twice);
+    ``vllm prompt_logprobs``: the whole sequence scored as a prompt (never read from the cache). An engine
+    object with ``decode_logprobs(prompts, n)`` and ``sequence_logprobs(ids)`` (the tests' CPU engines)
+    answers the same three; else TRL's ``VLLMClient``."""
+    engine = trainer.vllm_generation
+    decode = getattr(engine, "decode_logprobs", None)
+    if not callable(decode):
+        client = engine.vllm_client
+
+        def decode(ps, n):
+            out = client.generate(ps, n=1, temperature=0.0, max_tokens=n, logprobs=0,
+                                  generation_kwargs={"min_tokens": n, "ignore_eos": True})
+            return out["completion_ids"], [[float(v[0]) for v in lp] for lp in out["logprobs"]]
+
+        def score(seq, start):
+            got = client.get_sequence_logprobs([seq], [start], top_logprobs=1, temperature=1.0)
+            return [float(v[0]) for v in got["actual_logprobs"][0]]
+    else:
+        def score(seq, start):
+            return [float(v) for v in engine.sequence_logprobs(seq)][start - 1:]
+    first = decode(prompts, new_tokens)
+    again = decode(prompts, new_tokens)
+    scored = [score(list(p) + list(y), len(p)) for p, y in zip(prompts, first[0], strict=True)]
+    return {"vllm": first, "vllm+prefix_cache": again, "vllm prompt_logprobs": (first[0], scored)}
+
+
+def probe_served(trainer, section, train_dataset, *, output_dir=None) -> list[ProbeResult]:
+    """:func:`probe_trainer` for ``generation.backend=vllm_server``: the server's three paths
+    (:func:`served_engine_logps`, asked by the main process and broadcast) against the trainer's forward of
+    the same tokens on every rank (a ZeRO-3 forward gathers on all of them)."""
+    rows = [train_dataset[i] for i in range(min(section.sequences, len(train_dataset)))]
+    prompt_ids = [list(p) for p in trainer._tokenize_prompts([row["prompt"] for row in rows])[0]]
+    box: list = [None]
+    if trainer.accelerator.is_main_process:
+        box[0] = served_engine_logps(trainer, prompt_ids, section.completion_tokens)
+    if trainer.accelerator.num_processes > 1:
+        from accelerate.utils import broadcast_object_list
+
+        broadcast_object_list(box, from_process=0)
+    device = trainer.accelerator.device
+    results = []
+    for path, (tokens, logps) in box[0].items():
+        trainer_side = []
+        for prompt, y in zip(prompt_ids, tokens, strict=True):
+            ids = torch.tensor([prompt + list(y)], device=device)
+            with torch.no_grad():
+                trainer_side.append(trainer._get_per_token_logps_and_entropies(
+                    trainer.model, ids, torch.ones_like(ids), len(y))[0].reshape(-1))
+        results.append(compare(path, [torch.tensor(v, dtype=torch.float32) for v in logps], trainer_side))
+    for r in results:
+        print(f"unified.warmup: parity_probe: {r.line()}", flush=True)
+    if output_dir is not None and trainer.accelerator.is_main_process:
+        write_json_atomic(Path(output_dir) / PROBE_RECORD, {
+            "results": results_record(results), "bounds": {
+                "max_mean_abs_logp_diff": section.max_mean_abs_logp_diff, "max_nan": section.max_nan}})
+    check_probe(results, max_mean_abs_logp_diff=section.max_mean_abs_logp_diff, max_nan=section.max_nan)
+    return results
+
+
+__all__ = ["PROBE_RECORD", "probe_served", "served_engine_logps", "ParityProbeError", "ProbeResult", "check_probe", "compare", "engine_decode",
            "probe_in_process", "probe_trainer", "results_record", "supports_prefix_cache", "vllm_decode_logps", "vllm_prompt_logps"]
