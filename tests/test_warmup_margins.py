@@ -219,6 +219,11 @@ def test_the_parity_probe_scores_the_served_engine_and_refuses_other_weights(tmp
     results = probe_trainer(trainer, section, fixture_rl_dataset(), backend="vllm_server", output_dir=tmp_path)
     assert [r.engine for r in results] == ["vllm", "vllm+prefix_cache", "vllm prompt_logprobs"]
     assert all(r.tokens == 8 and r.nan_count == 0 and 0 < r.mean_abs_logp_diff < 0.05 for r in results)
+    trainer.is_deepspeed_enabled = True  # ZeRO-3 before train(): the engine's paths against its own scoring
+    sharded = probe_trainer(trainer, section, fixture_rl_dataset(), backend="vllm_server")
+    assert [r.engine for r in sharded] == ["vllm vs vllm prompt_logprobs", "vllm+prefix_cache vs vllm prompt_logprobs"]
+    assert all(r.tokens == 8 and r.nan_count == 0 and r.mean_abs_logp_diff < 0.05 for r in sharded)
+    trainer.is_deepspeed_enabled = False
     other = copy.deepcopy(trainer.model)
     with torch.no_grad():
         for p in other.parameters():

@@ -282,7 +282,9 @@ def served_engine_logps(trainer, prompts: list[list[int]], new_tokens: int) -> d
     first = decode(prompts, new_tokens)
     again = decode(prompts, new_tokens)
     scored = [score(list(p) + list(y), len(p)) for p, y in zip(prompts, first[0], strict=True)]
-    return {"vllm": first, "vllm+prefix_cache": again, "vllm prompt_logprobs": (first[0], scored)}
+    scored_again = [score(list(p) + list(y), len(p)) for p, y in zip(prompts, again[0], strict=True)]
+    return {"vllm": first, "vllm+prefix_cache": again, "vllm prompt_logprobs": (first[0], scored),
+            "_scored_again": (again[0], scored_again)}
 
 
 def probe_served(trainer, section, train_dataset, *, output_dir=None) -> list[ProbeResult]:
@@ -298,9 +300,20 @@ def probe_served(trainer, section, train_dataset, *, output_dir=None) -> list[Pr
         from accelerate.utils import broadcast_object_list
 
         broadcast_object_list(box, from_process=0)
+    paths = box[0]
+    scored_again = paths.pop("_scored_again")
+    if trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled:
+        # the trainer's forward before train() would need the whole model gathered on every rank: the engine's
+        # decoding paths are checked against its own uncached scoring of the same tokens instead
+        results = [compare("vllm vs vllm prompt_logprobs", [torch.tensor(v) for v in paths["vllm"][1]],
+                           [torch.tensor(v) for v in paths["vllm prompt_logprobs"][1]]),
+                   compare("vllm+prefix_cache vs vllm prompt_logprobs",
+                           [torch.tensor(v) for v in paths["vllm+prefix_cache"][1]],
+                           [torch.tensor(v) for v in scored_again[1]])]
+        return _report(trainer, section, results, output_dir)
     device = trainer.accelerator.device
     results = []
-    for path, (tokens, logps) in box[0].items():
+    for path, (tokens, logps) in paths.items():
         trainer_side = []
         for prompt, y in zip(prompt_ids, tokens, strict=True):
             ids = torch.tensor([prompt + list(y)], device=device)
@@ -308,6 +321,11 @@ def probe_served(trainer, section, train_dataset, *, output_dir=None) -> list[Pr
                 trainer_side.append(trainer._get_per_token_logps_and_entropies(
                     trainer.model, ids, torch.ones_like(ids), len(y))[0].reshape(-1))
         results.append(compare(path, [torch.tensor(v, dtype=torch.float32) for v in logps], trainer_side))
+    return _report(trainer, section, results, output_dir)
+
+
+def _report(trainer, section, results: list[ProbeResult], output_dir) -> list[ProbeResult]:
+    """Print, record (``PROBE_RECORD``) and check the probe's results."""
     for r in results:
         print(f"unified.warmup: parity_probe: {r.line()}", flush=True)
     if output_dir is not None and trainer.accelerator.is_main_process:
