@@ -64,7 +64,8 @@ from evaluators.terminal_bench.infra import verifier_infrastructure_error
 from evaluators.terminal_bench.local_support import local_blockers
 from evaluators.terminal_bench.tasks import TBTask, load_tasks, resolve_root
 from evaluators.terminal_bench import taskset
-from evaluators.terminal_bench.terminus import TerminusEnvironment, differences, logs_dir_for, require_harbor_python
+from evaluators.terminal_bench.terminus import (TerminusEnvironment, differences, logs_dir_for, require_harbor_python,
+                                                user_sampling)
 
 __all__ = ["TerminalBench2Adapter", "aggregate_rewards"]
 
@@ -212,6 +213,17 @@ class TerminalBench2Adapter(Adapter):
             raise BenchmarkUnavailable(f"no task folders (with task.toml) under {root}",
                                        "point root/$TERMINAL_BENCH_ROOT at the task repository")
         return limit_runnable(out, limit)
+
+    @classmethod
+    def sent_request_settings(cls, config: dict[str, Any], sampling: Any) -> dict[str, Any]:
+        """Terminus-2 (the default agent) sends through harbor's LiteLLM client no temperature and no
+        max_tokens of its own: only the sampling fields the user set away from the library's defaults
+        (:func:`.terminus.user_sampling`); the tool-calling agent sends the run's sampling."""
+        if str(config.get("agent", "terminus_2")) != "terminus_2":
+            return super().sent_request_settings(config, sampling)
+        return {**user_sampling(sampling),
+                "source": "harbor's Terminus-2 via LiteLLM: no sampling field unless the user set one (the library's "
+                          "--temperature / --max-new-tokens defaults are not sent)"}
 
     def _task_set_of(self, root: Any, parsed: list[TBTask]) -> dict[str, Any]:
         return taskset.identity(root, {t.id: t.path for t in parsed}, self.settings.task_set_version)

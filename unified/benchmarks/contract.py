@@ -396,6 +396,18 @@ class Adapter:
         (:func:`unified.benchmarks.aggregate.mean_score`; a summary recomputes it without the adapter)."""
         return mean_score(results)
 
+    @classmethod
+    def sent_request_settings(cls, config: dict[str, Any], sampling: Any) -> dict[str, Any]:
+        """The sampling fields this benchmark's agent puts in each policy request, given the adapter's
+        ``config`` (the ``--set`` settings) and the run's ``sampling`` (recorded in run.json and
+        identity.json as ``sent``). Default: our agent loop's request, the run's sampling as is; an
+        adapter whose agent is another client (harbor's Terminus-2) says what that client sends."""
+        if sampling is None:
+            return {}
+        return {"max_tokens": sampling.max_new_tokens, "temperature": sampling.temperature,
+                "top_p": sampling.top_p, "thinking": sampling.thinking,
+                "source": "the eval's sampling, sent by our agent loop"}
+
     def agent_limits(self, limits: AgentLimits) -> AgentLimits:
         """The limits this benchmark runs under, given the run's. Default: the run's; an adapter
         whose protocol fixes its own (BFCL's step limit) returns those."""

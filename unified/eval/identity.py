@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from unified.benchmarks.discovery import adapter_class
 from unified.config import from_dict, to_dict
 from unified.eval.rundir import RunDirError
 from unified.store import IDENTITY_FILE, WEIGHT_FILES, files_fingerprint, flatten_identity, identity_differences, \
@@ -103,7 +104,21 @@ def eval_identity(cfg: Any, benchmarks: list[str], *, policy_given: bool = False
     fields["split"] = cfg.split
     fields.update(flatten_identity({"sampling": to_dict(cfg.sampling), "limits": to_dict(cfg.limits)}))
     settings = {name: dict(cfg.benchmark_config.get(name, {})) for name in benchmarks}
-    return {"fields": fields, "benchmarks": settings}
+    return {"fields": fields, "benchmarks": settings, "sent": sent_settings(cfg, benchmarks)}
+
+
+def sent_settings(cfg: Any, benchmarks: list[str]) -> dict[str, Any]:
+    """Per benchmark, the sampling fields its agent actually puts in a policy request
+    (:meth:`unified.benchmarks.contract.Adapter.sent_request_settings`); a benchmark whose adapter
+    cannot be loaded here is ``None``. Recorded, not compared: ``fields`` holds the config."""
+    out: dict[str, Any] = {}
+    for name in benchmarks:
+        try:
+            hook = getattr(adapter_class(name), "sent_request_settings", None)
+            out[name] = hook(dict(cfg.benchmark_config.get(name, {})), cfg.sampling) if hook else None
+        except Exception:  # an adapter missing here (not installed, module:Class): nothing to say
+            out[name] = None
+    return out
 
 
 def _has_results(out: Path) -> bool:
@@ -207,7 +222,7 @@ def claim_run_dir(out: str | Path, cfg: Any, benchmarks: list[str], *, resume_an
     history = list((recorded or {}).get("accepted_differences", []))
     if diffs:
         history.append({"at": time.time(), "differences": diffs})
-    record = {"fields": current["fields"], "benchmarks": merged, "recorded_at": time.time()}
+    record = {"fields": current["fields"], "benchmarks": merged, "sent": current["sent"], "recorded_at": time.time()}
     if history:
         record["accepted_differences"] = history
     out.mkdir(parents=True, exist_ok=True)
@@ -221,4 +236,5 @@ def record_run_dir(out: str | Path, cfg: Any, benchmarks: list[str], *, resume_a
     of the engine that runs), at the start of a run, on the auto engine's fallback and for a merge."""
     out = Path(out)
     claim_run_dir(out, cfg, benchmarks, resume_anyway=resume_anyway, policy_given=policy_given, renamed=renamed)
-    write_json_atomic(out / "run.json", {"config": to_dict(cfg), "updated_at": time.time()})
+    write_json_atomic(out / "run.json", {"config": to_dict(cfg), "sent": sent_settings(cfg, benchmarks),
+                                         "updated_at": time.time()})
