@@ -117,7 +117,7 @@ def test_settings_the_agentic_trainer_would_not_apply_are_refused_or_named(capsy
     moe = load_warmup_config(ROOT / "recipes/warmup/qwen35_35b_a3b.yaml", sets)
     refused = [line.split("=")[0] for line in unapplied_settings(moe)]
     assert refused == ["launch.nodes", "launch.gpus_per_node", "launch.distributed", "moe.routing_replay",
-                       "moe.require_rollout_routes"]
+                       "moe.require_rollout_routes", "parity_probe.sequences", "parity_probe.max_mean_abs_logp_diff"]
     for extra, key in (("gspo.beta=0.04", "gspo.beta"), ("model.precision=bf16", "model.precision"),
                        ("generation.top_k=20", "generation.top_k"), ("train.lr_scheduler_type=cosine",
                                                                    "train.lr_scheduler_type")):

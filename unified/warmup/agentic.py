@@ -9,10 +9,16 @@
    (the ``hf`` backend, which reports each generated token's log-probability);
 2. rewards: each episode's :attr:`unified.types.EpisodeResult.reward` (the adapter's ``score``; None for
    skipped and crashed episodes, 0 when scoring failed after the agent acted), advantages within
-   each task's group;
+   each task's group; a group whose rewards are all equal is replaced by the next training tasks, up to
+   ``agentic.resample_rounds`` extra rounds (dynamic sampling, :func:`draw_groups`);
 3. update: ``gspo.num_iterations`` optimizer steps over the episodes' token trajectories with GSPO's
-   sequence-level clipped ratio, tool observations and user turns masked out
-   (:mod:`unified.warmup.agentic_loss`).
+   sequence-level clipped ratio against the trainer's own log-probs at the step's start, the sampler's
+   gap corrected by token-level truncated IS, each episode weighted once, tool observations and user
+   turns masked out (:mod:`unified.warmup.agentic_loss`);
+4. the fail-fast monitor (:mod:`unified.warmup.failfast`: ``monitor.max_zero_variance_share``,
+   ``max_dropped_share``, ``patience_batches``; one step = one generation batch) and a run that put no
+   sample in the loss by ``train.max_steps`` save ``checkpoint-N`` and stop (``report["stopped"]``; the
+   CLI exits 3 naming the zero-variance groups).
 
 With ``agentic.eval_before_after`` the eval's own runner (:func:`unified.eval.runner.run_eval`) scores
 the held-out tasks (``heldout_size`` of the entry: never trained on) greedily before and after
