@@ -244,14 +244,7 @@ def probe_trainer(trainer, section, train_dataset, *, backend: str, output_dir=N
     results = probe_in_process(model, [torch.tensor(p, device=device) for p in prompt_ids], trainer_logps,
                                new_tokens=section.completion_tokens, temperature=trainer.temperature,
                                autocast=trainer.accelerator.autocast)
-    for r in results:
-        print(f"unified.warmup: parity_probe: {r.line()}", flush=True)
-    if output_dir is not None and trainer.accelerator.is_main_process:
-        write_json_atomic(Path(output_dir) / PROBE_RECORD, {
-            "results": results_record(results), "bounds": {
-                "max_mean_abs_logp_diff": section.max_mean_abs_logp_diff, "max_nan": section.max_nan}})
-    check_probe(results, max_mean_abs_logp_diff=section.max_mean_abs_logp_diff, max_nan=section.max_nan)
-    return results
+    return _report(trainer, section, results, output_dir)
 
 
 def served_engine_logps(trainer, prompts: list[list[int]], new_tokens: int) -> dict[str, tuple[list, list]]:
