@@ -7,8 +7,11 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+from fixture_eval_bench import FixtureAdapter
+from unified.eval.cli import main
 from unified.eval.config import EvalConfig
 from unified.eval.identity import IDENTITY_FILE, record_run_dir
+from unified.eval.plan import read_plan
 
 
 def _recorded(tmp_path, cfg: EvalConfig, benchmarks: list[str]) -> tuple[dict, dict]:
@@ -36,3 +39,31 @@ def test_a_sampling_field_the_user_set_is_recorded_as_sent_by_terminus_2(tmp_pat
     cfg = replace(cfg, benchmark_config={"terminal_bench_2": {"agent": "tool_calling"}})
     sent, _ = _recorded(tmp_path / "b", cfg, ["terminal_bench_2"])
     assert sent["terminal_bench_2"]["max_tokens"] == cfg.sampling.max_new_tokens
+
+
+class SendsNoSampling(FixtureAdapter):
+    """Written for this test: an adapter whose agent is another client that sends no sampling field
+    (as harbor's Terminus-2 does when the user set none)."""
+
+    name = "sends_no_sampling"
+
+    @classmethod
+    def sent_request_settings(cls, config, sampling):
+        return {"source": "a client of its own"}
+
+
+def test_plan_json_records_what_each_agent_sends_and_the_plan_says_where_it_differs(tmp_path, capsys):
+    out = tmp_path / "run"
+    ours, other = "fixture_eval_bench:FixtureAdapter", f"{__name__}:SendsNoSampling"
+    assert main(["--model", "gold", "--out", str(out), "--benchmarks", ours, other,
+                 "--set", f"benchmarks.{ours}.n=1", "--set", f"benchmarks.{other}.n=1"]) == 0
+    text = capsys.readouterr()
+    plan = read_plan(out)
+    cfg = plan.config.sampling
+    assert plan.benchmark("fixture_echo").sent["temperature"] == cfg.temperature
+    assert plan.benchmark("fixture_echo").sent["max_tokens"] == cfg.max_new_tokens
+    assert plan.benchmark("sends_no_sampling").sent == {"source": "a client of its own"}
+    lines = (text.out + text.err).splitlines()
+    sends = [line for line in lines if "its agent sends" in line]
+    assert len(sends) == 1 and "plan: sends_no_sampling: " in sends[0]
+    assert "no temperature or max_tokens (a client of its own)" in sends[0]

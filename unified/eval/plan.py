@@ -108,6 +108,11 @@ class PlannedBenchmark:
     environment variable, else ``embedded``), None for a benchmark without one."""
     data_digest: str | None = None
     """:func:`tasks_digest` of the selected tasks: the data version, compared by ``--compare``."""
+    sent: dict[str, Any] | None = None
+    """The sampling fields its agent actually puts in a policy request
+    (:meth:`unified.benchmarks.contract.Adapter.sent_request_settings`: the run's sampling for our agent loop,
+    only what the user set for harbor's Terminus-2), None when the adapter could not say; ``config.sampling``
+    is what the command asked for."""
     aggregate_rule: Literal["adapter", "mean"] = "adapter"
     """How its summary number is computed: ``mean``: the adapter keeps the SDK's default aggregate
     (:func:`unified.benchmarks.aggregate.mean_score`), which a summary recomputes from the records
@@ -261,8 +266,30 @@ def plan_benchmark(name: str, cfg: EvalConfig, out: Path, *, repair: bool = True
         name, directory, path, settings=settings, limits=limits, runs=runs, runs_protocol=adapter.runs_default,
         tasks=[t.id for t in tasks], not_scored=[t.id for t in tasks if not t.scored], tasks_in_benchmark=in_benchmark,
         pairs=pairs, pairs_total=len(tasks) * runs, to_run=[p for p in pairs if p not in recorded],
-        judge=_judge_spec(adapter), data_digest=tasks_digest(tasks),
+        judge=_judge_spec(adapter), data_digest=tasks_digest(tasks), sent=_sent_settings(adapter, name, cfg),
         aggregate_rule="mean" if getattr(type(adapter), "aggregate", None) is Adapter.aggregate else "adapter")
+
+
+def _sent_settings(adapter: Adapter, name: str, cfg: EvalConfig) -> dict[str, Any] | None:
+    """:attr:`PlannedBenchmark.sent` from the adapter's hook, given the ``--set`` settings (as identity.json
+    records them); a hook that raises leaves it None (recorded, never a reason to skip the benchmark)."""
+    hook = getattr(type(adapter), "sent_request_settings", None)
+    try:
+        return dict(hook(dict(cfg.benchmark_config.get(name, {})), cfg.sampling)) if hook else None
+    except Exception:  # an adapter's own hook: what it sends stays unknown, the run goes on
+        return None
+
+
+def _sent_line(b: PlannedBenchmark, sampling: Any) -> str:
+    """``; its agent sends ...`` when a benchmark's agent does not send the run's sampling as asked."""
+    if b.sent is None:
+        return ""
+    asked = {"max_tokens": sampling.max_new_tokens, "temperature": sampling.temperature}
+    if all(b.sent.get(k) == v for k, v in asked.items()):
+        return ""
+    fields = ", ".join(f"{k} {b.sent[k]:g}" if isinstance(b.sent[k], float) else f"{k} {b.sent[k]}"
+                       for k in asked if k in b.sent) or "no temperature or max_tokens"
+    return f"; its agent sends {fields} ({b.sent.get('source', 'the adapter says so')})"
 
 
 def _judge_spec(adapter: Adapter) -> str | None:
@@ -370,7 +397,7 @@ def plan_lines(plan: RunPlan) -> list[str]:
             budget = (f"; each episode {turns}, <= {b.limits.max_steps_per_turn} calls a user turn, "
                       f"<= {b.limits.max_episode_tokens} tokens, <= {b.limits.max_seconds:g} s")
         lines.append(f"# plan: {b.name}: {len(b.tasks)} tasks x {b.runs} trial(s) = {b.pairs_total} episodes{part}; "
-                     f"{len(b.pairs) - len(b.to_run)} recorded, {len(b.to_run)} to run{budget}")
+                     f"{len(b.pairs) - len(b.to_run)} recorded, {len(b.to_run)} to run{budget}{_sent_line(b, sampling)}")
         to_run[b.name] = len(b.to_run)
     running = [b for b in plan.benchmarks if b.status == "run"]
     if running:
