@@ -383,14 +383,16 @@ class RolloutGate(ThreadingHTTPServer):
         self.note(f"rollout gate: connection from {client_address[0]} ended: {type(exc).__name__}")
 
     def note(self, line: str) -> None:
-        """One stderr line (the first :data:`MAX_REFUSALS_LOGGED` of all refusals and drops), counted after."""
+        """One stderr line (the first :data:`MAX_REFUSALS_LOGGED` of all refusals and drops), counted after.
+        The line and its newline are one write under the lock: handler threads noting at once never run two
+        lines together (``print`` writes the text and the newline separately)."""
         with self._note_lock:
             self._notes += 1
-            notes = self._notes
-        if notes <= MAX_REFUSALS_LOGGED:
-            more = " (further refusals and drops are counted, not logged)" if notes == MAX_REFUSALS_LOGGED \
-                else ""
-            print(line + more, file=sys.stderr, flush=True)
+            if self._notes <= MAX_REFUSALS_LOGGED:
+                more = " (further refusals and drops are counted, not logged)" if self._notes == MAX_REFUSALS_LOGGED \
+                    else ""
+                sys.stderr.write(line + more + "\n")
+                sys.stderr.flush()
 
     def refusal(self, authorization: str | None) -> str | None:
         """Why a request with this ``Authorization`` header is refused, or None when it carries the key."""
