@@ -1,7 +1,8 @@
 """Claw-Eval figures a paper reader can compare (issue 52): a run in which no task ran has no Avg@3
 and no Pass^3 (shown as not run / n/a, never 0.00); the score column names Avg@3 and Pass^3 and the
 paper column its label; a recording script that exits for a reason of this machine (Playwright
-missing) is an infrastructure failure, not the agent's."""
+missing) is named as such (unconfirmed evidence: the agent can print the same words, so the trial is
+still graded, tests/test_claw_eval_browser.py)."""
 
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ def test_the_table_names_avg_3_and_pass_3_and_shows_an_empty_run_as_not_run():
     assert "Claw-Eval (Avg@3): 53.60 → 64.88" in row
 
 
-def test_a_recording_script_failing_for_a_missing_playwright_is_infrastructure_not_the_agent():
+def test_a_recording_script_failing_for_a_missing_playwright_is_named_as_infrastructure_evidence():
     snapshot = {
         "cmd:python fixtures/take_recording.py": {
             "exit_code": 1, "stdout": "",

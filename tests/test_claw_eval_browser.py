@@ -154,3 +154,6 @@ def test_a_failed_snapshot_command_is_graded_with_its_output_as_the_official_gra
     (failed,) = result.details["snapshot_failed"]
     assert failed["command"] == "python -c 'import no_such_module'" and failed["exit_code"] == 1
     assert "No module named" in failed["why"]
+    # the words of a missing module are kept as evidence, never a reason by themselves to leave the trial out
+    # (a script the agent wrote can print them)
+    assert result.details["infrastructure_unconfirmed"] == ["ModuleNotFoundError: No module named 'no_such_module'"]

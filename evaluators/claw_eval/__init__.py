@@ -27,9 +27,12 @@ command that fails (an exit code, a timeout: the agent broke the database, the p
 loaded, no clip was written) is handed to the grader as the benchmark hands it, its exit code and
 output, and the trial is graded as the official grader grades it (``details["snapshot_failed"]``
 lists it). Only a command this sandbox cannot run at all (exit 126/127: a program the official
-image has and ours lacks), or one whose output names a reason of this machine (a recording script
-exiting 1 because Playwright or its browser is missing, :data:`INFRASTRUCTURE_MARKERS`) makes the
-trial ``error: infrastructure``, left out of the score. The
+image has and ours lacks) makes the trial ``error: infrastructure``, left out of the score. Output
+that names a reason of this machine (a recording script exiting 1 because Playwright or its browser
+is missing, :data:`INFRASTRUCTURE_MARKERS`) is the agent's to shape (a script it wrote can print
+it), so it never takes a trial out of the score by itself: the trial is graded as the official
+grader grades it and the lines are kept as ``details["infrastructure_unconfirmed"]`` (the
+project's rule for unconfirmed evidence, :mod:`unified.execution.infra`). The
 services of a task stay up across its trials and are reset in between (trials running at the
 same time get separate services); they are stopped when another task opens, when an episode
 fails (crash, or a grader error), and at exit. Scoring: :mod:`evaluators.claw_eval.grading`.
@@ -74,7 +77,8 @@ INFRASTRUCTURE_MARKERS = ("No module named", "Executable doesn't exist", "playwr
                           "error while loading shared libraries", "BrowserType.launch")
 """Output of a snapshot command (a recording script) that failed for a reason of this machine, not the
 agent's: a Python module or Playwright's browser missing, a library the browser needs, a browser that
-could not start. Such a trial is ``error: infrastructure`` (left out of the score), not graded as a fail."""
+could not start. Recorded as unconfirmed evidence beside the grade (module docstring), never a reason by itself to
+leave a trial out of the score: the agent can print these words."""
 
 
 def _infrastructure_reason(output: str) -> str | None:
@@ -292,7 +296,10 @@ class ClawEvalAdapter(Adapter):
         failed = failed_snapshot_commands(snapshot)
         if failed:  # graded with the command's output, as the official grader is (module docstring)
             details["snapshot_failed"] = failed
-        unrunnable = [f for f in failed if f["exit_code"] in NOT_RUNNABLE_EXIT_CODES or f.get("infrastructure")]
+        unconfirmed = [f["infrastructure"] for f in failed if f.get("infrastructure")]
+        if unconfirmed:  # the agent can print these words: evidence kept, the trial still graded
+            details["infrastructure_unconfirmed"] = unconfirmed
+        unrunnable = [f for f in failed if f["exit_code"] in NOT_RUNNABLE_EXIT_CODES]
         if unrunnable:
             why = unrunnable[0].get("infrastructure") or unrunnable[0]["why"]
             return EpisodeResult(benchmark=self.name, task_id=task.id, trial=episode.trial, score=0.0, passed=None,
