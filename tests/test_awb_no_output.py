@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from _awb_fixture import OBS, ScriptedServer, _evaluation, _five, parse_eval_py_scores, write_published_fixture
+from test_lwm_agentworld_official import _eval_py  # the checkout's eval.py, run the same way
 from unified.lwm.official import official_gen
 
 ROOT = os.environ.get("AGENTWORLD_ROOT", "")
@@ -48,14 +47,6 @@ def test_gen_is_the_content_eval_py_keeps_not_a_dropped_answer():
     assert official_gen(truncated) == truncated
     # a raw in-process completion with a blank answer is not empty: eval.py would judge it
     assert official_gen("<think>\nthought\n</think>\n\n").strip().startswith("<think>")
-
-
-def _eval_py(*args: str) -> str:
-    env = {**os.environ, "OPENAI_API_KEY": "EMPTY", "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}
-    done = subprocess.run([sys.executable, "eval.py", *args], cwd=Path(ROOT) / "eval", env=env, capture_output=True,
-                          text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout
 
 
 @pytest.mark.skipif(not ROOT or not (Path(ROOT) / "eval" / "eval.py").is_file(),
